@@ -1,0 +1,1 @@
+"""Where models are built: training/loading, ONNX export, precision variants, validation, reports."""

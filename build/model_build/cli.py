@@ -1,0 +1,54 @@
+"""`python -m model_build build`: build what serving.toml asks for, install it, write the report."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from model_build.errors import BuildError
+from model_build.pipeline import BuildPaths, build_model
+from model_build.recipes import recipe_for
+from model_build.report import write_build_report
+from serving.errors import ServingError
+from serving.spec import load_serving_spec
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    serving = load_serving_spec(args.config)
+    paths = BuildPaths(PROJECT_ROOT)
+    wanted = set(args.models or [m.name for m in serving.models])
+    records = []
+    for model in serving.models:
+        if model.name not in wanted:
+            continue
+        recipe = recipe_for(model.recipe)
+        record, rebuilt = build_model(recipe, model, paths, force=args.force)
+        installed = recipe.install(model, serving, record, paths.workdir(model.name), paths.repository)
+        state = "built" if rebuilt else "up to date (no work done)"
+        print(f"[build] {model.name}: {state}; served variant {model.variant.value}; installed {', '.join(installed)}")
+        records.append(record)
+    report = write_build_report(records, paths.reports)
+    print(f"[build] report: {report.relative_to(PROJECT_ROOT)}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="model_build", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    build = sub.add_parser("build", help="build and install every model in the serving configuration")
+    build.add_argument("--config", default=str(PROJECT_ROOT / "model_repository" / "serving.toml"))
+    build.add_argument("--models", nargs="*", help="only these models (default: all)")
+    build.add_argument("--force", action="store_true", help="rebuild even if the inputs are unchanged")
+    build.set_defaults(func=cmd_build)
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except (BuildError, ServingError) as exc:
+        print(f"model_build: error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

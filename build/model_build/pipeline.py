@@ -1,0 +1,129 @@
+"""Run the build for every model the serving configuration names, skipping work that is current.
+
+Each model has a recipe (see `recipes.py`): `build` does the heavy work (train/export/quantize/
+validate) into `artifacts/<model>/` and returns a JSON-able record; `install` copies the served
+variant into `model_repository/` and renders its config. A build is skipped when its fingerprint
+(recipe code, the model's settings, library versions) matches the one stored with its record and
+every file the record names still exists; installing is cheap and always runs.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import time
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from model_build.errors import BuildError
+from serving.spec import ModelSpec, ServingSpec
+
+PACKAGE_DIR = Path(__file__).parent
+#: Library versions that change what a build produces.
+VERSIONED_PACKAGES = ("torch", "onnx", "onnxruntime", "numpy", "scikit-learn", "transformers", "tokenizers")
+
+
+@dataclass(frozen=True)
+class BuildPaths:
+    project_root: Path
+
+    @property
+    def artifacts(self) -> Path:
+        return self.project_root / "artifacts"
+
+    @property
+    def repository(self) -> Path:
+        return self.project_root / "model_repository"
+
+    @property
+    def reports(self) -> Path:
+        return self.project_root / "reports" / "build"
+
+    def workdir(self, model: str) -> Path:
+        return self.artifacts / model
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """How one kind of model is built and installed."""
+
+    name: str
+    build: Callable[[ModelSpec, Path], dict[str, Any]]
+    install: Callable[[ModelSpec, ServingSpec, dict[str, Any], Path, Path], list[str]]
+    #: Extra settings that change the build output (hashed into the fingerprint).
+    settings: Mapping[str, Any] | None = None
+
+
+def _package_versions() -> dict[str, str]:
+    versions = {}
+    for name in VERSIONED_PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = "absent"
+    return versions
+
+
+def build_fingerprint(recipe: Recipe, model: ModelSpec) -> str:
+    """Hash of everything that determines the build's output (not the serving-only settings)."""
+    digest = hashlib.sha256()
+    for source in sorted(PACKAGE_DIR.rglob("*.py")):
+        digest.update(source.name.encode())
+        digest.update(source.read_bytes())
+    build_inputs = {
+        "recipe": recipe.name,
+        "variant": model.variant.value,
+        "options": dict(model.options),
+        "settings": dict(recipe.settings or {}),
+        "versions": _package_versions(),
+    }
+    digest.update(json.dumps(build_inputs, sort_keys=True, default=str).encode())
+    return digest.hexdigest()
+
+
+def _record_files_exist(record: Mapping[str, Any], workdir: Path) -> bool:
+    return all((workdir / rel).exists() for rel in record.get("files", []))
+
+
+def build_model(recipe: Recipe, model: ModelSpec, paths: BuildPaths, force: bool = False) -> tuple[dict[str, Any], bool]:
+    """Return (record, rebuilt). The record is stored in artifacts/<model>/build.json."""
+    workdir = paths.workdir(model.name)
+    record_path = workdir / "build.json"
+    fingerprint = build_fingerprint(recipe, model)
+    if not force and record_path.exists():
+        record = json.loads(record_path.read_text())
+        if record.get("fingerprint") == fingerprint and _record_files_exist(record, workdir):
+            return record, False
+    workdir.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    record = recipe.build(model, workdir)
+    record["fingerprint"] = fingerprint
+    record["build_seconds"] = round(time.perf_counter() - started, 2)
+    record["model"] = model.name
+    record["recipe"] = recipe.name
+    missing = [rel for rel in record.get("files", []) if not (workdir / rel).exists()]
+    if missing:
+        raise BuildError(f"recipe {recipe.name} for {model.name} claimed files it did not write: {missing}")
+    record_path.write_text(json.dumps(record, indent=2, sort_keys=True))
+    return record, True
+
+
+def install_file(src: Path, dest: Path) -> bool:
+    """Copy src to dest unless dest already has the same bytes; returns True if it copied."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    if dest.exists() and dest.stat().st_size == src.stat().st_size and _sha256(dest) == _sha256(src):
+        return False
+    tmp = dest.with_suffix(dest.suffix + ".tmp")
+    shutil.copy2(src, tmp)
+    tmp.replace(dest)  # atomic: a running server never sees half a file
+    return True
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

@@ -1,0 +1,101 @@
+"""`python -m model_client classify ...`: classify PNG files or held-out test samples.
+
+Examples:
+  python -m model_client classify --png digit.png --top-k 3
+  python -m model_client classify --protocol grpc --test-samples 0:64 --summary
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from model_client.client import Protocol, TritonModelClient, classify
+from model_client.endpoints import resolve_url
+from model_client.errors import ClientError
+from model_client.images import image_array_from_png
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_TEST_SPLIT = PROJECT_ROOT / "artifacts" / "digit_classifier" / "test_split.npz"
+
+
+def parse_index_range(text: str, total: int) -> np.ndarray:
+    """'5' -> [5]; '0:64' -> 0..63; '1,4,9' -> those. Out-of-range indices are an error."""
+    try:
+        if ":" in text:
+            start, stop = (int(p) if p else None for p in text.split(":", 1))
+            indices = np.arange(total)[slice(start, stop)]
+        else:
+            indices = np.array([int(p) for p in text.split(",")])
+    except ValueError:
+        raise ClientError(f"--test-samples {text!r}: expected N, A:B or N,M,... (integers).") from None
+    if len(indices) == 0 or indices.min() < 0 or indices.max() >= total:
+        raise ClientError(f"--test-samples {text!r}: indices must be within 0..{total - 1}.")
+    return indices
+
+
+def cmd_classify(args: argparse.Namespace) -> int:
+    protocol = Protocol(args.protocol)
+    labels = None
+    if args.png:
+        images = np.stack([image_array_from_png(p) for p in args.png])
+        names = [str(p) for p in args.png]
+    elif args.test_samples:
+        try:
+            with np.load(args.test_split) as data:
+                all_images, all_labels = data["images"], data["labels"]
+        except FileNotFoundError:
+            raise ClientError(f"no test split at {args.test_split}; run `make build-engines` first.") from None
+        idx = parse_index_range(args.test_samples, len(all_labels))
+        images, labels = all_images[idx], all_labels[idx]
+        names = [f"test[{i}]" for i in idx]
+    else:
+        raise ClientError("nothing to classify: give --png FILE... or --test-samples RANGE.")
+    url = resolve_url(args.model, protocol, args.url)
+    with TritonModelClient(url, protocol) as client:
+        predictions = classify(client, args.model, images, top_k=args.top_k, priority=args.priority)
+    if not args.summary:
+        for i, (name, pred) in enumerate(zip(names, predictions)):
+            shown = "  ".join(f"{c}:{s:.3f}" for c, s in zip(pred.labels, pred.scores))
+            truth = f"  (label {labels[i]})" if labels is not None else ""
+            print(f"{name}: {shown}{truth}")
+    else:
+        for name, pred in list(zip(names, predictions))[:8]:
+            print(f"{name}: {pred.top1} ({pred.scores[0]:.3f})")
+    if labels is not None:
+        correct = sum(p.top1 == int(t) for p, t in zip(predictions, labels))
+        print(f"[{protocol.value}] {args.model} at {url}: accuracy on {len(labels)} test samples: "
+              f"{correct}/{len(labels)} = {correct / len(labels):.1%}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="model_client", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    cls = sub.add_parser("classify", help="classify digit images (PNG files or test-split samples)")
+    cls.add_argument("--protocol", choices=[p.value for p in Protocol], default="http")
+    cls.add_argument("--url", help="host:port (default: from run/manifest.json, else Triton's default port)")
+    cls.add_argument("--model", default="digit_classifier")
+    cls.add_argument("--png", nargs="+", type=Path, help="PNG files to classify")
+    cls.add_argument("--test-samples", help="indices into the held-out test split: N, A:B or N,M,...")
+    cls.add_argument("--test-split", type=Path, default=DEFAULT_TEST_SPLIT)
+    cls.add_argument("--top-k", type=int, default=3)
+    cls.add_argument("--priority", type=int, default=0, help="1 = realtime, 2 = batch, 0 = the model's default")
+    cls.add_argument("--summary", action="store_true", help="print a few predictions and the accuracy only")
+    cls.set_defaults(func=cmd_classify)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except ClientError as exc:
+        print(f"model_client: error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,159 @@
+"""A synchronous client over HTTP or gRPC with one interface, and clear one-line errors.
+
+Tensor names and data types are read from the server's model metadata, so the client never
+repeats a model's interface. Triton's error codes are mapped to a few exception types a caller
+can act on: unavailable (server down), not found (model missing), overloaded (503/UNAVAILABLE:
+retry with backoff), rejected (bad input or queue timeout: do not retry as is).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from model_client.errors import (
+    ClientError,
+    ModelNotFoundError,
+    OverloadedError,
+    RequestRejectedError,
+    ServerUnavailableError,
+)
+
+
+class Protocol(str, Enum):
+    HTTP = "http"
+    GRPC = "grpc"
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    name: str
+    datatype: str  # Triton wire type: FP32, INT64, BYTES, ...
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class ModelInterface:
+    name: str
+    inputs: tuple[TensorInfo, ...]
+    outputs: tuple[TensorInfo, ...]
+
+
+def classify_triton_error(exc: Exception, url: str, model: str | None = None) -> ClientError:
+    """Map a tritonclient/transport exception to one of our error types with a one-line message."""
+    message = exc.message() if callable(getattr(exc, "message", None)) else str(exc)
+    text = (message or repr(exc)).strip().splitlines()[0]
+    status = str(exc.status() if callable(getattr(exc, "status", None)) else "")
+    lowered = text.lower()
+    if isinstance(exc, (ConnectionError, OSError)) or "failed to connect" in lowered or "connection refused" in lowered:
+        return ServerUnavailableError(f"server at {url} is not reachable ({text}); is it running? try `make serve`.")
+    if "unknown model" in lowered or "not found" in lowered or "is not ready" in lowered or status in ("StatusCode.NOT_FOUND",):
+        return ModelNotFoundError(f"model {model!r} is not served at {url}: {text}")
+    if "exceeds maximum queue size" in lowered or status in ("503", "StatusCode.UNAVAILABLE"):
+        return OverloadedError(f"model {model!r} at {url} is overloaded: {text}; retry later with backoff.")
+    return RequestRejectedError(f"request to {model!r} at {url} was rejected: {text}")
+
+
+class TritonModelClient:
+    """One connection to one server; safe to reuse across calls (not across threads for HTTP)."""
+
+    def __init__(self, url: str, protocol: Protocol | str = Protocol.HTTP, network_timeout_s: float = 30.0):
+        self.url = url
+        self.protocol = Protocol(protocol)
+        if self.protocol is Protocol.HTTP:
+            import tritonclient.http as module
+
+            self._module = module
+            self._client = module.InferenceServerClient(
+                url, connection_timeout=network_timeout_s, network_timeout=network_timeout_s
+            )
+        else:
+            import tritonclient.grpc as module
+
+            self._module = module
+            self._client = module.InferenceServerClient(url)
+        self._interfaces: dict[str, ModelInterface] = {}
+
+    def close(self) -> None:
+        self._client.close()
+
+    def __enter__(self) -> "TritonModelClient":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def interface(self, model: str) -> ModelInterface:
+        if model not in self._interfaces:
+            try:
+                meta = self._client.get_model_metadata(model)
+            except Exception as exc:  # tritonclient raises its own and transport errors
+                raise classify_triton_error(exc, self.url, model) from None
+            if self.protocol is Protocol.GRPC:
+                from google.protobuf.json_format import MessageToDict
+
+                meta = MessageToDict(meta, preserving_proto_field_name=True)
+
+            def tensors(items):
+                return tuple(TensorInfo(t["name"], t["datatype"], tuple(int(d) for d in t["shape"])) for t in items)
+
+            self._interfaces[model] = ModelInterface(model, tensors(meta["inputs"]), tensors(meta["outputs"]))
+        return self._interfaces[model]
+
+    def infer(
+        self,
+        model: str,
+        inputs: Mapping[str, np.ndarray],
+        priority: int = 0,
+        timeout_us: int | None = None,
+        output_names: Sequence[str] | None = None,
+    ) -> dict[str, np.ndarray]:
+        """Run one request. `priority` 0 means the model's default level; `timeout_us` shortens the
+        queue timeout (the server rejects the request if it waits longer)."""
+        interface = self.interface(model)
+        known = {t.name: t for t in interface.inputs}
+        unknown = set(inputs) - set(known)
+        if unknown:
+            raise RequestRejectedError(f"model {model!r} has no inputs {sorted(unknown)}; it expects {sorted(known)}.")
+        wire_inputs = []
+        for name, array in inputs.items():
+            tensor = self._module.InferInput(name, list(array.shape), known[name].datatype)
+            tensor.set_data_from_numpy(array)
+            wire_inputs.append(tensor)
+        names = list(output_names or [t.name for t in interface.outputs])
+        wire_outputs = [self._module.InferRequestedOutput(n) for n in names]
+        kwargs = {"priority": priority}
+        if timeout_us is not None:
+            kwargs["timeout"] = int(timeout_us)
+        try:
+            result = self._client.infer(model, wire_inputs, outputs=wire_outputs, **kwargs)
+        except Exception as exc:
+            raise classify_triton_error(exc, self.url, model) from None
+        return {n: result.as_numpy(n) for n in names}
+
+
+@dataclass(frozen=True)
+class Prediction:
+    labels: tuple[int, ...]
+    scores: tuple[float, ...]
+
+    @property
+    def top1(self) -> int:
+        return self.labels[0]
+
+
+def top_k_predictions(probabilities: np.ndarray, k: int) -> list[Prediction]:
+    order = np.argsort(-probabilities, axis=-1)[:, :k]
+    return [
+        Prediction(tuple(int(c) for c in row), tuple(float(probabilities[i, c]) for c in row))
+        for i, row in enumerate(order)
+    ]
+
+
+def classify(client: TritonModelClient, model: str, images: np.ndarray, top_k: int = 3, **infer_kwargs) -> list[Prediction]:
+    """Classify a batch of [N, 1, 8, 8] images; the model's first input/output are used."""
+    interface = client.interface(model)
+    outputs = client.infer(model, {interface.inputs[0].name: np.ascontiguousarray(images, dtype=np.float32)}, **infer_kwargs)
+    return top_k_predictions(outputs[interface.outputs[0].name], top_k)

@@ -1,0 +1,47 @@
+"""Turn image files into the classifier's input: [1, 8, 8] float32 in 0..1, bright digit on dark.
+
+The model was trained on scikit-learn's 8x8 digits (ink bright, background dark). Any PNG is
+converted to grayscale, resized to 8x8 with area averaging, scaled to 0..1, and inverted when its
+background is light (dark ink on white paper), so a scanned or drawn digit looks like the training data.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from model_client.errors import ClientError
+
+#: Larger images are refused before decoding (decompression-bomb guard).
+MAX_IMAGE_PIXELS = 4096 * 4096
+MODEL_IMAGE_SIZE = 8
+
+
+def image_array_from_png(path: str | Path) -> np.ndarray:
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(path) as img:
+            if img.width * img.height > MAX_IMAGE_PIXELS:
+                raise ClientError(
+                    f"{path}: image is {img.width}x{img.height}; at most {MAX_IMAGE_PIXELS} pixels are accepted."
+                )
+            gray = img.convert("L").resize((MODEL_IMAGE_SIZE, MODEL_IMAGE_SIZE), Image.Resampling.BOX)
+    except FileNotFoundError:
+        raise ClientError(f"{path}: no such file.") from None
+    except UnidentifiedImageError:
+        raise ClientError(f"{path}: not a readable image (expected a PNG).") from None
+    pixels = np.asarray(gray, dtype=np.float32) / 255.0
+    if pixels.mean() > 0.5:  # light background: invert so the ink is bright, as in training
+        pixels = 1.0 - pixels
+    return pixels[None, :, :]
+
+
+def png_from_image_array(image: np.ndarray, path: str | Path, scale: int = 8) -> Path:
+    """Write a [1, 8, 8] 0..1 image as a PNG (bright digit on dark), enlarged `scale` times."""
+    from PIL import Image
+
+    pixels = (np.clip(image[0], 0, 1) * 255).astype(np.uint8)
+    img = Image.fromarray(pixels, mode="L").resize((MODEL_IMAGE_SIZE * scale,) * 2, Image.Resampling.NEAREST)
+    img.save(path)
+    return Path(path)

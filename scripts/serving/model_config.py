@@ -1,0 +1,179 @@
+"""Render Triton `config.pbtxt` files from the serving configuration and the ONNX model itself.
+
+Input and output names, data types and shapes are read from the ONNX graph (the one source of
+truth for a model's interface); batching, priorities and queue policies come from `ServingSpec`.
+Rendering is pure (text out); only `write_model_config` touches the disk.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from serving.errors import ConfigError
+from serving.spec import ModelSpec, ServingSpec
+
+#: ONNX TensorProto element type name -> Triton data type.
+ONNX_TO_TRITON_DTYPE = {
+    "FLOAT": "TYPE_FP32",
+    "FLOAT16": "TYPE_FP16",
+    "DOUBLE": "TYPE_FP64",
+    "INT64": "TYPE_INT64",
+    "INT32": "TYPE_INT32",
+    "INT8": "TYPE_INT8",
+    "UINT8": "TYPE_UINT8",
+    "BOOL": "TYPE_BOOL",
+    "STRING": "TYPE_STRING",
+}
+
+#: Triton data type -> numpy dtype name (for clients and warmup data).
+TRITON_TO_NUMPY_DTYPE = {
+    "TYPE_FP32": "float32",
+    "TYPE_FP16": "float16",
+    "TYPE_FP64": "float64",
+    "TYPE_INT64": "int64",
+    "TYPE_INT32": "int32",
+    "TYPE_INT8": "int8",
+    "TYPE_UINT8": "uint8",
+    "TYPE_BOOL": "bool",
+    "TYPE_STRING": "object",
+}
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """A model input or output as Triton sees it: dims exclude the batch axis; -1 is variable."""
+
+    name: str
+    data_type: str
+    dims: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        if self.data_type not in TRITON_TO_NUMPY_DTYPE:
+            raise ConfigError(f"tensor `{self.name}` has data type {self.data_type!r}; allowed {sorted(TRITON_TO_NUMPY_DTYPE)}.")
+
+    @property
+    def numpy_dtype(self) -> str:
+        return TRITON_TO_NUMPY_DTYPE[self.data_type]
+
+
+def tensor_specs_from_onnx(onnx_path: str | Path) -> tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...]]:
+    """Read (inputs, outputs) from an ONNX file; the first axis of every tensor must be the batch."""
+    import onnx  # lazy: rendering configs from known specs needs no onnx
+
+    model = onnx.load(str(onnx_path), load_external_data=False)
+    initializer_names = {init.name for init in model.graph.initializer}
+
+    def convert(value_info) -> TensorSpec:
+        tensor_type = value_info.type.tensor_type
+        dtype_name = onnx.TensorProto.DataType.Name(tensor_type.elem_type)
+        if dtype_name not in ONNX_TO_TRITON_DTYPE:
+            raise ConfigError(f"{onnx_path}: tensor `{value_info.name}` has unsupported type {dtype_name}.")
+        dims = [d.dim_value if d.HasField("dim_value") else -1 for d in tensor_type.shape.dim]
+        if not dims or dims[0] not in (-1, 0):
+            raise ConfigError(
+                f"{onnx_path}: tensor `{value_info.name}` has shape {dims}; expected a dynamic first (batch) axis."
+            )
+        return TensorSpec(value_info.name, ONNX_TO_TRITON_DTYPE[dtype_name], tuple(dims[1:]))
+
+    inputs = tuple(convert(v) for v in model.graph.input if v.name not in initializer_names)
+    outputs = tuple(convert(v) for v in model.graph.output)
+    return inputs, outputs
+
+
+def _dims(dims: Sequence[int]) -> str:
+    return "[ " + ", ".join(str(d) for d in dims) + " ]"
+
+
+def _tensor_block(kind: str, tensors: Sequence[TensorSpec]) -> list[str]:
+    lines = [f"{kind} ["]
+    for i, t in enumerate(tensors):
+        sep = "," if i < len(tensors) - 1 else ""
+        lines.append(f'  {{ name: "{t.name}" data_type: {t.data_type} dims: {_dims(t.dims)} }}{sep}')
+    lines.append("]")
+    return lines
+
+
+def render_dynamic_batching(model: ModelSpec, serving: ServingSpec) -> list[str]:
+    delay = model.max_queue_delay_microseconds
+    if delay is None:
+        delay = serving.batching.max_queue_delay_microseconds
+    lines = ["dynamic_batching {", f"  max_queue_delay_microseconds: {delay}"]
+    if serving.priorities:
+        lines.append(f"  priority_levels: {len(serving.priorities)}")
+        lines.append(f"  default_priority_level: {serving.default_priority_level}")
+        default_policy = serving.priority(serving.batching.default_priority).queue
+        lines += _queue_policy("default_queue_policy", default_policy)
+        for level in serving.priorities:
+            lines.append("  priority_queue_policy {")
+            lines.append(f"    key: {level.level}")
+            lines += ["  " + line for line in _queue_policy("value", level.queue)]
+            lines.append("  }")
+    lines.append("}")
+    return lines
+
+
+def _queue_policy(key: str, policy) -> list[str]:
+    return [
+        f"  {key} {{",
+        "    timeout_action: REJECT",
+        f"    default_timeout_microseconds: {policy.default_timeout_microseconds}",
+        f"    allow_timeout_override: {'true' if policy.allow_timeout_override else 'false'}",
+        f"    max_queue_size: {policy.max_queue_size}",
+        "  }",
+    ]
+
+
+def render_warmup(inputs: Sequence[TensorSpec], batch_sizes: Sequence[int], variable_dim: int = 16) -> list[str]:
+    """`model_warmup` entries with zero data, so the first real request is not the slow one."""
+    lines: list[str] = []
+    for batch in batch_sizes:
+        lines.append("model_warmup {")
+        lines.append(f'  name: "warmup_batch_{batch}"')
+        lines.append(f"  batch_size: {batch}")
+        for t in inputs:
+            dims = [variable_dim if d < 0 else d for d in t.dims]
+            data = 'zero_data: true' if t.data_type != "TYPE_STRING" else 'random_data: true'
+            lines.append(f'  inputs {{ key: "{t.name}" value {{ data_type: {t.data_type} dims: {_dims(dims)} {data} }} }}')
+        lines.append("}")
+    return lines
+
+
+def render_parameters(parameters: Mapping[str, str]) -> list[str]:
+    return [
+        f'parameters {{ key: "{key}" value {{ string_value: "{value}" }} }}' for key, value in sorted(parameters.items())
+    ]
+
+
+def render_onnx_cpu_config(
+    model: ModelSpec,
+    serving: ServingSpec,
+    inputs: Sequence[TensorSpec],
+    outputs: Sequence[TensorSpec],
+    onnx_file: str = "model.onnx",
+    extra_parameters: Mapping[str, str] | None = None,
+) -> str:
+    """Config for a model run by the `onnxruntime_cpu` Python-based backend (see triton_backends/)."""
+    parameters = {"onnx_file": onnx_file, "intra_op_num_threads": str(model.intra_op_threads)}
+    parameters.update(extra_parameters or {})
+    warmup_batches = sorted({1, model.max_batch_size})
+    lines = [
+        f'name: "{model.name}"',
+        'backend: "onnxruntime_cpu"',
+        f"max_batch_size: {model.max_batch_size}",
+        *_tensor_block("input", inputs),
+        *_tensor_block("output", outputs),
+        *render_dynamic_batching(model, serving),
+        f"instance_group [ {{ count: {model.instance_count} kind: KIND_CPU }} ]",
+        *render_parameters(parameters),
+        *render_warmup(inputs, warmup_batches),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def write_model_config(model_dir: str | Path, text: str) -> Path:
+    path = Path(model_dir) / "config.pbtxt"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.exists() or path.read_text() != text:
+        path.write_text(text)
+    return path

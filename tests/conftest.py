@@ -1,0 +1,98 @@
+"""Shared fixtures. Integration tests (marker `server`) share ONE real tritonserver per session,
+started on free loopback ports against the built model repository; a failing server test gets the
+server log's tail attached to its report."""
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+REPOSITORY = PROJECT_ROOT / "model_repository"
+SERVING_CONFIG = REPOSITORY / "serving.toml"
+ARTIFACTS = PROJECT_ROOT / "artifacts"
+
+
+def free_ports(count: int) -> list[int]:
+    """Ports the kernel just handed out; held open together so they are distinct."""
+    sockets = []
+    try:
+        for _ in range(count):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            sockets.append(s)
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+@dataclass(frozen=True)
+class RunningServer:
+    http_url: str
+    grpc_url: str
+    metrics_url: str
+    log_path: Path
+    process: object  # serving.server.TritonServerProcess
+
+    def url(self, protocol: str) -> str:
+        return self.http_url if protocol == "http" else self.grpc_url
+
+
+def start_test_server(workdir: Path, models: tuple[str, ...], repository: Path = REPOSITORY, **settings):
+    from serving.server import ServerSettings, TritonServerProcess, find_tritonserver, prepare_backend_dir
+
+    missing = [m for m in models if not (repository / m / "config.pbtxt").exists()]
+    if missing:
+        pytest.fail(f"models {missing} are not built into {repository}: run `make build-engines` first.")
+    installation = find_tritonserver()
+    backend_dir = prepare_backend_dir(installation, workdir / "backends")
+    http, grpc, metrics = free_ports(3)
+    server_settings = ServerSettings(
+        model_repository=repository, backend_dir=backend_dir, http_port=http, grpc_port=grpc,
+        metrics_port=metrics, models=models, **settings,
+    )
+    process = TritonServerProcess(installation, server_settings, workdir / "tritonserver.log").start()
+    process.wait_ready(timeout=120)
+    return RunningServer(f"127.0.0.1:{http}", f"127.0.0.1:{grpc}", f"http://127.0.0.1:{metrics}/metrics",
+                         workdir / "tritonserver.log", process)
+
+
+@pytest.fixture(scope="session")
+def serving_spec():
+    from serving.spec import load_serving_spec
+
+    return load_serving_spec(SERVING_CONFIG)
+
+
+@pytest.fixture(scope="session")
+def triton_server(tmp_path_factory, serving_spec):
+    """One real tritonserver serving every model in serving.toml, for the whole session."""
+    server = start_test_server(tmp_path_factory.mktemp("triton"), tuple(m.name for m in serving_spec.models))
+    yield server
+    server.process.stop()
+
+
+@pytest.fixture(scope="session")
+def digits_test_split():
+    import numpy as np
+
+    path = ARTIFACTS / "digit_classifier" / "test_split.npz"
+    if not path.exists():
+        pytest.fail(f"{path} is missing: run `make build-engines` first.")
+    with np.load(path) as data:
+        return data["images"], data["labels"]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if report.when == "call" and report.failed and "triton_server" in getattr(item, "fixturenames", ()):
+        server = item.funcargs.get("triton_server")
+        if server is not None:
+            from serving.server import log_tail
+
+            report.sections.append(("tritonserver log (tail)", log_tail(server.log_path, 60)))
