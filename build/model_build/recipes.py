@@ -4,9 +4,21 @@ from __future__ import annotations
 from model_build.errors import BuildError
 from model_build.pipeline import Recipe
 from model_build.recipe_digits import build_digit_cnn, install_onnx_model
+from model_build.recipe_text import build_text_encoder
+from model_build.recipe_text_serving import (
+    build_text_ensemble,
+    build_text_tokenizer,
+    install_text_encoder,
+    install_text_ensemble,
+    install_text_tokenizer,
+)
 
 RECIPES: dict[str, Recipe] = {
     "digit_cnn": Recipe(name="digit_cnn", build=build_digit_cnn, install=install_onnx_model),
+    # The sentence embedder, served as an ensemble: encoder (ONNX), tokenizer (Python), ensemble.
+    "minilm_encoder": Recipe(name="minilm_encoder", build=build_text_encoder, install=install_text_encoder),
+    "text_tokenizer": Recipe(name="text_tokenizer", build=build_text_tokenizer, install=install_text_tokenizer),
+    "text_ensemble": Recipe(name="text_ensemble", build=build_text_ensemble, install=install_text_ensemble),
 }
 
 

@@ -177,3 +177,151 @@ def write_model_config(model_dir: str | Path, text: str) -> Path:
     if not path.exists() or path.read_text() != text:
         path.write_text(text)
     return path
+
+
+# ------------------------------------------------------------------ Python models, ragged inputs, ensembles
+#: A text model's string input: one UTF-8 text per batch row (clients send shape [N, 1]).
+TEXT_INPUT = TensorSpec("TEXT", "TYPE_STRING", (1,))
+
+
+def tokenizer_tensor_specs(
+    encoder_inputs: Sequence[TensorSpec], text_input: TensorSpec = TEXT_INPUT
+) -> tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...]]:
+    """(inputs, outputs) of a tokenizer model that feeds `encoder_inputs`: its outputs ARE the
+    encoder's inputs (names, types, dims read from the encoder's ONNX graph), so they cannot drift."""
+    for tensor in encoder_inputs:
+        if tensor.data_type not in ("TYPE_INT64", "TYPE_INT32") or tensor.dims != (-1,):
+            raise ConfigError(
+                f"encoder input `{tensor.name}` is {tensor.data_type} {list(tensor.dims)}; a tokenizer can only "
+                "feed integer token inputs of dims [-1] (one variable sequence axis)."
+            )
+    if not encoder_inputs:
+        raise ConfigError("the encoder has no inputs for the tokenizer to feed.")
+    return (text_input,), tuple(encoder_inputs)
+
+
+def render_python_model_config(
+    model: ModelSpec,
+    serving: ServingSpec,
+    inputs: Sequence[TensorSpec],
+    outputs: Sequence[TensorSpec],
+    parameters: Mapping[str, str] | None = None,
+) -> str:
+    """Config for a model whose own model.py runs in Triton's Python backend (e.g. a tokenizer),
+    with the same dynamic batcher, priority levels and queue policies as every other model."""
+    lines = [
+        f'name: "{model.name}"',
+        'backend: "python"',
+        f"max_batch_size: {model.max_batch_size}",
+        *_tensor_block("input", inputs),
+        *_tensor_block("output", outputs),
+        *render_dynamic_batching(model, serving),
+        f"instance_group [ {{ count: {model.instance_count} kind: KIND_CPU }} ]",
+        *render_parameters(parameters or {}),
+        *render_warmup(inputs, sorted({1, model.max_batch_size})),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _ragged_tensor_block(kind: str, tensors: Sequence[TensorSpec]) -> list[str]:
+    """Like `_tensor_block`, with `allow_ragged_batch` on every tensor that has a variable axis."""
+    lines = [f"{kind} ["]
+    for i, t in enumerate(tensors):
+        sep = "," if i < len(tensors) - 1 else ""
+        ragged = " allow_ragged_batch: true" if any(d < 0 for d in t.dims) else ""
+        lines.append(f'  {{ name: "{t.name}" data_type: {t.data_type} dims: {_dims(t.dims)}{ragged} }}{sep}')
+    lines.append("]")
+    return lines
+
+
+def render_onnx_cpu_ragged_config(
+    model: ModelSpec,
+    serving: ServingSpec,
+    inputs: Sequence[TensorSpec],
+    outputs: Sequence[TensorSpec],
+    onnx_file: str = "model.onnx",
+    extra_parameters: Mapping[str, str] | None = None,
+) -> str:
+    """`render_onnx_cpu_config` for variable-length inputs (token ids): `allow_ragged_batch: true`.
+
+    Why: Triton's dynamic batcher only merges requests whose variable-sized inputs have EQUAL
+    shapes unless the input allows ragged batches, so texts of different lengths would each run
+    alone. The `onnxruntime_cpu` backend receives requests separately and pads (or buckets) them
+    itself, so ragged batches are safe for it.
+    """
+    text = render_onnx_cpu_config(model, serving, inputs, outputs, onnx_file, extra_parameters)
+    plain = "\n".join(_tensor_block("input", inputs))
+    return text.replace(plain, "\n".join(_ragged_tensor_block("input", inputs)), 1)
+
+
+@dataclass(frozen=True)
+class EnsembleStep:
+    """One step of a Triton ensemble: which model, and how its tensors map to ensemble tensors.
+
+    `input_map`/`output_map` pairs are (the step model's tensor name, the ensemble tensor name).
+    """
+
+    model_name: str
+    input_map: tuple[tuple[str, str], ...]
+    output_map: tuple[tuple[str, str], ...]
+
+    def __post_init__(self) -> None:
+        if not self.input_map or not self.output_map:
+            raise ConfigError(f"ensemble step `{self.model_name}` needs at least one input and one output mapping.")
+
+
+def text_ensemble_steps(
+    tokenizer: str, encoder: str, encoder_inputs: Sequence[TensorSpec], encoder_outputs: Sequence[TensorSpec],
+    text_input: TensorSpec = TEXT_INPUT,
+) -> tuple[EnsembleStep, EnsembleStep]:
+    """TEXT -> tokenizer -> (the encoder's inputs) -> encoder -> (the encoder's outputs)."""
+    token_names = tuple((t.name, t.name) for t in encoder_inputs)
+    return (
+        EnsembleStep(tokenizer, ((text_input.name, text_input.name),), token_names),
+        EnsembleStep(encoder, token_names, tuple((t.name, t.name) for t in encoder_outputs)),
+    )
+
+
+def render_ensemble_config(
+    model: ModelSpec,
+    inputs: Sequence[TensorSpec],
+    outputs: Sequence[TensorSpec],
+    steps: Sequence[EnsembleStep],
+    step_max_batch_sizes: Mapping[str, int],
+) -> str:
+    """Config for `platform: "ensemble"`. An ensemble has no dynamic batcher of its own: each step
+    batches and applies its priority levels and queue policies; the request's priority and timeout
+    are passed to every step by Triton's ensemble scheduler."""
+    available = {t.name for t in inputs}
+    for step in steps:
+        if step.model_name not in step_max_batch_sizes:
+            raise ConfigError(f"ensemble `{model.name}`: step model `{step.model_name}` is not a served model.")
+        if model.max_batch_size > step_max_batch_sizes[step.model_name]:
+            raise ConfigError(
+                f"`models.{model.name}.max_batch_size` = {model.max_batch_size} exceeds its step "
+                f"`{step.model_name}`'s max_batch_size {step_max_batch_sizes[step.model_name]}: allowed <= that."
+            )
+        missing = [ensemble_name for _, ensemble_name in step.input_map if ensemble_name not in available]
+        if missing:
+            raise ConfigError(f"ensemble `{model.name}`: step `{step.model_name}` reads {missing}, which no earlier step produces.")
+        available |= {ensemble_name for _, ensemble_name in step.output_map}
+    unproduced = [t.name for t in outputs if t.name not in available]
+    if unproduced:
+        raise ConfigError(f"ensemble `{model.name}`: outputs {unproduced} are produced by no step.")
+    lines = [
+        f'name: "{model.name}"',
+        'platform: "ensemble"',
+        f"max_batch_size: {model.max_batch_size}",
+        *_tensor_block("input", inputs),
+        *_tensor_block("output", outputs),
+        "ensemble_scheduling {",
+    ]
+    for step in steps:
+        lines.append("  step {")
+        lines.append(f'    model_name: "{step.model_name}"')
+        lines.append("    model_version: -1")
+        lines += [f'    input_map {{ key: "{k}" value: "{v}" }}' for k, v in step.input_map]
+        lines += [f'    output_map {{ key: "{k}" value: "{v}" }}' for k, v in step.output_map]
+        lines.append("  }")
+    lines.append("}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,85 @@
+"""Sentence embeddings from the served text ensemble: plain text in, vectors and their norms out.
+
+The `text_embedder` ensemble tokenizes on the server, so a client sends UTF-8 strings (input
+`TEXT`, shape [N, 1], BYTES) over HTTP or gRPC and gets `embedding` FP32 [N, 384] back. Names come
+from the server's model metadata, not from this file. The model L2-normalises inside its graph,
+so every norm is 1 within float32 rounding; the norms are returned so callers can check that.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from model_client.client import TritonModelClient
+from model_client.errors import RequestRejectedError
+
+DEFAULT_TEXT_MODEL = "text_embedder"
+
+
+@dataclass(frozen=True)
+class Embeddings:
+    """One vector per text, in the order the texts were given."""
+
+    texts: tuple[str, ...]
+    vectors: np.ndarray
+
+    def __post_init__(self) -> None:
+        if self.vectors.ndim != 2 or len(self.vectors) != len(self.texts):
+            raise RequestRejectedError(
+                f"expected one embedding per text ({len(self.texts)}), got shape {list(self.vectors.shape)}."
+            )
+
+    @property
+    def norms(self) -> np.ndarray:
+        return np.linalg.norm(self.vectors.astype(np.float64), axis=1)
+
+    def cosine(self, i: int, j: int) -> float:
+        a, b = self.vectors[i].astype(np.float64), self.vectors[j].astype(np.float64)
+        return float(a @ b / max(np.linalg.norm(a) * np.linalg.norm(b), 1e-12))
+
+
+def text_request_array(texts: Sequence[str]) -> np.ndarray:
+    """[N, 1] object array of UTF-8 bytes: Triton's BYTES tensor for a TYPE_STRING dims [1] input."""
+    if isinstance(texts, str):
+        raise RequestRejectedError("texts must be a sequence of strings, not one string: wrap it in a list.")
+    if not len(texts):
+        raise RequestRejectedError("nothing to embed: give at least one text.")
+    bad = [i for i, t in enumerate(texts) if not isinstance(t, str)]
+    if bad:
+        raise RequestRejectedError(f"texts {bad[:5]} are not str; send text (it is encoded as UTF-8).")
+    return np.array([[t.encode("utf-8")] for t in texts], dtype=object)
+
+
+def embed(
+    client: TritonModelClient,
+    texts: Sequence[str],
+    model: str = DEFAULT_TEXT_MODEL,
+    request_ranges: Sequence[tuple[int, int]] | None = None,
+    **infer_kwargs,
+) -> Embeddings:
+    """Embed `texts` with the served text model over the client's protocol.
+
+    `request_ranges` splits the texts into requests ([start, stop) ranges, e.g. from
+    `PriorityLimits.plan_requests`); None sends them in one request. `infer_kwargs` go to
+    `TritonModelClient.infer` (priority, timeout_us, ...).
+    """
+    batch = text_request_array(texts)
+    interface = client.interface(model)
+    text_inputs = [t for t in interface.inputs if t.datatype == "BYTES"]
+    if len(interface.inputs) != 1 or not text_inputs:
+        raise RequestRejectedError(
+            f"model {model!r} takes {[(t.name, t.datatype) for t in interface.inputs]}; expected one BYTES text input."
+        )
+    input_name, output_name = text_inputs[0].name, interface.outputs[0].name
+    ranges = list(request_ranges or [(0, len(texts))])
+    if sorted(ranges) != ranges or ranges[0][0] != 0 or ranges[-1][1] != len(texts) or any(
+        a[1] != b[0] for a, b in zip(ranges, ranges[1:])
+    ):
+        raise RequestRejectedError(f"request_ranges {ranges} must cover 0..{len(texts)} in order without gaps.")
+    parts = [
+        client.infer(model, {input_name: batch[start:stop]}, output_names=[output_name], **infer_kwargs)[output_name]
+        for start, stop in ranges
+    ]
+    return Embeddings(tuple(texts), np.concatenate(parts).astype(np.float32, copy=False))

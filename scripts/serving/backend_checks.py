@@ -1,0 +1,64 @@
+"""Checks the `onnxruntime_cpu` backend runs before ONNX Runtime sees anything.
+
+Kept out of the backend's model.py so they are plain functions, tested without Triton, and so
+the backend stays one file Triton loads. Only numpy and the standard library are imported: this
+module runs inside the Python-backend stub.
+
+Defined behaviour for non-finite input: a request whose floating-point input holds NaN or
++/-Inf is rejected with an error naming the input and the count, with Triton's INVALID_ARG code
+(HTTP 400 / gRPC INVALID_ARGUMENT). Other requests of the same dynamic batch are still served. Without this, the digit
+classifier answers NaN probabilities with status 200, which a caller could mistake for a result.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import PurePosixPath
+
+import numpy as np
+
+#: Message prefix callers (and docs/operations.md) can match on.
+NON_FINITE_PREFIX = "invalid input"
+
+
+def non_finite_error(name: str, array: np.ndarray) -> str | None:
+    """None when `array` is not floating point or all finite; else a one-line error message."""
+    if array.dtype.kind not in "fc" or array.size == 0:
+        return None
+    finite = np.isfinite(array)
+    if finite.all():
+        return None
+    nan = int(np.isnan(array).sum())
+    inf = int(array.size - finite.sum()) - nan
+    return (
+        f"{NON_FINITE_PREFIX} '{name}': {nan} NaN and {inf} Inf values out of {array.size}; "
+        f"expected finite numbers (this request was rejected, not computed)."
+    )
+
+
+def first_request_error(named_arrays) -> str | None:
+    """The first problem in one request's (name, array) pairs, or None when all are acceptable."""
+    for name, array in named_arrays:
+        message = non_finite_error(name, array)
+        if message:
+            return message
+    return None
+
+
+def model_file_in_version_dir(version_dir: str, file_name: str) -> str:
+    """Join a configured model file name to the version directory, refusing anything that escapes.
+
+    `file_name` comes from config.pbtxt's `onnx_file` parameter: a plain relative path below the
+    version directory (no absolute path, no `..`, no backslash, no NUL).
+    """
+    pure = PurePosixPath(file_name)
+    if (not file_name or "\x00" in file_name or "\\" in file_name or pure.is_absolute()
+            or any(part in ("..", "") for part in file_name.split("/"))):
+        raise ValueError(
+            f"model file {file_name!r} is not a plain relative path inside the version directory "
+            f"(no absolute path, '..', backslash or empty component)."
+        )
+    joined = os.path.realpath(os.path.join(version_dir, file_name))
+    root = os.path.realpath(version_dir)
+    if os.path.commonpath([joined, root]) != root:
+        raise ValueError(f"model file {file_name!r} resolves to {joined}, outside {root} (symbolic link?).")
+    return joined

@@ -1,0 +1,126 @@
+"""The text ensemble (tokenizer -> encoder) served by a real tritonserver, over HTTP and gRPC.
+
+Reference: the same texts through the same tokenizer.json and ONNX file in ONNX Runtime,
+in-process. Tolerance: max abs diff <= 1e-5 per component (the embeddings are unit vectors; the
+server pads and buckets differently from the in-process batches, which moves float32 rounding only).
+"""
+from __future__ import annotations
+
+import json
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+from model_client.client import TritonModelClient
+from model_client.embeddings import embed
+from model_client.errors import RequestRejectedError
+
+pytestmark = pytest.mark.server
+PROTOCOLS = ["http", "grpc"]
+MODEL, ENCODER = "text_embedder", "text_encoder"
+ATOL = 1e-5
+
+
+@pytest.fixture(scope="module")
+def reference():
+    """Embed texts in-process with the served files (tokenizer.json + model.onnx)."""
+    from conftest import REPOSITORY
+    from model_build.export import onnxruntime_session
+    from model_build.recipe_text import embed_texts_onnxruntime, load_text_tokenizer
+
+    tokenizer = load_text_tokenizer(REPOSITORY / "text_tokenizer" / "1" / "tokenizer.json")
+    session = onnxruntime_session(REPOSITORY / ENCODER / "1" / "model.onnx")
+    return lambda texts: embed_texts_onnxruntime(session, tokenizer, texts)
+
+
+@pytest.fixture(scope="module")
+def heldout_texts():
+    from conftest import ARTIFACTS
+
+    path = ARTIFACTS / ENCODER / "text_corpus.json"
+    if not path.exists():
+        pytest.fail(f"{path} is missing: run `make build-engines` first.")
+    return json.loads(path.read_text())["heldout"]
+
+
+@pytest.fixture(params=PROTOCOLS)
+def client(request, triton_server):
+    with TritonModelClient(triton_server.url(request.param), request.param) as c:
+        yield c
+
+
+def test_ensemble_interface_is_plain_text_in_and_the_encoders_output_out(client):
+    interface = client.interface(MODEL)
+    assert [(t.name, t.datatype, t.shape) for t in interface.inputs] == [("TEXT", "BYTES", (-1, 1))]
+    assert [(t.name, t.datatype, t.shape) for t in interface.outputs] == [("embedding", "FP32", (-1, 384))]
+
+
+def test_mixed_length_batch_equals_in_process_onnxruntime(client, reference, heldout_texts):
+    by_length = sorted(heldout_texts, key=len)
+    texts = [by_length[0], by_length[1], by_length[len(by_length) // 2], by_length[-2], by_length[-1],
+             " ".join(by_length[-12:]),  # longer than 128 tokens: truncated the same way on both sides
+             "Short one.", by_length[len(by_length) // 3]]
+    result = embed(client, texts, model=MODEL)
+    np.testing.assert_allclose(result.vectors, reference(texts), atol=ATOL, rtol=0)
+    np.testing.assert_allclose(result.norms, 1.0, atol=1e-5)
+    assert result.cosine(0, 5) < 0.99  # different texts, different vectors
+
+
+def test_empty_and_non_ascii_texts_have_defined_embeddings(client, reference):
+    """Defined behaviour: "" (and whitespace) embeds as [CLS] [SEP], as sentence-transformers does;
+    non-ASCII text is ordinary input for the uncased WordPiece tokenizer."""
+    texts = ["", "   ", "Grüße aus München, déjà vu.", "日本語のテキスト 🙂", "Ελληνικά και русский текст."]
+    result = embed(client, texts, model=MODEL)
+    np.testing.assert_allclose(result.vectors, reference(texts), atol=ATOL, rtol=0)
+    np.testing.assert_allclose(result.vectors[0], result.vectors[1], atol=ATOL)  # whitespace-only == empty
+    assert result.cosine(2, 3) < 0.99
+
+
+def test_bytes_that_are_not_utf8_get_a_clear_error_and_the_server_keeps_serving(client, reference):
+    with pytest.raises(RequestRejectedError, match=r"TEXT row 1 is not valid UTF-8 \(invalid start byte at byte 2\)"):
+        client.infer(MODEL, {"TEXT": np.array([[b"fine"], [b"ab\xff\xfe"]], dtype=object)})
+    np.testing.assert_allclose(embed(client, ["Still serving."], model=MODEL).vectors, reference(["Still serving."]), atol=ATOL)
+
+
+def _encoder_counts(http_url: str) -> tuple[int, int]:
+    import tritonclient.http as http
+
+    with http.InferenceServerClient(http_url) as c:
+        stats = c.get_inference_statistics(ENCODER)["model_stats"][0]
+    return int(stats["inference_count"]), int(stats["execution_count"])
+
+
+def test_concurrent_texts_of_different_lengths_share_batches_and_get_their_own_answers(triton_server, reference, heldout_texts):
+    """Single-text requests of many lengths at once: ragged batching lets the encoder's dynamic
+    batcher merge them (fewer executions than requests); bucketing inside each batch must still
+    hand every request its own embedding."""
+    texts = sorted(heldout_texts, key=len)[::len(heldout_texts) // 24][:24]
+    expected = reference(texts)
+    before = _encoder_counts(triton_server.http_url)
+
+    def one(i):
+        with TritonModelClient(triton_server.http_url, "http") as c:
+            return i, embed(c, [texts[i]], model=MODEL).vectors[0]
+
+    with ThreadPoolExecutor(12) as pool:
+        results = list(pool.map(one, range(len(texts))))
+    for i, vector in results:
+        np.testing.assert_allclose(vector, expected[i], atol=ATOL, rtol=0)
+    inferences, executions = (a - b for a, b in zip(_encoder_counts(triton_server.http_url), before))
+    assert inferences == len(texts)
+    assert executions < inferences, "the encoder ran every request alone: ragged batching is not in effect"
+    log = triton_server.log_path.read_text(errors="replace")
+    assert f"model '{ENCODER}': sequence-length bucketing on, boundaries [16, 24, 32, 48, 64, 96, 128]" in log
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_embed_command_prints_vectors_and_norms(protocol, triton_server, capsys):
+    from model_client.cli import main
+
+    rc = main(["embed", "--protocol", protocol, "--url", triton_server.url(protocol),
+               "--text", "Plain text in.", "--text", "A unit vector out."])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert out.count("norm 1.000000  dim 384") == 2
+    assert f"[{protocol}] {MODEL}" in out and "cosine to [0]: [1]" in out
