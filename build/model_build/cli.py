@@ -5,11 +5,13 @@ import argparse
 import sys
 from pathlib import Path
 
+from model_build.batch_sizes import apply_measured_batch_size, cmd_size_batches
 from model_build.errors import BuildError
 from model_build.pipeline import BuildPaths, build_model
 from model_build.recipes import recipe_for
 from model_build.report import write_build_report
 from serving.errors import ServingError
+from serving.partition_plan import plan_for_this_host
 from serving.spec import load_serving_spec
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -19,17 +21,24 @@ def cmd_build(args: argparse.Namespace) -> int:
     serving = load_serving_spec(args.config)
     paths = BuildPaths(PROJECT_ROOT)
     wanted = set(args.models or [m.name for m in serving.models])
+    plan, gpu = plan_for_this_host(serving)  # memory budgets and threads for max_batch_size sizing
+    if not gpu.present:
+        print(f"[size-batches] {gpu.detail}: engine device memory not measured; sizing from ONNX Runtime CPU memory")
     records = []
     for model in serving.models:
         if model.name not in wanted:
             continue
         recipe = recipe_for(model.recipe)
         record, rebuilt = build_model(recipe, model, paths, force=args.force)
+        model, serving = apply_measured_batch_size(model, serving, plan, record, paths)
         installed = recipe.install(model, serving, record, paths.workdir(model.name), paths.repository)
         state = "built" if rebuilt else "up to date (no work done)"
         print(f"[build] {model.name}: {state}; served variant {model.variant.value}; installed {', '.join(installed)}")
         records.append(record)
-    report = write_build_report(records, paths.reports)
+    from model_build.tensorrt import run_tensorrt_step  # GPU engines: one line and no file without a GPU
+
+    engine_section, skipped = run_tensorrt_step(records, serving, paths.artifacts)
+    report = write_build_report(records, paths.reports, skipped=skipped, extra_sections=[engine_section] if engine_section else [])
     print(f"[build] report: {report.relative_to(PROJECT_ROOT)}")
     return 0
 
@@ -42,6 +51,14 @@ def main(argv: list[str] | None = None) -> int:
     build.add_argument("--models", nargs="*", help="only these models (default: all)")
     build.add_argument("--force", action="store_true", help="rebuild even if the inputs are unchanged")
     build.set_defaults(func=cmd_build)
+    sizes = sub.add_parser("size-batches", help="measure memory per batch size of built models; re-render their configs")
+    sizes.add_argument("--config", default=str(PROJECT_ROOT / "model_repository" / "serving.toml"))
+    sizes.add_argument("--models", nargs="*", help="only these models (default: all)")
+    sizes.add_argument("--force", action="store_true", help="measure again even if cached measurements match")
+    sizes.set_defaults(func=cmd_size_batches)
+    from model_build.benchmark import add_benchmark_parser  # FP32 vs INT8-mixed, calibration study
+
+    add_benchmark_parser(sub, PROJECT_ROOT)
     args = parser.parse_args(argv)
     try:
         return args.func(args)

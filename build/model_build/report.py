@@ -1,4 +1,11 @@
-"""The build report: what each model and variant cost and how good it is (JSON + Markdown)."""
+"""The build report: what each model and variant cost and how good it is (JSON + Markdown).
+
+Per model and variant: file size, accuracy or fidelity (the budget metric), ONNX Runtime CPU
+latency at batch 1 and 32 (measured in the build, FP32 and INT8 interleaved in one run), the
+layers kept in higher precision, and the calibration (method, sampling, size, seed). The
+stratified-vs-random calibration study is written by `python -m model_build benchmark` (it takes
+minutes) and included here when present.
+"""
 from __future__ import annotations
 
 import json
@@ -14,32 +21,72 @@ def render_build_report_markdown(report: Mapping[str, Any]) -> str:
         "",
         f"Generated {report['generated_at']} on {report['machine']}.",
         "",
-        "| model | recipe | variant | served | file size | metric | value | build s |",
-        "|---|---|---|---|---:|---|---:|---:|",
+        "| model | recipe | variant | served | file size | metric | value | CPU ms b1 | CPU ms b32 | kept in higher precision | calibration | build s |",
+        "|---|---|---|---|---:|---|---:|---:|---:|---|---|---:|",
     ]
     for model in report["models"]:
         for name, variant in sorted(model.get("variants", {}).items()):
             served = "yes" if variant.get("file") == model.get("served_file") else ""
+            latency = variant.get("latency_ms") or _fp32_latency_from_int8_run(model, name)
+            kept = variant.get("high_precision_layers")
+            calibration = variant.get("calibration")
             lines.append(
                 f"| {model['model']} | {model['recipe']} | {name} | {served} | "
                 f"{variant.get('size_bytes', 0) / 1e6:.2f} MB | {variant.get('metric', '')} | "
-                f"{variant.get('value', float('nan')):.4f} | {model.get('build_seconds', '')} |"
+                f"{variant.get('value', float('nan')):.4f} | {_ms(latency.get('batch_1'))} | {_ms(latency.get('batch_32'))} | "
+                f"{_kept(kept)} | {_calibration(calibration)} | {model.get('build_seconds', '')} |"
             )
     for model in report["models"]:
         for section in model.get("report_sections", []):
             lines += ["", section]
+        for variant in model.get("variants", {}).values():
+            if variant.get("report_section"):
+                lines += ["", variant["report_section"]]
+    for section in report.get("extra_sections", []):
+        lines += ["", section]
     for line in report.get("skipped", []):
         lines += ["", f"SKIPPED: {line}"]
     return "\n".join(lines) + "\n"
 
 
-def write_build_report(records: Sequence[Mapping[str, Any]], out_dir: Path, skipped: Sequence[str] = ()) -> Path:
+def _fp32_latency_from_int8_run(model: Mapping[str, Any], name: str) -> Mapping[str, float]:
+    """FP32 latency measured in the same run as the INT8 variant (recipes that do not time FP32)."""
+    if name != "fp32":
+        return {}
+    return model.get("variants", {}).get("int8_mixed", {}).get("fp32_latency_ms_same_run", {})
+
+
+def _ms(value) -> str:
+    return "" if value is None else f"{value:.2f}"
+
+
+def _kept(layers) -> str:
+    if layers is None:
+        return ""
+    return f"{len(layers)}: " + ", ".join(f"`{n}`" for n in layers) if layers else "none"
+
+
+def _calibration(calibration) -> str:
+    if not calibration:
+        return ""
+    return f"{calibration['method']}, {calibration['sampling']} {calibration['size']} (seed {calibration['seed']})"
+
+
+def write_build_report(
+    records: Sequence[Mapping[str, Any]],
+    out_dir: Path,
+    skipped: Sequence[str] = (),
+    extra_sections: Sequence[str] = (),
+) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
+    study = out_dir / "calibration_study.md"
+    extra_sections = list(extra_sections) + ([study.read_text()] if study.exists() else [])
     report = {
         "generated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "machine": f"{platform.node()} {platform.machine()} {platform.processor() or ''}".strip(),
         "models": list(records),
         "skipped": list(skipped),
+        "extra_sections": extra_sections,
     }
     (out_dir / "build_report.json").write_text(json.dumps(report, indent=2, sort_keys=True))
     md = out_dir / "build_report.md"

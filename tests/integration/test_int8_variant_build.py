@@ -1,0 +1,53 @@
+"""Builds the INT8-mixed digit classifier from scratch (train, calibrate, plan, derive, validate)
+and checks, independently of the build's own numbers, that its budget holds."""
+import json
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    from model_build.recipe_digits import build_digit_cnn
+    from serving.spec import ModelSpec
+
+    workdir = tmp_path_factory.mktemp("digits_int8")
+    model = ModelSpec(name="digit_classifier", recipe="digit_cnn", variant="int8_mixed",
+                      options={"width": 8, "epochs": 15, "seed": 0})
+    return build_digit_cnn(model, workdir), workdir
+
+
+def test_int8_mixed_classifier_is_served_and_within_its_budget(built):
+    from model_build.recipe_digits import digits_test_accuracy
+
+    record, workdir = built
+    int8 = record["variants"]["int8_mixed"]
+    assert record["served_file"] == "int8_mixed.onnx"
+    assert int8["validation"]["passed"] and int8["value"] <= 0.5
+    fp32_acc = digits_test_accuracy(workdir / "fp32.onnx", workdir / "test_split.npz")
+    int8_acc = digits_test_accuracy(workdir / "int8_mixed.onnx", workdir / "test_split.npz")
+    assert (fp32_acc - int8_acc) * 100 <= 0.5
+    assert int8["size_bytes"] < 0.4 * record["variants"]["fp32"]["size_bytes"]
+
+
+def test_plan_lists_every_layer_and_both_graphs_follow_it(built):
+    import onnx
+
+    from model_build.qdq import qdq_summary
+
+    record, workdir = built
+    plan = json.loads((workdir / "precision_plan.json").read_text())
+    assert {l["op_type"] for l in plan["layers"]} == {"Conv", "Gemm"} and len(plan["layers"]) == 5
+    assert all("metric_value" in l["sensitivity"] and l["precision"]["cpu"] in ("int8", "fp32") for l in plan["layers"])
+    gpu_int8 = sorted(l["name"] for l in plan["layers"] if l["precision"]["gpu"] == "int8")
+    summary = qdq_summary(onnx.load(str(workdir / "int8_mixed_gpu.onnx")))
+    assert summary["int8_layers"] == gpu_int8 and summary["zero_points"] == [0]
+    assert summary["float_initializer_types"] == ["FLOAT16"]
+    assert record["variants"]["int8_mixed"]["calibration"]["sampling"] == "stratified"
+
+
+def test_reference_data_for_gpu_replay_is_saved(built):
+    _, workdir = built
+    assert (workdir / "validation" / "reference_inputs.json").stat().st_size > 0
+    assert (workdir / "validation" / "reference_outputs_fp32.json").stat().st_size > 0
