@@ -1,7 +1,10 @@
-"""`python -m serving serve|stop|status`: run the real tritonserver for the serving configuration.
+"""`python -m serving serve|stop|status`: one tritonserver per partition, under a supervisor.
 
-`serve` returns once the server is ready (or fails with the tail of its log); the server keeps
-running in its own session. `stop` stops what `serve` started, using the pids in run/servers.json.
+`serve` plans the partitions (serving.partition_plan), starts the supervisor in the background
+(pid in run/supervisor.pid) and returns once every partition is ready (or fails with the logs'
+tails); the supervisor restarts a crashed partition. `stop` stops the supervisor first (it stops
+its servers), then anything left behind. `status` shows every partition. `supervise` is the
+supervisor itself (started by `serve`; not meant to be typed).
 """
 from __future__ import annotations
 
@@ -11,109 +14,180 @@ import sys
 from pathlib import Path
 
 from serving.errors import ServingError
-from serving.manifest import MANIFEST_PATH, PROJECT_ROOT, RUN_DIR, endpoints_entry, read_manifest, write_manifest
-from serving.server import (
-    ServerSettings,
-    TritonServerProcess,
-    find_tritonserver,
-    http_ready,
-    pid_alive,
-    prepare_backend_dir,
-    stop_pid,
-)
+from serving.launcher import RunLayout, with_server_overrides
+from serving.model_readiness import check_models_loaded
+from serving.manifest import PROJECT_ROOT, RUN_DIR
+from serving.partition_plan import plan_for_this_host
+from serving.server import http_ready, pid_alive, stop_pid
+from serving.security import RESTRICTED_APIS, check_bind_host, create_admin_key_file, load_admin_key
 from serving.spec import load_serving_spec
+from serving.supervisor import RestartPolicy, read_supervisor_state, run_supervisor, start_supervisor, stop_supervisor
 
-STATE_PATH = RUN_DIR / "servers.json"
 DEFAULT_CONFIG = PROJECT_ROOT / "model_repository" / "serving.toml"
+#: Written by the single-server launcher before partitions existed; still honoured by `stop`.
+LEGACY_STATE = "servers.json"
 
 
-def _read_state() -> dict:
+def _overrides(args: argparse.Namespace) -> dict:
+    return {"host": args.host, "http_port": args.http_port, "grpc_port": args.grpc_port, "metrics_port": args.metrics_port,
+            "allow_non_loopback": args.allow_non_loopback}
+
+
+def _short(path: Path) -> str:
     try:
-        return json.loads(STATE_PATH.read_text())
-    except FileNotFoundError:
-        return {"servers": {}}
+        return str(Path(path).relative_to(PROJECT_ROOT))
+    except ValueError:
+        return str(path)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    spec = load_serving_spec(args.config)
-    state = _read_state()
-    running = {name: s for name, s in state["servers"].items() if pid_alive(s["pid"])}
-    if running:
-        raise ServingError(f"servers already running ({', '.join(running)}); run `make stop` first.")
-    repository = Path(args.config).resolve().parent
+    layout = RunLayout(Path(args.run_dir))
+    spec = with_server_overrides(load_serving_spec(args.config), **_overrides(args))
+    repository = Path(args.repository or Path(args.config).resolve().parent).resolve()
     missing = [m.name for m in spec.models if not (repository / m.name / "config.pbtxt").exists()]
     if missing:
         raise ServingError(f"models {missing} are not built into {repository}; run `make build-engines` first.")
-    server = spec.server
-    host = args.host or server.host
-    http_port = args.http_port or server.http_port
-    grpc_port = args.grpc_port or server.grpc_port
-    metrics_port = args.metrics_port or server.metrics_port
-    installation = find_tritonserver(args.tritonserver)
-    backend_dir = prepare_backend_dir(installation, RUN_DIR / "backends")
-    settings = ServerSettings(
-        model_repository=repository, backend_dir=backend_dir, host=host, http_port=http_port,
-        grpc_port=grpc_port, metrics_port=metrics_port, models=tuple(m.name for m in spec.models),
-    )
-    log_path = RUN_DIR / "logs" / "tritonserver-default.log"
-    process = TritonServerProcess(installation, settings, log_path).start()
-    print(f"[serve] starting {installation.binary} (pid {process.pid}); log: {log_path.relative_to(PROJECT_ROOT)}")
-    process.wait_ready(timeout=args.timeout)
-    endpoints = endpoints_entry(host, http_port, grpc_port, metrics_port)
-    write_manifest({
-        "partitions": {"default": {**endpoints, "pid": process.pid, "models": [m.name for m in spec.models], "log": str(log_path)}},
-        "models": {m.name: {**endpoints, "partition": "default"} for m in spec.models},
-    })
-    STATE_PATH.write_text(json.dumps({"servers": {"default": {"pid": process.pid, "http": endpoints["http"]}}}, indent=2))
-    print(f"[serve] ready: HTTP {endpoints['http']}  gRPC {endpoints['grpc']}  metrics {endpoints['metrics']}")
-    print(f"[serve] models: {', '.join(m.name for m in spec.models)}; manifest: {MANIFEST_PATH.relative_to(PROJECT_ROOT)}")
-    return 0
+    plan, gpu = plan_for_this_host(spec, force_cpu=args.cpu_sets)
+    bind_warning = check_bind_host(spec.server.host, spec.server.allow_non_loopback)
+    if bind_warning:
+        print(f"[serve] {bind_warning}", file=sys.stderr)
+    admin_key = load_admin_key()  # checked here (location, mode) so a bad key file fails before anything starts
+    print(f"[serve] admin APIs ({', '.join(RESTRICTED_APIS)}) locked with "
+          + (f"the key from {admin_key.source}" if admin_key else
+             "a one-off key (no TRITON_ADMIN_KEY, no key file): create one with `make admin-key`"))
+    if not gpu.present:
+        print(f"[serve] {gpu.detail}: partitions are pinned CPU sets; CUDA MPS is not started")
+    else:
+        print(f"[serve] {gpu.detail}: starting the CUDA MPS control daemon (pipe and logs under {_short(layout.mps_pipe.parent)})")
+    extra = ["--cpu-sets"] if args.cpu_sets else []
+    for flag, value in _overrides(args).items():
+        if value:
+            extra += [f"--{flag.replace('_', '-')}"] + ([] if value is True else [str(value)])
+    print(f"[serve] supervisor log: {_short(layout.supervisor_log)}; waiting for {len(plan.partitions)} partition(s)")
+    manifest = start_supervisor(Path(args.config).resolve(), repository, layout, timeout_s=args.timeout, extra_args=extra)
+    for name, part in manifest["partitions"].items():
+        share = f"cpus {part['cpus']}" if manifest["mechanism"] == "cpu_sets" else f"MPS {part.get('mps', {})}"
+        print(f"[serve] {name}: ready pid {part['pid']} HTTP {part['http']} gRPC {part['grpc']} metrics {part['metrics']} "
+              f"{share} threads {part['intra_op_threads']} memory {part['memory_mb']} MiB models {part['models']}")
+    for name, part in (read_supervisor_state(layout) or {}).get("partitions", {}).items():
+        failed = [m for m, ok in part.get("models_ready", {}).items() if not ok]
+        if failed:
+            print(f"[serve] WARNING: partition {name} serves without {failed}: they failed to load "
+                  f"(see {_short(layout.partition_log(name))})")
+    print(f"[serve] manifest: {_short(layout.manifest)}; stop with `make stop`")
+    return _report_failed_models(manifest, layout, admin_key)
+
+
+def _report_failed_models(manifest: dict, layout: RunLayout, admin_key) -> int:
+    """Models that failed to load (missing/corrupt file) are named with Triton's reason; the others
+    keep being served (tritonserver runs with --exit-on-error=false). Exit code 1 if any failed."""
+    failed = {}
+    for name, part in manifest["partitions"].items():
+        host, _, port = part["http"].rpartition(":")
+        for model, reason in check_models_loaded(host, int(port), part["models"], admin_key, layout.partition_log(name)).items():
+            failed[model] = reason
+            print(f"[serve] ERROR: model {model} (partition {name}) failed to load: {reason}", file=sys.stderr)
+    if failed:
+        print(f"[serve] {len(failed)} model(s) not served: {sorted(failed)}; every other model is served. "
+              f"Fix the model files, then `make stop && make serve`.", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def cmd_supervise(args: argparse.Namespace) -> int:
+    spec = with_server_overrides(load_serving_spec(args.config), **_overrides(args))
+    bind_warning = check_bind_host(spec.server.host, spec.server.allow_non_loopback)
+    if bind_warning:  # stderr is the supervisor log
+        print(f"supervisor {bind_warning}", file=sys.stderr, flush=True)
+    policy = RestartPolicy(initial_backoff_s=args.initial_backoff, max_restarts=args.max_restarts)
+    return run_supervisor(Path(args.config), Path(args.repository), Path(args.run_dir), force_cpu=args.cpu_sets,
+                          overrides=_overrides(args), policy=policy)
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
-    state = _read_state()
-    if not state["servers"]:
-        print("[stop] nothing to stop")
-    for name, server in state["servers"].items():
-        if pid_alive(server["pid"]):
-            stop_pid(server["pid"])
-            print(f"[stop] stopped {name} (pid {server['pid']})")
-        else:
-            print(f"[stop] {name} (pid {server['pid']}) was not running")
-    STATE_PATH.unlink(missing_ok=True)
-    MANIFEST_PATH.unlink(missing_ok=True)
+    layout = RunLayout(Path(args.run_dir))
+    done = stop_supervisor(layout)
+    legacy = layout.run_dir / LEGACY_STATE
+    if legacy.exists():
+        for name, server in json.loads(legacy.read_text()).get("servers", {}).items():
+            if pid_alive(server["pid"]):
+                stop_pid(server["pid"])
+                done.append(f"stopped {name} (pid {server['pid']}) started by the older single-server launcher")
+        legacy.unlink()
+    for line in done or ["nothing to stop"]:
+        print(f"[stop] {line}")
     return 0
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    state = _read_state()
-    if not state["servers"]:
-        print("no servers started by `make serve`")
+    layout = RunLayout(Path(args.run_dir))
+    state = read_supervisor_state(layout)
+    if not state or state["status"] in ("stopped", "failed"):
+        last = f" (last run {state['status']}{': ' + state['error'] if state.get('error') else ''})" if state else ""
+        print(f"no partitions running from `make serve`{last}")
         return 1
-    manifest = read_manifest()
-    healthy = True
-    for name, part in manifest["partitions"].items():
-        host, port = part["http"].rsplit(":", 1)
-        ready = pid_alive(part["pid"]) and http_ready(host, int(port))
-        healthy &= ready
-        print(f"{name}: pid {part['pid']} {'READY' if ready else 'NOT READY'} http {part['http']} grpc {part['grpc']} models {part['models']}")
+    manifest = json.loads(layout.manifest.read_text()) if layout.manifest.exists() else {"partitions": {}}
+    supervisor_up = pid_alive(state["supervisor_pid"])
+    print(f"supervisor pid {state['supervisor_pid']} {'running' if supervisor_up else 'NOT RUNNING'}; "
+          f"status {state['status']}; mechanism {state['mechanism']}")
+    healthy = supervisor_up
+    for name, part in state["partitions"].items():
+        endpoints = manifest["partitions"].get(name, {})
+        host, _, port = endpoints.get("http", ":").rpartition(":")
+        ready = bool(part["pid"]) and pid_alive(part["pid"]) and bool(port) and http_ready(host, int(port))
+        unready = check_models_loaded(host, int(port), endpoints.get("models", []), None, layout.partition_log(name)) if ready else {}
+        healthy &= ready and not unready
+        print(f"  {name}: pid {part['pid']} {'READY' if ready else 'NOT READY'} ({part['state']}, restarts {part['restarts']}) "
+              f"http {endpoints.get('http')} grpc {endpoints.get('grpc')} cpus {endpoints.get('cpus')} models {endpoints.get('models')}")
+        for model, reason in unready.items():
+            print(f"    model {model} NOT READY: {reason}")
     return 0 if healthy else 1
+
+
+def cmd_admin_key(args: argparse.Namespace) -> int:
+    """Create the key file if missing; never print the key."""
+    path, created = create_admin_key_file(args.key_file)
+    if created:
+        print(f"[admin-key] created {path} (mode 0600); servers started from now on require it for the "
+              f"{', '.join(RESTRICTED_APIS)} APIs")
+    else:
+        print(f"[admin-key] {path} already exists (mode 0600); to rotate it see docs/operations.md")
+    return 0
+
+
+def _add_server_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", default=str(DEFAULT_CONFIG))
+    parser.add_argument("--repository", help="model repository (default: the folder holding --config)")
+    parser.add_argument("--run-dir", default=str(RUN_DIR), help="pids, logs, manifest (default: run/)")
+    parser.add_argument("--host", help="override [server] host")
+    parser.add_argument("--http-port", type=int, help="override the base HTTP port (partition i adds i * stride)")
+    parser.add_argument("--grpc-port", type=int, help="override the base gRPC port")
+    parser.add_argument("--metrics-port", type=int, help="override the base metrics port")
+    parser.add_argument("--cpu-sets", action="store_true", help="use CPU sets even on a GPU host (no MPS)")
+    parser.add_argument("--allow-non-loopback", action="store_true",
+                        help="allow --host / [server] host other than loopback (logged as a warning)")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="serving", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    serve = sub.add_parser("serve", help="start tritonserver in the background; return once ready")
-    serve.add_argument("--config", default=str(DEFAULT_CONFIG))
-    serve.add_argument("--tritonserver", help="explicit tritonserver binary (else $TRITONSERVER, PATH, nvidia-pytriton)")
-    serve.add_argument("--host")
-    serve.add_argument("--http-port", type=int)
-    serve.add_argument("--grpc-port", type=int)
-    serve.add_argument("--metrics-port", type=int)
-    serve.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for readiness")
+    serve = sub.add_parser("serve", help="start one tritonserver per partition under a supervisor; return once ready")
+    _add_server_args(serve)
+    serve.add_argument("--timeout", type=float, default=180.0, help="seconds to wait for every partition to be ready")
     serve.set_defaults(func=cmd_serve)
-    sub.add_parser("stop", help="stop what `serve` started").set_defaults(func=cmd_stop)
-    sub.add_parser("status", help="show the servers and their readiness").set_defaults(func=cmd_status)
+    supervise = sub.add_parser("supervise", help="(internal) the supervisor process that `serve` starts")
+    _add_server_args(supervise)
+    supervise.add_argument("--initial-backoff", type=float, default=RestartPolicy.initial_backoff_s)
+    supervise.add_argument("--max-restarts", type=int, default=RestartPolicy.max_restarts)
+    supervise.set_defaults(func=cmd_supervise)
+    stop = sub.add_parser("stop", help="stop the supervisor, then every server it started")
+    stop.add_argument("--run-dir", default=str(RUN_DIR))
+    stop.set_defaults(func=cmd_stop)
+    admin_key = sub.add_parser("admin-key", help="create the admin key file (mode 0600, outside the repo) if missing")
+    admin_key.add_argument("--key-file", help="default: $TRITON_ADMIN_KEY_FILE or ~/.config/triton-model-serving/admin-key")
+    admin_key.set_defaults(func=cmd_admin_key)
+    status = sub.add_parser("status", help="show the partitions and their readiness")
+    status.add_argument("--run-dir", default=str(RUN_DIR))
+    status.set_defaults(func=cmd_status)
     args = parser.parse_args(argv)
     try:
         return args.func(args)

@@ -15,3 +15,7 @@ class ConfigError(ServingError, ValueError):
 
 class ServerStartError(ServingError, RuntimeError):
     """tritonserver could not be found, prepared or brought to readiness."""
+
+
+class SecurityError(ServingError):
+    """The admin key or bind address is unsafe or unusable (see serving.security)."""

@@ -6,6 +6,7 @@ Planning (`ServerSettings.to_args_list`, `find_tritonserver`) is separate from r
 from __future__ import annotations
 
 import os
+import resource
 import shutil
 import signal
 import subprocess
@@ -145,6 +146,13 @@ class ServerSettings:
     #: Publish latency summaries (P50..P99.9 over a sliding window): the P99 alert and the
     #: dashboard read nv_inference_request_summary_us{quantile="0.99"} (checked on 2.51).
     latency_summaries: bool = True
+    #: A model that fails to load at start-up must not take the others down: Triton keeps serving
+    #: the models that loaded (False), and the launcher reports the failed ones by name and reason.
+    exit_on_error: bool = False
+    #: False: /v2/health/ready means "answering requests" even when a model failed to load, so one
+    #: broken model does not pull the whole server out of rotation; per-model readiness is
+    #: /v2/models/<name>/ready (checked by the launcher). True: ready only when every model is.
+    strict_readiness: bool = False
 
     def to_args_list(self) -> list[str]:
         args = [
@@ -162,7 +170,8 @@ class ServerSettings:
             "--metrics-interval-ms=1000",
             f"--log-verbose={self.log_verbose}",
             f"--exit-timeout-secs={self.exit_timeout_secs}",
-            "--strict-readiness=true",
+            f"--strict-readiness={'true' if self.strict_readiness else 'false'}",
+            f"--exit-on-error={'true' if self.exit_on_error else 'false'}",
         ]
         if self.latency_summaries:
             args.append("--metrics-config=summary_latencies=true")
@@ -205,15 +214,28 @@ class TritonServerProcess:
     def command(self) -> list[str]:
         return [str(self.installation.binary), *self.settings.to_args_list()]
 
+    @property
+    def display_command(self) -> list[str]:
+        """The command with the admin key masked: safe for messages and logs."""
+        from serving.security import redact_restricted_flags
+
+        return redact_restricted_flags(self.command)
+
     def start(self) -> "TritonServerProcess":
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         env = server_environment(self.installation)
         env.update(self.extra_env)
         cpus = self.cpus
+
+        def prepare_child() -> None:  # runs in the child between fork and exec
+            raise_stack_limit(SERVER_STACK_LIMIT_BYTES)
+            if cpus:
+                os.sched_setaffinity(0, cpus)
+
         log = open(self.log_path, "ab")
         self.process = subprocess.Popen(
             self.command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
-            preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
+            preexec_fn=prepare_child,
         )
         log.close()
         return self
@@ -229,7 +251,7 @@ class TritonServerProcess:
             if self.process is not None and self.process.poll() is not None:
                 raise ServerStartError(
                     f"tritonserver exited with code {self.process.returncode} during start-up.\n"
-                    f"Command: {' '.join(self.command)}\nLast lines of {self.log_path}:\n{log_tail(self.log_path)}"
+                    f"Command: {' '.join(self.display_command)}\nLast lines of {self.log_path}:\n{log_tail(self.log_path)}"
                 )
             if http_ready(self.settings.host, self.settings.http_port):
                 return
@@ -245,6 +267,24 @@ class TritonServerProcess:
             return
         stop_pid(self.process.pid, timeout)
         self.process.wait(timeout=5)
+
+
+#: Triton 2.51's HTTP server needs about twice an HTTP request body's size of thread stack
+#: (upstream issue triton-inference-server/server#5840; measured here: with the default 8 MiB
+#: stack a 4 MiB body kills the server with SIGSEGV, with 64 MiB a 32 MiB body does). Threads take
+#: their stack size from RLIMIT_STACK, so the launcher raises it: 256 MiB per thread is address
+#: space, not memory (RSS is unchanged), and lets bodies up to ~100 MiB be answered normally.
+SERVER_STACK_LIMIT_BYTES = 256 << 20
+
+
+def raise_stack_limit(target_bytes: int) -> None:
+    """Set this process's soft RLIMIT_STACK to `target_bytes` when it is lower or unlimited (glibc
+    gives threads a fixed default then), never above the hard limit. Called between fork and exec,
+    so it only imports at module level."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_STACK)
+    wanted = target_bytes if hard == resource.RLIM_INFINITY else min(target_bytes, hard)
+    if soft == resource.RLIM_INFINITY or soft < wanted:
+        resource.setrlimit(resource.RLIMIT_STACK, (wanted, hard))
 
 
 def pid_alive(pid: int) -> bool:

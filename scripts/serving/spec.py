@@ -42,6 +42,22 @@ def check_name(field_name: str, value: str) -> str:
     return value
 
 
+#: Option keys that name a file or folder; their values must stay inside the model's directory.
+PATH_OPTION_SUFFIXES = ("_file", "_path", "_dir")
+
+
+def check_relative_path(field_name: str, value: Any) -> str:
+    """Reject a configured path that could leave the folder it is relative to (path traversal)."""
+    parts = value.split("/") if isinstance(value, str) else []
+    if (not isinstance(value, str) or not value or "\x00" in value or "\\" in value or value.startswith(("/", "~"))
+            or any(part in ("", ".", "..") for part in parts)):
+        raise ConfigError(
+            f"`{field_name}` = {value!r} is not a safe relative path: expected a non-empty path like "
+            f"'tokenizer/vocab.txt' without a leading '/' or '~', '.' or '..' components, backslashes or NUL."
+        )
+    return value
+
+
 def _check_int_range(field_name: str, value: Any, low: int, high: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ConfigError(f"`{field_name}` = {value!r} must be an integer.")
@@ -73,10 +89,15 @@ class PriorityLevel:
     name: str
     level: int
     queue: QueuePolicy
+    #: Items (batch size) one request at this level may carry. Triton does not enforce it; it is the
+    #: callers' side of the starvation guarantee (docs/priorities.md), which `model_client` keeps
+    #: (it splits lowest-level work into requests of this size and refuses larger ones above it).
+    max_request_batch_size: int = 1
 
     def __post_init__(self) -> None:
         check_name("priorities.<name>", self.name)
         _check_int_range(f"priorities.{self.name}.level", self.level, 1, 16)
+        _check_int_range(f"priorities.{self.name}.max_request_batch_size", self.max_request_batch_size, 1, 4096)
 
 
 @dataclass(frozen=True)
@@ -99,10 +120,28 @@ class ServerEndpoints:
     http_port: int = 8000
     grpc_port: int = 8001
     metrics_port: int = 8002
+    #: Partition i listens on the base ports above + i * this stride (unless it names its ports).
+    partition_port_stride: int = 10
+
+    #: Binding anywhere but loopback is an explicit choice (here or `serve --allow-non-loopback`);
+    #: the launcher logs a warning when it is made. Admin APIs stay locked by the key either way.
+    allow_non_loopback: bool = False
 
     def __post_init__(self) -> None:
+        from serving.security import is_loopback_host
+
+        if not isinstance(self.host, str) or not re.fullmatch(r"[A-Za-z0-9.:_-]{1,253}", self.host):
+            raise ConfigError(f"`server.host` = {self.host!r} is not a host name or IP address.")
+        if not isinstance(self.allow_non_loopback, bool):
+            raise ConfigError(f"`server.allow_non_loopback` = {self.allow_non_loopback!r} must be true or false.")
+        if not is_loopback_host(self.host) and not self.allow_non_loopback:
+            raise ConfigError(
+                f"`server.host` = {self.host!r} is not a loopback address: servers listen on 127.0.0.1 unless told "
+                f"otherwise; set `server.allow_non_loopback = true` (or pass --allow-non-loopback) to bind there."
+            )
         for name in ("http_port", "grpc_port", "metrics_port"):
             _check_int_range(f"server.{name}", getattr(self, name), 1, 65535)
+        _check_int_range("server.partition_port_stride", self.partition_port_stride, 3, 1000)
         if len({self.http_port, self.grpc_port, self.metrics_port}) != 3:
             raise ConfigError(
                 f"`server` ports must differ: http {self.http_port}, grpc {self.grpc_port}, "
@@ -136,10 +175,17 @@ class ModelSpec:
     intra_op_threads: int = 0
     max_queue_delay_microseconds: int | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
+    #: Which `[partitions.<name>]` serves this model; None: the first partition declared.
+    partition: str | None = None
 
     def __post_init__(self) -> None:
         check_name("models.<name>", self.name)
         check_name(f"models.{self.name}.recipe", self.recipe)
+        for key, value in dict(self.options).items():
+            if str(key).endswith(PATH_OPTION_SUFFIXES):
+                check_relative_path(f"models.{self.name}.options.{key}", value)
+        if self.partition is not None:
+            check_name(f"models.{self.name}.partition", self.partition)
         if not isinstance(self.variant, Variant):
             try:
                 object.__setattr__(self, "variant", Variant(self.variant))
@@ -157,12 +203,44 @@ class ModelSpec:
             )
 
 
+#: Memory budget of the implicit `default` partition when serving.toml declares none.
+DEFAULT_PARTITION_MEMORY_MB = 4096
+
+
+@dataclass(frozen=True)
+class PartitionSpec:
+    """One tritonserver process with a share of the machine (see docs/partitions.md).
+
+    `compute_share` is a percentage: of the CPU cores (a pinned CPU set) on CPU, of the GPU's
+    SMs (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE) under MPS. `memory_mb` caps the partition's model
+    memory: pinned device memory under MPS, and the budget of the max_batch_size rule everywhere.
+    Ports left unset are derived from `[server]`'s base ports (see `serving.partition_plan`).
+    """
+
+    name: str
+    compute_share: int
+    memory_mb: int
+    http_port: int | None = None
+    grpc_port: int | None = None
+    metrics_port: int | None = None
+
+    def __post_init__(self) -> None:
+        check_name("partitions.<name>", self.name)
+        _check_int_range(f"partitions.{self.name}.compute_share", self.compute_share, 1, 100)
+        _check_int_range(f"partitions.{self.name}.memory_mb", self.memory_mb, 16, 1 << 24)
+        for port in ("http_port", "grpc_port", "metrics_port"):
+            if getattr(self, port) is not None:
+                _check_int_range(f"partitions.{self.name}.{port}", getattr(self, port), 1, 65535)
+
+
 @dataclass(frozen=True)
 class ServingSpec:
     models: tuple[ModelSpec, ...]
     priorities: tuple[PriorityLevel, ...]
     batching: Batching = Batching()
     server: ServerEndpoints = ServerEndpoints()
+    #: Declared partitions; empty means one implicit `default` partition with every model.
+    partitions: tuple[PartitionSpec, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.models:
@@ -170,6 +248,7 @@ class ServingSpec:
         names = [m.name for m in self.models]
         if len(set(names)) != len(names):
             raise ConfigError(f"`models` names must be unique, got {names}.")
+        self._check_partitions()
         levels = sorted(p.level for p in self.priorities)
         if levels != list(range(1, len(levels) + 1)):
             raise ConfigError(
@@ -180,6 +259,72 @@ class ServingSpec:
                 f"`batching.default_priority` = {self.batching.default_priority!r} is not one of the "
                 f"priorities {[p.name for p in self.priorities]}."
             )
+        for model in self.models:
+            self.check_lowest_priority_progress(model)
+
+    def check_lowest_priority_progress(self, model: ModelSpec) -> None:
+        """The starvation invariant (docs/priorities.md), for `model` as configured or as served.
+
+        With queue policies Triton forms each batch when an instance is idle, from the queue in
+        priority order. The levels above the lowest can then hold at most
+        sum(max_queue_size * max_request_batch_size) items, so if that plus one lowest-level
+        request fits in `max_batch_size`, every batch formed under any higher-priority load still
+        takes at least one lowest-level request: the lowest level keeps making progress.
+        """
+        if len(self.priorities) < 2:
+            return
+        *higher, lowest = sorted(self.priorities, key=lambda p: p.level)
+        higher_items = sum(p.queue.max_queue_size * p.max_request_batch_size for p in higher)
+        needed = higher_items + lowest.max_request_batch_size
+        if needed > model.max_batch_size:
+            terms = " + ".join(f"{p.queue.max_queue_size} x {p.max_request_batch_size} ({p.name})" for p in higher)
+            raise ConfigError(
+                f"`models.{model.name}.max_batch_size` = {model.max_batch_size} cannot guarantee progress for "
+                f"`priorities.{lowest.name}`: the higher levels may queue {terms} = {higher_items} items "
+                f"(max_queue_size x max_request_batch_size) and a {lowest.name} request carries up to "
+                f"{lowest.max_request_batch_size}; allowed: {higher_items} + {lowest.max_request_batch_size} = "
+                f"{needed} <= max_batch_size. Lower those queue or request sizes, or raise max_batch_size "
+                f"(see docs/priorities.md)."
+            )
+
+    def _check_partitions(self) -> None:
+        names = [p.name for p in self.partitions]
+        if len(set(names)) != len(names):
+            raise ConfigError(f"`partitions` names must be unique, got {names}.")
+        total = sum(p.compute_share for p in self.partitions)
+        if total > 100:
+            shares = {p.name: p.compute_share for p in self.partitions}
+            raise ConfigError(
+                f"`partitions.*.compute_share` = {shares} sums to {total}%: allowed at most 100% in total."
+            )
+        declared = set(names)
+        for model in self.models:
+            if model.partition is not None and self.partitions and model.partition not in declared:
+                raise ConfigError(
+                    f"`models.{model.name}.partition` = {model.partition!r} is not a declared partition: "
+                    f"allowed {sorted(declared)}."
+                )
+            if model.partition not in (None, "default") and not self.partitions:
+                raise ConfigError(
+                    f"`models.{model.name}.partition` = {model.partition!r} but serving.toml declares no "
+                    f"[partitions.<name>] tables: allowed only 'default' (or declare the partition)."
+                )
+        empty = [p.name for p in self.partitions if not self.models_in_partition(p.name)]
+        if empty:
+            raise ConfigError(f"partitions {empty} serve no model: every [partitions.<name>] needs a model naming it.")
+
+    @property
+    def effective_partitions(self) -> tuple[PartitionSpec, ...]:
+        """The declared partitions, or the implicit `default` one (all cores, every model)."""
+        if self.partitions:
+            return self.partitions
+        return (PartitionSpec(name="default", compute_share=100, memory_mb=DEFAULT_PARTITION_MEMORY_MB),)
+
+    def partition_of(self, model: ModelSpec) -> str:
+        return model.partition or self.effective_partitions[0].name
+
+    def models_in_partition(self, partition: str) -> tuple[ModelSpec, ...]:
+        return tuple(m for m in self.models if self.partition_of(m) == partition)
 
     def model(self, name: str) -> ModelSpec:
         for spec in self.models:
@@ -198,7 +343,8 @@ class ServingSpec:
         return self.priority(self.batching.default_priority).level if self.priorities else 0
 
 
-_MODEL_KEYS = {"recipe", "variant", "max_batch_size", "instance_count", "intra_op_threads", "max_queue_delay_microseconds", "options"}
+_MODEL_KEYS = {"recipe", "variant", "max_batch_size", "instance_count", "intra_op_threads", "max_queue_delay_microseconds", "options", "partition"}
+_PARTITION_KEYS = {"compute_share", "memory_mb", "http_port", "grpc_port", "metrics_port"}
 
 
 def _only_keys(table_name: str, table: Mapping[str, Any], allowed: set[str]) -> None:
@@ -209,27 +355,35 @@ def _only_keys(table_name: str, table: Mapping[str, Any], allowed: set[str]) -> 
 
 def serving_spec_from_dict(data: Mapping[str, Any]) -> ServingSpec:
     """Build a validated `ServingSpec` from the parsed TOML document."""
-    _only_keys("<top level>", data, {"models", "priorities", "batching", "server"})
+    _only_keys("<top level>", data, {"models", "priorities", "batching", "server", "partitions"})
     models = []
     for name, table in data.get("models", {}).items():
         _only_keys(f"models.{name}", table, _MODEL_KEYS)
         models.append(ModelSpec(name=name, **table))
     priorities = []
     for name, table in data.get("priorities", {}).items():
-        _only_keys(f"priorities.{name}", table, {"level", "max_queue_size", "default_timeout_microseconds", "allow_timeout_override"})
+        _only_keys(f"priorities.{name}", table, {"level", "max_queue_size", "default_timeout_microseconds", "allow_timeout_override", "max_request_batch_size"})
         level = table.get("level")
-        queue = QueuePolicy(**{k: v for k, v in table.items() if k != "level"})
-        priorities.append(PriorityLevel(name=name, level=level, queue=queue))
+        queue = QueuePolicy(**{k: v for k, v in table.items() if k not in ("level", "max_request_batch_size")})
+        priorities.append(PriorityLevel(name=name, level=level, queue=queue, max_request_batch_size=table.get("max_request_batch_size", 1)))
     batching_table = data.get("batching", {})
     _only_keys("batching", batching_table, {"max_queue_delay_microseconds", "default_priority"})
     server_table = data.get("server", {})
-    _only_keys("server", server_table, {"host", "http_port", "grpc_port", "metrics_port"})
+    _only_keys("server", server_table, {"host", "http_port", "grpc_port", "metrics_port", "partition_port_stride", "allow_non_loopback"})
+    partitions = []
+    for name, table in data.get("partitions", {}).items():
+        _only_keys(f"partitions.{name}", table, _PARTITION_KEYS)
+        missing = {"compute_share", "memory_mb"} - set(table)
+        if missing:
+            raise ConfigError(f"`partitions.{name}` is missing {sorted(missing)}: each partition needs a compute share (%) and a memory cap (MB).")
+        partitions.append(PartitionSpec(name=name, **table))
     try:
         return ServingSpec(
             models=tuple(models),
             priorities=tuple(sorted(priorities, key=lambda p: p.level)),
             batching=Batching(**batching_table),
             server=ServerEndpoints(**server_table),
+            partitions=tuple(partitions),
         )
     except TypeError as exc:  # a required key is missing
         raise ConfigError(f"incomplete serving configuration: {exc}") from None

@@ -1,0 +1,362 @@
+"""The partition supervisor: starts one tritonserver per partition, restarts crashed ones, stops all.
+
+`make serve` starts it in the background (`python -m serving supervise`, pid in run/supervisor.pid)
+and returns once every partition answers /v2/health/ready (health-gated start-up). While running:
+- a partition whose server exits (crash, kill -9, OOM kill) is restarted after a backoff that
+  doubles per consecutive failure (0.5 s, 1 s, 2 s ... capped at 8 s), at most `max_restarts` times
+  in `window_s`; past that the partition is marked failed and left down (others keep serving);
+- every transition is logged to run/logs/supervisor.log and recorded in run/supervisor.json; the
+  manifest (run/manifest.json) is rewritten with the new pid.
+A failure during the *initial* start-up is not retried: it is almost always a configuration error,
+so everything is stopped and `make serve` fails with the logs' tails.
+`make stop` sends SIGTERM: the supervisor stops its servers (and the MPS daemon it started), then
+exits; `stop_supervisor` then removes anything still alive that the state file names.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any, Sequence
+
+from serving.errors import ConfigError, ServerStartError
+from serving.launcher import (
+    RunLayout, build_manifest, partition_server_process, start_mps_daemon, stop_mps_daemon, with_server_overrides,
+)
+from serving.manifest import write_manifest
+from serving.partition_plan import Mechanism, PartitionPlan, PlannedPartition, plan_for_this_host
+from serving.server import (
+    TritonServerProcess, find_tritonserver, http_ready, log_tail, pid_alive, prepare_backend_dir, stop_pid,
+)
+from serving.spec import load_serving_spec
+
+log = logging.getLogger("serving.supervisor")
+TICK_S = 0.2
+
+
+class PartitionState(str, Enum):
+    STARTING = "starting"
+    READY = "ready"
+    BACKOFF = "backoff"
+    FAILED = "failed"
+    STOPPED = "stopped"
+
+
+@dataclass(frozen=True)
+class RestartPolicy:
+    """Bounded restarts with exponential backoff."""
+
+    initial_backoff_s: float = 0.5
+    max_backoff_s: float = 8.0
+    max_restarts: int = 5
+    window_s: float = 600.0
+    ready_timeout_s: float = 120.0
+
+    def __post_init__(self) -> None:
+        if not 0 < self.initial_backoff_s <= self.max_backoff_s:
+            raise ConfigError(f"restart backoff {self.initial_backoff_s}..{self.max_backoff_s} s: allowed 0 < initial <= max.")
+        if self.max_restarts < 0 or self.window_s <= 0 or self.ready_timeout_s <= 0:
+            raise ConfigError(f"restart policy {self}: allowed max_restarts >= 0, window_s > 0, ready_timeout_s > 0.")
+
+    def backoff_s(self, consecutive_failures: int) -> float:
+        """Delay before the restart that follows the n-th consecutive failure (n >= 1)."""
+        return min(self.max_backoff_s, self.initial_backoff_s * 2 ** max(0, consecutive_failures - 1))
+
+    def allows_restart(self, restart_times: Sequence[float], now: float) -> bool:
+        return sum(1 for t in restart_times if now - t < self.window_s) < self.max_restarts
+
+
+def describe_exit(returncode: int | None) -> str:
+    if returncode is None:
+        return "still running"
+    if returncode < 0:
+        try:
+            return f"killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"killed by signal {-returncode}"
+    return f"exited with code {returncode}"
+
+
+@dataclass
+class SupervisedPartition:
+    """Runtime record of one partition (mutable: it is the supervisor's bookkeeping)."""
+
+    partition: PlannedPartition
+    process: TritonServerProcess | None = None
+    state: PartitionState = PartitionState.STARTING
+    restart_times: list[float] = field(default_factory=list)
+    consecutive_failures: int = 0
+    deadline: float = 0.0
+    last_exit: str | None = None
+    #: Per-model readiness seen when the server became ready (a model may fail to load alone).
+    models_ready: dict[str, bool] = field(default_factory=dict)
+    #: /dev/shm regions the server mapped (Python-backend IPC): a killed server cannot unlink them.
+    shm_regions: tuple[str, ...] = ()
+
+    def summary(self) -> dict[str, Any]:
+        return {"pid": self.process.pid if self.process and self.process.process else None, "state": self.state.value,
+                "restarts": len(self.restart_times), "last_exit": self.last_exit, "models_ready": self.models_ready}
+
+
+def triton_shm_regions(pid: int) -> tuple[str, ...]:
+    """The /dev/shm/triton_* files a live process has mapped (from /proc/<pid>/maps)."""
+    try:
+        maps = Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return ()
+    return tuple(sorted({line.split()[-1] for line in maps.splitlines() if "/dev/shm/triton_" in line}))
+
+
+def model_ready(host: str, port: int, model: str, timeout: float = 2.0) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://{host}:{port}/v2/models/{model}/ready", timeout=timeout) as resp:
+            return resp.status == 200
+    except (urllib.error.URLError, ConnectionError, OSError):
+        return False
+
+
+class Supervisor:
+    def __init__(self, plan: PartitionPlan, repository: Path, layout: RunLayout, policy: RestartPolicy = RestartPolicy()):
+        self.plan, self.repository, self.layout, self.policy = plan, Path(repository), layout, policy
+        self.installation = find_tritonserver()
+        self.parts = {p.name: SupervisedPartition(p) for p in plan.partitions}
+        self.status = "starting"
+        self.error: str | None = None
+        self.stop_requested = False
+        self.mps_started = False
+
+    # --- bookkeeping -------------------------------------------------------------------------
+    def write_state(self) -> None:
+        state = {"supervisor_pid": os.getpid(), "status": self.status, "error": self.error,
+                 "mechanism": self.plan.mechanism.value, "mps_started": self.mps_started,
+                 "partitions": {n: sp.summary() for n, sp in self.parts.items()}, "updated_at": time.time()}
+        tmp = self.layout.supervisor_state.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state, indent=2, sort_keys=True))
+        tmp.replace(self.layout.supervisor_state)
+        if self.status in ("ready", "degraded"):
+            write_manifest(build_manifest(self.plan, self.layout, {n: sp.summary() for n, sp in self.parts.items()}),
+                           self.layout.manifest)
+
+    # --- processes ---------------------------------------------------------------------------
+    def _launch(self, sp: SupervisedPartition, now: float) -> None:
+        sp.process = partition_server_process(self.installation, self.plan, sp.partition, self.repository, self.layout).start()
+        sp.state, sp.deadline = PartitionState.STARTING, now + self.policy.ready_timeout_s
+        log.info("partition %s: started tritonserver pid %d (cpus %s, ports %d/%d/%d)", sp.partition.name, sp.process.pid,
+                 list(sp.partition.cpus), sp.partition.http_port, sp.partition.grpc_port, sp.partition.metrics_port)
+
+    def _on_down(self, sp: SupervisedPartition, now: float, why: str) -> None:
+        pid = sp.process.pid
+        try:  # the dead server's Python-backend stubs share its process group: remove them too
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        for region in sp.shm_regions:  # a SIGKILLed server leaves its IPC regions behind
+            Path(region).unlink(missing_ok=True)
+        sp.shm_regions = ()
+        sp.last_exit = why
+        if self.status == "starting":
+            sp.state = PartitionState.FAILED
+            self.error = f"partition {sp.partition.name} (pid {pid}) {why} during start-up"
+            log.error("%s; last lines of its log:\n%s", self.error, log_tail(self.layout.partition_log(sp.partition.name)))
+            return
+        sp.consecutive_failures += 1
+        if not self.policy.allows_restart(sp.restart_times, now):
+            sp.state = PartitionState.FAILED
+            log.error("partition %s (pid %d) %s; %d restarts in %.0f s already: giving up (state failed)",
+                      sp.partition.name, pid, why, self.policy.max_restarts, self.policy.window_s)
+            return
+        delay = self.policy.backoff_s(sp.consecutive_failures)
+        sp.state, sp.deadline = PartitionState.BACKOFF, now + delay
+        log.warning("partition %s (pid %d) %s; restart %d/%d in %.1f s", sp.partition.name, pid, why,
+                    len(sp.restart_times) + 1, self.policy.max_restarts, delay)
+
+    def tick(self, now: float) -> bool:
+        """Advance every partition's state machine once; True if anything changed."""
+        changed = False
+        for sp in self.parts.values():
+            if sp.state in (PartitionState.STARTING, PartitionState.READY):
+                code = sp.process.process.poll()
+                if code is not None:
+                    self._on_down(sp, now, describe_exit(code))
+                    changed = True
+                elif sp.state is PartitionState.STARTING:
+                    if http_ready(sp.partition.host, sp.partition.http_port, timeout=0.5):
+                        sp.state, sp.consecutive_failures = PartitionState.READY, 0
+                        part = sp.partition
+                        sp.models_ready = {m: model_ready(part.host, part.http_port, m) for m in part.models}
+                        sp.shm_regions = triton_shm_regions(sp.process.pid)
+                        not_ready = [m for m, ok in sp.models_ready.items() if not ok]
+                        log.log(logging.WARNING if not_ready else logging.INFO, "partition %s: ready (pid %d)%s", part.name,
+                                sp.process.pid, f"; models NOT ready: {not_ready} (see its log)" if not_ready else "")
+                        changed = True
+                    elif now > sp.deadline:
+                        sp.process.stop()
+                        self._on_down(sp, now, f"was not ready within {self.policy.ready_timeout_s:.0f} s")
+                        changed = True
+            elif sp.state is PartitionState.BACKOFF and now >= sp.deadline:
+                sp.restart_times.append(now)
+                self._launch(sp, now)
+                changed = True
+        states = {sp.state for sp in self.parts.values()}
+        if self.status == "starting" and PartitionState.FAILED in states:
+            self.status, changed = "failed", True
+        elif self.status == "starting" and states == {PartitionState.READY}:
+            self.status, changed = "ready", True
+            log.info("all %d partitions ready; manifest %s", len(self.parts), self.layout.manifest)
+        elif self.status in ("ready", "degraded"):
+            new = "ready" if states == {PartitionState.READY} else "degraded"
+            changed |= new != self.status
+            self.status = new
+        return changed
+
+    def stop_all(self) -> None:
+        running = [sp for sp in self.parts.values() if sp.process and sp.process.process and sp.process.process.poll() is None]
+        for sp in running:  # SIGTERM all first so they shut down in parallel
+            try:
+                os.killpg(sp.process.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        for sp in running:
+            sp.process.stop()
+            log.info("partition %s: stopped (pid %d)", sp.partition.name, sp.process.pid)
+        for sp in self.parts.values():
+            sp.state = PartitionState.STOPPED if sp.state is not PartitionState.FAILED else sp.state
+
+    def run(self) -> int:
+        signal.signal(signal.SIGTERM, self._request_stop)
+        signal.signal(signal.SIGINT, self._request_stop)
+        self.layout.logs.mkdir(parents=True, exist_ok=True)
+        try:
+            if self.plan.mechanism is Mechanism.CUDA_MPS:
+                start_mps_daemon(self.layout)
+                self.mps_started = True
+                log.info("CUDA MPS control daemon started (pipe %s)", self.layout.mps_pipe)
+            prepare_backend_dir(self.installation, self.layout.backends)
+            now = time.monotonic()
+            for sp in self.parts.values():
+                self._launch(sp, now)
+            self.write_state()
+            while not self.stop_requested and self.status != "failed":
+                if self.tick(time.monotonic()):
+                    self.write_state()
+                time.sleep(TICK_S)
+        except Exception as exc:  # anything unexpected: record it, then stop what was started
+            self.status, self.error = "failed", f"{type(exc).__name__}: {exc}"
+            log.exception("supervisor failed")
+        finally:
+            failed = self.status == "failed"
+            self.stop_all()
+            if self.mps_started:
+                stop_mps_daemon(self.layout)
+                log.info("CUDA MPS control daemon stopped")
+            self.status = "failed" if failed else "stopped"
+            self.layout.manifest.unlink(missing_ok=True)
+            self.write_state()
+            log.info("supervisor exiting (%s)", self.status)
+        return 1 if failed else 0
+
+    def _request_stop(self, signum, frame) -> None:
+        log.info("received %s: stopping", signal.Signals(signum).name)
+        self.stop_requested = True
+
+
+# --- the supervisor as a background process --------------------------------------------------
+
+def read_supervisor_state(layout: RunLayout) -> dict[str, Any] | None:
+    try:
+        return json.loads(layout.supervisor_state.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def start_supervisor(config: Path, repository: Path, layout: RunLayout, timeout_s: float = 180.0,
+                     extra_args: Sequence[str] = ()) -> dict[str, Any]:
+    """Start `python -m serving supervise` in its own session; return the manifest once all are ready."""
+    existing = read_supervisor_state(layout)
+    if existing and pid_alive(existing["supervisor_pid"]) and "supervise" in _cmdline(existing["supervisor_pid"]):
+        raise ServerStartError(f"a supervisor is already running (pid {existing['supervisor_pid']}); run `make stop` first.")
+    layout.logs.mkdir(parents=True, exist_ok=True)
+    layout.supervisor_state.unlink(missing_ok=True)
+    command = [sys.executable, "-m", "serving", "supervise", "--config", str(config), "--repository", str(repository),
+               "--run-dir", str(layout.run_dir), *extra_args]
+    with open(layout.supervisor_log, "ab") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                   start_new_session=True)
+    layout.supervisor_pid.write_text(f"{process.pid}\n")
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        state = read_supervisor_state(layout)
+        if state and state["status"] == "ready":
+            return json.loads(layout.manifest.read_text())
+        if process.poll() is not None or (state and state["status"] == "failed"):
+            process.wait(timeout=60)
+            raise ServerStartError(_failure_report(layout, state))
+        time.sleep(0.25)
+    stop_supervisor(layout)
+    raise ServerStartError(f"partitions were not ready within {timeout_s:.0f} s.\n" + _failure_report(layout, read_supervisor_state(layout)))
+
+
+def _failure_report(layout: RunLayout, state: dict[str, Any] | None) -> str:
+    lines = [f"supervisor: {(state or {}).get('error') or 'exited'}", f"--- {layout.supervisor_log} (tail)",
+             log_tail(layout.supervisor_log, 15)]
+    for name in (state or {}).get("partitions", {}):
+        lines += [f"--- {layout.partition_log(name)} (tail)", log_tail(layout.partition_log(name), 15)]
+    return "\n".join(lines)
+
+
+def stop_supervisor(layout: RunLayout, timeout_s: float = 60.0) -> list[str]:
+    """Stop the supervisor (it stops its servers), then anything it left behind. Returns what it did."""
+    done = []
+    try:
+        pid = int(layout.supervisor_pid.read_text().strip())
+    except (FileNotFoundError, ValueError):
+        pid = None
+    if pid and pid_alive(pid) and "supervise" in _cmdline(pid):
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        while pid_alive(pid) and "supervise" in _cmdline(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if pid_alive(pid) and "supervise" in _cmdline(pid):
+            os.kill(pid, signal.SIGKILL)
+            done.append(f"supervisor (pid {pid}) did not stop in {timeout_s:.0f} s: killed")
+        else:
+            done.append(f"stopped the supervisor (pid {pid}) and its partitions")
+    state = read_supervisor_state(layout) or {}
+    for name, part in state.get("partitions", {}).items():
+        server = part.get("pid")
+        if server and pid_alive(server) and "tritonserver" in _cmdline(server):
+            stop_pid(server)
+            done.append(f"stopped partition {name} (pid {server}) left behind")
+    if state.get("mps_started") and stop_mps_daemon(layout):
+        done.append("stopped the CUDA MPS control daemon")
+    for path in (layout.supervisor_pid, layout.manifest):
+        path.unlink(missing_ok=True)
+    return done
+
+
+def run_supervisor(config: Path, repository: Path, run_dir: Path, force_cpu: bool = False,
+                   overrides: dict[str, Any] | None = None, policy: RestartPolicy = RestartPolicy()) -> int:
+    """Entry point of `python -m serving supervise` (normally started by `serving serve`)."""
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s supervisor %(levelname)s %(message)s")
+    layout = RunLayout(Path(run_dir))
+    spec = with_server_overrides(load_serving_spec(config), **(overrides or {}))
+    plan, gpu = plan_for_this_host(spec, force_cpu=force_cpu)
+    log.info("pid %d; %s; mechanism %s; plan %s", os.getpid(), gpu.detail, plan.mechanism.value,
+             json.dumps(plan.to_dict()["partitions"], sort_keys=True))
+    return Supervisor(plan, repository, layout, policy).run()

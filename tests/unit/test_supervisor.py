@@ -1,0 +1,92 @@
+"""Launcher and supervisor planning: flags, pinning, MPS environment, manifest, restart policy."""
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import pytest
+
+from serving.errors import ConfigError
+from serving.launcher import (
+    RunLayout, build_manifest, mps_environment, partition_server_process, partition_server_settings, with_server_overrides,
+)
+from serving.partition_plan import plan_partitions
+from serving.server import TritonInstallation
+from serving.spec import serving_spec_from_dict
+from serving.supervisor import RestartPolicy, describe_exit, stop_supervisor
+
+SPEC = serving_spec_from_dict({
+    "server": {"http_port": 9000, "grpc_port": 9001, "metrics_port": 9002},
+    "partitions": {"p": {"compute_share": 50, "memory_mb": 512}, "q": {"compute_share": 50, "memory_mb": 256}},
+    "models": {"a": {"recipe": "digit_cnn", "partition": "p"}, "b": {"recipe": "digit_cnn", "partition": "q"}},
+})
+INSTALLATION = TritonInstallation(binary=Path("/opt/tritonserver/bin/tritonserver"), backends_dir=Path("/opt/tritonserver/backends"), bundled=False)
+
+
+def test_server_settings_for_a_partition_load_only_its_models_on_its_ports():
+    part = plan_partitions(SPEC, 2, False).partition("q")
+    args = partition_server_settings(part, Path("/repo"), Path("/backends")).to_args_list()
+    assert "--http-port=9010" in args and "--grpc-port=9011" in args and "--metrics-port=9012" in args
+    assert "--model-control-mode=explicit" in args and "--load-model=b" in args and "--load-model=a" not in args
+
+
+def test_cpu_plan_pins_the_server_and_sizes_onnx_runtime_threads(tmp_path):
+    plan = plan_partitions(SPEC, 2, False)
+    process = partition_server_process(INSTALLATION, plan, plan.partition("q"), Path("/repo"), RunLayout(tmp_path))
+    assert process.cpus == (1,)
+    assert process.extra_env["SERVING_INTRA_OP_THREADS"] == "1"
+    assert not any(k.startswith("CUDA_MPS") for k in process.extra_env)
+    assert process.log_path == tmp_path / "logs" / "tritonserver-q.log"
+
+
+def test_gpu_plan_gives_mps_variables_and_the_run_dirs_pipe_instead_of_pinning(tmp_path):
+    plan = plan_partitions(SPEC, 16, True)
+    process = partition_server_process(INSTALLATION, plan, plan.partition("p"), Path("/repo"), RunLayout(tmp_path))
+    assert process.cpus is None
+    assert process.extra_env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "50"
+    assert process.extra_env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=512M"
+    assert process.extra_env["CUDA_MPS_PIPE_DIRECTORY"] == str(tmp_path / "mps" / "pipe")
+    assert mps_environment(RunLayout(tmp_path))["CUDA_MPS_LOG_DIRECTORY"] == str(tmp_path / "mps" / "log")
+
+
+def test_manifest_keeps_the_format_clients_and_monitoring_read(tmp_path):
+    plan = plan_partitions(SPEC, 2, False)
+    manifest = build_manifest(plan, RunLayout(tmp_path), {"p": {"pid": 11, "state": "ready", "restarts": 0},
+                                                          "q": {"pid": 12, "state": "ready", "restarts": 1}})
+    assert manifest["models"]["b"] == {"http": "127.0.0.1:9010", "grpc": "127.0.0.1:9011",
+                                       "metrics": "http://127.0.0.1:9012/metrics", "partition": "q"}
+    q = manifest["partitions"]["q"]
+    assert (q["pid"], q["models"], q["cpus"], q["restarts"]) == (12, ["b"], [1], 1)
+    assert q["log"] == str(tmp_path / "logs" / "tritonserver-q.log")
+
+
+def test_command_line_overrides_move_the_base_ports():
+    spec = with_server_overrides(SPEC, http_port=19000, grpc_port=19001, metrics_port=19002)
+    assert plan_partitions(spec, 2, False).partition("q").http_port == 19010
+    assert with_server_overrides(SPEC) is SPEC
+
+
+def test_backoff_doubles_and_is_capped():
+    policy = RestartPolicy(initial_backoff_s=0.5, max_backoff_s=4.0)
+    assert [policy.backoff_s(n) for n in range(1, 7)] == [0.5, 1.0, 2.0, 4.0, 4.0, 4.0]
+
+
+def test_restarts_are_bounded_within_the_window():
+    policy = RestartPolicy(max_restarts=3, window_s=60)
+    assert policy.allows_restart([0, 10], now=20)
+    assert not policy.allows_restart([0, 10, 15], now=20)
+    assert policy.allows_restart([0, 10, 15], now=70.5)  # the first two have left the window
+
+
+def test_invalid_policy_is_rejected():
+    with pytest.raises(ConfigError, match="backoff"):
+        RestartPolicy(initial_backoff_s=5, max_backoff_s=1)
+
+
+def test_exit_descriptions_name_the_signal():
+    assert describe_exit(-signal.SIGKILL) == "killed by SIGKILL"
+    assert describe_exit(3) == "exited with code 3"
+
+
+def test_stop_with_nothing_running_does_nothing(tmp_path):
+    assert stop_supervisor(RunLayout(tmp_path)) == []
