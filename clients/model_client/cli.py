@@ -3,6 +3,8 @@
 Examples:
   python -m model_client classify --png digit.png --top-k 3
   python -m model_client classify --protocol grpc --test-samples 0:64 --summary
+  python -m model_client classify --test-samples 7 --priority 1 --max-attempts 4 --fallback
+  python -m model_client embed --protocol grpc --text "Plain text in, a unit vector out."
 """
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from model_client.client import Protocol, TritonModelClient, classify
+from model_client.embed_cli import add_embed_command
 from model_client.endpoints import resolve_url
 from model_client.errors import ClientError
 from model_client.images import image_array_from_png
@@ -53,9 +56,12 @@ def cmd_classify(args: argparse.Namespace) -> int:
         names = [f"test[{i}]" for i in idx]
     else:
         raise ClientError("nothing to classify: give --png FILE... or --test-samples RANGE.")
-    url = resolve_url(args.model, protocol, args.url)
-    with TritonModelClient(url, protocol) as client:
-        predictions = classify(client, args.model, images, top_k=args.top_k, priority=args.priority)
+    if args.max_attempts > 1 or args.fallback or args.timeout_us is not None:
+        predictions, url = classify_resilient(args, protocol, images)
+    else:
+        url = resolve_url(args.model, protocol, args.url)
+        with TritonModelClient(url, protocol) as client:
+            predictions = classify(client, args.model, images, top_k=args.top_k, priority=args.priority)
     if not args.summary:
         for i, (name, pred) in enumerate(zip(names, predictions)):
             shown = "  ".join(f"{c}:{s:.3f}" for c, s in zip(pred.labels, pred.scores))
@@ -71,6 +77,27 @@ def cmd_classify(args: argparse.Namespace) -> int:
     return 0
 
 
+def classify_resilient(args: argparse.Namespace, protocol: Protocol, images: np.ndarray):
+    """classify with retries (503/UNAVAILABLE, jittered backoff), the per-priority request sizes of
+    serving.toml, and optionally the small-model fallback (docs/overload.md)."""
+    from model_client.client import top_k_predictions
+    from model_client.policies import DIGIT_FALLBACKS, FallbackPolicy, PriorityLimits, RetryPolicy
+    from model_client.resilient import ResilientClient
+
+    retry = RetryPolicy(max_attempts=args.max_attempts, deadline_s=args.deadline_s)
+    fallback = FallbackPolicy.of(DIGIT_FALLBACKS) if args.fallback else None
+    with ResilientClient(protocol, url=args.url, retry=retry, fallback=fallback,
+                         limits=PriorityLimits.from_serving_config()) as client:
+        interface = client.client_for(args.model).interface(args.model)
+        outcome = client.infer(args.model, {interface.inputs[0].name: np.ascontiguousarray(images, np.float32)},
+                               priority=args.priority, timeout_us=args.timeout_us)
+    if outcome.degraded:
+        print(f"[degraded] overloaded: answered by {sorted(set(outcome.answered_by))} after {outcome.calls} call(s)",
+              file=sys.stderr)
+    url = resolve_url(args.model, protocol, args.url)
+    return top_k_predictions(outcome.outputs[interface.outputs[0].name], args.top_k), url
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="model_client", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -84,7 +111,14 @@ def build_parser() -> argparse.ArgumentParser:
     cls.add_argument("--top-k", type=int, default=3)
     cls.add_argument("--priority", type=int, default=0, help="1 = realtime, 2 = batch, 0 = the model's default")
     cls.add_argument("--summary", action="store_true", help="print a few predictions and the accuracy only")
+    cls.add_argument("--timeout-us", type=int, help="queue timeout for these requests (may only shorten the model's)")
+    cls.add_argument("--max-attempts", type=int, default=1,
+                     help="retry HTTP 503 / gRPC UNAVAILABLE with jittered exponential backoff, up to this many attempts")
+    cls.add_argument("--deadline-s", type=float, default=10.0, help="total time budget of the call, retries included")
+    cls.add_argument("--fallback", action="store_true",
+                     help="realtime (--priority 1) only: degrade to digit_classifier_small when the model is overloaded")
     cls.set_defaults(func=cmd_classify)
+    add_embed_command(sub)
     return parser
 
 

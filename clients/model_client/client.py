@@ -3,7 +3,9 @@
 Tensor names and data types are read from the server's model metadata, so the client never
 repeats a model's interface. Triton's error codes are mapped to a few exception types a caller
 can act on: unavailable (server down), not found (model missing), overloaded (503/UNAVAILABLE:
-retry with backoff), rejected (bad input or queue timeout: do not retry as is).
+retry with backoff; a queue timeout is a kind of overload), rejected (bad input: do not retry).
+Retries, backoff and fallback live in `model_client.resilient`; the asyncio client in
+`model_client.aio` shares the helpers below.
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from model_client.errors import (
     ClientError,
     ModelNotFoundError,
     OverloadedError,
+    QueueTimeoutError,
     RequestRejectedError,
     ServerUnavailableError,
 )
@@ -51,9 +54,40 @@ def classify_triton_error(exc: Exception, url: str, model: str | None = None) ->
         return ServerUnavailableError(f"server at {url} is not reachable ({text}); is it running? try `make serve`.")
     if "unknown model" in lowered or "not found" in lowered or "is not ready" in lowered or status in ("StatusCode.NOT_FOUND",):
         return ModelNotFoundError(f"model {model!r} is not served at {url}: {text}")
+    wire = {"503": "HTTP 503", "StatusCode.UNAVAILABLE": "gRPC UNAVAILABLE"}.get(status, status or "error")
+    if "request timeout expired" in lowered:
+        return QueueTimeoutError(
+            f"request to {model!r} at {url} waited in the queue past its timeout and was rejected ({wire}: {text}); "
+            "the model is busy: retry with backoff while your deadline allows, or send it at a higher priority."
+        )
+    if status == "StatusCode.DEADLINE_EXCEEDED" or "deadline exceeded" in lowered:
+        return OverloadedError(f"model {model!r} at {url} did not answer within the client deadline ({text}).")
     if "exceeds maximum queue size" in lowered or status in ("503", "StatusCode.UNAVAILABLE"):
-        return OverloadedError(f"model {model!r} at {url} is overloaded: {text}; retry later with backoff.")
+        return OverloadedError(f"model {model!r} at {url} is overloaded ({wire}: {text}); retry later with backoff.")
     return RequestRejectedError(f"request to {model!r} at {url} was rejected: {text}")
+
+
+def interface_from_metadata(model: str, meta: Mapping) -> ModelInterface:
+    """ModelInterface from Triton's model metadata as a dict (HTTP JSON, or gRPC as JSON)."""
+
+    def tensors(items):
+        return tuple(TensorInfo(t["name"], t["datatype"], tuple(int(d) for d in t["shape"])) for t in items)
+
+    return ModelInterface(model, tensors(meta["inputs"]), tensors(meta["outputs"]))
+
+
+def build_wire_inputs(module, interface: ModelInterface, inputs: Mapping[str, np.ndarray]) -> list:
+    """tritonclient InferInput objects (of `module`: http, grpc or their aio twins) for `inputs`."""
+    known = {t.name: t for t in interface.inputs}
+    unknown = set(inputs) - set(known)
+    if unknown:
+        raise RequestRejectedError(f"model {interface.name!r} has no inputs {sorted(unknown)}; it expects {sorted(known)}.")
+    wire_inputs = []
+    for name, array in inputs.items():
+        tensor = module.InferInput(name, list(array.shape), known[name].datatype)
+        tensor.set_data_from_numpy(array)
+        wire_inputs.append(tensor)
+    return wire_inputs
 
 
 class TritonModelClient:
@@ -96,10 +130,7 @@ class TritonModelClient:
 
                 meta = MessageToDict(meta, preserving_proto_field_name=True)
 
-            def tensors(items):
-                return tuple(TensorInfo(t["name"], t["datatype"], tuple(int(d) for d in t["shape"])) for t in items)
-
-            self._interfaces[model] = ModelInterface(model, tensors(meta["inputs"]), tensors(meta["outputs"]))
+            self._interfaces[model] = interface_from_metadata(model, meta)
         return self._interfaces[model]
 
     def infer(
@@ -109,24 +140,20 @@ class TritonModelClient:
         priority: int = 0,
         timeout_us: int | None = None,
         output_names: Sequence[str] | None = None,
+        client_timeout_s: float | None = None,
     ) -> dict[str, np.ndarray]:
         """Run one request. `priority` 0 means the model's default level; `timeout_us` shortens the
-        queue timeout (the server rejects the request if it waits longer)."""
+        queue timeout (the server rejects the request if it waits longer); `client_timeout_s` is
+        a gRPC deadline for the whole call (HTTP uses the connection's network timeout)."""
         interface = self.interface(model)
-        known = {t.name: t for t in interface.inputs}
-        unknown = set(inputs) - set(known)
-        if unknown:
-            raise RequestRejectedError(f"model {model!r} has no inputs {sorted(unknown)}; it expects {sorted(known)}.")
-        wire_inputs = []
-        for name, array in inputs.items():
-            tensor = self._module.InferInput(name, list(array.shape), known[name].datatype)
-            tensor.set_data_from_numpy(array)
-            wire_inputs.append(tensor)
+        wire_inputs = build_wire_inputs(self._module, interface, inputs)
         names = list(output_names or [t.name for t in interface.outputs])
         wire_outputs = [self._module.InferRequestedOutput(n) for n in names]
         kwargs = {"priority": priority}
         if timeout_us is not None:
             kwargs["timeout"] = int(timeout_us)
+        if client_timeout_s is not None and self.protocol is Protocol.GRPC:
+            kwargs["client_timeout"] = float(client_timeout_s)
         try:
             result = self._client.infer(model, wire_inputs, outputs=wire_outputs, **kwargs)
         except Exception as exc:

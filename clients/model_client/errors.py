@@ -17,5 +17,12 @@ class OverloadedError(ClientError):
     """The model's queue is full (HTTP 503 / gRPC UNAVAILABLE): retry later with backoff."""
 
 
+class QueueTimeoutError(OverloadedError):
+    """The request waited in the model's queue past its timeout and was rejected (Triton answers
+    HTTP 503 / gRPC UNAVAILABLE "Request timeout expired"): the server is too busy for that
+    deadline; retry with backoff only while the caller's own deadline allows."""
+
+
 class RequestRejectedError(ClientError):
-    """The server rejected this request (bad input, timeout in queue); retrying as is won't help."""
+    """The server (or the client, before sending) rejected this request as invalid (bad input,
+    too many items for its priority): retrying it as is won't help."""

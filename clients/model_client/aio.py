@@ -1,0 +1,244 @@
+"""asyncio clients: many requests in flight from one thread, over HTTP or gRPC.
+
+`AsyncTritonModelClient` is the asyncio twin of `TritonModelClient` (tritonclient.http.aio on
+aiohttp, tritonclient.grpc.aio on grpc.aio), with the same error mapping. `AsyncResilientClient`
+adds retries with backoff, fallback and size limits exactly like `ResilientClient` (same pure
+planning and retry decisions). `infer_concurrently` runs a list of jobs with bounded concurrency
+and returns one result per job, in order: an outcome or the error, never a silent drop.
+
+    async with AsyncResilientClient("grpc", retry=RetryPolicy(deadline_s=2)) as client:
+        results = await infer_concurrently(client, jobs, concurrency=32)
+"""
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+
+from model_client.client import (
+    ModelInterface,
+    Protocol,
+    build_wire_inputs,
+    classify_triton_error,
+    interface_from_metadata,
+)
+from model_client.endpoints import DEFAULT_MANIFEST, resolve_url
+from model_client.errors import ClientError
+from model_client.policies import (
+    FallbackPolicy,
+    PriorityLimits,
+    RetryPolicy,
+    backoff_schedule,
+    gave_up,
+    is_retryable,
+    next_retry_delay,
+    server_timeout_us,
+)
+from model_client.resilient import CallPlan, InferenceOutcome, attempt_error, merge_parts, plan_call, slice_inputs
+
+
+class AsyncTritonModelClient:
+    """One connection (pool) to one server; safe for many concurrent coroutines of one loop."""
+
+    def __init__(self, url: str, protocol: Protocol | str = Protocol.HTTP, network_timeout_s: float = 30.0):
+        self.url = url
+        self.protocol = Protocol(protocol)
+        if self.protocol is Protocol.HTTP:
+            import tritonclient.http.aio as module
+
+            self._client = module.InferenceServerClient(url, conn_timeout=network_timeout_s)
+        else:
+            import tritonclient.grpc.aio as module
+
+            self._client = module.InferenceServerClient(url)
+        self._module = module
+        self._interfaces: dict[str, ModelInterface] = {}
+
+    async def close(self) -> None:
+        await self._client.close()
+
+    async def __aenter__(self) -> "AsyncTritonModelClient":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+    async def interface(self, model: str) -> ModelInterface:
+        if model not in self._interfaces:
+            try:
+                if self.protocol is Protocol.HTTP:
+                    meta = await self._client.get_model_metadata(model)
+                else:
+                    meta = await self._client.get_model_metadata(model, as_json=True)
+            except Exception as exc:  # tritonclient raises its own and transport errors
+                raise classify_triton_error(exc, self.url, model) from None
+            self._interfaces[model] = interface_from_metadata(model, meta)
+        return self._interfaces[model]
+
+    async def infer(
+        self,
+        model: str,
+        inputs: Mapping[str, np.ndarray],
+        priority: int = 0,
+        timeout_us: int | None = None,
+        output_names: Sequence[str] | None = None,
+        client_timeout_s: float | None = None,
+    ) -> dict[str, np.ndarray]:
+        """Like `TritonModelClient.infer`; `client_timeout_s` is a gRPC deadline (HTTP: ignored)."""
+        interface = await self.interface(model)
+        wire_inputs = build_wire_inputs(self._module, interface, inputs)
+        names = list(output_names or [t.name for t in interface.outputs])
+        wire_outputs = [self._module.InferRequestedOutput(n) for n in names]
+        kwargs = {"priority": priority}
+        if timeout_us is not None:
+            kwargs["timeout"] = int(timeout_us)
+        if client_timeout_s is not None and self.protocol is Protocol.GRPC:
+            kwargs["client_timeout"] = float(client_timeout_s)
+        try:
+            result = await self._client.infer(model, wire_inputs, outputs=wire_outputs, **kwargs)
+        except Exception as exc:
+            raise classify_triton_error(exc, self.url, model) from None
+        return {n: result.as_numpy(n) for n in names}
+
+
+class AsyncResilientClient:
+    """`ResilientClient` for asyncio: retries sleep with `asyncio.sleep`, other calls go on."""
+
+    def __init__(
+        self,
+        protocol: Protocol | str = Protocol.HTTP,
+        url: str | None = None,
+        manifest: Path = DEFAULT_MANIFEST,
+        retry: RetryPolicy = RetryPolicy(),
+        fallback: FallbackPolicy | None = None,
+        limits: PriorityLimits | None = None,
+        rng: random.Random | None = None,
+        sleep: Callable[[float], object] = asyncio.sleep,
+        clock: Callable[[], float] = time.monotonic,
+        network_timeout_s: float = 30.0,
+        client_factory: Callable[..., AsyncTritonModelClient] | None = None,
+    ):
+        self.protocol = Protocol(protocol)
+        self.url, self.manifest = url, Path(manifest)
+        self.retry, self.fallback, self.limits = retry, fallback, limits
+        self._rng = rng or random.Random()
+        self._sleep, self._clock = sleep, clock
+        self._network_timeout_s = network_timeout_s
+        #: How a connection is made: (url, protocol, network_timeout_s) -> client. Tests inject one.
+        self._client_factory = client_factory or AsyncTritonModelClient
+        self._clients: dict[str, AsyncTritonModelClient] = {}
+
+    def client_for(self, model: str) -> AsyncTritonModelClient:
+        url = resolve_url(model, self.protocol, self.url, self.manifest)
+        if url not in self._clients:
+            self._clients[url] = self._client_factory(url, self.protocol, self._network_timeout_s)
+        return self._clients[url]
+
+    async def close(self) -> None:
+        for client in self._clients.values():
+            await client.close()
+        self._clients.clear()
+
+    async def __aenter__(self) -> "AsyncResilientClient":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+    async def infer(self, model: str, inputs: Mapping[str, np.ndarray], priority: int = 0,
+                    timeout_us: int | None = None) -> InferenceOutcome:
+        start = self._clock()
+        plan = plan_call(model, inputs, priority, self.limits, self.fallback)
+        # The parts of one call go concurrently: each is its own request in the server's queue.
+        parts = await asyncio.gather(*(
+            self._request(plan, slice_inputs(inputs, lo, hi), priority, timeout_us) for lo, hi in plan.ranges
+        ))
+        return InferenceOutcome(merge_parts([p[0] for p in parts]), model, tuple(p[1] for p in parts),
+                                sum(p[2] for p in parts), self._clock() - start)
+
+    async def _request(self, plan: CallPlan, inputs: dict[str, np.ndarray], priority: int,
+                       timeout_us: int | None) -> tuple[dict[str, np.ndarray], str, int]:
+        schedule = backoff_schedule(self.retry, self._rng)
+        start, calls, attempts = self._clock(), 0, 0
+        while True:
+            attempts += 1
+            errors: list[tuple[str, ClientError]] = []
+            for model in plan.models:
+                remaining = self.retry.deadline_s - (self._clock() - start)
+                if remaining <= 0 and errors:
+                    break
+                calls += 1
+                try:
+                    outputs = await self.client_for(model).infer(
+                        model, inputs, priority=priority, timeout_us=server_timeout_us(timeout_us, remaining),
+                        client_timeout_s=max(remaining, 0.001),
+                    )
+                    return outputs, model, calls
+                except ClientError as exc:  # 503/UNAVAILABLE or unreachable: the fallback may still answer
+                    errors.append((model, exc))
+                    if not is_retryable(exc, self.retry):
+                        break
+            error = attempt_error(errors)
+            elapsed = self._clock() - start
+            delay = next_retry_delay(self.retry, error, attempts, elapsed, schedule)
+            if delay is None:
+                raise gave_up(error, attempts, elapsed, self.retry) from None
+            await self._sleep(delay)
+
+
+@dataclass(frozen=True)
+class InferenceJob:
+    model: str
+    inputs: Mapping[str, np.ndarray] = field(repr=False)
+    priority: int = 0
+    timeout_us: int | None = None
+
+
+@dataclass(frozen=True)
+class InferenceResult:
+    """Exactly one of `outcome` and `error` is set."""
+
+    job: InferenceJob
+    outcome: InferenceOutcome | None = None
+    error: ClientError | None = None
+    #: When the job was sent and finished (time.monotonic), for latency accounting.
+    started_s: float = 0.0
+    finished_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome is not None
+
+    @property
+    def latency_s(self) -> float:
+        return self.finished_s - self.started_s
+
+
+async def infer_concurrently(client: AsyncResilientClient | AsyncTritonModelClient, jobs: Sequence[InferenceJob],
+                             concurrency: int = 16) -> list[InferenceResult]:
+    """Run `jobs` with at most `concurrency` in flight; one `InferenceResult` per job, in order.
+
+    A plain `AsyncTritonModelClient` makes one attempt per job (its outcome has calls == 1)."""
+    if concurrency < 1:
+        raise ClientError(f"concurrency = {concurrency}: allowed >= 1.")
+    gate = asyncio.Semaphore(concurrency)
+
+    async def run(job: InferenceJob) -> InferenceResult:
+        async with gate:
+            started = time.monotonic()
+            try:
+                if isinstance(client, AsyncResilientClient):
+                    outcome = await client.infer(job.model, job.inputs, job.priority, job.timeout_us)
+                else:
+                    outputs = await client.infer(job.model, job.inputs, job.priority, job.timeout_us)
+                    outcome = InferenceOutcome(outputs, job.model, (job.model,), 1, time.monotonic() - started)
+                return InferenceResult(job, outcome=outcome, started_s=started, finished_s=time.monotonic())
+            except ClientError as exc:
+                return InferenceResult(job, error=exc, started_s=started, finished_s=time.monotonic())
+
+    return list(await asyncio.gather(*(run(job) for job in jobs)))

@@ -1,0 +1,192 @@
+"""Calls that survive overload: retries with backoff, fallback to a smaller model, size limits.
+
+`ResilientClient` (blocking) and `model_client.aio.AsyncResilientClient` (asyncio) do the same
+thing, built from the same pure pieces (`policies`, `plan_call`, `merge_parts`):
+
+1. Split the items into requests the priority allows (`PriorityLimits`); refuse oversize
+   realtime requests before sending anything.
+2. Per request, per attempt: send to the model's endpoint (from run/manifest.json) with the queue
+   timeout shortened to what is left of the deadline; on 503/UNAVAILABLE try the fallback model
+   at once if the policy allows it for this priority (overload stage 2).
+3. Between attempts sleep the jittered backoff; stop at `max_attempts` or the deadline and raise
+   the last error, same type, saying how long it tried (overload stage 3 reaches the caller).
+
+Every call ends in an `InferenceOutcome` or a `ClientError`: nothing is dropped silently.
+"""
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Mapping
+
+import numpy as np
+
+from model_client.client import Protocol, TritonModelClient
+from model_client.endpoints import DEFAULT_MANIFEST, resolve_url
+from model_client.errors import ClientError, RequestRejectedError
+from model_client.policies import (
+    FallbackPolicy,
+    PriorityLimits,
+    RetryPolicy,
+    backoff_schedule,
+    gave_up,
+    is_retryable,
+    next_retry_delay,
+    server_timeout_us,
+)
+
+
+@dataclass(frozen=True)
+class InferenceOutcome:
+    """An answer, and how it was obtained."""
+
+    outputs: dict[str, np.ndarray]
+    requested_model: str
+    #: The model that answered each request sent (one per item range).
+    answered_by: tuple[str, ...]
+    #: Server calls made in total (primary and fallback, all attempts, all requests).
+    calls: int
+    elapsed_s: float
+
+    @property
+    def degraded(self) -> bool:
+        """True if any part was answered by a fallback model (overload stage 2)."""
+        return any(m != self.requested_model for m in self.answered_by)
+
+
+@dataclass(frozen=True)
+class CallPlan:
+    """The requests one call sends: item ranges, and the models to try in each attempt."""
+
+    ranges: tuple[tuple[int, int], ...]
+    models: tuple[str, ...]  # primary first, then its fallback if the priority allows one
+    level: int | None
+
+
+def item_count(inputs: Mapping[str, np.ndarray]) -> int:
+    sizes = {int(a.shape[0]) for a in inputs.values()} if inputs else set()
+    if len(sizes) != 1:
+        raise RequestRejectedError(f"inputs must share their first (batch) axis, got sizes {sorted(sizes)}.")
+    return sizes.pop()
+
+
+def plan_call(model: str, inputs: Mapping[str, np.ndarray], priority: int,
+              limits: PriorityLimits | None, fallback: FallbackPolicy | None) -> CallPlan:
+    """Pure: how a call is cut into requests and which models each attempt may use."""
+    items = item_count(inputs)
+    if limits is None:
+        ranges, level = ((0, items),), (priority if priority >= 1 else None)
+    else:
+        ranges, level = limits.plan_requests(items, priority), limits.effective_level(priority)
+    smaller = fallback.fallback_for(model, level) if (fallback is not None and level is not None) else None
+    return CallPlan(ranges, (model,) if smaller is None else (model, smaller), level)
+
+
+def slice_inputs(inputs: Mapping[str, np.ndarray], start: int, stop: int) -> dict[str, np.ndarray]:
+    return {name: np.ascontiguousarray(a[start:stop]) for name, a in inputs.items()}
+
+
+def merge_parts(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    if len(parts) == 1:
+        return parts[0]
+    return {name: np.concatenate([p[name] for p in parts], axis=0) for name in parts[0]}
+
+
+def attempt_error(errors: list[tuple[str, ClientError]]) -> ClientError:
+    """The error of one attempt: the primary model's, and what its fallback said (same type as
+    the last one, which decides whether to retry)."""
+    if len(errors) == 1:
+        return errors[0][1]
+    (_, first), (fallback, last) = errors[0], errors[-1]
+    return type(last)(f"{first} Fallback {fallback!r}: {last}")
+
+
+class ResilientClient:
+    """Blocking client with retry, fallback and size limits; one per thread (HTTP connections are
+    not shared across threads), or use `model_client.aio` for many calls at once."""
+
+    def __init__(
+        self,
+        protocol: Protocol | str = Protocol.HTTP,
+        url: str | None = None,
+        manifest: Path = DEFAULT_MANIFEST,
+        retry: RetryPolicy = RetryPolicy(),
+        fallback: FallbackPolicy | None = None,
+        limits: PriorityLimits | None = None,
+        rng: random.Random | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+        network_timeout_s: float = 30.0,
+        client_factory: Callable[..., TritonModelClient] | None = None,
+    ):
+        self.protocol = Protocol(protocol)
+        self.url, self.manifest = url, Path(manifest)
+        self.retry, self.fallback, self.limits = retry, fallback, limits
+        self._rng = rng or random.Random()
+        self._sleep, self._clock = sleep, clock
+        self._network_timeout_s = network_timeout_s
+        #: How a connection is made: (url, protocol, network_timeout_s) -> client. Tests inject one.
+        self._client_factory = client_factory or TritonModelClient
+        self._clients: dict[str, TritonModelClient] = {}
+
+    def client_for(self, model: str) -> TritonModelClient:
+        """The connection to the server that serves `model` (the fallback may live elsewhere)."""
+        url = resolve_url(model, self.protocol, self.url, self.manifest)
+        if url not in self._clients:
+            self._clients[url] = self._client_factory(url, self.protocol, self._network_timeout_s)
+        return self._clients[url]
+
+    def close(self) -> None:
+        for client in self._clients.values():
+            client.close()
+        self._clients.clear()
+
+    def __enter__(self) -> "ResilientClient":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def infer(self, model: str, inputs: Mapping[str, np.ndarray], priority: int = 0,
+              timeout_us: int | None = None) -> InferenceOutcome:
+        start = self._clock()
+        plan = plan_call(model, inputs, priority, self.limits, self.fallback)
+        parts, answered_by, calls = [], [], 0
+        for lo, hi in plan.ranges:
+            outputs, used, n = self._request(plan, slice_inputs(inputs, lo, hi), priority, timeout_us)
+            parts.append(outputs)
+            answered_by.append(used)
+            calls += n
+        return InferenceOutcome(merge_parts(parts), model, tuple(answered_by), calls, self._clock() - start)
+
+    def _request(self, plan: CallPlan, inputs: dict[str, np.ndarray], priority: int,
+                 timeout_us: int | None) -> tuple[dict[str, np.ndarray], str, int]:
+        """One request with retries: (outputs, model that answered, server calls made)."""
+        schedule = backoff_schedule(self.retry, self._rng)
+        start, calls, attempts = self._clock(), 0, 0
+        while True:
+            attempts += 1
+            errors: list[tuple[str, ClientError]] = []
+            for model in plan.models:
+                remaining = self.retry.deadline_s - (self._clock() - start)
+                if remaining <= 0 and errors:
+                    break
+                calls += 1
+                try:
+                    outputs = self.client_for(model).infer(
+                        model, inputs, priority=priority, timeout_us=server_timeout_us(timeout_us, remaining),
+                        client_timeout_s=max(remaining, 0.001),
+                    )
+                    return outputs, model, calls
+                except ClientError as exc:  # 503/UNAVAILABLE or unreachable: the fallback may still answer
+                    errors.append((model, exc))
+                    if not is_retryable(exc, self.retry):
+                        break
+            error = attempt_error(errors)
+            elapsed = self._clock() - start
+            delay = next_retry_delay(self.retry, error, attempts, elapsed, schedule)
+            if delay is None:
+                raise gave_up(error, attempts, elapsed, self.retry) from None
+            self._sleep(delay)

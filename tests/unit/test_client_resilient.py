@@ -1,0 +1,186 @@
+"""The retry/fallback loops of ResilientClient and AsyncResilientClient, driven by a scripted
+connection and a fake clock (no server: this checks the client's decisions, not Triton; the same
+loops run against real servers in tests/integration/test_priorities_and_overload.py)."""
+from __future__ import annotations
+
+import asyncio
+import random
+
+import numpy as np
+import pytest
+
+from model_client.aio import AsyncResilientClient, InferenceJob, infer_concurrently
+from model_client.client import classify_triton_error
+from model_client.errors import OverloadedError, QueueTimeoutError, RequestRejectedError, ServerUnavailableError
+from model_client.policies import FallbackPolicy, PriorityLimits, RetryPolicy, backoff_schedule
+from model_client.resilient import ResilientClient
+
+X = {"x": np.arange(4, dtype=np.float32).reshape(4, 1)}
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 0.0
+        self.sleeps: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+    async def async_sleep(self, seconds: float) -> None:
+        self.sleep(seconds)
+
+
+class ScriptedConnection:
+    """Answers each call with the next scripted item for the model: an exception or 'ok'."""
+
+    def __init__(self, script: dict[str, list], clock: FakeClock, call_s: float = 0.01):
+        self.script, self.clock, self.call_s = script, clock, call_s
+        self.calls: list[tuple[str, int, int | None]] = []
+
+    def infer(self, model, inputs, priority=0, timeout_us=None, client_timeout_s=None):
+        self.calls.append((model, len(inputs["x"]), timeout_us))
+        self.clock.now += self.call_s
+        item = self.script[model].pop(0)
+        if isinstance(item, Exception):
+            raise item
+        return {"y": inputs["x"] * (10 if model == "small" else 1)}
+
+    def close(self):
+        pass
+
+
+class AsyncScriptedConnection(ScriptedConnection):
+    async def infer(self, *args, **kwargs):
+        return ScriptedConnection.infer(self, *args, **kwargs)
+
+    async def close(self):
+        pass
+
+
+def overloaded():
+    return OverloadedError("model 'big' is overloaded: Exceeds maximum queue size; retry later with backoff.")
+
+
+def make_client(script, retry=RetryPolicy(max_attempts=4, deadline_s=5), fallback=None, limits=None, seed=3):
+    clock = FakeClock()
+    connection = ScriptedConnection(script, clock)
+    client = ResilientClient("grpc", url="fake:1", retry=retry, fallback=fallback, limits=limits,
+                             rng=random.Random(seed), sleep=clock.sleep, clock=clock,
+                             client_factory=lambda *a: connection)
+    return client, connection, clock
+
+
+def test_overload_is_retried_with_the_seeded_backoff_schedule_until_answered():
+    retry = RetryPolicy(max_attempts=4, deadline_s=5)
+    client, connection, clock = make_client({"big": [overloaded(), overloaded(), "ok"]}, retry=retry)
+    outcome = client.infer("big", X, priority=1)
+    assert outcome.calls == 3 and outcome.answered_by == ("big",) and not outcome.degraded
+    assert clock.sleeps == list(backoff_schedule(retry, random.Random(3))[:2])
+    np.testing.assert_array_equal(outcome.outputs["y"], X["x"])
+
+
+def test_bad_input_is_never_retried():
+    client, connection, clock = make_client({"big": [RequestRejectedError("wrong shape"), "ok"]})
+    with pytest.raises(RequestRejectedError, match="wrong shape"):
+        client.infer("big", X)
+    assert len(connection.calls) == 1 and clock.sleeps == []
+
+
+def test_attempts_are_bounded_and_the_last_error_reaches_the_caller():
+    client, connection, clock = make_client({"big": [overloaded()] * 10}, retry=RetryPolicy(max_attempts=3, deadline_s=60))
+    with pytest.raises(OverloadedError, match=r"Gave up after 3 attempt\(s\)"):
+        client.infer("big", X)
+    assert len(connection.calls) == 3 and len(clock.sleeps) == 2
+
+
+def test_the_total_deadline_bounds_attempts_sleeps_and_the_servers_queue_timeout():
+    retry = RetryPolicy(max_attempts=50, base_delay_s=0.2, max_delay_s=0.2, deadline_s=1.0)
+    client, connection, clock = make_client({"big": [QueueTimeoutError("Request timeout expired")] * 50}, retry=retry)
+    with pytest.raises(QueueTimeoutError, match="Gave up after"):
+        client.infer("big", X, timeout_us=5_000_000)
+    assert clock.now < 1.0 + 0.01 + 1e-9  # never sleeps past the deadline (plus at most one call)
+    sent_timeouts = [t for _, _, t in connection.calls]
+    assert sent_timeouts[0] == 1_000_000  # the caller's 5 s shortened to the 1 s deadline
+    assert all(b < a for a, b in zip(sent_timeouts, sent_timeouts[1:]))  # shrinking with what is left
+
+
+def test_realtime_overload_falls_back_to_the_smaller_model_at_once():
+    fallback = FallbackPolicy.of({"big": "small"})
+    client, connection, clock = make_client({"big": [overloaded()], "small": ["ok"]}, fallback=fallback)
+    outcome = client.infer("big", X, priority=1)
+    assert outcome.answered_by == ("small",) and outcome.degraded and outcome.calls == 2
+    assert clock.sleeps == []  # degrading is immediate; backoff only when both are full
+    np.testing.assert_array_equal(outcome.outputs["y"], X["x"] * 10)
+
+
+def test_batch_priority_does_not_degrade_it_backs_off():
+    fallback = FallbackPolicy.of({"big": "small"})
+    client, connection, clock = make_client({"big": [overloaded(), "ok"], "small": []}, fallback=fallback)
+    outcome = client.infer("big", X, priority=2)
+    assert outcome.answered_by == ("big",) and len(clock.sleeps) == 1
+    assert [m for m, _, _ in connection.calls] == ["big", "big"]
+
+
+def test_when_both_models_are_full_the_caller_gets_overloaded_after_bounded_retries():
+    fallback = FallbackPolicy.of({"big": "small"})
+    retry = RetryPolicy(max_attempts=2, deadline_s=5)
+    client, connection, _ = make_client({"big": [overloaded()] * 2, "small": [overloaded()] * 2}, retry=retry, fallback=fallback)
+    with pytest.raises(OverloadedError, match="Gave up after 2 attempt") as info:
+        client.infer("big", X, priority=1)
+    assert "model 'big' is overloaded" in str(info.value) and "Fallback 'small'" in str(info.value)
+    assert [m for m, _, _ in connection.calls] == ["big", "small", "big", "small"]
+
+
+def test_an_unreachable_primary_degrades_to_the_fallback_for_realtime():
+    fallback = FallbackPolicy.of({"big": "small"})
+    client, _, _ = make_client({"big": [ServerUnavailableError("refused")], "small": ["ok"]}, fallback=fallback)
+    assert client.infer("big", X, priority=1).answered_by == ("small",)
+
+
+def test_lowest_priority_work_is_sent_in_requests_of_the_allowed_size():
+    limits = PriorityLimits(default_level=2, max_items=((1, 1), (2, 3)))
+    client, connection, _ = make_client({"big": ["ok", "ok"]}, limits=limits)
+    outcome = client.infer("big", X)  # 4 items at the default (batch) level, at most 3 per request
+    assert [n for _, n, _ in connection.calls] == [3, 1] and outcome.answered_by == ("big", "big")
+    np.testing.assert_array_equal(outcome.outputs["y"], X["x"])
+    with pytest.raises(RequestRejectedError, match="at most 1 per request"):
+        client.infer("big", X, priority=1)
+
+
+def test_async_client_makes_the_same_decisions_and_accounts_for_every_job():
+    clock = FakeClock()
+    fallback = FallbackPolicy.of({"big": "small"})
+    connection = AsyncScriptedConnection(
+        {"big": [overloaded(), "ok", RequestRejectedError("bad"), overloaded()], "small": ["ok", overloaded()]}, clock)
+
+    async def main():
+        async with AsyncResilientClient("grpc", url="fake:1", retry=RetryPolicy(max_attempts=1), fallback=fallback,
+                                        rng=random.Random(0), sleep=clock.async_sleep, clock=clock,
+                                        client_factory=lambda *a: connection) as client:
+            jobs = [InferenceJob("big", X, priority=1), InferenceJob("big", X, priority=2),
+                    InferenceJob("big", X, priority=2), InferenceJob("big", X, priority=1)]
+            return await infer_concurrently(client, jobs, concurrency=1)
+
+    results = asyncio.run(main())
+    assert [r.ok for r in results] == [True, True, False, False]
+    assert results[0].outcome.answered_by == ("small",) and results[1].outcome.answered_by == ("big",)
+    assert isinstance(results[2].error, RequestRejectedError) and isinstance(results[3].error, OverloadedError)
+
+
+@pytest.mark.parametrize("message, status, expected", [
+    ("[request id: <id_unknown>] Exceeds maximum queue size", "503", OverloadedError),
+    ("[request id: <id_unknown>] Exceeds maximum queue size", "StatusCode.UNAVAILABLE", OverloadedError),
+    ("Request timeout expired", "StatusCode.UNAVAILABLE", QueueTimeoutError),
+    ("Request timeout expired", "503", QueueTimeoutError),
+    ("unexpected shape for input 'image'", "400", RequestRejectedError),
+])
+def test_triton_errors_map_to_what_a_caller_can_act_on(message, status, expected):
+    from tritonclient.utils import InferenceServerException
+
+    error = classify_triton_error(InferenceServerException(msg=message, status=status), "h:1", "m")
+    assert type(error) is expected
+    assert "\n" not in str(error)
