@@ -1,0 +1,150 @@
+"""Prometheus alert rules for Triton, with the thresholds of the field report (section 8.2).
+
+The field report's rules: accelerator utilisation below 30% for 5 minutes (waste: investigate),
+P99 above 80% of the SLA (early warning), accelerator memory above 90% (OOM is near), error rate
+above 0.5% (critical) and a queue that keeps growing (critical: overload is near). Each GPU rule
+has a CPU twin on the metrics Triton publishes with `--allow-cpu-metrics=true`, so the same rules
+protect a CPU-only host. `TritonTargetDown` is added: a dead partition publishes no metric at all,
+so every other rule would stay silent.
+
+`render_alert_rules` is pure; `python -m operations.alert_rules` rewrites the committed
+alert_rules.yml (a unit test keeps the two equal) and alert_rules_test.yml holds promtool tests.
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from operations.errors import MonitorConfigError
+
+RULES_PATH = Path(__file__).with_name("alert_rules.yml")
+RULES_TEST_PATH = Path(__file__).with_name("alert_rules_test.yml")
+#: Labels that identify one model on one partition (Triton's own plus the scrape's).
+MODEL_LABELS = "job, instance, partition, model, version"
+_DURATION = re.compile(r"^[1-9][0-9]*[smh]$")
+
+
+@dataclass(frozen=True)
+class AlertThresholds:
+    """When each alert fires. Defaults are the field report's numbers; the SLA is the service's."""
+
+    #: The P99 latency the service promises; the alert warns at `sla_warning_fraction` of it.
+    p99_sla_ms: float = 100.0
+    sla_warning_fraction: float = 0.80
+    latency_for: str = "2m"
+    low_utilisation: float = 0.30
+    low_utilisation_for: str = "5m"
+    memory_fraction: float = 0.90
+    memory_for: str = "2m"
+    error_rate: float = 0.005
+    error_rate_window: str = "5m"
+    error_rate_for: str = "1m"
+    #: Growing = positive slope over the window, for `queue_growth_for`, with at least this many waiting.
+    queue_growth_window: str = "2m"
+    queue_growth_for: str = "3m"
+    queue_min_depth: int = 2
+    target_down_for: str = "1m"
+    job: str = "triton"
+
+    def __post_init__(self) -> None:
+        if not 0 < self.p99_sla_ms <= 600_000:
+            raise MonitorConfigError(f"p99_sla_ms = {self.p99_sla_ms!r}: expected milliseconds in (0, 600000].")
+        for name in ("sla_warning_fraction", "low_utilisation", "memory_fraction", "error_rate"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1:
+                raise MonitorConfigError(f"{name} = {value!r}: expected a fraction strictly between 0 and 1.")
+        for name in ("latency_for", "low_utilisation_for", "memory_for", "error_rate_window",
+                     "error_rate_for", "queue_growth_window", "queue_growth_for", "target_down_for"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not _DURATION.match(value):
+                raise MonitorConfigError(f"{name} = {value!r}: expected a Prometheus duration such as '30s', '5m' or '1h'.")
+        if isinstance(self.queue_min_depth, bool) or not isinstance(self.queue_min_depth, int) or self.queue_min_depth < 1:
+            raise MonitorConfigError(f"queue_min_depth = {self.queue_min_depth!r}: expected an integer >= 1.")
+        if not re.match(r"^[a-zA-Z_][a-zA-Z0-9_-]*$", self.job):
+            raise MonitorConfigError(f"job = {self.job!r}: expected a Prometheus job name (letters, digits, _ and -).")
+
+    @property
+    def p99_warning_seconds(self) -> float:
+        return round(self.p99_sla_ms * self.sla_warning_fraction / 1000.0, 6)
+
+
+def _rule(name: str, expr: str, duration: str, severity: str, resource: str, summary: str, description: str) -> dict[str, Any]:
+    return {
+        "alert": name, "expr": expr, "for": duration,
+        "labels": {"severity": severity, "resource": resource},
+        "annotations": {"summary": summary, "description": description},
+    }
+
+
+def render_alert_rules(t: AlertThresholds) -> dict[str, Any]:
+    """The rule file as a mapping (groups -> rules), ready for YAML."""
+    util_pct, mem_pct = f"{t.low_utilisation:.0%}", f"{t.memory_fraction:.0%}"
+    failures = f"sum by ({MODEL_LABELS}) (rate(nv_inference_request_failure[{t.error_rate_window}]))"
+    successes = f"sum by ({MODEL_LABELS}) (rate(nv_inference_request_success[{t.error_rate_window}]))"
+    pending = "nv_inference_pending_request_count"
+    rules = [
+        _rule("TritonGpuUtilisationLow", f"nv_gpu_utilization < {t.low_utilisation}", t.low_utilisation_for,
+              "info", "gpu", f"GPU utilisation below {util_pct} for {t.low_utilisation_for}",
+              "GPU {{ $labels.gpu_uuid }} on {{ $labels.instance }} is {{ $value | humanizePercentage }} busy: "
+              "capacity is idle (larger batches, more models per GPU, or fewer GPUs)."),
+        _rule("TritonCpuUtilisationLow", f"nv_cpu_utilization < {t.low_utilisation}", t.low_utilisation_for,
+              "info", "cpu", f"CPU utilisation below {util_pct} for {t.low_utilisation_for}",
+              "Host of {{ $labels.instance }} is {{ $value | humanizePercentage }} busy: "
+              "capacity is idle (larger batches or fewer partitions)."),
+        _rule("TritonP99LatencyNearSla",
+              f'nv_inference_request_summary_us{{quantile="0.99"}} / 1e6 > {t.p99_warning_seconds}', t.latency_for,
+              "warning", "latency",
+              f"P99 above {t.sla_warning_fraction:.0%} of the {t.p99_sla_ms:g} ms SLA",
+              "{{ $labels.model }} v{{ $labels.version }} on {{ $labels.instance }}: P99 {{ $value | humanizeDuration }} "
+              "(queue or compute time is growing; see the dashboard's queue and batch panels)."),
+        _rule("TritonGpuMemoryHigh", f"nv_gpu_memory_used_bytes / nv_gpu_memory_total_bytes > {t.memory_fraction}",
+              t.memory_for, "warning", "gpu", f"GPU memory above {mem_pct}",
+              "GPU {{ $labels.gpu_uuid }} on {{ $labels.instance }} is {{ $value | humanizePercentage }} full: "
+              "an out-of-memory failure is near."),
+        _rule("TritonCpuMemoryHigh", f"nv_cpu_memory_used_bytes / nv_cpu_memory_total_bytes > {t.memory_fraction}",
+              t.memory_for, "warning", "cpu", f"Host memory above {mem_pct}",
+              "Host of {{ $labels.instance }} is {{ $value | humanizePercentage }} full: an out-of-memory failure is near."),
+        _rule("TritonErrorRateHigh", f"{failures} / ({successes} + {failures}) > {t.error_rate}", t.error_rate_for,
+              "critical", "errors", f"Error rate above {t.error_rate:.1%}",
+              "{{ $labels.model }} v{{ $labels.version }} on {{ $labels.instance }} fails "
+              "{{ $value | humanizePercentage }} of requests: look at the server log now."),
+        _rule("TritonQueueDepthGrowing",
+              f"deriv({pending}[{t.queue_growth_window}]) > 0 and {pending} >= {t.queue_min_depth}",
+              t.queue_growth_for, "critical", "queue", "Request queue keeps growing",
+              "{{ $labels.model }} on {{ $labels.instance }}: the queue grows by {{ printf \"%.2f\" $value }} "
+              "requests/s: arrivals exceed capacity, overload is near."),
+        _rule("TritonTargetDown", f'up{{job="{t.job}"}} == 0', t.target_down_for, "critical", "availability",
+              "Triton metrics endpoint down",
+              "{{ $labels.instance }} (partition {{ $labels.partition }}) does not answer scrapes: the server is down or hung."),
+    ]
+    return {"groups": [{"name": "triton-field-report", "rules": rules}]}
+
+
+def alert_rules_yaml(thresholds: AlertThresholds) -> str:
+    import yaml
+
+    header = "# Generated by `python -m operations.alert_rules`: edit operations/alert_rules.py, not this file.\n"
+    return header + yaml.safe_dump(render_alert_rules(thresholds), sort_keys=False, width=1000)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="operations.alert_rules", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sla-ms", type=float, default=AlertThresholds.p99_sla_ms, help="P99 SLA in milliseconds")
+    parser.add_argument("--output", type=Path, default=RULES_PATH)
+    args = parser.parse_args(argv)
+    try:
+        text = alert_rules_yaml(AlertThresholds(p99_sla_ms=args.sla_ms))
+    except MonitorConfigError as exc:
+        print(f"operations.alert_rules: error: {exc}", file=sys.stderr)
+        return 2
+    args.output.write_text(text)
+    print(f"wrote {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

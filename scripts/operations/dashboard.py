@@ -1,0 +1,114 @@
+"""A Grafana dashboard for the Triton partitions Prometheus scrapes (`python -m operations.dashboard`).
+
+Latency percentiles come from Triton's latency summaries (`--metrics-config=summary_latencies=true`,
+set by serving.server.ServerSettings); averages, queue time and batch size are ratios of Triton's
+counters (batch size = inferences / executions, see Triton's metrics docs). Every query selects by
+the `$datasource` and `$model` template variables, so the JSON imports into any Grafana.
+"""
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+DASHBOARD_PATH = Path(__file__).with_name("grafana_dashboard.json")
+#: Names scraped from a real Triton 2.51 run (how: see the file's header) plus the documented GPU-only ones.
+METRIC_NAMES_PATH = Path(__file__).with_name("triton_metric_names.txt")
+DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
+_M = '{model=~"$model"}'
+_RATE = "[$__rate_interval]"
+
+
+def _per_model_rate(metric: str) -> str:
+    return f"sum by (partition, model) (rate({metric}{_M}{_RATE}))"
+
+
+def _ratio(numerator: str, denominator: str) -> str:
+    return f"{_per_model_rate(numerator)} / {_per_model_rate(denominator)}"
+
+
+#: (title, unit, [(expr, legend)]) in display order.
+PANELS: tuple[tuple[str, str, list[tuple[str, str]]], ...] = (
+    ("Request latency P50 / P90 / P99 (Triton summary, sliding window)", "µs",
+     [(f'nv_inference_request_summary_us{{model=~"$model", quantile=~"0.5|0.9|0.99"}}', "{{model}} p{{quantile}}")]),
+    ("Average request latency (counters)", "µs",
+     [(_ratio("nv_inference_request_duration_us", "nv_inference_request_success"), "{{model}}")]),
+    ("Throughput", "reqps",
+     [(_per_model_rate("nv_inference_request_success"), "{{model}} requests/s"),
+      (_per_model_rate("nv_inference_count"), "{{model}} inferences/s")]),
+    ("Queue time per request", "µs",
+     [(_ratio("nv_inference_queue_duration_us", "nv_inference_request_success"), "{{model}} mean"),
+      (f'nv_inference_queue_summary_us{{model=~"$model", quantile="0.99"}}', "{{model}} p99")]),
+    ("Queue depth (pending requests)", "short",
+     [(f"sum by (partition, model) (nv_inference_pending_request_count{_M})", "{{model}}")]),
+    ("Average batch size (inferences / executions)", "short",
+     [(_ratio("nv_inference_count", "nv_inference_exec_count"), "{{model}}")]),
+    ("Compute time per execution", "µs",
+     [(_ratio("nv_inference_compute_input_duration_us", "nv_inference_exec_count"), "{{model}} input"),
+      (_ratio("nv_inference_compute_infer_duration_us", "nv_inference_exec_count"), "{{model}} infer"),
+      (_ratio("nv_inference_compute_output_duration_us", "nv_inference_exec_count"), "{{model}} output")]),
+    ("Failures and rejections by reason (REJECTED = queue timeout)", "reqps",
+     [(f"sum by (partition, model, reason) (rate(nv_inference_request_failure{_M}{_RATE}))", "{{model}} {{reason}}")]),
+    ("Error rate (alert above 0.5%)", "percentunit",
+     [(f"{_per_model_rate('nv_inference_request_failure')} / ({_per_model_rate('nv_inference_request_success')}"
+       f" + {_per_model_rate('nv_inference_request_failure')})", "{{model}}")]),
+    ("Utilisation (alert below 30% for 5m)", "percentunit",
+     [("nv_cpu_utilization", "CPU {{partition}}"), ("nv_gpu_utilization", "GPU {{gpu_uuid}}")]),
+    ("Memory used (alert above 90%)", "percentunit",
+     [("nv_cpu_memory_used_bytes / nv_cpu_memory_total_bytes", "host {{partition}}"),
+      ("nv_gpu_memory_used_bytes / nv_gpu_memory_total_bytes", "GPU {{gpu_uuid}}")]),
+    ("Scrape health (1 = up)", "short", [('up{job="triton"}', "{{partition}} {{instance}}")]),
+)
+
+
+def render_dashboard(title: str = "Triton model serving") -> dict[str, Any]:
+    panels = []
+    for index, (panel_title, unit, queries) in enumerate(PANELS):
+        panels.append({
+            "id": index + 1, "type": "timeseries", "title": panel_title, "datasource": DATASOURCE,
+            "gridPos": {"h": 8, "w": 12, "x": 12 * (index % 2), "y": 8 * (index // 2)},
+            "fieldConfig": {"defaults": {"unit": unit}, "overrides": []},
+            "targets": [{"refId": chr(ord("A") + i), "datasource": DATASOURCE, "expr": expr, "legendFormat": legend}
+                        for i, (expr, legend) in enumerate(queries)],
+        })
+    variables = [
+        {"name": "datasource", "type": "datasource", "query": "prometheus", "label": "Prometheus"},
+        {"name": "model", "type": "query", "datasource": DATASOURCE, "query": "label_values(nv_inference_count, model)",
+         "includeAll": True, "multi": True, "current": {"text": "All", "value": "$__all"}, "refresh": 2},
+    ]
+    return {
+        "title": title, "uid": "triton-model-serving", "schemaVersion": 39, "version": 1, "editable": True,
+        "tags": ["triton", "inference"], "time": {"from": "now-1h", "to": "now"}, "refresh": "10s",
+        "templating": {"list": variables}, "panels": panels,
+    }
+
+
+_PROMQL_WORDS = {"by", "without", "and", "or", "unless", "on", "ignoring", "group_left", "group_right", "bool", "offset"}
+
+
+def promql_metric_names(expr: str) -> set[str]:
+    """Metric names a PromQL expression selects (label matchers, ranges, groupings and functions removed)."""
+    stripped = re.sub(r'"(?:[^"\\]|\\.)*"', "", expr)
+    stripped = re.sub(r"\{[^}]*\}|\[[^\]]*\]", " ", stripped)
+    stripped = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", " ", stripped)
+    names = set(re.findall(r"(?<![\w$.])([a-zA-Z_:][a-zA-Z0-9_:]*)\b(?!\s*\()", stripped))
+    return {n for n in names if n not in _PROMQL_WORDS and not re.fullmatch(r"[0-9.e]+", n)}
+
+
+def triton_metric_names(gpu: bool = True) -> set[str]:
+    """The fixture's metric names; `gpu=False` keeps only those scraped here (no GPU on this host)."""
+    scraped, documented = METRIC_NAMES_PATH.read_text().split("# GPU-only", 1)
+    names = lambda text: {line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")}
+    return names(scraped) | (names(documented.split("\n", 1)[1]) if gpu else set())
+
+
+def main() -> int:
+    DASHBOARD_PATH.write_text(json.dumps(render_dashboard(), indent=2, ensure_ascii=False) + "\n")
+    print(f"wrote {DASHBOARD_PATH}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
