@@ -1,0 +1,5 @@
+import sys
+
+from perf_sweep.cli import main
+
+sys.exit(main())

@@ -1,0 +1,316 @@
+"""`perf_sweep run`: every served model's sweeps, the A/B comparisons, the report.
+
+Order of work: read run/manifest.json (where each model is served) and serving.toml (what it is);
+per model, ask the server for its inputs and generate production-like input files; run a
+concurrency sweep, find its knee, then a Poisson request-rate sweep planned around the measured
+peak; then the A/B block (see `ab.py`) for the main model; finally results.json and report.md in
+reports/perf/<timestamp>/.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import sysconfig
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from perf_sweep import inputs as gen
+from perf_sweep.errors import SweepPlanError, SweepRunError
+from perf_sweep.knee import KneeResult, LoadPoint, find_knee
+from perf_sweep.plan import Endpoint, LoadMode, Measurement, SweepSpec, concurrency_levels, request_rate_levels
+from perf_sweep.results import PerfRecord
+from perf_sweep.runner import RunFolder, run_sweep
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class CampaignOptions:
+    config: Path = PROJECT_ROOT / "model_repository" / "serving.toml"
+    manifest: Path = PROJECT_ROOT / "run" / "manifest.json"
+    out_root: Path = PROJECT_ROOT / "reports" / "perf"
+    artifacts: Path = PROJECT_ROOT / "artifacts"
+    run_id: str = field(default_factory=lambda: time.strftime("%Y%m%d-%H%M%S"))
+    models: tuple[str, ...] = ()  # empty: every model in the manifest
+    max_concurrency: int = 32
+    rate_fractions: tuple[float, ...] = (0.25, 0.5, 0.8, 1.1)
+    measurement: Measurement = Measurement()
+    seed: int = 0
+    #: Longest text in tokens; None: the `max_length` option of the served text model(s), else 128.
+    text_max_tokens: int | None = None
+    text_count: int = 400
+    ab_model: str | None = "digit_classifier"
+    static_batch: int = 8
+    delays_ms: tuple[float, ...] = (0, 2, 5, 10, 20)
+    sparse_rate: float = 20.0
+    loadgen_seconds: float = 6.0
+    #: Write the chosen max_queue_delay into serving.toml (the source of truth) after the run.
+    write_back: bool = False
+    command: str = "python -m perf_sweep run"
+
+    def __post_init__(self) -> None:
+        if self.max_concurrency < 1:
+            raise SweepPlanError(f"`max_concurrency` = {self.max_concurrency} must be >= 1.")
+        if self.text_max_tokens is not None and self.text_max_tokens < 8:
+            raise SweepPlanError(f"`text_max_tokens` = {self.text_max_tokens} must be >= 8.")
+        if self.loadgen_seconds <= 0 or self.sparse_rate <= 0:
+            raise SweepPlanError("`loadgen_seconds` and `sparse_rate` must be > 0.")
+
+
+def endpoints_from_manifest(manifest: Mapping[str, Any]) -> tuple[Endpoint, ...]:
+    """Endpoints of every model in a run/manifest.json document (written by `serving serve`)."""
+    models = manifest.get("models")
+    if not isinstance(models, Mapping) or not models:
+        raise SweepPlanError("the server manifest lists no models: start the servers with `make serve`.")
+    endpoints = []
+    for name, entry in sorted(models.items()):
+        missing = [k for k in ("http", "grpc", "metrics") if k not in entry]
+        if missing:
+            raise SweepPlanError(f"manifest entry of model {name!r} lacks {missing}; got keys {sorted(entry)}.")
+        partition = str(entry.get("partition", "default"))
+        part = manifest.get("partitions", {}).get(partition, {})
+        endpoints.append(Endpoint(model=name, http_url=entry["http"], grpc_url=entry["grpc"],
+                                  metrics_url=entry["metrics"], server=partition,
+                                  cpus=tuple(int(c) for c in part.get("cpus", ())),
+                                  intra_op_threads=int(part.get("intra_op_threads") or 0)))
+    return tuple(endpoints)
+
+
+@dataclass(frozen=True)
+class PreparedInputs:
+    """An input file for perf_analyzer, the same samples as an array for the Python client."""
+
+    input_name: str
+    kind: str  # "image", "text" or "random"
+    path: str  # a file, or "random"
+    samples: Any  # np.ndarray [N, *dims] or None
+    datatype: str
+    description: str
+
+
+def input_kind(model_config: Mapping[str, Any]) -> tuple[str, str]:
+    """("image", name) for one FP32 [1,8,8] input, ("text", name) for one string input, else
+    ("random", "") -- perf_analyzer's random data, flagged in the report as not production-like."""
+    model_inputs = model_config.get("input", [])
+    if len(model_inputs) == 1:
+        tensor = model_inputs[0]
+        dims = [int(d) for d in tensor.get("dims", [])]
+        if tensor.get("data_type") == "TYPE_FP32" and dims == [1, 8, 8]:
+            return "image", tensor["name"]
+        if tensor.get("data_type") == "TYPE_STRING":
+            return "text", tensor["name"]
+    return "random", ""
+
+
+def ensemble_steps(model_configs) -> set[str]:
+    """Names of models that some ensemble calls as a step (swept through the ensemble instead)."""
+    return {step["model_name"] for config in model_configs
+            for step in (config.get("ensemble_scheduling") or {}).get("step", [])}
+
+
+def fetch_model_config(http_url: str, model: str) -> dict[str, Any]:
+    try:
+        with urllib.request.urlopen(f"http://{http_url}/v2/models/{model}/config", timeout=10) as response:
+            return json.loads(response.read())
+    except OSError as exc:
+        raise SweepRunError(f"could not read {model}'s config from http://{http_url}: {exc}") from None
+
+
+def text_max_tokens(spec, explicit: int | None = None) -> int:
+    """The token length texts are generated up to: explicit, else the served text models' max_length."""
+    if explicit:
+        return explicit
+    lengths = [int(m.options["max_length"]) for m in spec.models if "max_length" in (m.options or {})]
+    return max(lengths) if lengths else 128
+
+
+def prepare_inputs(model: str, model_config: Mapping[str, Any], out_dir: Path, opts: CampaignOptions,
+                   max_tokens: int = 128) -> PreparedInputs:
+    kind, name = input_kind(model_config)
+    if kind == "image":
+        split = opts.artifacts / "digit_classifier" / "test_split.npz"
+        images = gen.sample_digit_images(gen.load_test_split_images(split), seed=opts.seed)
+        path = gen.write_input_data(out_dir / f"{model}.json", gen.image_input_data(images, name))
+        text = f"{len(images)} held-out test-split digit images ({split.relative_to(PROJECT_ROOT)}), seed {opts.seed}, file `inputs/{path.name}`"
+        return PreparedInputs(name, kind, str(path), images, "FP32", text)
+    if kind == "text":
+        tokenizer = gen.minilm_tokenizer()
+        site = [Path(sysconfig.get_paths()["purelib"])]
+        paragraphs = gen.corpus_paragraphs(d for s in site for d in gen.installed_package_documents(s))
+        lengths = gen.long_tailed_token_lengths(opts.text_count, max_tokens, seed=opts.seed)
+        texts = gen.texts_with_token_lengths(paragraphs, lengths, tokenizer, seed=opts.seed)
+        summary = gen.LengthSummary.of([tokenizer.count(t) for t in texts], max_tokens)
+        path = gen.write_input_data(out_dir / f"{model}.json", gen.string_input_data(texts, name))
+        text = (f"{summary.count} texts from installed packages' documentation ({len(paragraphs)} paragraphs), "
+                f"MiniLM token lengths P50 {summary.p50:.0f}, P95 {summary.p95:.0f}, max {summary.longest}; "
+                f"{summary.near_max_fraction:.1%} at >= {summary.near_max_threshold} of {summary.max_tokens} tokens; "
+                f"seed {opts.seed}, file `inputs/{path.name}`")
+        samples = np.array([[t.encode()] for t in texts], dtype=object)
+        return PreparedInputs(name, kind, str(path), samples, "BYTES", text)
+    return PreparedInputs("", "random", "random", None, "", "perf_analyzer random data (model inputs not recognised)")
+
+
+def knee_of(records: Sequence[PerfRecord]) -> KneeResult | None:
+    points = [LoadPoint(r.load, r.throughput, r.p99_ms) for r in records
+              if r.status != "failed" and r.throughput > 0 and r.p99_ms > 0]
+    return find_knee(points) if len(points) >= 2 else None
+
+
+def past_the_knee(records: Sequence[PerfRecord], confirm_levels: int = 2) -> str | None:
+    """Stop a sweep once its knee lies `confirm_levels` measured levels behind the last one:
+    higher load would only add queueing (and minutes) to the run."""
+    knee = knee_of(records)
+    if knee is None or not knee.reached:
+        return None
+    behind = sum(1 for r in records if r.status != "failed" and r.load > knee.knee.load)
+    return f"the knee (load {knee.knee.load:g}) is {behind} levels behind" if behind >= confirm_levels else None
+
+
+def describe_knee(knee: KneeResult | None, records: Sequence[PerfRecord], mode: LoadMode) -> str:
+    unit = "concurrency" if mode is LoadMode.CONCURRENCY else "Poisson rate"
+    failed = [r for r in records if r.status == "failed"]
+    tail = f" The next level ({unit} {failed[0].load:g}) failed: {failed[0].note}." if failed else ""
+    if knee is None:
+        return "fewer than 2 measured levels: no knee." + tail
+    if not knee.reached:
+        return (f"not reached up to {unit} {knee.points[-1].load:g}; peak {knee.peak.throughput:.1f} infer/s "
+                f"(P99 {knee.peak.p99_ms:.1f} ms) is a lower bound of capacity. Rule: {knee.rule}." + tail)
+    k = knee.knee
+    load = knee.recommended_load
+    load_text = f"{max(1, math.floor(load))}" if mode is LoadMode.CONCURRENCY else f"{load:.0f} req/s"
+    return (f"{unit} {k.load:g} ({k.throughput:.1f} infer/s, P99 {k.p99_ms:.1f} ms). Recommended: run at "
+            f"{knee.operating_fraction:.0%} of it, i.e. {knee.recommended_throughput:.0f} infer/s ({unit} {load_text}), "
+            f"expected P99 ~{knee.expected_p99_ms:.1f} ms. Rule: {knee.rule}." + tail)
+
+
+Progress = Callable[[str], None]
+
+
+def run_served_sweeps(endpoint: Endpoint, variant: str, prepared: PreparedInputs, opts: CampaignOptions,
+                      folder: RunFolder, progress: Progress) -> tuple[list[PerfRecord], dict[str, Any]]:
+    """Concurrency sweep, then a Poisson sweep around the peak the first one measured."""
+    common = dict(model=endpoint.model, url=endpoint.grpc_url, input_data=prepared.path,
+                  measurement=opts.measurement, metrics_url=endpoint.metrics_url, variant=variant)
+    conc = SweepSpec(name=f"{endpoint.model}.concurrency", levels=concurrency_levels(opts.max_concurrency), **common)
+    records, _ = run_sweep(conc, folder, progress, stop_when=past_the_knee)
+    knees: dict[str, Any] = {}
+    knee = knee_of(records)
+    knees[conc.name] = {"text": describe_knee(knee, records, LoadMode.CONCURRENCY),
+                        "knee": knee.knee.__dict__ if knee and knee.knee else None,
+                        "peak": knee.peak.__dict__ if knee else None}
+    if knee is None:
+        return records, knees
+    rate = SweepSpec(name=f"{endpoint.model}.poisson", mode=LoadMode.REQUEST_RATE,
+                     levels=request_rate_levels(knee.peak.throughput, opts.rate_fractions), **common)
+    rate_records, _ = run_sweep(rate, folder, progress)
+    rate_knee = knee_of(rate_records)
+    knees[rate.name] = {"text": describe_knee(rate_knee, rate_records, LoadMode.REQUEST_RATE),
+                        "knee": rate_knee.knee.__dict__ if rate_knee and rate_knee.knee else None,
+                        "peak": rate_knee.peak.__dict__ if rate_knee else None}
+    return records + rate_records, knees
+
+
+def _isolation(spec, endpoints, prepared_by_model, results, opts, folder, progress) -> list[PerfRecord]:
+    """Partitioned vs shared for the A/B model and a neighbour of another partition with the same inputs."""
+    from perf_sweep.isolation import run_isolation_ab
+    from perf_sweep.plan import find_perf_analyzer, perf_analyzer_environment
+
+    main_ep = next(e for e in endpoints if e.model == opts.ab_model)
+    main_in = prepared_by_model[opts.ab_model]
+    neighbours = [e for e in endpoints if e.server != main_ep.server and e.model in prepared_by_model
+                  and (prepared_by_model[e.model].kind, prepared_by_model[e.model].input_name) == (main_in.kind, main_in.input_name)]
+    if main_in.samples is None or not neighbours:
+        results["skipped"].append(
+            f"partitioned vs shared: no model with {opts.ab_model}'s inputs is served in another partition than "
+            f"`{main_ep.server}` (partitions: {sorted({e.server for e in endpoints})}).")
+        return []
+    knee = results["knees"].get(f"{opts.ab_model}.concurrency", {})
+    basis = knee.get("knee") or knee.get("peak") or {"throughput": 100.0}
+    outcome = run_isolation_ab(spec, main_ep, neighbours[0], main_in, round(0.8 * basis["throughput"], 1), opts,
+                               folder, progress, find_perf_analyzer(), perf_analyzer_environment())
+    if "skipped" in outcome:
+        results["skipped"].append(outcome["skipped"])
+        return []
+    results["headlines"].append(outcome["headline"])
+    return outcome["records"]
+
+
+def host_description() -> str:
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return f"{platform.node()}, {platform.machine()}, {cpus} CPUs usable, load average {os.getloadavg()[0]:.2f} at start"
+
+
+def run_campaign(opts: CampaignOptions, progress: Progress = print) -> Path:
+    from serving.manifest import read_manifest
+    from serving.spec import load_serving_spec
+
+    spec = load_serving_spec(opts.config)
+    endpoints = endpoints_from_manifest(read_manifest(opts.manifest))
+    if opts.models:
+        unknown = set(opts.models) - {e.model for e in endpoints}
+        if unknown:
+            raise SweepPlanError(f"models {sorted(unknown)} are not served (manifest has {[e.model for e in endpoints]}).")
+        endpoints = tuple(e for e in endpoints if e.model in opts.models)
+    folder = RunFolder(opts.out_root / opts.run_id)
+    progress(f"[perf] run folder: {folder.root}")
+    results: dict[str, Any] = {"run_id": opts.run_id, "command": opts.command, "host": host_description(),
+                               "records": [], "knees": {}, "inputs": {}, "skipped": [], "headlines": []}
+    records: list[PerfRecord] = []
+    prepared_by_model: dict[str, PreparedInputs] = {}
+    configs = {e.model: fetch_model_config(e.http_url, e.model) for e in endpoints}
+    steps = ensemble_steps(configs.values())
+    for endpoint in endpoints:
+        if endpoint.model in steps:
+            results["skipped"].append(f"{endpoint.model}: a step of an ensemble, measured through the ensemble.")
+            continue
+        prepared = prepare_inputs(endpoint.model, configs[endpoint.model], folder.root / "inputs", opts,
+                                  text_max_tokens(spec, opts.text_max_tokens))
+        if prepared.kind == "random":
+            results["skipped"].append(f"{endpoint.model}: inputs not recognised (neither digit images nor one string "
+                                      "input); perf_analyzer's random data would not look like production.")
+            continue
+        prepared_by_model[endpoint.model] = prepared
+        results["inputs"][endpoint.model] = prepared.description
+        variant = spec.model(endpoint.model).variant.value if endpoint.model in {m.name for m in spec.models} else "served"
+        progress(f"[perf] {endpoint.model} ({variant}) on {endpoint.grpc_url}: {prepared.description}")
+        model_records, knees = run_served_sweeps(endpoint, variant, prepared, opts, folder, progress)
+        records += model_records
+        results["knees"].update(knees)
+    if opts.ab_model and opts.ab_model in prepared_by_model:
+        from perf_sweep.ab import run_ab_block
+
+        main_knee = results["knees"].get(f"{opts.ab_model}.concurrency", {})
+        endpoint = next(e for e in endpoints if e.model == opts.ab_model)
+        ab = run_ab_block(spec, endpoint, prepared_by_model[opts.ab_model], main_knee, opts, folder, progress)
+        records += ab.records
+        results.update(ab.results)
+        results["skipped"] += ab.skipped
+        results["headlines"] += ab.headlines
+        cdf = ab.cdf_samples
+        limit = (results.get("limit") or {}).get("best")
+        served = [r for r in records if r.model.startswith(opts.ab_model) and r.status != "failed" and r.throughput > 0]
+        if limit and served:
+            best = max(served, key=lambda r: r.throughput)
+            results["headlines"].insert(1, (
+                f"Best throughput served anywhere in this run for {opts.ab_model}: {best.throughput:.0f} infer/s "
+                f"({best.sweep} at {best.load:g}, P99 {best.p99_ms:.1f} ms) = {best.throughput / limit['throughput']:.1%} "
+                f"of the in-process limit."))
+        records += _isolation(spec, endpoints, prepared_by_model, results, opts, folder, progress)
+    else:
+        results["skipped"].append(f"A/B block: model {opts.ab_model!r} is not served or was not selected.")
+        cdf = {}
+    results["records"] = [r.as_dict() for r in records]
+    (folder.root / "results.json").write_text(json.dumps(results, indent=1, default=str))
+    (folder.root / "latency_samples.json").write_text(json.dumps(cdf))
+    from perf_sweep.report import write_report
+
+    report = write_report(folder.root, results, cdf)
+    progress(f"[perf] report: {report}")
+    return report

@@ -1,0 +1,129 @@
+"""`python -m perf_sweep run|inputs|report|write-back`.
+
+run         sweeps against the running servers (run/manifest.json), A/B block, report
+inputs      only generate the perf_analyzer input files (digit images or long-tailed texts)
+report      re-render report.md and the PNGs of an earlier run folder
+write-back  set [models.<name>] max_queue_delay_microseconds in serving.toml
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from perf_sweep.errors import PerfSweepError
+
+
+def _run(args: argparse.Namespace) -> int:
+    from perf_sweep.campaign import CampaignOptions, run_campaign
+    from perf_sweep.plan import Measurement
+
+    settings: dict = {"command": "python -m perf_sweep " + " ".join(sys.argv[1:] if args.argv is None else args.argv)}
+    if args.quick:
+        settings.update(measurement=Measurement(interval_ms=1000, stability_percentage=25, max_trials=4, warmup_requests=20),
+                        max_concurrency=8, rate_fractions=(0.5, 1.0), delays_ms=(0, 10), loadgen_seconds=3.0)
+    if args.max_concurrency:
+        settings["max_concurrency"] = args.max_concurrency
+    if args.models:
+        settings["models"] = tuple(args.models)
+    if args.no_ab:
+        settings["ab_model"] = None
+    elif args.ab_model:
+        settings["ab_model"] = args.ab_model
+    for name in ("config", "manifest", "out_root"):
+        if getattr(args, name):
+            settings[name] = Path(getattr(args, name)).resolve()
+    settings["write_back"] = args.write_back
+    settings["seed"] = args.seed
+    run_campaign(CampaignOptions(**settings), progress=lambda line: print(line, flush=True))
+    return 0
+
+
+def _inputs(args: argparse.Namespace) -> int:
+    from perf_sweep import inputs as gen
+
+    out = Path(args.out)
+    if args.kind == "image":
+        images = gen.sample_digit_images(gen.load_test_split_images(Path(args.test_split)), args.count, args.seed)
+        gen.write_input_data(out, gen.image_input_data(images, args.input_name or "image"))
+        print(f"wrote {len(images)} images to {out}")
+        return 0
+    tokenizer = gen.minilm_tokenizer()
+    paragraphs = gen.corpus_paragraphs(gen.installed_package_documents(Path(args.site_packages)))
+    lengths = gen.long_tailed_token_lengths(args.count or 400, args.max_tokens, seed=args.seed)
+    texts = gen.texts_with_token_lengths(paragraphs, lengths, tokenizer, seed=args.seed)
+    gen.write_input_data(out, gen.string_input_data(texts, args.input_name or "TEXT"))
+    summary = gen.LengthSummary.of([tokenizer.count(t) for t in texts], args.max_tokens)
+    print(f"wrote {len(texts)} texts to {out}: {json.dumps(summary.__dict__)}")
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from perf_sweep.report import write_report
+
+    folder = Path(args.folder)
+    results = json.loads((folder / "results.json").read_text())
+    samples_path = folder / "latency_samples.json"
+    samples = json.loads(samples_path.read_text()) if samples_path.exists() else {}
+    print(write_report(folder, results, samples))
+    return 0
+
+
+def _write_back(args: argparse.Namespace) -> int:
+    from perf_sweep.writeback import write_queue_delay
+
+    print(f"updated {write_queue_delay(Path(args.config), args.model, args.delay_us)}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    import sysconfig
+
+    from perf_sweep.campaign import PROJECT_ROOT
+
+    parser = argparse.ArgumentParser(prog="perf_sweep", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="sweep the running servers and write reports/perf/<timestamp>/")
+    run.add_argument("--quick", action="store_true", help="short windows and fewer levels (a smoke run, ~3 min)")
+    run.add_argument("--models", nargs="+", help="only these served models (default: all in the manifest)")
+    run.add_argument("--max-concurrency", type=int)
+    run.add_argument("--ab-model", help="model for the A/B block (default digit_classifier)")
+    run.add_argument("--no-ab", action="store_true", help="skip the A/B block (temporary server)")
+    run.add_argument("--write-back", action="store_true", help="write the chosen max_queue_delay into serving.toml")
+    run.add_argument("--config", help="serving.toml (default model_repository/serving.toml)")
+    run.add_argument("--manifest", help="run/manifest.json of the running servers")
+    run.add_argument("--out-root", help="parent of the timestamped run folder (default reports/perf)")
+    run.add_argument("--seed", type=int, default=0)
+    run.set_defaults(func=_run, argv=argv)
+    inp = sub.add_parser("inputs", help="write a perf_analyzer --input-data JSON file")
+    inp.add_argument("kind", choices=["image", "text"])
+    inp.add_argument("--out", required=True)
+    inp.add_argument("--input-name", help="model input name (default image / TEXT)")
+    inp.add_argument("--count", type=int)
+    inp.add_argument("--seed", type=int, default=0)
+    inp.add_argument("--max-tokens", type=int, default=256)
+    inp.add_argument("--test-split", default=str(PROJECT_ROOT / "artifacts" / "digit_classifier" / "test_split.npz"))
+    inp.add_argument("--site-packages", default=sysconfig.get_paths()["purelib"])
+    inp.set_defaults(func=_inputs)
+    rep = sub.add_parser("report", help="re-render report.md and plots of a run folder")
+    rep.add_argument("folder")
+    rep.set_defaults(func=_report)
+    wb = sub.add_parser("write-back", help="set a model's max_queue_delay_microseconds in serving.toml")
+    wb.add_argument("--model", required=True)
+    wb.add_argument("--delay-us", type=int, required=True)
+    wb.add_argument("--config", default=str(PROJECT_ROOT / "model_repository" / "serving.toml"))
+    wb.set_defaults(func=_write_back)
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except PerfSweepError as exc:
+        print(f"perf_sweep: error: {exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # serving's errors (config, server start) carry their own message
+        from serving.errors import ServingError
+
+        if isinstance(exc, ServingError):
+            print(f"perf_sweep: error: {exc}", file=sys.stderr)
+            return 1
+        raise

@@ -1,0 +1,236 @@
+"""What a sweep is, and the exact perf_analyzer command line for each of its load levels.
+
+A sweep runs perf_analyzer once per load level (not one invocation for the whole range), so the
+runner can scrape Triton's metrics between levels, print progress as it goes, and keep the
+command, CSV and per-request export of every level. Everything here is pure: argv lists and
+environment dictionaries, no processes.
+"""
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import sys
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from perf_sweep.errors import SweepPlanError
+from serving.spec import Protocol
+
+#: Inputs perf_analyzer generates itself (not production-like; the report says so).
+SYNTHETIC_INPUTS = ("random", "zero")
+
+
+class LoadMode(str, Enum):
+    """Closed loop (N requests always in flight) or open loop (requests arrive at a rate)."""
+
+    CONCURRENCY = "concurrency"
+    REQUEST_RATE = "request_rate"
+
+
+class Distribution(str, Enum):
+    POISSON = "poisson"
+    CONSTANT = "constant"
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """How each load level is measured.
+
+    perf_analyzer sends `warmup_requests` first and leaves them out of the statistics, then
+    measures windows of `interval_ms` until the last 3 agree within `stability_percentage` on
+    throughput and average latency, for at most `max_trials` windows. A noisy shared CPU may never
+    agree; the runner then re-measures a fixed `request_count` and marks the level unstable.
+    """
+
+    interval_ms: int = 1500
+    stability_percentage: int = 20
+    max_trials: int = 5
+    warmup_requests: int = 50
+
+    def __post_init__(self) -> None:
+        if not 100 <= self.interval_ms <= 60_000:
+            raise SweepPlanError(f"`interval_ms` = {self.interval_ms} must be between 100 and 60000.")
+        if not 1 <= self.stability_percentage <= 100:
+            raise SweepPlanError(f"`stability_percentage` = {self.stability_percentage} must be between 1 and 100.")
+        if not 3 <= self.max_trials <= 50:
+            raise SweepPlanError(f"`max_trials` = {self.max_trials} must be between 3 and 50 (stability needs 3 windows).")
+        if self.warmup_requests < 0:
+            raise SweepPlanError(f"`warmup_requests` = {self.warmup_requests} must be >= 0.")
+
+
+@dataclass(frozen=True)
+class RequestParameter:
+    """`--request-parameter name:value:type`, e.g. Triton's request priority over gRPC."""
+
+    name: str
+    value: str
+    type: str = "int"
+
+    def __post_init__(self) -> None:
+        if self.type not in {"int", "string", "bool"}:
+            raise SweepPlanError(f"request parameter `{self.name}` has type {self.type!r}; allowed int, string, bool.")
+        if ":" in self.name or ":" in self.value or not self.name:
+            raise SweepPlanError(f"request parameter {self.name!r}={self.value!r} must be non-empty and contain no ':'.")
+
+    def render(self) -> str:
+        return f"{self.name}:{self.value}:{self.type}"
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """One sweep of one model (and variant) over a list of load levels."""
+
+    name: str
+    model: str
+    url: str
+    levels: tuple[float, ...]
+    mode: LoadMode = LoadMode.CONCURRENCY
+    protocol: Protocol = Protocol.GRPC
+    distribution: Distribution = Distribution.POISSON
+    input_data: str = "random"
+    batch_size: int = 1
+    measurement: Measurement = Measurement()
+    request_parameters: tuple[RequestParameter, ...] = ()
+    metrics_url: str | None = None
+    #: What is being compared (e.g. "fp32", "no_batching"); shown in tables and plot legends.
+    variant: str = "served"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "mode", LoadMode(self.mode))
+        object.__setattr__(self, "protocol", Protocol(self.protocol))
+        object.__setattr__(self, "distribution", Distribution(self.distribution))
+        object.__setattr__(self, "levels", tuple(self.levels))
+        if not self.name or "/" in self.name or " " in self.name:
+            raise SweepPlanError(f"`name` = {self.name!r} must be non-empty without '/' or spaces (it names files).")
+        if not self.levels:
+            raise SweepPlanError(f"sweep `{self.name}` has no load levels.")
+        for level in self.levels:
+            if not (isinstance(level, (int, float)) and math.isfinite(level) and level > 0):
+                raise SweepPlanError(f"sweep `{self.name}` has load level {level!r}; levels must be > 0.")
+            if self.mode is LoadMode.CONCURRENCY and int(level) != level:
+                raise SweepPlanError(f"sweep `{self.name}`: concurrency {level} must be a whole number.")
+        if list(self.levels) != sorted(set(self.levels)):
+            raise SweepPlanError(f"sweep `{self.name}`: levels {list(self.levels)} must be strictly increasing.")
+        if self.batch_size < 1:
+            raise SweepPlanError(f"sweep `{self.name}`: `batch_size` = {self.batch_size} must be >= 1.")
+        if self.request_parameters and self.protocol is not Protocol.GRPC:
+            raise SweepPlanError(
+                f"sweep `{self.name}`: request parameters (priority) are sent only over gRPC, not {self.protocol.value}."
+            )
+
+    @property
+    def production_like_inputs(self) -> bool:
+        return self.input_data not in SYNTHETIC_INPUTS
+
+
+def concurrency_levels(max_concurrency: int, start: int = 1) -> tuple[int, ...]:
+    """Doubling concurrencies start, 2*start, ... up to and including `max_concurrency`."""
+    if start < 1 or max_concurrency < start:
+        raise SweepPlanError(f"need 1 <= start <= max_concurrency, got start={start}, max={max_concurrency}.")
+    levels = []
+    level = start
+    while level < max_concurrency:
+        levels.append(level)
+        level *= 2
+    levels.append(max_concurrency)
+    return tuple(levels)
+
+
+def request_rate_levels(peak_throughput: float, fractions: Sequence[float] = (0.25, 0.5, 0.7, 0.85, 1.0, 1.15)) -> tuple[float, ...]:
+    """Poisson rates as fractions of the peak throughput a concurrency sweep measured.
+
+    Spanning light load to just past capacity shows both the sparse-traffic latency (where a
+    batching delay costs the most) and the saturation knee under open-loop arrivals.
+    """
+    if not (math.isfinite(peak_throughput) and peak_throughput > 0):
+        raise SweepPlanError(f"`peak_throughput` = {peak_throughput} must be > 0 to plan request rates.")
+    rates = sorted({round(max(1.0, f * peak_throughput), 1) for f in fractions if f > 0})
+    if not rates:
+        raise SweepPlanError(f"`fractions` = {list(fractions)} has no positive fraction.")
+    return tuple(rates)
+
+
+def render_perf_analyzer_command(
+    sweep: SweepSpec,
+    level: float,
+    csv_path: Path,
+    export_path: Path | None = None,
+    perf_analyzer: str | os.PathLike = "perf_analyzer",
+    request_count: int | None = None,
+) -> list[str]:
+    """The argv of one perf_analyzer run measuring `sweep` at one load `level`.
+
+    `request_count` replaces the stability search by one fixed-count measurement (the fallback
+    for levels that never stabilise on a noisy host).
+    """
+    if level not in sweep.levels:
+        raise SweepPlanError(f"level {level} is not one of sweep `{sweep.name}`'s levels {list(sweep.levels)}.")
+    m = sweep.measurement
+    argv = [
+        str(perf_analyzer), "-m", sweep.model, "-u", sweep.url, "-i", sweep.protocol.value,
+        "-b", str(sweep.batch_size), "--input-data", str(sweep.input_data),
+        "--measurement-mode", "time_windows", "--measurement-interval", str(m.interval_ms),
+        "--stability-percentage", str(m.stability_percentage), "--max-trials", str(m.max_trials),
+        "--warmup-request-count", str(m.warmup_requests),
+        "-f", str(csv_path), "--verbose-csv",
+    ]
+    if sweep.mode is LoadMode.CONCURRENCY:
+        argv += ["--concurrency-range", str(int(level))]
+    else:
+        # Open loop: asynchronous calls, so slow responses do not hold back the arrival process.
+        argv += ["--request-rate-range", f"{level:g}", "--request-distribution", sweep.distribution.value, "--async"]
+    if export_path is not None:
+        argv += ["--profile-export-file", str(export_path)]
+    if request_count is not None:
+        if request_count < 1:
+            raise SweepPlanError(f"`request_count` = {request_count} must be >= 1.")
+        argv += ["--request-count", str(request_count)]
+    for parameter in sweep.request_parameters:
+        argv += ["--request-parameter", parameter.render()]
+    return argv
+
+
+def find_perf_analyzer(explicit: str | os.PathLike | None = None) -> Path:
+    """perf_analyzer from $PERF_ANALYZER, this interpreter's bin/ (the venv), or PATH."""
+    candidates = [explicit or os.environ.get("PERF_ANALYZER"), Path(sys.executable).parent / "perf_analyzer",
+                  shutil.which("perf_analyzer")]
+    for candidate in candidates:
+        if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
+            return Path(candidate)
+    raise SweepPlanError(
+        "perf_analyzer not found: run `make setup` (tritonclient[all]==2.51.0 installs it into .venv/bin) "
+        "or set PERF_ANALYZER=/path/to/perf_analyzer."
+    )
+
+
+def perf_analyzer_environment(site_packages: Sequence[str | os.PathLike] | None = None,
+                              base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Environment for perf_analyzer 2.51 from the wheel: it links libcudart.so.12, which the
+    nvidia-cuda-runtime-cu12 wheel provides under <site-packages>/nvidia/cuda_runtime/lib."""
+    env = dict(os.environ if base is None else base)
+    roots = site_packages if site_packages is not None else [p for p in sys.path if p.endswith("site-packages")]
+    lib_dirs = [str(Path(root) / "nvidia" / "cuda_runtime" / "lib") for root in roots]
+    lib_dirs = [d for d in lib_dirs if Path(d).is_dir()] or lib_dirs[:1]
+    existing = env.get("LD_LIBRARY_PATH", "")
+    env["LD_LIBRARY_PATH"] = ":".join(lib_dirs + ([existing] if existing else []))
+    return env
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where one served model answers (from run/manifest.json)."""
+
+    model: str
+    http_url: str
+    grpc_url: str
+    metrics_url: str
+    server: str = "default"
+    #: The partition's pinned CPU set and ONNX Runtime thread count (empty/0: not partitioned).
+    cpus: tuple[int, ...] = ()
+    intra_op_threads: int = 0
+
+    def url(self, protocol: Protocol) -> str:
+        return self.grpc_url if Protocol(protocol) is Protocol.GRPC else self.http_url

@@ -1,0 +1,209 @@
+"""The Markdown summary and PNG plots of one run, from its results.json (re-renderable offline).
+
+Every table shows P50/P95/P99, throughput, server queue and compute time, errors and error rate,
+and what Triton's metrics endpoint said (average executed batch size, CPU utilisation). Plots:
+latency percentiles vs throughput per model and variant, and per-priority latency CDFs.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from perf_sweep.results import PerfRecord
+
+
+def _f(value: Any, digits: int = 1, unit: str = "") -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return f"{value:.{digits}f}{unit}"
+
+
+def _pct(value: Any) -> str:
+    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{100 * value:.1f}%"
+
+
+def records_table(records: Sequence[PerfRecord]) -> list[str]:
+    lines = [
+        "| load | infer/s | P50 ms | P95 ms | P99 ms | queue ms | compute ms | avg batch | CPU util | requests | >= 0.45 s | errors | error rate | status |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in records:
+        server = r.server or {}
+        errors = r.errors + int(server.get("requests_failed") or 0)
+        total = r.requests + errors
+        lines.append(
+            f"| {r.load:g} | {_f(r.throughput)} | {_f(r.p50_ms, 2)} | {_f(r.p95_ms, 2)} | {_f(r.p99_ms, 2)} | "
+            f"{_f(r.server_queue_ms, 2)} | {_f(r.server_compute_ms, 2)} | {_f(server.get('avg_batch_size'))} | "
+            f"{_pct(server.get('cpu_utilization'))} | {r.requests} | {r.stalled} | {errors} | {_pct(errors / total if total else math.nan)} | "
+            f"{r.status}{(': ' + r.note) if r.note and r.status != 'ok' else ''} |"
+        )
+    return lines
+
+
+def stream_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    lines = [
+        "| experiment | variant | load | stream | priority | requests | items/s | P50 ms | P95 ms | P99 ms | >= 0.45 s | rejected | other errors | error rate | send lag P99 ms |",
+        "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in rows:
+        for s in row["streams"]:
+            errors = s["rejected"] + s["other_errors"]
+            lines.append(
+                f"| {row['experiment']} | {row['variant']} | {row['load']} | {s['stream']} | {s['priority'] or '-'} | "
+                f"{s['requests']} | {_f(s['throughput'])} | {_f(s['p50_ms'], 2)} | {_f(s['p95_ms'], 2)} | "
+                f"{_f(s['p99_ms'], 2)} | {s.get('stalled', 0)} | {s['rejected']} | {s['other_errors']} | "
+                f"{_pct(errors / s['requests'] if s['requests'] else math.nan)} | {_f(s['send_lag_p99_ms'], 2)} |"
+            )
+    return lines
+
+
+def _by_sweep(records: Sequence[PerfRecord]) -> dict[str, list[PerfRecord]]:
+    grouped: dict[str, list[PerfRecord]] = {}
+    for r in records:
+        grouped.setdefault(r.sweep, []).append(r)
+    return grouped
+
+
+def plot_latency_vs_throughput(records: Sequence[PerfRecord], path: Path, title: str,
+                               panel_of: Callable[[PerfRecord], str] = lambda r: r.model) -> Path | None:
+    """One panel per `panel_of` (default: model): P50/P95/P99 against throughput, a colour per sweep."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    good = [r for r in records if r.status != "failed" and r.throughput == r.throughput]
+    if not good:
+        return None
+    panels = sorted({panel_of(r) for r in good})
+    fig, axes = plt.subplots(1, len(panels), figsize=(6.5 * len(panels), 4.8), squeeze=False)
+    for ax, panel in zip(axes[0], panels):
+        for i, (sweep, rows) in enumerate(sorted(_by_sweep([r for r in good if panel_of(r) == panel]).items())):
+            rows = sorted(rows, key=lambda r: r.load)
+            colour = f"C{i % 10}"
+            x = [r.throughput for r in rows]
+            ax.plot(x, [r.p99_ms for r in rows], "-o", color=colour, label=f"{sweep} P99")
+            ax.plot(x, [r.p95_ms for r in rows], "--", color=colour, alpha=0.7, label=f"{sweep} P95")
+            ax.plot(x, [r.p50_ms for r in rows], ":", color=colour, alpha=0.7, label=f"{sweep} P50")
+        ax.set_title(panel)
+        ax.set_xlabel("throughput (infer/s)")
+        ax.set_ylabel("latency (ms)")
+        ax.set_yscale("log")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_latency_cdfs(samples: Mapping[str, Sequence[float]], path: Path, title: str) -> Path | None:
+    """Empirical CDF of latency per label (e.g. realtime unloaded / realtime under batch load)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    samples = {k: v for k, v in samples.items() if len(v)}
+    if not samples:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for label, values in sorted(samples.items()):
+        x = np.sort(np.asarray(values))
+        ax.plot(x, np.arange(1, len(x) + 1) / len(x), label=f"{label} (n={len(x)})")
+    ax.axhline(0.99, color="grey", lw=0.8, ls="--")
+    ax.set_xscale("log")
+    ax.set_xlabel("latency (ms)")
+    ax.set_ylabel("fraction of requests")
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def render_markdown(results: Mapping[str, Any], plots: Mapping[str, str]) -> str:
+    """The report text. `results` is the run's results.json; `plots` maps titles to file names."""
+    records = [PerfRecord.from_dict(d) for d in results.get("records", [])]
+    out = [f"# perf_analyzer sweeps: {results.get('run_id', '')}", ""]
+    out += [f"Command: `{results.get('command', '')}`. Host: {results.get('host', '')}.",
+            "Raw outputs (CSV, per-request exports, stdout of every perf_analyzer run) are under `raw/`; "
+            "every measuring command line is in `commands.sh`.", ""]
+    out += ["## Headline figures (targets are recorded, not asserted)", ""]
+    for line in results.get("headlines", []):
+        out.append(f"- {line}")
+    out.append("")
+    if results.get("inputs"):
+        out += ["## Inputs", ""]
+        out += [f"- **{model}**: {text}" for model, text in sorted(results["inputs"].items())]
+        out.append("")
+    sweeps = _by_sweep(records)
+    knees = results.get("knees", {})
+    out += ["## Sweeps", ""]
+    for name, rows in sweeps.items():
+        if name.startswith("ab."):
+            continue
+        first = rows[0]
+        out += [f"### {name} ({first.model}, {first.variant}, {first.mode}, batch {first.batch_size})", ""]
+        out += records_table(sorted(rows, key=lambda r: r.load)) + [""]
+        knee = knees.get(name)
+        if knee:
+            out += [f"Knee: {knee['text']}", ""]
+    if results.get("delay"):
+        delay = results["delay"]
+        out += ["## Batching delay (max_queue_delay) sweep", "", delay["text"], ""]
+    ab_records = {n: r for n, r in sweeps.items() if n.startswith("ab.")}
+    if ab_records or results.get("loadgen"):
+        out += ["## A/B comparisons (same run, same temporary server)", ""]
+        for line in results.get("ab_notes", []):
+            out.append(f"- {line}")
+        out.append("")
+        for name, rows in ab_records.items():
+            out += [f"### {name} ({rows[0].variant}, {rows[0].mode}, batch {rows[0].batch_size})", ""]
+            out += records_table(sorted(rows, key=lambda r: r.load)) + [""]
+        if results.get("loadgen"):
+            out += ["### Open-loop client (Poisson arrivals; static batching waits for its batch to fill)", ""]
+            out += stream_table(results["loadgen"]) + [""]
+    if results.get("priority"):
+        out += ["## Priority mix", "", *results["priority"].get("text", []), ""]
+        if results["priority"].get("streams"):
+            out += stream_table(results["priority"]["streams"]) + [""]
+    if results.get("limit"):
+        limit = results["limit"]
+        out += ["## In-process ONNX Runtime limit", "", limit["text"], "",
+                "| batch | items/s | batch latency ms |", "|---:|---:|---:|"]
+        out += [f"| {p['batch_size']} | {_f(p['throughput'])} | {_f(p['batch_latency_ms'], 2)} |" for p in limit["points"]]
+        out.append("")
+    if plots:
+        out += ["## Plots", ""]
+        out += [f"![{title}]({file})" for title, file in plots.items()]
+        out.append("")
+    if results.get("skipped"):
+        out += ["## Not measured in this run", ""]
+        out += [f"- {line}" for line in results["skipped"]]
+        out.append("")
+    return "\n".join(out)
+
+
+def write_report(folder: Path, results: Mapping[str, Any], cdf_samples: Mapping[str, Sequence[float]] | None = None) -> Path:
+    """report.md and its PNGs in `folder`."""
+    folder = Path(folder)
+    records = [PerfRecord.from_dict(d) for d in results.get("records", [])]
+    plots: dict[str, str] = {}
+    sweep_records = [r for r in records if not r.sweep.startswith("ab.")]
+    if plot_latency_vs_throughput(sweep_records, folder / "latency_vs_throughput.png", "Latency vs throughput (served)"):
+        plots["Latency vs throughput per model and sweep"] = "latency_vs_throughput.png"
+    ab = [r for r in records if r.sweep.startswith("ab.") and r.mode == "concurrency"]
+    if plot_latency_vs_throughput(ab, folder / "ab_latency_vs_throughput.png", "A/B variants, same temporary server",
+                                  panel_of=lambda r: "closed loop (concurrency sweep)"):
+        plots["A/B variants: latency vs throughput"] = "ab_latency_vs_throughput.png"
+    if cdf_samples and plot_latency_cdfs(cdf_samples, folder / "priority_latency_cdf.png", "Per-priority latency CDF"):
+        plots["Per-priority latency CDF"] = "priority_latency_cdf.png"
+    path = folder / "report.md"
+    path.write_text(render_markdown(results, plots))
+    return path

@@ -1,0 +1,181 @@
+"""Run perf_analyzer for each level of a sweep, keeping every raw output and printing progress.
+
+Per level: scrape Triton's metrics, run perf_analyzer (argv from `plan.render_perf_analyzer_command`),
+scrape again. If perf_analyzer never stabilises (common on a shared 2-core host), the level is
+measured once more with a fixed request count sized from the server's own request counter, and
+recorded as "unstable" rather than dropped. The exact command of every attempt is appended to
+`commands.sh` in the run folder, so any number in the report can be reproduced.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import shlex
+import subprocess
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Mapping
+
+from perf_sweep.errors import SweepRunError
+from perf_sweep.plan import SweepSpec, find_perf_analyzer, perf_analyzer_environment, render_perf_analyzer_command
+from perf_sweep.results import (
+    STALL_MS,
+    MetricKey,
+    PerfRecord,
+    latencies_from_profile_export,
+    parse_prometheus_text,
+    record_from_outputs,
+    server_metrics_delta,
+    slim_profile_export,
+)
+
+
+def scrape_metrics(url: str | None, timeout: float = 5.0) -> dict[MetricKey, float]:
+    """Triton's Prometheus metrics as numbers ({} when no metrics URL is known)."""
+    if not url:
+        return {}
+    if not url.startswith("http"):
+        url = "http://" + url
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            return parse_prometheus_text(response.read().decode())
+    except OSError as exc:
+        raise SweepRunError(f"could not scrape Triton metrics at {url}: {exc}") from None
+
+
+@dataclass
+class RunFolder:
+    """The timestamped folder of one `perf_sweep run`: raw outputs, commands, records, report."""
+
+    root: Path
+
+    def __post_init__(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.commands = self.root / "commands.sh"
+        if not self.commands.exists():
+            self.commands.write_text("#!/usr/bin/env bash\n# Every measuring command of this run, in order.\n")
+
+    def sweep_dir(self, sweep: SweepSpec) -> Path:
+        path = self.root / "raw" / sweep.name
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def log_command(self, argv: list[str], env: Mapping[str, str] | None = None, comment: str = "") -> None:
+        prefix = f"LD_LIBRARY_PATH={shlex.quote(env['LD_LIBRARY_PATH'])} " if env and "LD_LIBRARY_PATH" in env else ""
+        with self.commands.open("a") as f:
+            if comment:
+                f.write(f"# {comment}\n")
+            f.write(prefix + shlex.join(argv) + "\n")
+
+
+Progress = Callable[[str], None]
+
+
+def _level_tag(load: float) -> str:
+    return f"{load:g}".replace(".", "_")
+
+
+def run_level(sweep: SweepSpec, level: float, folder: RunFolder, perf_analyzer: Path, env: Mapping[str, str],
+              request_count: int | None = None, timeout: float | None = None,
+              fixed_reason: str | None = None) -> tuple[PerfRecord, list[float]]:
+    """Measure one load level; returns the record and the per-request latencies (ms).
+
+    With `request_count`, one fixed-count measurement replaces the stability search (by design,
+    e.g. to fix how long a level lasts while other traffic runs). With `fixed_reason` too, the level
+    counts as "unstable" (the stability search failed or was skipped for that reason)."""
+    out = folder.sweep_dir(sweep)
+    tag = _level_tag(level) + ("_fixed" if request_count else "")
+    csv_path, export_path = out / f"level_{tag}.csv", out / f"level_{tag}.export.json"
+    for stale in (csv_path, export_path):
+        stale.unlink(missing_ok=True)
+    argv = render_perf_analyzer_command(sweep, level, csv_path, export_path, perf_analyzer, request_count)
+    folder.log_command(argv, env, f"{sweep.name} level {level:g}" + (" (fixed request count)" if request_count else ""))
+    m = sweep.measurement
+    # Warm-up plus every trial window, doubled for slow responses; a level that overruns this has hung.
+    limit = timeout or (m.max_trials + 2) * m.interval_ms / 1000 * 2 + 30
+    before = scrape_metrics(sweep.metrics_url)
+    started = time.monotonic()
+    try:
+        proc = subprocess.run(argv, env=dict(env), capture_output=True, text=True, timeout=limit)
+        stdout, returncode = proc.stdout + proc.stderr, proc.returncode
+    except subprocess.TimeoutExpired as exc:
+        stdout = (exc.stdout or b"").decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+        stdout, returncode = stdout + f"\n[perf_sweep] no result after {limit:.0f} s: perf_analyzer killed", -9
+    elapsed = time.monotonic() - started
+    after = scrape_metrics(sweep.metrics_url)
+    (out / f"level_{tag}.stdout.txt").write_text(f"$ {shlex.join(argv)}\n# exit code {returncode}\n{stdout}")
+    server = server_metrics_delta(before, after, sweep.model) if before and after else None
+    latencies: list[float] = []
+    if export_path.exists():
+        export = json.loads(export_path.read_text())
+        latencies = latencies_from_profile_export(export)
+        export_path.write_text(json.dumps(slim_profile_export(export)))
+    record = record_from_outputs(
+        sweep=sweep.name, model=sweep.model, variant=sweep.variant, mode=sweep.mode.value, load=level,
+        batch_size=sweep.batch_size, command=argv, csv_text=csv_path.read_text() if csv_path.exists() else None,
+        stdout=stdout, server=server, status="unstable" if fixed_reason else "ok",
+        note=(f"no result within {limit:.0f} s (perf_analyzer killed)" if returncode == -9
+              else f"fixed {request_count} requests: {fixed_reason}" if fixed_reason
+              else f"fixed {request_count} requests" if request_count else ""),
+    )
+    record = dataclasses.replace(record, stalled=sum(latency >= STALL_MS for latency in latencies))
+    if record.status == "failed" and request_count is None and "Failed to obtain stable measurement" in stdout:
+        # Size a fixed-count measurement as ~3 windows at the rate the server actually served.
+        served_rate = (server.requests_succeeded / elapsed) if server and elapsed > 0 else 0.0
+        count = int(max(100, min(20_000, served_rate * 3 * m.interval_ms / 1000)))
+        return run_level(sweep, level, folder, perf_analyzer, env, request_count=count, timeout=timeout,
+                         fixed_reason=f"never stable within {m.max_trials} windows")
+    return record, latencies
+
+
+def run_sweep(sweep: SweepSpec, folder: RunFolder, progress: Progress = print,
+              perf_analyzer: Path | None = None, env: Mapping[str, str] | None = None,
+              stop_after_failure: bool = True,
+              stop_when: Callable[[list[PerfRecord]], str | None] | None = None,
+              ) -> tuple[list[PerfRecord], dict[float, list[float]]]:
+    """Every level of `sweep`, in order, with one progress line per level; `stop_when(records)`
+    may end the sweep early by returning the reason (e.g. the knee is already behind us)."""
+    binary = perf_analyzer or find_perf_analyzer()
+    environment = env or perf_analyzer_environment()
+    records: list[PerfRecord] = []
+    latencies: dict[float, list[float]] = {}
+    unit = "concurrency" if sweep.mode.value == "concurrency" else "req/s"
+    fixed_from: PerfRecord | None = None  # the first level that never stabilised
+    for i, level in enumerate(sweep.levels, 1):
+        started = time.monotonic()
+        if fixed_from is None:
+            record, level_latencies = run_level(sweep, level, folder, binary, environment)
+        else:  # this host is too noisy for this sweep: measure ~3 windows' worth directly, once
+            window_s = sweep.measurement.interval_ms / 1000
+            # the last measured throughput: under more load a window of that many requests only gets shorter
+            last = next(r for r in reversed(records) if r.status != "failed")
+            rate = level if sweep.mode.value == "request_rate" else last.throughput
+            count = int(max(100, min(20_000, rate * 3 * window_s)))
+            reason = f"stability search skipped after {sweep.mode.value} {fixed_from.load:g} never stabilised"
+            record, level_latencies = run_level(sweep, level, folder, binary, environment, request_count=count,
+                                                fixed_reason=reason, timeout=max(60.0, 2 * count / max(rate, 1e-3) + 30))
+        if fixed_from is None and record.status == "unstable":
+            fixed_from = record
+        records.append(record)
+        latencies[level] = level_latencies
+        took = time.monotonic() - started
+        if record.status == "failed":
+            progress(f"[perf] {sweep.name} {i}/{len(sweep.levels)} {unit} {level:g}: FAILED ({record.note}) [{took:.0f} s]")
+            if stop_after_failure:
+                progress(f"[perf] {sweep.name}: stopping this sweep (higher load would fail too)")
+                break
+            continue
+        batch = record.server.get("avg_batch_size") if record.server else None
+        batch_text = f"  avg batch {batch:.1f}" if batch == batch and batch is not None else ""
+        progress(
+            f"[perf] {sweep.name} {i}/{len(sweep.levels)} {unit} {level:g}: {record.throughput:.1f} infer/s  "
+            f"p50 {record.p50_ms:.1f} ms  p99 {record.p99_ms:.1f} ms{batch_text}"
+            f"{'  (unstable)' if record.status == 'unstable' else ''} [{took:.0f} s]"
+        )
+        reason = stop_when(records) if stop_when else None
+        if reason and i < len(sweep.levels):
+            progress(f"[perf] {sweep.name}: stopping early, {reason}")
+            break
+    return records, latencies

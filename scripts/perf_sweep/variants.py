@@ -1,0 +1,201 @@
+"""A/B variants that need a different server configuration, and the in-process limit.
+
+Variants (no batching, a static batch size, each batching delay of the delay sweep, INT8) are
+served side by side by ONE temporary tritonserver on free ports, each under its own model name,
+from a temporary model repository whose configs are rendered by `serving.model_config` from the
+served model's `ModelSpec` with one setting changed. The shared serving.toml is never touched.
+
+"No batching" is `max_batch_size: 1`: every request runs alone, through the same queue and
+priority levels as the served model, so only batching differs. "Static" is `max_batch_size: B`
+with no delay: the server runs exactly the client's batch of B and cannot merge two of them.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from perf_sweep.errors import SweepPlanError, SweepRunError
+from serving.spec import ModelSpec, ServingSpec, check_name
+
+
+@dataclass(frozen=True)
+class ServedVariant:
+    """One model of the temporary repository: a label for reports, and what differs."""
+
+    label: str
+    served_name: str
+    onnx_path: Path
+    max_batch_size: int
+    max_queue_delay_microseconds: int
+    #: False: the served batching delay without priority levels or queue policies (isolates their cost).
+    queue_policies: bool = True
+
+    def __post_init__(self) -> None:
+        check_name("served_name", self.served_name)
+
+
+def plan_variants(spec: ServingSpec, model: str, onnx_path: Path, static_batch: int = 8,
+                  delays_ms: Sequence[float] = (0, 2, 5, 10, 20),
+                  extra_onnx: dict[str, Path] | None = None) -> tuple[ServedVariant, ...]:
+    """The variants of `model` one A/B run needs (labels: dynamic, no_batching, static_b<B>,
+    delay_<ms>ms, and <variant> for each extra ONNX file such as an INT8 build)."""
+    base = spec.model(model)
+    served_delay = base.max_queue_delay_microseconds
+    if served_delay is None:
+        served_delay = spec.batching.max_queue_delay_microseconds
+    if not 1 <= static_batch <= base.max_batch_size:
+        raise SweepPlanError(f"`static_batch` = {static_batch} must be between 1 and {model}'s max_batch_size {base.max_batch_size}.")
+    variants = [
+        ServedVariant("dynamic", f"{model}_ab_dynamic", onnx_path, base.max_batch_size, served_delay),
+        ServedVariant("dynamic_no_queue_policy", f"{model}_ab_nopolicy", onnx_path, base.max_batch_size, served_delay,
+                      queue_policies=False),
+        ServedVariant("no_batching", f"{model}_ab_nobatch", onnx_path, 1, 0),
+        ServedVariant(f"static_b{static_batch}", f"{model}_ab_static", onnx_path, static_batch, 0),
+    ]
+    for ms in delays_ms:
+        if ms < 0:
+            raise SweepPlanError(f"delay {ms} ms must be >= 0.")
+        us = int(round(ms * 1000))
+        variants.append(ServedVariant(f"delay_{ms:g}ms", f"{model}_ab_delay_{us}us", onnx_path, base.max_batch_size, us))
+    for label, path in sorted((extra_onnx or {}).items()):
+        variants.append(ServedVariant(label, f"{model}_ab_{label}", Path(path), base.max_batch_size, served_delay))
+    return tuple(variants)
+
+
+def variant_model_spec(base: ModelSpec, variant: ServedVariant) -> ModelSpec:
+    return dataclasses.replace(base, name=variant.served_name, max_batch_size=variant.max_batch_size,
+                               max_queue_delay_microseconds=variant.max_queue_delay_microseconds)
+
+
+def write_variant_repository(spec: ServingSpec, model: str, variants: Sequence[ServedVariant], dest: Path) -> Path:
+    """dest/<served_name>/{config.pbtxt, 1/model.onnx (hard link or copy)} for every variant."""
+    from serving.model_config import render_onnx_cpu_config, tensor_specs_from_onnx, write_model_config
+
+    base = spec.model(model)
+    for variant in variants:
+        if not variant.onnx_path.exists():
+            raise SweepPlanError(f"variant `{variant.label}`: ONNX file {variant.onnx_path} does not exist.")
+        model_dir = Path(dest) / variant.served_name
+        (model_dir / "1").mkdir(parents=True, exist_ok=True)
+        target = model_dir / "1" / "model.onnx"
+        if target.is_symlink() or target.exists():
+            target.unlink()
+        try:  # the backend refuses symbolic links that leave the model directory; a hard link is fine
+            os.link(variant.onnx_path.resolve(), target)
+        except OSError:  # another file system
+            shutil.copy2(variant.onnx_path, target)
+        inputs, outputs = tensor_specs_from_onnx(variant.onnx_path)
+        serving = spec if variant.queue_policies else dataclasses.replace(spec, priorities=())
+        write_model_config(model_dir, render_onnx_cpu_config(variant_model_spec(base, variant), serving, inputs, outputs))
+    return Path(dest)
+
+
+def free_ports(count: int) -> list[int]:
+    sockets = []
+    try:
+        for _ in range(count):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            sockets.append(s)
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def start_variant_server(repository: Path, workdir: Path, models: Sequence[str], cpus: Sequence[int] = (),
+                         intra_op_threads: int = 0, timeout: float = 180.0):
+    """Start our own tritonserver on free loopback ports, pinned to `cpus` (the served model's
+    partition) with the same ONNX Runtime thread count; returns (process, http, grpc, metrics URL)."""
+    from serving.partition_plan import INTRA_OP_THREADS_ENV
+    from serving.server import ServerSettings, TritonServerProcess, find_tritonserver, prepare_backend_dir
+
+    installation = find_tritonserver()
+    backend_dir = prepare_backend_dir(installation, Path(workdir) / "backends")
+    http, grpc, metrics = free_ports(3)
+    settings = ServerSettings(model_repository=Path(repository), backend_dir=backend_dir, http_port=http,
+                              grpc_port=grpc, metrics_port=metrics, models=tuple(models))
+    env = {INTRA_OP_THREADS_ENV: str(intra_op_threads)} if intra_op_threads else {}
+    process = TritonServerProcess(installation, settings, Path(workdir) / "tritonserver-ab.log", extra_env=env,
+                                  preexec_cpus=tuple(cpus) or None).start()
+    try:
+        process.wait_ready(timeout=timeout)
+        wait_models_ready(f"127.0.0.1:{http}", models, timeout=30.0)
+    except Exception as exc:
+        from serving.server import log_tail
+
+        process.stop()
+        raise SweepRunError(f"the A/B server did not serve every variant: {exc}\n{log_tail(process.log_path, 15)}") from None
+    return process, f"127.0.0.1:{http}", f"127.0.0.1:{grpc}", f"127.0.0.1:{metrics}/metrics"
+
+
+@dataclass(frozen=True)
+class LimitPoint:
+    batch_size: int
+    throughput: float  # items per second
+    batch_latency_ms: float
+
+
+def measure_in_process_limit(onnx_path: Path, samples: np.ndarray, input_name: str,
+                             batch_sizes: Sequence[int] = (1, 8, 16, 32, 64),
+                             intra_op_threads: int = 0, seconds_per_batch: float = 1.5,
+                             cpus: Sequence[int] = ()) -> list[LimitPoint]:
+    """Items/s of the same ONNX file in ONNX Runtime in this process, session options as served
+    (the onnxruntime_cpu backend: the partition's intra-op threads, 1 inter-op thread, all graph
+    optimisations), pinned to the partition's `cpus` while it runs. The best batch size is the
+    ceiling the served throughput is compared with."""
+    previous = os.sched_getaffinity(0)
+    if cpus:
+        os.sched_setaffinity(0, cpus)
+    try:
+        return _measure_limit(onnx_path, samples, input_name, batch_sizes, intra_op_threads, seconds_per_batch)
+    finally:
+        os.sched_setaffinity(0, previous)
+
+
+def _measure_limit(onnx_path, samples, input_name, batch_sizes, intra_op_threads, seconds_per_batch) -> list[LimitPoint]:
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = intra_op_threads
+    options.inter_op_num_threads = 1
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    session = ort.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
+    points = []
+    for batch in batch_sizes:
+        feed = {input_name: np.take(samples, range(batch), axis=0, mode="wrap")}
+        for _ in range(3):
+            session.run(None, feed)
+        runs, started = 0, time.perf_counter()
+        while time.perf_counter() - started < seconds_per_batch:
+            session.run(None, feed)
+            runs += 1
+        elapsed = time.perf_counter() - started
+        points.append(LimitPoint(batch, runs * batch / elapsed, elapsed / runs * 1e3))
+    return points
+
+
+def wait_models_ready(http_url: str, models: Sequence[str], timeout: float = 60.0) -> None:
+    import urllib.error
+    import urllib.request
+
+    deadline = time.monotonic() + timeout
+    for model in models:
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://{http_url}/v2/models/{model}/ready", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except (urllib.error.URLError, OSError):
+                pass
+            if time.monotonic() > deadline:
+                raise SweepRunError(f"model {model} on {http_url} not ready after {timeout:.0f} s.")
+            time.sleep(0.25)

@@ -1,0 +1,111 @@
+"""The pure parts of a run: manifest endpoints, input kinds, knee text, variant configs."""
+import numpy as np
+import pytest
+
+from perf_sweep.campaign import describe_knee, endpoints_from_manifest, input_kind, knee_of
+from perf_sweep.errors import SweepPlanError
+from perf_sweep.plan import LoadMode
+from perf_sweep.results import PerfRecord
+from perf_sweep.variants import plan_variants, write_variant_repository
+from serving.spec import ModelSpec, PriorityLevel, QueuePolicy, ServingSpec
+
+MANIFEST = {
+    "partitions": {"default": {"http": "127.0.0.1:8000", "grpc": "127.0.0.1:8001", "metrics": "http://127.0.0.1:8002/metrics"}},
+    "models": {"digit_classifier": {"http": "127.0.0.1:8000", "grpc": "127.0.0.1:8001",
+                                    "metrics": "http://127.0.0.1:8002/metrics", "partition": "default"}},
+}
+
+
+def test_endpoints_from_manifest():
+    (endpoint,) = endpoints_from_manifest(MANIFEST)
+    assert endpoint.model == "digit_classifier" and endpoint.grpc_url == "127.0.0.1:8001"
+    assert endpoint.url("http") == "127.0.0.1:8000" and endpoint.server == "default"
+    with pytest.raises(SweepPlanError, match="no models"):
+        endpoints_from_manifest({"models": {}})
+    with pytest.raises(SweepPlanError, match="lacks"):
+        endpoints_from_manifest({"models": {"m": {"http": "x"}}})
+
+
+def test_input_kind_recognises_digit_images_and_any_string_input():
+    image = {"input": [{"name": "image", "data_type": "TYPE_FP32", "dims": ["1", "8", "8"]}]}
+    text = {"input": [{"name": "TEXT", "data_type": "TYPE_STRING", "dims": ["1"]}]}
+    other = {"input": [{"name": "a", "data_type": "TYPE_INT64", "dims": ["-1"]}, {"name": "b", "data_type": "TYPE_INT64", "dims": ["-1"]}]}
+    assert input_kind(image) == ("image", "image")
+    assert input_kind(text) == ("text", "TEXT")
+    assert input_kind(other) == ("random", "")
+
+
+def _record(load, throughput, p99, status="ok"):
+    return PerfRecord(sweep="s", model="m", variant="v", mode="concurrency", load=load, batch_size=1,
+                      status=status, command="", throughput=throughput, p99_ms=p99)
+
+
+def test_describe_knee_recommends_80_percent_and_mentions_a_failed_next_level():
+    records = [_record(1, 100, 10), _record(2, 200, 10), _record(4, 205, 20), _record(8, 0, 0, "failed")]
+    knee = knee_of(records)
+    text = describe_knee(knee, records, LoadMode.CONCURRENCY)
+    assert text.startswith("concurrency 2 (200.0 infer/s")
+    assert "160 infer/s (concurrency 1)" in text and "level (concurrency 8) failed" in text
+
+
+def test_describe_knee_not_reached_is_a_lower_bound():
+    records = [_record(1, 100, 10), _record(2, 200, 11)]
+    assert "lower bound" in describe_knee(knee_of(records), records, LoadMode.CONCURRENCY)
+
+
+def tiny_onnx(path):
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.ones((64, 10), np.float32), "W")
+    shape = numpy_helper.from_array(np.array([-1, 64], np.int64), "shape")
+    graph = helper.make_graph(
+        [helper.make_node("Reshape", ["image", "shape"], ["flat"]), helper.make_node("MatMul", ["flat", "W"], ["probabilities"])],
+        "g", [helper.make_tensor_value_info("image", TensorProto.FLOAT, ["N", 1, 8, 8])],
+        [helper.make_tensor_value_info("probabilities", TensorProto.FLOAT, ["N", 10])], [w, shape])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path
+
+
+def test_variant_repository_renders_each_variant_with_only_batching_changed(tmp_path):
+    spec = ServingSpec(models=(ModelSpec(name="digits", recipe="digit_cnn", max_batch_size=64),),
+                       priorities=(PriorityLevel("realtime", 1, QueuePolicy(4, 1000)), PriorityLevel("batch", 2, QueuePolicy(8, 1000))))
+    onnx_path = tiny_onnx(tmp_path / "m.onnx")
+    variants = plan_variants(spec, "digits", onnx_path, static_batch=8, delays_ms=(0, 2.5))
+    assert [v.label for v in variants] == ["dynamic", "dynamic_no_queue_policy", "no_batching", "static_b8",
+                                           "delay_0ms", "delay_2.5ms"]
+    repo = write_variant_repository(spec, "digits", variants, tmp_path / "repo")
+    configs = {v.label: (repo / v.served_name / "config.pbtxt").read_text() for v in variants}
+    assert "max_batch_size: 1\n" in configs["no_batching"]
+    assert "max_batch_size: 8\n" in configs["static_b8"] and "max_queue_delay_microseconds: 0\n" in configs["static_b8"]
+    assert "max_queue_delay_microseconds: 2500\n" in configs["delay_2.5ms"]
+    assert "max_queue_delay_microseconds: 10000\n" in configs["dynamic"]
+    assert all("priority_levels: 2" in c for label, c in configs.items() if label != "dynamic_no_queue_policy")
+    no_policy = configs["dynamic_no_queue_policy"]
+    assert "priority_levels" not in no_policy and "queue_policy" not in no_policy
+    assert "max_queue_delay_microseconds: 10000\n" in no_policy
+    assert (repo / "digits_ab_dynamic" / "1" / "model.onnx").read_bytes() == onnx_path.read_bytes()
+    assert not (repo / "digits_ab_dynamic" / "1" / "model.onnx").is_symlink()
+    with pytest.raises(SweepPlanError, match="static_batch"):
+        plan_variants(spec, "digits", onnx_path, static_batch=128)
+
+
+def test_ensemble_steps_are_found_from_the_served_configs():
+    from perf_sweep.campaign import ensemble_steps
+
+    configs = [{"name": "text_embedder", "platform": "ensemble", "ensemble_scheduling": {"step": [
+        {"model_name": "text_tokenizer"}, {"model_name": "text_encoder"}]}}, {"name": "digit_classifier"}]
+    assert ensemble_steps(configs) == {"text_tokenizer", "text_encoder"}
+
+
+def test_sweep_stops_two_levels_past_a_confirmed_knee():
+    from perf_sweep.campaign import past_the_knee
+
+    rising = [_record(1, 100, 10), _record(2, 200, 10), _record(4, 400, 11)]
+    assert past_the_knee(rising) is None
+    one_past = [_record(1, 100, 10), _record(2, 200, 10), _record(4, 205, 20)]
+    assert past_the_knee(one_past) is None
+    two_past = one_past + [_record(8, 206, 40)]
+    assert "knee (load 2)" in past_the_knee(two_past)

@@ -1,0 +1,82 @@
+"""Sweep dataclasses and the perf_analyzer argv they render."""
+from pathlib import Path
+
+import pytest
+
+from perf_sweep.errors import SweepPlanError
+from perf_sweep.plan import (
+    LoadMode,
+    Measurement,
+    RequestParameter,
+    SweepSpec,
+    concurrency_levels,
+    perf_analyzer_environment,
+    render_perf_analyzer_command,
+    request_rate_levels,
+)
+
+
+def flag(argv, name):
+    return argv[argv.index(name) + 1]
+
+
+def test_concurrency_sweep_renders_warmup_stability_csv_and_export():
+    sweep = SweepSpec(name="m.concurrency", model="m", url="127.0.0.1:9001", levels=(1, 2, 4), input_data="in.json",
+                      measurement=Measurement(interval_ms=1500, stability_percentage=15, max_trials=5, warmup_requests=40))
+    argv = render_perf_analyzer_command(sweep, 2, Path("o.csv"), Path("o.json"), "/venv/bin/perf_analyzer")
+    assert argv[0] == "/venv/bin/perf_analyzer"
+    assert flag(argv, "-m") == "m" and flag(argv, "-u") == "127.0.0.1:9001" and flag(argv, "-i") == "grpc"
+    assert flag(argv, "--concurrency-range") == "2"
+    assert flag(argv, "--warmup-request-count") == "40"
+    assert flag(argv, "--measurement-interval") == "1500" and flag(argv, "--stability-percentage") == "15"
+    assert flag(argv, "--max-trials") == "5" and flag(argv, "--input-data") == "in.json"
+    assert flag(argv, "-f") == "o.csv" and "--verbose-csv" in argv and flag(argv, "--profile-export-file") == "o.json"
+    assert "--request-rate-range" not in argv and "--request-count" not in argv
+
+
+def test_request_rate_sweep_is_poisson_async_with_priority_parameter():
+    sweep = SweepSpec(name="m.poisson", model="m", url="u:1", levels=(12.5, 50), mode=LoadMode.REQUEST_RATE,
+                      request_parameters=(RequestParameter("priority", "1"),))
+    argv = render_perf_analyzer_command(sweep, 12.5, Path("o.csv"), request_count=100)
+    assert flag(argv, "--request-rate-range") == "12.5"
+    assert flag(argv, "--request-distribution") == "poisson" and "--async" in argv
+    assert flag(argv, "--request-parameter") == "priority:1:int"
+    assert flag(argv, "--request-count") == "100"
+    assert "--concurrency-range" not in argv
+
+
+def test_sweep_spec_validates_levels_protocol_and_names():
+    with pytest.raises(SweepPlanError, match="strictly increasing"):
+        SweepSpec(name="s", model="m", url="u", levels=(4, 2))
+    with pytest.raises(SweepPlanError, match="whole number"):
+        SweepSpec(name="s", model="m", url="u", levels=(1.5,))
+    with pytest.raises(SweepPlanError, match="only over gRPC"):
+        SweepSpec(name="s", model="m", url="u", levels=(1,), protocol="http",
+                  request_parameters=(RequestParameter("priority", "1"),))
+    with pytest.raises(SweepPlanError, match="names files"):
+        SweepSpec(name="a/b", model="m", url="u", levels=(1,))
+    with pytest.raises(ValueError):
+        SweepSpec(name="s", model="m", url="u", levels=(1,), mode="bursty")
+    sweep = SweepSpec(name="s", model="m", url="u", levels=(1,))
+    with pytest.raises(SweepPlanError, match="not one of"):
+        render_perf_analyzer_command(sweep, 3, Path("x.csv"))
+
+
+def test_measurement_needs_three_windows_for_stability():
+    with pytest.raises(SweepPlanError, match="max_trials"):
+        Measurement(max_trials=2)
+
+
+def test_level_planners():
+    assert concurrency_levels(32) == (1, 2, 4, 8, 16, 32)
+    assert concurrency_levels(12) == (1, 2, 4, 8, 12)
+    assert request_rate_levels(400.0, (0.25, 0.5, 1.0)) == (100.0, 200.0, 400.0)
+    with pytest.raises(SweepPlanError):
+        request_rate_levels(0.0)
+
+
+def test_perf_analyzer_environment_puts_cuda_runtime_libs_first(tmp_path):
+    lib = tmp_path / "nvidia" / "cuda_runtime" / "lib"
+    lib.mkdir(parents=True)
+    env = perf_analyzer_environment([tmp_path], base={"LD_LIBRARY_PATH": "/other"})
+    assert env["LD_LIBRARY_PATH"] == f"{lib}:/other"

@@ -1,0 +1,55 @@
+"""The Markdown report and PNG plots, rendered from synthetic results."""
+import json
+
+from perf_sweep.report import records_table, render_markdown, write_report
+from perf_sweep.results import PerfRecord
+
+
+def record(sweep, load, throughput, p99, status="ok", **extra):
+    return PerfRecord(sweep=sweep, model="digits", variant="fp32", mode="concurrency", load=load, batch_size=1,
+                      status=status, command="perf_analyzer -m digits", throughput=throughput, p50_ms=p99 / 2,
+                      p95_ms=p99 * 0.9, p99_ms=p99, avg_ms=p99 / 2, server_queue_ms=1.0, server_compute_ms=2.0,
+                      requests=1000, **extra)
+
+
+def results():
+    records = [record("digits.concurrency", n, 100.0 * min(n, 4), 5.0 * n, server={"avg_batch_size": 3.0, "cpu_utilization": 0.5, "requests_failed": 2})
+               for n in (1, 2, 4, 8)]
+    records.append(record("digits.concurrency", 16, float("nan"), float("nan"), status="failed", errors=3,
+                          note="Exceeds maximum queue size"))
+    records.append(record("ab.dynamic.concurrency", 16, 400.0, 30.0))
+    return {
+        "run_id": "20250101-000000", "command": "python -m perf_sweep run", "host": "test",
+        "records": [r.as_dict() for r in records],
+        "knees": {"digits.concurrency": {"text": "concurrency 4 (400.0 infer/s, P99 20.0 ms)."}},
+        "headlines": ["Dynamic batching vs none at concurrency 16: 2.00x [target >= 2x]"],
+        "inputs": {"digits": "360 held-out images"},
+        "skipped": ["INT8-mixed vs FP32 served: no INT8 variant"],
+        "priority": {"text": ["Realtime alone: P99 3 ms."], "streams": [{"experiment": "priority mix", "variant": "dynamic", "load": "10", "streams": [
+            {"stream": "batch", "priority": 2, "requests": 10, "items_ok": 64, "rejected": 2, "other_errors": 0, "throughput": 8.0,
+             "p50_ms": 1.0, "p95_ms": 2.0, "p99_ms": 3.0, "send_lag_p99_ms": 0.1, "first_error": None}]}]},
+    }
+
+
+def test_records_table_shows_percentiles_queue_compute_errors_and_error_rate():
+    rows = records_table([PerfRecord.from_dict(results()["records"][0])])
+    assert "P99 ms" in rows[0] and "queue ms" in rows[0] and "error rate" in rows[0]
+    assert "| 1 | 100.0 | 2.50 | 4.50 | 5.00 | 1.00 | 2.00 | 3.0 | 50.0% | 1000 | 0 | 2 | 0.2% | ok |" == rows[2]
+
+
+def test_markdown_has_every_section_and_marks_failed_levels():
+    text = render_markdown(results(), {"Latency vs throughput": "latency_vs_throughput.png"})
+    for heading in ("## Headline figures", "## Inputs", "### digits.concurrency", "## A/B comparisons",
+                    "## Priority mix", "## Plots", "## Not measured in this run"):
+        assert heading in text
+    assert "failed: Exceeds maximum queue size" in text
+    assert "![Latency vs throughput](latency_vs_throughput.png)" in text
+
+
+def test_write_report_draws_pngs(tmp_path):
+    (tmp_path / "results.json").write_text(json.dumps(results()))
+    path = write_report(tmp_path, results(), {"realtime alone": [1.0, 2.0, 3.0], "batch": [5.0, 9.0]})
+    text = path.read_text()
+    for png in ("latency_vs_throughput.png", "ab_latency_vs_throughput.png", "priority_latency_cdf.png"):
+        assert (tmp_path / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert png in text
