@@ -36,11 +36,12 @@ stop: ## Stop everything `make serve` started (supervisor first, then servers, M
 status: setup ## Show what is running and where
 	$(PY) -m serving status
 
-demo: build-engines ## Set up, build, serve, classify test images over HTTP and gRPC, stop
+demo: build-engines ## Set up, build, serve, classify test images and embed texts over HTTP and gRPC, stop
 	$(PY) -m serving serve --config $(SERVING_CONFIG)
 	@status=0; \
 	for proto in http grpc; do \
 	  $(PY) -m model_client classify --protocol $$proto --test-samples 0:64 --top-k 3 --summary || status=1; \
+	  $(PY) -m model_client embed --protocol $$proto --text "Triton batches requests dynamically." --text "A full queue answers 503." || status=1; \
 	done; \
 	$(PY) -m serving stop; exit $$status
 
@@ -50,7 +51,7 @@ test: build-engines ## Set up, build, and run the whole test suite against real 
 test-unit: setup ## Fast tests only (no server, no build)
 	$(PY) -m pytest -m "not server and not slow and not gpu"
 
-clean: stop ## Remove generated artifacts (never build/ or model sources)
+clean: stop monitor-stop ## Remove generated artifacts (never build/ or model sources)
 	rm -rf artifacts run reports
 	find model_repository -name config.pbtxt -delete
 	find model_repository -path '*/[0-9]*/*' \( -name '*.onnx' -o -name '*.plan' -o -name '*.json' \) -delete

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from model_client.client import Protocol, TritonModelClient, classify
+from model_client.client import Protocol
 from model_client.embed_cli import add_embed_command
 from model_client.endpoints import resolve_url
 from model_client.errors import ClientError
@@ -56,12 +56,9 @@ def cmd_classify(args: argparse.Namespace) -> int:
         names = [f"test[{i}]" for i in idx]
     else:
         raise ClientError("nothing to classify: give --png FILE... or --test-samples RANGE.")
-    if args.max_attempts > 1 or args.fallback or args.timeout_us is not None:
-        predictions, url = classify_resilient(args, protocol, images)
-    else:
-        url = resolve_url(args.model, protocol, args.url)
-        with TritonModelClient(url, protocol) as client:
-            predictions = classify(client, args.model, images, top_k=args.top_k, priority=args.priority)
+    # Always through the resilient client: it splits the images into requests no larger than
+    # serving.toml allows for the priority (the starvation guarantee depends on it) and retries 503s.
+    predictions, url = classify_resilient(args, protocol, images)
     if not args.summary:
         for i, (name, pred) in enumerate(zip(names, predictions)):
             shown = "  ".join(f"{c}:{s:.3f}" for c, s in zip(pred.labels, pred.scores))
@@ -112,7 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
     cls.add_argument("--priority", type=int, default=0, help="1 = realtime, 2 = batch, 0 = the model's default")
     cls.add_argument("--summary", action="store_true", help="print a few predictions and the accuracy only")
     cls.add_argument("--timeout-us", type=int, help="queue timeout for these requests (may only shorten the model's)")
-    cls.add_argument("--max-attempts", type=int, default=1,
+    cls.add_argument("--max-attempts", type=int, default=3,
                      help="retry HTTP 503 / gRPC UNAVAILABLE with jittered exponential backoff, up to this many attempts")
     cls.add_argument("--deadline-s", type=float, default=10.0, help="total time budget of the call, retries included")
     cls.add_argument("--fallback", action="store_true",

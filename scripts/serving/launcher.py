@@ -81,12 +81,12 @@ def with_server_overrides(spec: ServingSpec, host: str | None = None, http_port:
 
 
 def partition_server_settings(partition: PlannedPartition, repository: Path, backend_dir: Path,
-                              log_verbose: int = 0) -> ServerSettings:
+                              log_verbose: int = 0, gpu_metrics: bool = False) -> ServerSettings:
     """The ONE place a partition's tritonserver flags are decided (add security flags here)."""
     return ServerSettings(
         model_repository=Path(repository), backend_dir=Path(backend_dir), host=partition.host,
         http_port=partition.http_port, grpc_port=partition.grpc_port, metrics_port=partition.metrics_port,
-        models=partition.models, log_verbose=log_verbose,
+        models=partition.models, log_verbose=log_verbose, gpu_metrics=gpu_metrics,
         # model-repository, shared-memory, logging and trace APIs need the admin key (serving.security)
         restricted=restricted_api_flags(launcher_admin_key()),
     )
@@ -106,7 +106,8 @@ def partition_server_process(installation: TritonInstallation, plan: PartitionPl
         pin = partition.cpus
     else:
         env.update(mps_environment(layout))
-    settings = partition_server_settings(partition, repository, layout.backends)
+    settings = partition_server_settings(partition, repository, layout.backends,
+                                         gpu_metrics=plan.mechanism is Mechanism.CUDA_MPS)
     return TritonServerProcess(installation, settings, layout.partition_log(partition.name), extra_env=env,
                                preexec_cpus=pin)
 

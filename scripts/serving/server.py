@@ -146,6 +146,9 @@ class ServerSettings:
     #: Publish latency summaries (P50..P99.9 over a sliding window): the P99 alert and the
     #: dashboard read nv_inference_request_summary_us{quantile="0.99"} (checked on 2.51).
     latency_summaries: bool = True
+    #: GPU utilisation/memory metrics (the accelerator alerts and panels read them); only on a GPU
+    #: host, where the launcher turns them on. Off elsewhere: without NVML they only log errors.
+    gpu_metrics: bool = False
     #: A model that fails to load at start-up must not take the others down: Triton keeps serving
     #: the models that loaded (False), and the launcher reports the failed ones by name and reason.
     exit_on_error: bool = False
@@ -165,7 +168,7 @@ class ServerSettings:
             f"--metrics-address={self.host}",
             f"--metrics-port={self.metrics_port}",
             "--allow-metrics=true",
-            "--allow-gpu-metrics=false",
+            f"--allow-gpu-metrics={'true' if self.gpu_metrics else 'false'}",
             "--allow-cpu-metrics=true",
             "--metrics-interval-ms=1000",
             f"--log-verbose={self.log_verbose}",

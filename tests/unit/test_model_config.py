@@ -56,3 +56,9 @@ def test_server_flags_bind_loopback_and_load_models_explicitly(tmp_path):
     assert "--http-address=127.0.0.1" in args and "--grpc-address=127.0.0.1" in args
     assert "--http-port=8000" in args and "--grpc-port=8001" in args and "--metrics-port=8002" in args
     assert "--model-control-mode=explicit" in args and "--load-model=a" in args and "--load-model=b" in args
+
+
+def test_gpu_metrics_are_off_unless_asked_for(tmp_path):
+    assert "--allow-gpu-metrics=false" in ServerSettings(model_repository=tmp_path, backend_dir=tmp_path).to_args_list()
+    on = ServerSettings(model_repository=tmp_path, backend_dir=tmp_path, gpu_metrics=True).to_args_list()
+    assert "--allow-gpu-metrics=true" in on
