@@ -3,7 +3,6 @@ started on free loopback ports against the built model repository; a failing ser
 server log's tail attached to its report."""
 from __future__ import annotations
 
-import socket
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,17 +15,9 @@ ARTIFACTS = PROJECT_ROOT / "artifacts"
 
 
 def free_ports(count: int) -> list[int]:
-    """Ports the kernel just handed out; held open together so they are distinct."""
-    sockets = []
-    try:
-        for _ in range(count):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            sockets.append(s)
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
+    from serving.server import free_loopback_ports
+
+    return free_loopback_ports(count)
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -24,6 +23,7 @@ from typing import Any, Mapping
 from operations.alert_rules import RULES_PATH, AlertThresholds, alert_rules_yaml
 from operations.errors import MonitorConfigError, MonitorStartError, OperationsError
 from serving.manifest import MANIFEST_PATH, RUN_DIR as SERVING_RUN_DIR
+from serving.server import free_loopback_ports
 
 RUN_DIR = SERVING_RUN_DIR / "prometheus"
 JOB = AlertThresholds.job
@@ -109,12 +109,6 @@ def find_prometheus() -> Path:
     return Path(found)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def api_get(base_url: str, path: str, timeout: float = 2.0, **params: str) -> Any:
     """GET a Prometheus HTTP API path and return its `data` (raises OperationsError if not `success`)."""
     url = f"{base_url}{path}" + (f"?{urllib.parse.urlencode(params)}" if params else "")
@@ -176,7 +170,7 @@ def start_monitoring(manifest_path: Path = MANIFEST_PATH, run_dir: Path = RUN_DI
 
     config_path = run_dir / "prometheus.yml"
     config_path.write_text(yaml.safe_dump(render_prometheus_config(targets, (rules,), scrape_interval), sort_keys=False))
-    settings = PrometheusSettings(config_path, run_dir / "data", port or free_port())
+    settings = PrometheusSettings(config_path, run_dir / "data", port or free_loopback_ports(1)[0])
     process = start_prometheus(settings, run_dir / "prometheus.log", timeout)
     state = {"pid": process.pid, "url": settings.url, "targets": [t.address for t in targets], "rules": str(rules)}
     state_path.write_text(json.dumps(state, indent=2))

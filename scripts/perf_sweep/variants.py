@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
-import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,29 +97,18 @@ def write_variant_repository(spec: ServingSpec, model: str, variants: Sequence[S
     return Path(dest)
 
 
-def free_ports(count: int) -> list[int]:
-    sockets = []
-    try:
-        for _ in range(count):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            sockets.append(s)
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
-
-
 def start_variant_server(repository: Path, workdir: Path, models: Sequence[str], cpus: Sequence[int] = (),
                          intra_op_threads: int = 0, timeout: float = 180.0):
     """Start our own tritonserver on free loopback ports, pinned to `cpus` (the served model's
     partition) with the same ONNX Runtime thread count; returns (process, http, grpc, metrics URL)."""
     from serving.partition_plan import INTRA_OP_THREADS_ENV
-    from serving.server import ServerSettings, TritonServerProcess, find_tritonserver, prepare_backend_dir
+    from serving.server import (
+        ServerSettings, TritonServerProcess, find_tritonserver, free_loopback_ports, prepare_backend_dir,
+    )
 
     installation = find_tritonserver()
     backend_dir = prepare_backend_dir(installation, Path(workdir) / "backends")
-    http, grpc, metrics = free_ports(3)
+    http, grpc, metrics = free_loopback_ports(3)
     settings = ServerSettings(model_repository=Path(repository), backend_dir=backend_dir, http_port=http,
                               grpc_port=grpc, metrics_port=metrics, models=tuple(models))
     env = {INTRA_OP_THREADS_ENV: str(intra_op_threads)} if intra_op_threads else {}

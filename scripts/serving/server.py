@@ -186,6 +186,22 @@ class ServerSettings:
         return args
 
 
+def free_loopback_ports(count: int) -> list[int]:
+    """Ports the kernel just handed out on 127.0.0.1, held open together so they are distinct."""
+    import socket
+
+    sockets = []
+    try:
+        for _ in range(count):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            sockets.append(s)
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
 def http_ready(host: str, port: int, timeout: float = 1.0) -> bool:
     try:
         with urllib.request.urlopen(f"http://{host}:{port}/v2/health/ready", timeout=timeout) as resp:
