@@ -8,6 +8,7 @@ import numpy as np
 
 from model_build import digits
 from model_build.calibration import calibration_set, feed_batches_from_rows
+from model_build.errors import BuildError
 from model_build.export import compare_with_framework, onnx_from_torch, onnxruntime_session, run_onnxruntime_batched
 from model_build.pipeline import install_file
 from serving.model_config import render_onnx_cpu_config, tensor_specs_from_onnx, write_model_config
@@ -47,7 +48,13 @@ def build_digit_cnn(model: ModelSpec, workdir: Path) -> dict[str, Any]:
         "fp32": {"file": FP32_ONNX, "size_bytes": fp32_path.stat().st_size, "metric": "top1_accuracy", "value": accuracy},
     }
     files, sections = [FP32_ONNX, TEST_SPLIT], []
-    if model.variant is Variant.INT8_MIXED:
+    # `also_build = ["int8_mixed"]`: build and validate the INT8-mixed variant even when FP32 is
+    # served, so both precisions exist for A/B measurements (make perf, make benchmark-precision).
+    also_build = set(model.options.get("also_build", ()))
+    unknown = also_build - {Variant.INT8_MIXED.value}
+    if unknown:
+        raise BuildError(f"`models.{model.name}.options.also_build` = {sorted(unknown)}: allowed [\"int8_mixed\"].")
+    if model.variant is Variant.INT8_MIXED or Variant.INT8_MIXED.value in also_build:
         result = build_digits_int8_mixed(model, workdir, fp32_path, splits)
         variants["fp32"]["latency_ms"] = result.fp32_latency_ms
         variants.update(result.variants)
