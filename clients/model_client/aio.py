@@ -12,34 +12,36 @@ and returns one result per job, in order: an outcome or the error, never a silen
 from __future__ import annotations
 
 import asyncio
-import random
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
 from model_client.client import (
     ModelInterface,
     Protocol,
-    build_wire_inputs,
     classify_triton_error,
     interface_from_metadata,
+    prepare_infer_call,
 )
-from model_client.endpoints import DEFAULT_MANIFEST, resolve_url
 from model_client.errors import ClientError
 from model_client.policies import (
-    FallbackPolicy,
-    PriorityLimits,
-    RetryPolicy,
     backoff_schedule,
     gave_up,
     is_retryable,
     next_retry_delay,
     server_timeout_us,
 )
-from model_client.resilient import CallPlan, InferenceOutcome, attempt_error, merge_parts, plan_call, slice_inputs
+from model_client.resilient import (
+    CallPlan,
+    InferenceOutcome,
+    ResilientClientBase,
+    attempt_error,
+    merge_parts,
+    plan_call,
+    slice_inputs,
+)
 
 
 class AsyncTritonModelClient:
@@ -90,54 +92,20 @@ class AsyncTritonModelClient:
         client_timeout_s: float | None = None,
     ) -> dict[str, np.ndarray]:
         """Like `TritonModelClient.infer`; `client_timeout_s` is a gRPC deadline (HTTP: ignored)."""
-        interface = await self.interface(model)
-        wire_inputs = build_wire_inputs(self._module, interface, inputs)
-        names = list(output_names or [t.name for t in interface.outputs])
-        wire_outputs = [self._module.InferRequestedOutput(n) for n in names]
-        kwargs = {"priority": priority}
-        if timeout_us is not None:
-            kwargs["timeout"] = int(timeout_us)
-        if client_timeout_s is not None and self.protocol is Protocol.GRPC:
-            kwargs["client_timeout"] = float(client_timeout_s)
+        call = prepare_infer_call(self._module, self.protocol, await self.interface(model), inputs, priority,
+                                  timeout_us, output_names, client_timeout_s)
         try:
-            result = await self._client.infer(model, wire_inputs, outputs=wire_outputs, **kwargs)
+            result = await self._client.infer(model, call.inputs, outputs=call.outputs, **call.kwargs)
         except Exception as exc:
             raise classify_triton_error(exc, self.url, model) from None
-        return {n: result.as_numpy(n) for n in names}
+        return {n: result.as_numpy(n) for n in call.output_names}
 
 
-class AsyncResilientClient:
+class AsyncResilientClient(ResilientClientBase):
     """`ResilientClient` for asyncio: retries sleep with `asyncio.sleep`, other calls go on."""
 
-    def __init__(
-        self,
-        protocol: Protocol | str = Protocol.HTTP,
-        url: str | None = None,
-        manifest: Path = DEFAULT_MANIFEST,
-        retry: RetryPolicy = RetryPolicy(),
-        fallback: FallbackPolicy | None = None,
-        limits: PriorityLimits | None = None,
-        rng: random.Random | None = None,
-        sleep: Callable[[float], object] = asyncio.sleep,
-        clock: Callable[[], float] = time.monotonic,
-        network_timeout_s: float = 30.0,
-        client_factory: Callable[..., AsyncTritonModelClient] | None = None,
-    ):
-        self.protocol = Protocol(protocol)
-        self.url, self.manifest = url, Path(manifest)
-        self.retry, self.fallback, self.limits = retry, fallback, limits
-        self._rng = rng or random.Random()
-        self._sleep, self._clock = sleep, clock
-        self._network_timeout_s = network_timeout_s
-        #: How a connection is made: (url, protocol, network_timeout_s) -> client. Tests inject one.
-        self._client_factory = client_factory or AsyncTritonModelClient
-        self._clients: dict[str, AsyncTritonModelClient] = {}
-
-    def client_for(self, model: str) -> AsyncTritonModelClient:
-        url = resolve_url(model, self.protocol, self.url, self.manifest)
-        if url not in self._clients:
-            self._clients[url] = self._client_factory(url, self.protocol, self._network_timeout_s)
-        return self._clients[url]
+    default_client_factory = AsyncTritonModelClient
+    default_sleep = staticmethod(asyncio.sleep)
 
     async def close(self) -> None:
         for client in self._clients.values():

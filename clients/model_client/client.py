@@ -90,6 +90,30 @@ def build_wire_inputs(module, interface: ModelInterface, inputs: Mapping[str, np
     return wire_inputs
 
 
+@dataclass(frozen=True)
+class InferCall:
+    """One request's tritonclient arguments, the same for the sync and the aio clients."""
+
+    inputs: list
+    outputs: list
+    output_names: list[str]
+    kwargs: dict
+
+
+def prepare_infer_call(module, protocol: Protocol, interface: ModelInterface, inputs: Mapping[str, np.ndarray],
+                       priority: int = 0, timeout_us: int | None = None,
+                       output_names: Sequence[str] | None = None, client_timeout_s: float | None = None) -> InferCall:
+    """Wire inputs/outputs and the priority, queue-timeout and (gRPC) deadline arguments."""
+    names = list(output_names or [t.name for t in interface.outputs])
+    kwargs: dict = {"priority": priority}
+    if timeout_us is not None:
+        kwargs["timeout"] = int(timeout_us)
+    if client_timeout_s is not None and protocol is Protocol.GRPC:
+        kwargs["client_timeout"] = float(client_timeout_s)
+    return InferCall(build_wire_inputs(module, interface, inputs), [module.InferRequestedOutput(n) for n in names],
+                     names, kwargs)
+
+
 class TritonModelClient:
     """One connection to one server; safe to reuse across calls (not across threads for HTTP)."""
 
@@ -145,20 +169,13 @@ class TritonModelClient:
         """Run one request. `priority` 0 means the model's default level; `timeout_us` shortens the
         queue timeout (the server rejects the request if it waits longer); `client_timeout_s` is
         a gRPC deadline for the whole call (HTTP uses the connection's network timeout)."""
-        interface = self.interface(model)
-        wire_inputs = build_wire_inputs(self._module, interface, inputs)
-        names = list(output_names or [t.name for t in interface.outputs])
-        wire_outputs = [self._module.InferRequestedOutput(n) for n in names]
-        kwargs = {"priority": priority}
-        if timeout_us is not None:
-            kwargs["timeout"] = int(timeout_us)
-        if client_timeout_s is not None and self.protocol is Protocol.GRPC:
-            kwargs["client_timeout"] = float(client_timeout_s)
+        call = prepare_infer_call(self._module, self.protocol, self.interface(model), inputs, priority, timeout_us,
+                                  output_names, client_timeout_s)
         try:
-            result = self._client.infer(model, wire_inputs, outputs=wire_outputs, **kwargs)
+            result = self._client.infer(model, call.inputs, outputs=call.outputs, **call.kwargs)
         except Exception as exc:
             raise classify_triton_error(exc, self.url, model) from None
-        return {n: result.as_numpy(n) for n in names}
+        return {n: result.as_numpy(n) for n in call.output_names}
 
 
 @dataclass(frozen=True)

@@ -103,9 +103,13 @@ def attempt_error(errors: list[tuple[str, ClientError]]) -> ClientError:
     return type(last)(f"{first} Fallback {fallback!r}: {last}")
 
 
-class ResilientClient:
-    """Blocking client with retry, fallback and size limits; one per thread (HTTP connections are
-    not shared across threads), or use `model_client.aio` for many calls at once."""
+class ResilientClientBase:
+    """What the blocking and the asyncio resilient clients share: policies, the clock and sleep
+    (injectable for tests), and one connection per server URL resolved from the manifest."""
+
+    #: How a connection is made: (url, protocol, network_timeout_s) -> client.
+    default_client_factory: Callable[..., object] = TritonModelClient
+    default_sleep: Callable[[float], object] = staticmethod(time.sleep)
 
     def __init__(
         self,
@@ -116,27 +120,32 @@ class ResilientClient:
         fallback: FallbackPolicy | None = None,
         limits: PriorityLimits | None = None,
         rng: random.Random | None = None,
-        sleep: Callable[[float], None] = time.sleep,
+        sleep: Callable[[float], object] | None = None,
         clock: Callable[[], float] = time.monotonic,
         network_timeout_s: float = 30.0,
-        client_factory: Callable[..., TritonModelClient] | None = None,
+        client_factory: Callable[..., object] | None = None,
     ):
         self.protocol = Protocol(protocol)
         self.url, self.manifest = url, Path(manifest)
         self.retry, self.fallback, self.limits = retry, fallback, limits
         self._rng = rng or random.Random()
-        self._sleep, self._clock = sleep, clock
+        self._sleep, self._clock = sleep or self.default_sleep, clock
         self._network_timeout_s = network_timeout_s
-        #: How a connection is made: (url, protocol, network_timeout_s) -> client. Tests inject one.
-        self._client_factory = client_factory or TritonModelClient
-        self._clients: dict[str, TritonModelClient] = {}
+        #: Tests inject their own factory.
+        self._client_factory = client_factory or self.default_client_factory
+        self._clients: dict[str, object] = {}
 
-    def client_for(self, model: str) -> TritonModelClient:
+    def client_for(self, model: str):
         """The connection to the server that serves `model` (the fallback may live elsewhere)."""
         url = resolve_url(model, self.protocol, self.url, self.manifest)
         if url not in self._clients:
             self._clients[url] = self._client_factory(url, self.protocol, self._network_timeout_s)
         return self._clients[url]
+
+
+class ResilientClient(ResilientClientBase):
+    """Blocking client with retry, fallback and size limits; one per thread (HTTP connections are
+    not shared across threads), or use `model_client.aio` for many calls at once."""
 
     def close(self) -> None:
         for client in self._clients.values():
