@@ -8,6 +8,7 @@ every file the record names still exists; installing is cheap and always runs.
 """
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import shutil
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from model_build.errors import BuildError
+from serving.file_digest import sha256_file
 from serving.spec import ModelSpec, ServingSpec
 
 PACKAGE_DIR = Path(__file__).parent
@@ -66,10 +68,40 @@ def _package_versions() -> dict[str, str]:
     return versions
 
 
+def _imported_model_build_modules(source: Path) -> set[str]:
+    """Names of the model_build modules `source` imports, anywhere in it (lazy imports included)."""
+    found = set()
+    for node in ast.walk(ast.parse(source.read_text(), filename=str(source))):
+        if isinstance(node, ast.Import):
+            found |= {a.name.split(".")[1] for a in node.names if a.name.startswith("model_build.")}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            if node.module.startswith("model_build."):
+                found.add(node.module.split(".")[1])
+            elif node.module == "model_build":  # `from model_build import recipe_text as text`
+                found |= {a.name for a in node.names}
+    return {name for name in found if (PACKAGE_DIR / f"{name}.py").exists()}
+
+
+def recipe_sources(recipe: Recipe) -> tuple[Path, ...]:
+    """The model_build source files a recipe's build and install can run: the modules defining them
+    and everything they import from model_build, transitively. Derived from the code itself, so
+    editing the text recipe does not rebuild the digit models (and vice versa)."""
+    pending = {fn.__module__.split(".")[-1] for fn in (recipe.build, recipe.install)}
+    seen: set[str] = set()
+    while pending:
+        name = pending.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        pending |= _imported_model_build_modules(PACKAGE_DIR / f"{name}.py") - seen
+    return tuple(sorted(PACKAGE_DIR / f"{name}.py" for name in seen))
+
+
 def build_fingerprint(recipe: Recipe, model: ModelSpec) -> str:
-    """Hash of everything that determines the build's output (not the serving-only settings)."""
+    """Hash of everything that determines the build's output (not the serving-only settings):
+    the recipe's own sources (`recipe_sources`), the model's settings and the library versions."""
     digest = hashlib.sha256()
-    for source in sorted(PACKAGE_DIR.rglob("*.py")):
+    for source in recipe_sources(recipe):
         digest.update(source.name.encode())
         digest.update(source.read_bytes())
     build_inputs = {
@@ -113,17 +145,9 @@ def build_model(recipe: Recipe, model: ModelSpec, paths: BuildPaths, force: bool
 def install_file(src: Path, dest: Path) -> bool:
     """Copy src to dest unless dest already has the same bytes; returns True if it copied."""
     dest.parent.mkdir(parents=True, exist_ok=True)
-    if dest.exists() and dest.stat().st_size == src.stat().st_size and _sha256(dest) == _sha256(src):
+    if dest.exists() and dest.stat().st_size == src.stat().st_size and sha256_file(dest) == sha256_file(src):
         return False
     tmp = dest.with_suffix(dest.suffix + ".tmp")
     shutil.copy2(src, tmp)
     tmp.replace(dest)  # atomic: a running server never sees half a file
     return True
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()

@@ -345,8 +345,10 @@ def build_text_encoder(model: ModelSpec, workdir: Path) -> dict[str, Any]:
 
     untruncated = token_counts(_untruncated(tokenizer), heldout)
     p50, p90, p99 = (float(np.percentile(untruncated, q)) for q in (50, 90, 99))
+    # Every file a variant wrote is listed, so deleting one (say the INT8 graph) triggers a rebuild.
+    variant_files = [f for record in variants.values() for f in [record["file"], *record.get("files", [])]]
     return {
-        "files": [FP32_ONNX, TOKENIZER_JSON, TEXT_CORPUS],
+        "files": list(dict.fromkeys([FP32_ONNX, TOKENIZER_JSON, TEXT_CORPUS, *variant_files])),
         "served_file": variants[model.variant.value]["file"],
         "max_length": settings.max_length,
         "pad_token_id": pad_token_id(tokenizer),

@@ -2,8 +2,8 @@
 
 `AsyncTritonModelClient` is the asyncio twin of `TritonModelClient` (tritonclient.http.aio on
 aiohttp, tritonclient.grpc.aio on grpc.aio), with the same error mapping. `AsyncResilientClient`
-adds retries with backoff, fallback and size limits exactly like `ResilientClient` (same pure
-planning and retry decisions). `infer_concurrently` runs a list of jobs with bounded concurrency
+adds retries with backoff, fallback and size limits exactly like `ResilientClient` (the same pure
+`plan_call` and `AttemptPlanner` decide; only the sleeps and calls are awaited). `infer_concurrently` runs a list of jobs with bounded concurrency
 and returns one result per job, in order: an outcome or the error, never a silent drop.
 
     async with AsyncResilientClient("grpc", retry=RetryPolicy(deadline_s=2)) as client:
@@ -26,18 +26,11 @@ from model_client.client import (
     prepare_infer_call,
 )
 from model_client.errors import ClientError
-from model_client.policies import (
-    backoff_schedule,
-    gave_up,
-    is_retryable,
-    next_retry_delay,
-    server_timeout_us,
-)
+from model_client.policies import SleepBeforeRetry
 from model_client.resilient import (
     CallPlan,
     InferenceOutcome,
     ResilientClientBase,
-    attempt_error,
     merge_parts,
     plan_call,
     slice_inputs,
@@ -131,32 +124,20 @@ class AsyncResilientClient(ResilientClientBase):
 
     async def _request(self, plan: CallPlan, inputs: dict[str, np.ndarray], priority: int,
                        timeout_us: int | None) -> tuple[dict[str, np.ndarray], str, int]:
-        schedule = backoff_schedule(self.retry, self._rng)
-        start, calls, attempts = self._clock(), 0, 0
+        """`ResilientClient._request`, awaited: the same `AttemptPlanner` decides every step."""
+        planner = self._attempt_planner(plan, timeout_us)
         while True:
-            attempts += 1
-            errors: list[tuple[str, ClientError]] = []
-            for model in plan.models:
-                remaining = self.retry.deadline_s - (self._clock() - start)
-                if remaining <= 0 and errors:
-                    break
-                calls += 1
-                try:
-                    outputs = await self.client_for(model).infer(
-                        model, inputs, priority=priority, timeout_us=server_timeout_us(timeout_us, remaining),
-                        client_timeout_s=max(remaining, 0.001),
-                    )
-                    return outputs, model, calls
-                except ClientError as exc:  # 503/UNAVAILABLE or unreachable: the fallback may still answer
-                    errors.append((model, exc))
-                    if not is_retryable(exc, self.retry):
-                        break
-            error = attempt_error(errors)
-            elapsed = self._clock() - start
-            delay = next_retry_delay(self.retry, error, attempts, elapsed, schedule)
-            if delay is None:
-                raise gave_up(error, attempts, elapsed, self.retry) from None
-            await self._sleep(delay)
+            step = planner.next_step(self._clock())  # raises the final error when it gives up
+            if isinstance(step, SleepBeforeRetry):
+                await self._sleep(step.seconds)
+                continue
+            try:
+                outputs = await self.client_for(step.model).infer(
+                    step.model, inputs, priority=priority, timeout_us=step.timeout_us, client_timeout_s=step.client_timeout_s)
+            except ClientError as exc:  # 503/UNAVAILABLE or unreachable: the fallback may still answer
+                planner.record_failure(exc)
+                continue
+            return outputs, step.model, planner.calls
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,10 @@
 """What a client does when the server pushes back: retry with backoff, degrade to a smaller
 model, and keep each request within its priority's size (the server's starvation guarantee).
 
-Everything here is pure: frozen dataclasses that validate themselves, and functions of them. The
-loops that sleep and call servers are `model_client.resilient` (blocking) and `model_client.aio`
-(asyncio); both ask `next_retry_delay` what to do, so they cannot disagree.
+Everything here is pure: frozen dataclasses that validate themselves, functions of them, and
+`AttemptPlanner`, which makes every retry/fallback decision of one request without doing any I/O.
+The loops that call servers and sleep are `model_client.resilient` (blocking) and
+`model_client.aio` (asyncio); both are thin drivers of the same planner, so they cannot disagree.
 
 Why these rules (docs/overload.md):
 - Retry only what a later identical request can fix: HTTP 503 / gRPC UNAVAILABLE (queue full,
@@ -19,7 +20,7 @@ import math
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from model_client.errors import ClientError, OverloadedError, RequestRejectedError, ServerUnavailableError
 
@@ -118,6 +119,98 @@ def server_timeout_us(requested_us: int | None, remaining_s: float) -> int:
     """Queue timeout to send: the caller's, shortened to what is left of the deadline (>= 1 ms)."""
     remaining_us = max(1000, int(remaining_s * 1e6))
     return remaining_us if requested_us is None else max(1, min(int(requested_us), remaining_us))
+
+
+def attempt_error(errors: Sequence[tuple[str, ClientError]]) -> ClientError:
+    """The error of one attempt: the primary model's, and what its fallback said (same type as
+    the last one, which decides whether to retry)."""
+    if len(errors) == 1:
+        return errors[0][1]
+    (_, first), (fallback, last) = errors[0], errors[-1]
+    return type(last)(f"{first} Fallback {fallback!r}: {last}")
+
+
+@dataclass(frozen=True)
+class SendRequest:
+    """Send the request to `model` now, with these timeouts (both shortened to the deadline)."""
+
+    model: str
+    #: Queue timeout for the server (`server_timeout_us`).
+    timeout_us: int
+    #: Deadline of the whole call on the client side (gRPC; HTTP uses its network timeout).
+    client_timeout_s: float
+
+
+@dataclass(frozen=True)
+class SleepBeforeRetry:
+    """Every model of this attempt failed with a retryable error: sleep, then ask again."""
+
+    seconds: float
+
+
+class AttemptPlanner:
+    """Sans-IO: which model to call next, whether to fall back, whether and how long to wait before
+    retrying, and the error to raise in the end, for ONE request. The blocking and the asyncio
+    clients only carry out its steps, so their behaviour is the same by construction.
+
+    Protocol (`now_s` is the caller's monotonic clock, the same one as `start_s`):
+    - `next_step(now_s)` returns a `SendRequest` or a `SleepBeforeRetry`, or raises the final
+      error (`gave_up`: same type as the last error, saying how long it tried).
+    - After a `SendRequest` that fails with a `ClientError`, call `record_failure(error)` and ask
+      again; one that succeeds ends the request (`calls` counts the server calls made).
+    - After a `SleepBeforeRetry`, sleep that long and ask again.
+
+    Within an attempt the models are tried in order (primary, then its fallback) at once; the
+    fallback is skipped when the primary's error is not retryable or the deadline has passed.
+    """
+
+    def __init__(self, models: Sequence[str], retry: RetryPolicy, schedule: Sequence[float],
+                 timeout_us: int | None, start_s: float):
+        _check(len(models) >= 1, "AttemptPlanner.models is empty: allowed the primary model, then its fallback.")
+        _check(len(schedule) >= retry.max_attempts - 1,
+               f"AttemptPlanner.schedule has {len(schedule)} sleep(s): allowed >= max_attempts - 1 "
+               f"({retry.max_attempts - 1}); draw it with backoff_schedule.")
+        self.models, self.retry, self.schedule = tuple(models), retry, tuple(schedule)
+        self.timeout_us, self.start_s = timeout_us, start_s
+        #: Server calls and attempts (rounds over the models) started so far.
+        self.calls = self.attempts = 0
+        self._errors: list[tuple[str, ClientError]] = []  # this attempt's, one per model tried
+        self._tried = 0  # models of this attempt sent so far
+        self._in_attempt = False
+        self._awaiting_result = False
+
+    def next_step(self, now_s: float) -> SendRequest | SleepBeforeRetry:
+        if self._awaiting_result:
+            raise RuntimeError("AttemptPlanner.next_step after a SendRequest: report its failure with "
+                               "record_failure first (a success ends the request).")
+        elapsed = now_s - self.start_s
+        if not self._in_attempt:
+            self.attempts, self._errors, self._tried, self._in_attempt = self.attempts + 1, [], 0, True
+        if self._may_send_next(elapsed):
+            model = self.models[self._tried]
+            self._tried, self.calls, self._awaiting_result = self._tried + 1, self.calls + 1, True
+            remaining = self.retry.deadline_s - elapsed
+            return SendRequest(model, server_timeout_us(self.timeout_us, remaining), max(remaining, 0.001))
+        self._in_attempt = False
+        error = attempt_error(self._errors)
+        delay = next_retry_delay(self.retry, error, self.attempts, elapsed, self.schedule)
+        if delay is None:
+            raise gave_up(error, self.attempts, elapsed, self.retry) from None
+        return SleepBeforeRetry(delay)
+
+    def record_failure(self, error: ClientError) -> None:
+        if not self._awaiting_result:
+            raise RuntimeError("AttemptPlanner.record_failure without a SendRequest to report on.")
+        self._awaiting_result = False
+        self._errors.append((self.models[self._tried - 1], error))
+
+    def _may_send_next(self, elapsed_s: float) -> bool:
+        """The first model always; the next one only after a retryable error and within the deadline."""
+        if not self._errors:
+            return True
+        if self._tried >= len(self.models) or not is_retryable(self._errors[-1][1], self.retry):
+            return False
+        return self.retry.deadline_s - elapsed_s > 0
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Calls that survive overload: retries with backoff, fallback to a smaller model, size limits.
 
 `ResilientClient` (blocking) and `model_client.aio.AsyncResilientClient` (asyncio) do the same
-thing, built from the same pure pieces (`policies`, `plan_call`, `merge_parts`):
+thing, built from the same pure pieces (`plan_call`, `policies.AttemptPlanner`, `merge_parts`):
 
 1. Split the items into requests the priority allows (`PriorityLimits`); refuse oversize
    realtime requests before sending anything.
@@ -11,6 +11,8 @@ thing, built from the same pure pieces (`policies`, `plan_call`, `merge_parts`):
 3. Between attempts sleep the jittered backoff; stop at `max_attempts` or the deadline and raise
    the last error, same type, saying how long it tried (overload stage 3 reaches the caller).
 
+Steps 2 and 3 are decided by `AttemptPlanner` (no I/O); each client's `_request` only sends,
+sleeps and reports failures back, with a blocking or an awaited call.
 Every call ends in an `InferenceOutcome` or a `ClientError`: nothing is dropped silently.
 """
 from __future__ import annotations
@@ -27,14 +29,12 @@ from model_client.client import Protocol, TritonModelClient
 from model_client.endpoints import DEFAULT_MANIFEST, resolve_url
 from model_client.errors import ClientError, RequestRejectedError
 from model_client.policies import (
+    AttemptPlanner,
     FallbackPolicy,
     PriorityLimits,
     RetryPolicy,
+    SleepBeforeRetry,
     backoff_schedule,
-    gave_up,
-    is_retryable,
-    next_retry_delay,
-    server_timeout_us,
 )
 
 
@@ -94,15 +94,6 @@ def merge_parts(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
     return {name: np.concatenate([p[name] for p in parts], axis=0) for name in parts[0]}
 
 
-def attempt_error(errors: list[tuple[str, ClientError]]) -> ClientError:
-    """The error of one attempt: the primary model's, and what its fallback said (same type as
-    the last one, which decides whether to retry)."""
-    if len(errors) == 1:
-        return errors[0][1]
-    (_, first), (fallback, last) = errors[0], errors[-1]
-    return type(last)(f"{first} Fallback {fallback!r}: {last}")
-
-
 class ResilientClientBase:
     """What the blocking and the asyncio resilient clients share: policies, the clock and sleep
     (injectable for tests), and one connection per server URL resolved from the manifest."""
@@ -142,6 +133,11 @@ class ResilientClientBase:
             self._clients[url] = self._client_factory(url, self.protocol, self._network_timeout_s)
         return self._clients[url]
 
+    def _attempt_planner(self, plan: CallPlan, timeout_us: int | None) -> AttemptPlanner:
+        """The decisions of one request: its own jittered backoff schedule, its deadline from now."""
+        return AttemptPlanner(plan.models, self.retry, backoff_schedule(self.retry, self._rng), timeout_us,
+                              self._clock())
+
 
 class ResilientClient(ResilientClientBase):
     """Blocking client with retry, fallback and size limits; one per thread (HTTP connections are
@@ -173,29 +169,16 @@ class ResilientClient(ResilientClientBase):
     def _request(self, plan: CallPlan, inputs: dict[str, np.ndarray], priority: int,
                  timeout_us: int | None) -> tuple[dict[str, np.ndarray], str, int]:
         """One request with retries: (outputs, model that answered, server calls made)."""
-        schedule = backoff_schedule(self.retry, self._rng)
-        start, calls, attempts = self._clock(), 0, 0
+        planner = self._attempt_planner(plan, timeout_us)
         while True:
-            attempts += 1
-            errors: list[tuple[str, ClientError]] = []
-            for model in plan.models:
-                remaining = self.retry.deadline_s - (self._clock() - start)
-                if remaining <= 0 and errors:
-                    break
-                calls += 1
-                try:
-                    outputs = self.client_for(model).infer(
-                        model, inputs, priority=priority, timeout_us=server_timeout_us(timeout_us, remaining),
-                        client_timeout_s=max(remaining, 0.001),
-                    )
-                    return outputs, model, calls
-                except ClientError as exc:  # 503/UNAVAILABLE or unreachable: the fallback may still answer
-                    errors.append((model, exc))
-                    if not is_retryable(exc, self.retry):
-                        break
-            error = attempt_error(errors)
-            elapsed = self._clock() - start
-            delay = next_retry_delay(self.retry, error, attempts, elapsed, schedule)
-            if delay is None:
-                raise gave_up(error, attempts, elapsed, self.retry) from None
-            self._sleep(delay)
+            step = planner.next_step(self._clock())  # raises the final error when it gives up
+            if isinstance(step, SleepBeforeRetry):
+                self._sleep(step.seconds)
+                continue
+            try:
+                outputs = self.client_for(step.model).infer(
+                    step.model, inputs, priority=priority, timeout_us=step.timeout_us, client_timeout_s=step.client_timeout_s)
+            except ClientError as exc:  # 503/UNAVAILABLE or unreachable: the fallback may still answer
+                planner.record_failure(exc)
+                continue
+            return outputs, step.model, planner.calls

@@ -15,7 +15,6 @@ count and probe settings are unchanged.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import subprocess
 import sys
@@ -25,6 +24,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from serving.errors import ConfigError, ServingError
+from serving.file_digest import sha256_file
 from serving.partition_plan import Mechanism, PartitionPlan
 from serving.spec import ModelSpec, ServingSpec
 
@@ -121,14 +121,6 @@ def read_sizing_decision(path: Path) -> BatchSizingDecision | None:
     )
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def probe_batch_memory(onnx_path: Path, batch: int, threads: int, variable_dim: int, device: str) -> dict[str, Any]:
     """Run one measurement in a fresh interpreter (see serving.memory_probe)."""
     command = [sys.executable, "-m", "serving.memory_probe", "--onnx", str(onnx_path), "--batch", str(batch),
@@ -149,7 +141,7 @@ def size_model_batches(
     budget = model_memory_budget_bytes(partition.memory_mb, len(partition.models), model.instance_count)
     device = "cuda" if plan.mechanism is Mechanism.CUDA_MPS else "cpu"
     variable_dim = int(model.options.get("max_sequence_length", model.options.get("max_length", DEFAULT_MEASURE_SEQUENCE_LENGTH)))
-    probe_key = {"onnx_sha256": _sha256(onnx_path), "threads": partition.intra_op_threads,
+    probe_key = {"onnx_sha256": sha256_file(onnx_path), "threads": partition.intra_op_threads,
                  "variable_dim": variable_dim, "device": device}
     cached: dict[int, dict[str, Any]] = {}
     if not force and out_path.exists():

@@ -5,6 +5,12 @@ and returns once every partition answers /v2/health/ready (health-gated start-up
 - a partition whose server exits (crash, kill -9, OOM kill) is restarted after a backoff that
   doubles per consecutive failure (0.5 s, 1 s, 2 s ... capped at 8 s), at most `max_restarts` times
   in `window_s`; past that the partition is marked failed and left down (others keep serving);
+- a ready partition whose server is alive but *hung* (SIGSTOP, deadlock) is found by probing
+  `GET /v2/health/live` every `liveness_interval_s` (2 s, `liveness_timeout_s` 2 s hard deadline,
+  from a thread pool so a hung server never stalls the loop): after `liveness_failures` (3) misses
+  in a row its process group is SIGKILLed and it takes the restart path above. Detection takes at
+  most interval x failures + timeout = 8 s (why a busy server is not taken for a hung one:
+  serving.liveness);
 - every transition is logged to run/logs/supervisor.log and recorded in run/supervisor.json; the
   manifest (run/manifest.json) is rewritten with the new pid.
 A failure during the *initial* start-up is not retried: it is almost always a configuration error,
@@ -21,8 +27,7 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -32,7 +37,9 @@ from serving.errors import ConfigError, ServerStartError
 from serving.launcher import (
     RunLayout, build_manifest, partition_server_process, start_mps_daemon, stop_mps_daemon, with_server_overrides,
 )
+from serving.liveness import LivenessHistory, probe_live, worst_case_detection_s
 from serving.manifest import write_manifest
+from serving.model_readiness import model_ready
 from serving.partition_plan import Mechanism, PartitionPlan, PlannedPartition, plan_for_this_host
 from serving.server import (
     TritonServerProcess, find_tritonserver, http_ready, log_tail, pid_alive, prepare_backend_dir, stop_pid,
@@ -53,19 +60,36 @@ class PartitionState(str, Enum):
 
 @dataclass(frozen=True)
 class RestartPolicy:
-    """Bounded restarts with exponential backoff."""
+    """Bounded restarts with exponential backoff; when a live but unanswering server counts as down
+    (liveness_*: 3 x 2 s of no answer is slack for a CPU-starved host; load alone does not slow
+    /v2/health/live, see serving.liveness)."""
 
     initial_backoff_s: float = 0.5
     max_backoff_s: float = 8.0
     max_restarts: int = 5
     window_s: float = 600.0
     ready_timeout_s: float = 120.0
+    liveness_interval_s: float = 2.0
+    liveness_timeout_s: float = 2.0
+    liveness_failures: int = 3
 
     def __post_init__(self) -> None:
         if not 0 < self.initial_backoff_s <= self.max_backoff_s:
             raise ConfigError(f"restart backoff {self.initial_backoff_s}..{self.max_backoff_s} s: allowed 0 < initial <= max.")
         if self.max_restarts < 0 or self.window_s <= 0 or self.ready_timeout_s <= 0:
             raise ConfigError(f"restart policy {self}: allowed max_restarts >= 0, window_s > 0, ready_timeout_s > 0.")
+        if not self.liveness_interval_s > 0:
+            raise ConfigError(f"liveness_interval_s = {self.liveness_interval_s!r}: allowed > 0 seconds.")
+        if not 0 < self.liveness_timeout_s <= self.liveness_interval_s:
+            raise ConfigError(f"liveness_timeout_s = {self.liveness_timeout_s!r}: allowed 0 < timeout <= liveness_interval_s "
+                              f"({self.liveness_interval_s!r}), so that probes of one partition never overlap.")
+        if isinstance(self.liveness_failures, bool) or not isinstance(self.liveness_failures, int) or self.liveness_failures < 1:
+            raise ConfigError(f"liveness_failures = {self.liveness_failures!r}: allowed an integer >= 1.")
+
+    @property
+    def hang_detection_s(self) -> float:
+        """Worst case from a server hanging to the supervisor acting on it."""
+        return worst_case_detection_s(self.liveness_interval_s, self.liveness_failures, self.liveness_timeout_s)
 
     def backoff_s(self, consecutive_failures: int) -> float:
         """Delay before the restart that follows the n-th consecutive failure (n >= 1)."""
@@ -101,6 +125,9 @@ class SupervisedPartition:
     models_ready: dict[str, bool] = field(default_factory=dict)
     #: /dev/shm regions the server mapped (Python-backend IPC): a killed server cannot unlink them.
     shm_regions: tuple[str, ...] = ()
+    #: Liveness probes since the server became ready, and the one in flight (a thread-pool future).
+    liveness: LivenessHistory = field(default_factory=LivenessHistory)
+    probe: Future | None = None
 
     def summary(self) -> dict[str, Any]:
         return {"pid": self.process.pid if self.process and self.process.process else None, "state": self.state.value,
@@ -116,14 +143,6 @@ def triton_shm_regions(pid: int) -> tuple[str, ...]:
     return tuple(sorted({line.split()[-1] for line in maps.splitlines() if "/dev/shm/triton_" in line}))
 
 
-def model_ready(host: str, port: int, model: str, timeout: float = 2.0) -> bool:
-    try:
-        with urllib.request.urlopen(f"http://{host}:{port}/v2/models/{model}/ready", timeout=timeout) as resp:
-            return resp.status == 200
-    except (urllib.error.URLError, ConnectionError, OSError):
-        return False
-
-
 class Supervisor:
     def __init__(self, plan: PartitionPlan, repository: Path, layout: RunLayout, policy: RestartPolicy = RestartPolicy()):
         self.plan, self.repository, self.layout, self.policy = plan, Path(repository), layout, policy
@@ -133,6 +152,9 @@ class Supervisor:
         self.error: str | None = None
         self.stop_requested = False
         self.mps_started = False
+        # Probes run here so a hung server costs the tick loop nothing; each ends within its timeout.
+        # Twice the partitions: a restarted partition's probe never waits behind its old one.
+        self.probes = ThreadPoolExecutor(max_workers=max(2, 2 * len(self.parts)), thread_name_prefix="liveness")
 
     # --- bookkeeping -------------------------------------------------------------------------
     def write_state(self) -> None:
@@ -179,6 +201,40 @@ class Supervisor:
         log.warning("partition %s (pid %d) %s; restart %d/%d in %.1f s", sp.partition.name, pid, why,
                     len(sp.restart_times) + 1, self.policy.max_restarts, delay)
 
+    def _check_liveness(self, sp: SupervisedPartition, now: float) -> bool:
+        """Collect a finished probe, act on a hung server, start the next probe when due."""
+        policy, part = self.policy, sp.partition
+        if sp.probe is not None and sp.probe.done():
+            error = sp.probe.exception()
+            failure = f"probe raised {type(error).__name__}: {error}" if error else sp.probe.result()
+            previous, sp.probe = sp.liveness.consecutive_failures, None
+            sp.liveness = sp.liveness.after(failure)
+            if failure:
+                log.warning("partition %s (pid %d): /v2/health/live probe %d/%d failed: %s", part.name, sp.process.pid,
+                            sp.liveness.consecutive_failures, policy.liveness_failures, failure)
+            elif previous:
+                log.info("partition %s: answering /v2/health/live again after %d failed probe(s)", part.name, previous)
+            if sp.liveness.is_hung(policy.liveness_failures):
+                self._kill_group(sp)
+                self._on_down(sp, now, sp.liveness.hung_reason(policy.liveness_timeout_s))
+                return True
+        if sp.liveness.probe_due(now, policy.liveness_interval_s, in_flight=sp.probe is not None):
+            sp.liveness = sp.liveness.started(now)
+            sp.probe = self.probes.submit(probe_live, part.host, part.http_port, policy.liveness_timeout_s)
+        return False
+
+    def _kill_group(self, sp: SupervisedPartition) -> None:
+        """SIGKILL a live server's process group (a stopped process dies too: SIGKILL needs no
+        SIGCONT) and reap the server, so no stopped or zombie server is left behind."""
+        try:
+            os.killpg(sp.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        try:
+            sp.process.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:  # uninterruptible sleep (D state): it dies when the I/O returns
+            log.error("partition %s: pid %d not dead 5 s after SIGKILL", sp.partition.name, sp.process.pid)
+
     def tick(self, now: float) -> bool:
         """Advance every partition's state machine once; True if anything changed."""
         changed = False
@@ -191,8 +247,9 @@ class Supervisor:
                 elif sp.state is PartitionState.STARTING:
                     if http_ready(sp.partition.host, sp.partition.http_port, timeout=0.5):
                         sp.state, sp.consecutive_failures = PartitionState.READY, 0
+                        sp.liveness, sp.probe = LivenessHistory(), None
                         part = sp.partition
-                        sp.models_ready = {m: model_ready(part.host, part.http_port, m) for m in part.models}
+                        sp.models_ready = {m: model_ready(part.host, part.http_port, m, timeout_s=2.0) for m in part.models}
                         sp.shm_regions = triton_shm_regions(sp.process.pid)
                         not_ready = [m for m, ok in sp.models_ready.items() if not ok]
                         log.log(logging.WARNING if not_ready else logging.INFO, "partition %s: ready (pid %d)%s", part.name,
@@ -202,6 +259,8 @@ class Supervisor:
                         sp.process.stop()
                         self._on_down(sp, now, f"was not ready within {self.policy.ready_timeout_s:.0f} s")
                         changed = True
+                else:
+                    changed |= self._check_liveness(sp, now)
             elif sp.state is PartitionState.BACKOFF and now >= sp.deadline:
                 sp.restart_times.append(now)
                 self._launch(sp, now)
@@ -223,6 +282,7 @@ class Supervisor:
         for sp in running:  # SIGTERM all first so they shut down in parallel
             try:
                 os.killpg(sp.process.pid, signal.SIGTERM)
+                os.killpg(sp.process.pid, signal.SIGCONT)  # a stopped server acts on SIGTERM only once continued
             except ProcessLookupError:
                 pass
         for sp in running:
@@ -254,6 +314,7 @@ class Supervisor:
             log.exception("supervisor failed")
         finally:
             failed = self.status == "failed"
+            self.probes.shutdown(wait=False, cancel_futures=True)
             self.stop_all()
             if self.mps_started:
                 stop_mps_daemon(self.layout)

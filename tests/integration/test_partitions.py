@@ -9,9 +9,6 @@ import json
 import os
 import shutil
 import signal
-import subprocess
-import sys
-import textwrap
 import threading
 import time
 from pathlib import Path
@@ -20,6 +17,7 @@ import numpy as np
 import pytest
 
 from conftest import REPOSITORY, free_ports
+from partition_probe import measure_noisy_neighbour, two_partition_config
 
 pytestmark = pytest.mark.server
 
@@ -70,38 +68,7 @@ def partitions(tmp_path_factory):
     ports = free_ports(6)
     config = run_dir / "serving.toml"
     delay = load_serving_spec(SERVING_CONFIG).batching.max_queue_delay_microseconds
-    config.write_text(textwrap.dedent(f"""
-        [server]
-        host = "127.0.0.1"
-        http_port = {ports[0]}
-        grpc_port = {ports[1]}
-        metrics_port = {ports[2]}
-
-        [batching]
-        max_queue_delay_microseconds = {delay}
-
-        [partitions.noisy]
-        compute_share = 50
-        memory_mb = 512
-        http_port = {ports[0]}
-        grpc_port = {ports[1]}
-        metrics_port = {ports[2]}
-
-        [partitions.quiet]
-        compute_share = 50
-        memory_mb = 512
-        http_port = {ports[3]}
-        grpc_port = {ports[4]}
-        metrics_port = {ports[5]}
-
-        [models.digit_classifier]
-        recipe = "digit_cnn"
-        partition = "noisy"
-
-        [models.digit_classifier_small]
-        recipe = "digit_cnn"
-        partition = "quiet"
-    """))
+    config.write_text(two_partition_config(ports, delay))
     repository = render_test_repository(config, run_dir / "repository")
     layout = RunLayout(run_dir)
     manifest = start_supervisor(config, repository, layout, timeout_s=120)
@@ -115,73 +82,6 @@ def partitions(tmp_path_factory):
 
 def _state(layout):
     return json.loads(layout.supervisor_state.read_text())
-
-
-def _probe_latencies_ms(url: str, model: str, image: np.ndarray, count: int) -> list[float]:
-    import tritonclient.http as http
-
-    client = http.InferenceServerClient(url)
-    try:
-        tensor = http.InferInput("image", list(image.shape), "FP32")
-        tensor.set_data_from_numpy(image)
-        latencies = []
-        for _ in range(count):
-            started = time.perf_counter()
-            result = client.infer(model, [tensor])
-            latencies.append((time.perf_counter() - started) * 1000)
-            assert result.as_numpy("probabilities").shape == (1, 10)
-        return latencies
-    finally:
-        client.close()
-
-
-#: The noisy tenant: 8 threads sending batch-64 requests as fast as the partition answers, pinned
-#: to the noisy partition's cores (a tenant whose clients live elsewhere loads only its partition).
-#: stdin commands: "run" / "pause" (answers "paused" once nothing is in flight) / "stop" (prints
-#: the counts as JSON). Bounded by max_requests and max_seconds whatever happens.
-NOISE_SCRIPT = r"""
-import json, os, sys, threading, time
-import numpy as np
-import tritonclient.http as http
-cpus, url, model, threads, max_requests, max_seconds = json.loads(sys.argv[1])
-os.sched_setaffinity(0, cpus)
-counts = {"sent": 0, "ok": 0, "errors": 0}
-lock = threading.Lock()
-running, stop = threading.Event(), threading.Event()
-in_flight = [0]
-images = np.random.default_rng(0).random((64, 1, 8, 8), dtype=np.float32)
-def worker():
-    client = http.InferenceServerClient(url, network_timeout=30)
-    tensor = http.InferInput("image", list(images.shape), "FP32"); tensor.set_data_from_numpy(images)
-    while not stop.is_set():
-        if not running.wait(0.05):
-            continue
-        with lock:
-            if counts["sent"] >= max_requests: break
-            counts["sent"] += 1; in_flight[0] += 1
-        try:
-            client.infer(model, [tensor]); outcome = "ok"
-        except Exception:
-            outcome = "errors"
-        with lock:
-            counts[outcome] += 1; in_flight[0] -= 1
-workers = [threading.Thread(target=worker) for _ in range(threads)]
-for w in workers: w.start()
-timer = threading.Timer(max_seconds, stop.set); timer.daemon = True; timer.start()
-for line in sys.stdin:
-    command = line.strip()
-    if command == "run":
-        running.set(); time.sleep(0.3); print("running", flush=True)
-    elif command == "pause":
-        running.clear()
-        while in_flight[0] and not stop.is_set(): time.sleep(0.01)
-        print("paused", flush=True)
-    elif command == "stop":
-        break
-stop.set()
-for w in workers: w.join()
-print(json.dumps(counts), flush=True)
-"""
 
 
 def test_noisy_neighbour_leaves_the_other_partitions_p99_within_factor(partitions):
@@ -201,40 +101,10 @@ def test_noisy_neighbour_leaves_the_other_partitions_p99_within_factor(partition
     layout, manifest = partitions
     quiet, noisy = manifest["partitions"]["quiet"], manifest["partitions"]["noisy"]
     assert set(quiet["cpus"]).isdisjoint(noisy["cpus"])
-    image = np.random.default_rng(1).random((1, 1, 8, 8), dtype=np.float32)
-    isolated, loaded, noisy_cpu, noise_cpu, loaded_wall = [], [], 0.0, 0.0, 0.0
-    args = json.dumps([noisy["cpus"], noisy["http"], "digit_classifier", 8, 50_000, 60])
-    noise = subprocess.Popen([sys.executable, "-c", NOISE_SCRIPT, args], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, text=True)
-
-    def command(word: str, answer: str | None) -> None:
-        noise.stdin.write(word + "\n")
-        noise.stdin.flush()
-        if answer:
-            assert noise.stdout.readline().strip() == answer, f"noise generator did not answer {answer!r}"
-
-    block = PROBE_REQUESTS // PROBE_BLOCKS
-    original_affinity = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, quiet["cpus"])
-    try:
-        _probe_latencies_ms(quiet["http"], "digit_classifier_small", image, PROBE_WARMUP)
-        for _ in range(PROBE_BLOCKS):
-            isolated += _probe_latencies_ms(quiet["http"], "digit_classifier_small", image, block)
-            command("run", "running")
-            cpu_before, noise_before, wall_before = _cpu_seconds(noisy["pid"]), _cpu_seconds(noise.pid, group=False), time.perf_counter()
-            loaded += _probe_latencies_ms(quiet["http"], "digit_classifier_small", image, block)
-            noisy_cpu += _cpu_seconds(noisy["pid"]) - cpu_before
-            noise_cpu += _cpu_seconds(noise.pid, group=False) - noise_before
-            loaded_wall += time.perf_counter() - wall_before
-            command("pause", "paused")
-        command("stop", None)
-        out, _ = noise.communicate(timeout=90)
-    finally:
-        os.sched_setaffinity(0, original_affinity)
-        if noise.poll() is None:
-            noise.kill()
-            noise.wait()
-    counts = json.loads(out.strip().splitlines()[-1])
+    run = measure_noisy_neighbour(quiet, noisy, probe_cpus=quiet["cpus"], noise_cpus=noisy["cpus"], blocks=PROBE_BLOCKS,
+                                  block=PROBE_REQUESTS // PROBE_BLOCKS, warmup=PROBE_WARMUP)
+    isolated, loaded, counts = run.isolated_ms, run.loaded_ms, run.noise_counts
+    noisy_cpu, noise_cpu, loaded_wall = run.noisy_server_cpu_s, run.noise_cpu_s, run.loaded_wall_s
     assert counts["sent"] == counts["ok"] + counts["errors"], counts  # every noise request accounted for
     assert counts["ok"] > 0 and counts["errors"] == 0, counts
     assert len(isolated) == len(loaded) == PROBE_REQUESTS  # every probe request answered (infer raises otherwise)
@@ -249,23 +119,6 @@ def test_noisy_neighbour_leaves_the_other_partitions_p99_within_factor(partition
           f"P50 {np.median(isolated):.2f} -> {np.median(loaded):.2f} ms; noise {counts['ok']} batch-64 requests, "
           f"noisy core busy {busy:.0%} (server {noisy_cpu / loaded_wall:.0%})")
     assert ratio <= NOISY_NEIGHBOUR_P99_FACTOR, f"quiet P99 {p99_isolated:.2f} -> {p99_loaded:.2f} ms (x{ratio:.2f})"
-
-
-def _cpu_seconds(pid: int, group: bool = True) -> float:
-    """User+system CPU seconds of process `pid`, or of every live process in the group it leads
-    (a server and its Python-backend stubs), from /proc/<pid>/stat."""
-    ticks = os.sysconf("SC_CLK_TCK")
-    total = 0.0
-    for entry in (os.listdir("/proc") if group else [str(pid)]):
-        if not entry.isdigit():
-            continue
-        try:
-            fields = open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if not group or int(fields[2]) == pid:  # field 5 (pgrp) after the command name
-            total += (int(fields[11]) + int(fields[12])) / ticks
-    return total
 
 
 def test_kill_9_partition_is_restarted_and_clients_recover(partitions):
@@ -333,6 +186,68 @@ def test_kill_9_partition_is_restarted_and_clients_recover(partitions):
     assert outcomes["gave_up"] == 0 and outcomes["retried_requests"] >= 1, outcomes
     assert outcomes["answered"] > answered_at_restore, "no request was answered after the restart"
     print(f"\nquiet restarted {restored:.2f} s after kill -9; client: {outcomes}")
+
+
+def test_sigstopped_partition_is_declared_hung_killed_and_restarted(partitions):
+    """SIGSTOP the quiet partition's server: it stays alive but answers nothing. The supervisor's
+    /v2/health/live probes go unanswered 3 times, it SIGKILLs the stopped server's process group
+    (server and backend stubs) and restarts it through the usual backoff; a client is answered by
+    the new server. Detection may not come sooner than 3 unanswered probes (6 s) nor much later than
+    the policy's worst case (8 s)."""
+    from model_client.client import TritonModelClient
+    from partition_probe import group_stat_fields
+    from serving.server import pid_alive
+    from serving.supervisor import RestartPolicy, triton_shm_regions
+
+    layout, _ = partitions
+    policy = RestartPolicy()  # what `serving supervise` runs with
+    least = (policy.liveness_failures - 1) * policy.liveness_interval_s + policy.liveness_timeout_s
+    before = _state(layout)["partitions"]
+    old_pid, noisy_pid = before["quiet"]["pid"], before["noisy"]["pid"]
+    group = group_stat_fields(old_pid)
+    old_regions = triton_shm_regions(old_pid)
+    assert len(group) >= 2, f"expected the server and its backend stub in group {old_pid}: {group}"
+    detected = restored = None
+    stopped_at = time.monotonic()
+    os.kill(old_pid, signal.SIGSTOP)
+    try:
+        while time.monotonic() - stopped_at < policy.hang_detection_s + RESTART_BOUND_S:
+            part = _state(layout)["partitions"]["quiet"]
+            if detected is None and part["state"] != "ready":
+                detected = time.monotonic() - stopped_at
+            if part["state"] == "ready" and part["pid"] != old_pid:
+                restored = time.monotonic() - stopped_at
+                break
+            time.sleep(0.05)
+    finally:  # whatever happened, leave nothing of the old server stopped or running
+        try:
+            if b"tritonserver" in Path(f"/proc/{old_pid}/cmdline").read_bytes():
+                os.killpg(old_pid, signal.SIGKILL)
+        except (OSError, ProcessLookupError):
+            pass  # already gone: the supervisor killed and reaped it
+    log_text = layout.supervisor_log.read_text()
+    assert restored is not None, f"quiet was not restarted after SIGSTOP:\n{log_text[-2000:]}"
+    state = _state(layout)["partitions"]
+    reason = (f"hung: /v2/health/live unanswered {policy.liveness_failures} times in a row "
+              f"({policy.liveness_timeout_s:g} s timeout each; last: timed out after {policy.liveness_timeout_s:g} s)")
+    assert state["quiet"]["last_exit"] == reason
+    assert f"partition quiet (pid {old_pid}) {reason}; restart" in log_text
+    assert state["quiet"]["restarts"] == before["quiet"]["restarts"] + 1
+    assert (state["noisy"]["state"], state["noisy"]["pid"]) == ("ready", noisy_pid)  # the other partition untouched
+    assert json.loads(layout.manifest.read_text())["partitions"]["quiet"]["pid"] == state["quiet"]["pid"]
+    # the old group is gone: nothing stopped or running (a reparented stub may linger as a zombie)
+    left = {pid: fields[0] for pid, fields in group_stat_fields(old_pid).items() if fields[0] != "Z"}
+    assert not left and not pid_alive(old_pid), f"left of process group {old_pid}: {left}"
+    assert old_regions and not any(Path(r).exists() for r in old_regions)
+    image = np.random.default_rng(3).random((1, 1, 8, 8), dtype=np.float32)
+    with TritonModelClient(json.loads(layout.manifest.read_text())["models"]["digit_classifier_small"]["http"], "http",
+                           network_timeout_s=10) as client:
+        probabilities = client.infer("digit_classifier_small", {"image": image})["probabilities"]
+    assert probabilities.shape == (1, 10) and abs(float(probabilities.sum()) - 1.0) < 1e-4
+    print(f"\nSIGSTOP of quiet (pid {old_pid}, group of {len(group)}): declared hung after {detected:.2f} s "
+          f"(policy: {least:g}..{policy.hang_detection_s:g} s), ready again as pid {state['quiet']['pid']} "
+          f"{restored:.2f} s after the SIGSTOP ({restored - detected:.2f} s from detection to ready)")
+    assert least - 0.3 <= detected <= policy.hang_detection_s + 4.0, f"declared hung after {detected:.2f} s"
 
 
 @pytest.mark.gpu

@@ -83,6 +83,24 @@ def test_invalid_policy_is_rejected():
         RestartPolicy(initial_backoff_s=5, max_backoff_s=1)
 
 
+@pytest.mark.parametrize("fields, message", [
+    ({"liveness_interval_s": 0}, r"liveness_interval_s = 0: allowed > 0 seconds"),
+    ({"liveness_timeout_s": 3.0}, r"liveness_timeout_s = 3.0: allowed 0 < timeout <= liveness_interval_s \(2.0\)"),
+    ({"liveness_timeout_s": -1.0}, r"liveness_timeout_s = -1.0: allowed 0 < timeout"),
+    ({"liveness_failures": 0}, r"liveness_failures = 0: allowed an integer >= 1"),
+    ({"liveness_failures": 2.5}, r"liveness_failures = 2.5: allowed an integer >= 1"),
+])
+def test_invalid_liveness_settings_are_rejected_naming_field_value_and_what_is_allowed(fields, message):
+    with pytest.raises(ConfigError, match=message):
+        RestartPolicy(**fields)
+
+
+def test_liveness_defaults_act_on_a_hang_within_8_s():
+    policy = RestartPolicy()
+    assert (policy.liveness_interval_s, policy.liveness_timeout_s, policy.liveness_failures) == (2.0, 2.0, 3)
+    assert policy.hang_detection_s == 8.0
+
+
 def test_exit_descriptions_name_the_signal():
     assert describe_exit(-signal.SIGKILL) == "killed by SIGKILL"
     assert describe_exit(3) == "exited with code 3"
