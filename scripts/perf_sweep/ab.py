@@ -7,7 +7,7 @@
 4. INT8 vs FP32 when the build produced an INT8 file;
 5. the priority mix: realtime (perf_analyzer, `--request-parameter priority:1:int`) alone, then
    under a saturating batch stream (priority 2, open-loop client, rejections counted);
-6. the in-process ONNX Runtime limit at its best batch size.
+6. the in-process ONNX Runtime limit at its best batch size (measured first; perf_sweep.limits).
 """
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from typing import Any, Callable, Mapping
 from perf_sweep import loadgen
 from perf_sweep.errors import SweepRunError
 from perf_sweep.knee import DelayPoint, choose_max_queue_delay
+from perf_sweep.limits import best_point, describe_pinning, measure_in_process_limit
 from perf_sweep.plan import (
     LoadMode,
     RequestParameter,
@@ -34,7 +35,7 @@ from perf_sweep.plan import (
 )
 from perf_sweep.results import PerfRecord, server_metrics_delta
 from perf_sweep.runner import RunFolder, run_level, run_sweep, scrape_metrics
-from perf_sweep.variants import measure_in_process_limit, plan_variants, start_variant_server, write_variant_repository
+from perf_sweep.variants import plan_variants, start_variant_server, write_variant_repository
 
 Progress = Callable[[str], None]
 
@@ -79,24 +80,17 @@ def run_ab_block(spec, endpoint, prepared, main_knee: Mapping[str, Any], opts, f
         out.skipped.append(f"A/B block: {model}'s inputs are not recognised, nothing to compare.")
         return out
     onnx = opts.config.parent / model / "1" / "model.onnx"
-    pinning = (f"pinned to CPUs {list(endpoint.cpus)} with {endpoint.intra_op_threads} ONNX Runtime thread(s) like "
-               f"partition `{endpoint.server}`" if endpoint.cpus else "unpinned, ONNX Runtime default threads")
+    pinning = describe_pinning(endpoint.cpus, endpoint.intra_op_threads, endpoint.server)
     progress(f"[perf] in-process ONNX Runtime limit of {model} ({pinning})")
     limit_points = measure_in_process_limit(onnx, prepared.samples, prepared.input_name,
                                             intra_op_threads=endpoint.intra_op_threads, cpus=endpoint.cpus)
-    best = max(limit_points, key=lambda p: p.throughput)
+    best = best_point(limit_points)
+    # The served-vs-limit headlines are written by the campaign (perf_sweep.limits.served_vs_limit_headlines).
     out.results["limit"] = {
         "text": (f"`{onnx.relative_to(opts.config.parent.parent)}` in ONNX Runtime in this process, {pinning}: "
                  f"best {best.throughput:.0f} items/s at batch {best.batch_size}."),
         "points": [p.__dict__ for p in limit_points], "best": best.__dict__,
     }
-    served = main_knee.get("knee") or main_knee.get("peak")
-    if served:
-        which = "knee" if main_knee.get("knee") else "peak (knee not reached)"
-        out.headlines.append(
-            f"Served throughput at the {which}: {served['throughput']:.0f} infer/s = "
-            f"{_ratio(served['throughput'], best.throughput):.1%} of the in-process limit {best.throughput:.0f} "
-            f"items/s (batch {best.batch_size}) [target >= 85%].")
     extra = extra_variant_files(opts.artifacts, model)
     if not extra:
         out.skipped.append(f"INT8-mixed vs FP32: no other CPU precision of {model} in {opts.artifacts / model}/build.json.")

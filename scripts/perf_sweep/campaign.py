@@ -3,8 +3,9 @@
 Order of work: read run/manifest.json (where each model is served) and serving.toml (what it is);
 per model, ask the server for its inputs and generate production-like input files; run a
 concurrency sweep, find its knee, then a Poisson request-rate sweep planned around the measured
-peak; then the A/B block (see `ab.py`) for the main model; finally results.json and report.md in
-reports/perf/<timestamp>/.
+peak; the in-process limit of each swept text ensemble (see `text_limit.py`); then the A/B block
+(see `ab.py`) for the main model; finally results.json and report.md in reports/perf/<timestamp>/.
+Headlines start with each model's served throughput as a fraction of its in-process limit.
 """
 from __future__ import annotations
 
@@ -46,6 +47,8 @@ class CampaignOptions:
     #: Longest text in tokens; None: the `max_length` option of the served text model(s), else 128.
     text_max_tokens: int | None = None
     text_count: int = 400
+    #: Measure each text ensemble's in-process limit (tokenize + encode as served) before and after its sweeps.
+    text_limit: bool = True
     ab_model: str | None = "digit_classifier"
     static_batch: int = 8
     delays_ms: tuple[float, ...] = (0, 2, 5, 10, 20)
@@ -242,6 +245,46 @@ def _isolation(spec, endpoints, prepared_by_model, results, opts, folder, progre
     return outcome["records"]
 
 
+def plan_text_limit(endpoint: Endpoint, config: Mapping[str, Any], served: Sequence[Endpoint], opts: CampaignOptions):
+    """(pipeline, where the encoder is served) for a tokenizer -> encoder ensemble, from the served configs."""
+    from perf_sweep.text_limit import plan_text_pipeline
+
+    steps = {s["model_name"]: fetch_model_config(endpoint.http_url, s["model_name"])
+             for s in config["ensemble_scheduling"]["step"]}
+    pipeline = plan_text_pipeline(config, steps, opts.config.parent)
+    return pipeline, next((e for e in served if e.model == pipeline.encoder_model), endpoint)
+
+
+def _measure_text_limit(pipeline, where: Endpoint, prepared: PreparedInputs, when: str, progress: Progress):
+    from perf_sweep.limits import describe_pinning
+    from perf_sweep.text_limit import decode_texts, measure_text_limit
+
+    threads = pipeline.intra_op_threads(where.intra_op_threads)
+    progress(f"[perf] in-process limit ({pipeline.tokenizer_model} -> {pipeline.encoder_model} as served, "
+             f"{describe_pinning(where.cpus, threads, where.server)}), {when}")
+    points = measure_text_limit(pipeline, decode_texts(prepared.samples), where.intra_op_threads, where.cpus)
+    progress(f"[perf] in-process limit {when}: " + ", ".join(f"batch {p.batch_size}: {p.throughput:.0f} texts/s" for p in points))
+    return points
+
+
+def limit_headlines(results: Mapping[str, Any], records: Sequence[PerfRecord], ab_model: str | None) -> list[str]:
+    """Every model's served throughput vs its in-process limit (the digit model's from the A/B
+    block, each text ensemble's from `limits`), for the top of the headlines."""
+    from perf_sweep.limits import LimitPoint, served_vs_limit_headlines
+
+    lines = []
+    knees = results.get("knees", {})
+    digit = (results.get("limit") or {}).get("best")
+    if digit and ab_model:
+        rows = [r for r in records if r.model == ab_model or r.model.startswith(f"{ab_model}_ab_")]
+        lines += served_vs_limit_headlines(ab_model, knees.get(f"{ab_model}.concurrency"), rows, LimitPoint(**digit))
+    for model, entry in sorted((results.get("limits") or {}).items()):
+        rows = [r for r in records if r.model == model]
+        lines += served_vs_limit_headlines(model, knees.get(f"{model}.concurrency"), rows, LimitPoint(**entry["best"]),
+                                           entry.get("unit", "items/s"), entry.get("what", ""))
+    return lines
+
+
 def host_description() -> str:
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return f"{platform.node()}, {platform.machine()}, {cpus} CPUs usable, load average {os.getloadavg()[0]:.2f} at start"
@@ -252,7 +295,7 @@ def run_campaign(opts: CampaignOptions, progress: Progress = print) -> Path:
     from serving.spec import load_serving_spec
 
     spec = load_serving_spec(opts.config)
-    endpoints = endpoints_from_manifest(read_manifest(opts.manifest))
+    endpoints = served = endpoints_from_manifest(read_manifest(opts.manifest))
     if opts.models:
         unknown = set(opts.models) - {e.model for e in endpoints}
         if unknown:
@@ -261,7 +304,8 @@ def run_campaign(opts: CampaignOptions, progress: Progress = print) -> Path:
     folder = RunFolder(opts.out_root / opts.run_id)
     progress(f"[perf] run folder: {folder.root}")
     results: dict[str, Any] = {"run_id": opts.run_id, "command": opts.command, "host": host_description(),
-                               "records": [], "knees": {}, "inputs": {}, "skipped": [], "headlines": []}
+                               "records": [], "knees": {}, "inputs": {}, "skipped": [], "headlines": [],
+                               "limits": {}}
     records: list[PerfRecord] = []
     prepared_by_model: dict[str, PreparedInputs] = {}
     configs = {e.model: fetch_model_config(e.http_url, e.model) for e in endpoints}
@@ -278,11 +322,32 @@ def run_campaign(opts: CampaignOptions, progress: Progress = print) -> Path:
             continue
         prepared_by_model[endpoint.model] = prepared
         results["inputs"][endpoint.model] = prepared.description
-        variant = spec.model(endpoint.model).variant.value if endpoint.model in {m.name for m in spec.models} else "served"
+        variants = {m.name: m.variant.value for m in spec.models}
+        variant = variants.get(endpoint.model, "served")
+        text_limit = None  # (pipeline, encoder endpoint): measured before and after the sweeps (the host drifts)
+        if prepared.kind == "text" and opts.text_limit and not configs[endpoint.model].get("ensemble_scheduling"):
+            results["skipped"].append(f"in-process limit of {endpoint.model}: not a tokenizer -> encoder ensemble.")
+        elif prepared.kind == "text" and opts.text_limit:
+            try:
+                text_limit = plan_text_limit(endpoint, configs[endpoint.model], served, opts)
+            except (SweepPlanError, SweepRunError) as exc:
+                results["skipped"].append(f"in-process limit of {endpoint.model}: {exc}")
+                progress(f"[perf] in-process limit of {endpoint.model} skipped: {exc}")
+        if text_limit:  # an ensemble has no precision of its own: name its encoder's
+            variant = f"{text_limit[0].encoder_model} {variants.get(text_limit[0].encoder_model, 'served')}"
         progress(f"[perf] {endpoint.model} ({variant}) on {endpoint.grpc_url}: {prepared.description}")
+        if text_limit:
+            before = _measure_text_limit(*text_limit, prepared, "before the sweeps", progress)
         model_records, knees = run_served_sweeps(endpoint, variant, prepared, opts, folder, progress)
         records += model_records
         results["knees"].update(knees)
+        if text_limit:
+            after = _measure_text_limit(*text_limit, prepared, "after the sweeps", progress)
+            from perf_sweep.text_limit import text_limit_entry
+
+            results["limits"][endpoint.model] = text_limit_entry(
+                *text_limit, variants.get(text_limit[0].encoder_model, "served"), len(prepared.samples), {"before the sweeps": before, "after the sweeps": after},
+                opts.config.parent.parent)
     if opts.ab_model and opts.ab_model in prepared_by_model:
         from perf_sweep.ab import run_ab_block
 
@@ -294,18 +359,11 @@ def run_campaign(opts: CampaignOptions, progress: Progress = print) -> Path:
         results["skipped"] += ab.skipped
         results["headlines"] += ab.headlines
         cdf = ab.cdf_samples
-        limit = (results.get("limit") or {}).get("best")
-        served = [r for r in records if r.model.startswith(opts.ab_model) and r.status != "failed" and r.throughput > 0]
-        if limit and served:
-            best = max(served, key=lambda r: r.throughput)
-            results["headlines"].insert(1, (
-                f"Best throughput served anywhere in this run for {opts.ab_model}: {best.throughput:.0f} infer/s "
-                f"({best.sweep} at {best.load:g}, P99 {best.p99_ms:.1f} ms) = {best.throughput / limit['throughput']:.1%} "
-                f"of the in-process limit."))
         records += _isolation(spec, endpoints, prepared_by_model, results, opts, folder, progress)
     else:
         results["skipped"].append(f"A/B block: model {opts.ab_model!r} is not served or was not selected.")
         cdf = {}
+    results["headlines"] = limit_headlines(results, records, opts.ab_model) + results["headlines"]
     results["records"] = [r.as_dict() for r in records]
     (folder.root / "results.json").write_text(json.dumps(results, indent=1, default=str))
     (folder.root / "latency_samples.json").write_text(json.dumps(cdf))

@@ -127,6 +127,19 @@ def plot_latency_cdfs(samples: Mapping[str, Sequence[float]], path: Path, title:
     return path
 
 
+def limit_section(title: str, limit: Mapping[str, Any]) -> list[str]:
+    """An in-process limit: how it was measured, then throughput and batch latency per batch size."""
+    unit = limit.get("unit", "items/s")
+    runs = limit.get("runs") or {}  # several measurements: each one's throughput beside the kept (fastest) one
+    by_run = {when: {p["batch_size"]: p["throughput"] for p in points} for when, points in runs.items()}
+    out = [f"## {title}", "", limit["text"], "",
+           f"| batch | {unit} | batch latency ms |" + "".join(f" {unit} {when} |" for when in runs),
+           "|---:|---:|---:|" + "---:|" * len(runs)]
+    out += [f"| {p['batch_size']} | {_f(p['throughput'])} | {_f(p['batch_latency_ms'], 2)} |"
+            + "".join(f" {_f(by_run[when].get(p['batch_size']))} |" for when in runs) for p in limit["points"]]
+    return out + [""]
+
+
 def render_markdown(results: Mapping[str, Any], plots: Mapping[str, str]) -> str:
     """The report text. `results` is the run's results.json; `plots` maps titles to file names."""
     records = [PerfRecord.from_dict(d) for d in results.get("records", [])]
@@ -174,11 +187,9 @@ def render_markdown(results: Mapping[str, Any], plots: Mapping[str, str]) -> str
         if results["priority"].get("streams"):
             out += stream_table(results["priority"]["streams"]) + [""]
     if results.get("limit"):
-        limit = results["limit"]
-        out += ["## In-process ONNX Runtime limit", "", limit["text"], "",
-                "| batch | items/s | batch latency ms |", "|---:|---:|---:|"]
-        out += [f"| {p['batch_size']} | {_f(p['throughput'])} | {_f(p['batch_latency_ms'], 2)} |" for p in limit["points"]]
-        out.append("")
+        out += limit_section("In-process ONNX Runtime limit", results["limit"])
+    for model, limit in sorted((results.get("limits") or {}).items()):
+        out += limit_section(f"In-process limit of {model}", limit)
     if plots:
         out += ["## Plots", ""]
         out += [f"![{title}]({file})" for title, file in plots.items()]

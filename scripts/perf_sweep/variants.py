@@ -1,4 +1,4 @@
-"""A/B variants that need a different server configuration, and the in-process limit.
+"""A/B variants that need a different server configuration (the in-process limit is in `limits`).
 
 Variants (no batching, a static batch size, each batching delay of the delay sweep, INT8) are
 served side by side by ONE temporary tritonserver on free ports, each under its own model name,
@@ -18,8 +18,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
-
-import numpy as np
 
 from perf_sweep.errors import SweepPlanError, SweepRunError
 from serving.spec import ModelSpec, ServingSpec, check_name
@@ -123,52 +121,6 @@ def start_variant_server(repository: Path, workdir: Path, models: Sequence[str],
         process.stop()
         raise SweepRunError(f"the A/B server did not serve every variant: {exc}\n{log_tail(process.log_path, 15)}") from None
     return process, f"127.0.0.1:{http}", f"127.0.0.1:{grpc}", f"127.0.0.1:{metrics}/metrics"
-
-
-@dataclass(frozen=True)
-class LimitPoint:
-    batch_size: int
-    throughput: float  # items per second
-    batch_latency_ms: float
-
-
-def measure_in_process_limit(onnx_path: Path, samples: np.ndarray, input_name: str,
-                             batch_sizes: Sequence[int] = (1, 8, 16, 32, 64),
-                             intra_op_threads: int = 0, seconds_per_batch: float = 1.5,
-                             cpus: Sequence[int] = ()) -> list[LimitPoint]:
-    """Items/s of the same ONNX file in ONNX Runtime in this process, session options as served
-    (the onnxruntime_cpu backend: the partition's intra-op threads, 1 inter-op thread, all graph
-    optimisations), pinned to the partition's `cpus` while it runs. The best batch size is the
-    ceiling the served throughput is compared with."""
-    previous = os.sched_getaffinity(0)
-    if cpus:
-        os.sched_setaffinity(0, cpus)
-    try:
-        return _measure_limit(onnx_path, samples, input_name, batch_sizes, intra_op_threads, seconds_per_batch)
-    finally:
-        os.sched_setaffinity(0, previous)
-
-
-def _measure_limit(onnx_path, samples, input_name, batch_sizes, intra_op_threads, seconds_per_batch) -> list[LimitPoint]:
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = intra_op_threads
-    options.inter_op_num_threads = 1
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    session = ort.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
-    points = []
-    for batch in batch_sizes:
-        feed = {input_name: np.take(samples, range(batch), axis=0, mode="wrap")}
-        for _ in range(3):
-            session.run(None, feed)
-        runs, started = 0, time.perf_counter()
-        while time.perf_counter() - started < seconds_per_batch:
-            session.run(None, feed)
-            runs += 1
-        elapsed = time.perf_counter() - started
-        points.append(LimitPoint(batch, runs * batch / elapsed, elapsed / runs * 1e3))
-    return points
 
 
 def wait_models_ready(http_url: str, models: Sequence[str], timeout: float = 60.0) -> None:

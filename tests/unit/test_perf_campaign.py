@@ -109,3 +109,29 @@ def test_sweep_stops_two_levels_past_a_confirmed_knee():
     assert past_the_knee(one_past) is None
     two_past = one_past + [_record(8, 206, 40)]
     assert "knee (load 2)" in past_the_knee(two_past)
+
+
+def test_limit_headlines_put_each_models_served_throughput_against_its_own_limit():
+    from perf_sweep.campaign import limit_headlines
+
+    def rec(model, sweep, load, throughput):
+        return PerfRecord(sweep=sweep, model=model, variant="v", mode="concurrency", load=load, batch_size=1,
+                          status="ok", command="", throughput=throughput, p99_ms=20.0)
+
+    records = [rec("digit_classifier", "digit_classifier.concurrency", 8, 1000.0),
+               rec("digit_classifier_ab_dynamic", "ab.dynamic.concurrency", 16, 1200.0),
+               rec("digit_classifier_small", "digit_classifier_small.concurrency", 8, 5000.0),  # another model
+               rec("text_embedder", "text_embedder.concurrency", 32, 90.0)]
+    results = {"knees": {"digit_classifier.concurrency": {"knee": None, "peak": {"throughput": 1000.0}},
+                         "text_embedder.concurrency": {"knee": None, "peak": {"throughput": 90.0}}},
+               "limit": {"best": {"batch_size": 32, "throughput": 50000.0, "batch_latency_ms": 0.6}},
+               "limits": {"text_embedder": {"best": {"batch_size": 16, "throughput": 180.0, "batch_latency_ms": 89.0},
+                                            "unit": "texts/s", "what": "tokenize + int8_mixed encoder as served"}}}
+    lines = limit_headlines(results, records, "digit_classifier")
+    assert len(lines) == 4
+    assert lines[0].startswith("digit_classifier: served throughput at the peak (knee not reached): 1000 items/s = 2.0%")
+    assert "1200 items/s (ab.dynamic.concurrency at 16" in lines[1]  # not digit_classifier_small's 5000
+    assert lines[2].startswith("text_embedder: served throughput at the peak (knee not reached): 90 texts/s = 50.0% "
+                               "of the in-process limit 180 texts/s (batch 16; tokenize + int8_mixed encoder as served)")
+    assert lines[3].endswith("= 50.0% of the in-process limit.")
+    assert limit_headlines({"knees": {}}, records, None) == []

@@ -53,3 +53,20 @@ def test_write_report_draws_pngs(tmp_path):
     for png in ("latency_vs_throughput.png", "ab_latency_vs_throughput.png", "priority_latency_cdf.png"):
         assert (tmp_path / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert png in text
+
+
+def test_markdown_has_a_section_per_in_process_limit():
+    data = results()
+    data["limit"] = {"text": "digits in ORT", "points": [{"batch_size": 32, "throughput": 50000.0, "batch_latency_ms": 0.64}]}
+    data["limits"] = {"text_embedder": {"text": "tokenize + encode", "unit": "texts/s", "points": [
+        {"batch_size": 1, "throughput": 120.0, "batch_latency_ms": 8.3}, {"batch_size": 16, "throughput": 180.0, "batch_latency_ms": 88.9}],
+        "runs": {"before": [{"batch_size": 1, "throughput": 120.0, "batch_latency_ms": 8.3},
+                            {"batch_size": 16, "throughput": 150.0, "batch_latency_ms": 106.7}],
+                 "after": [{"batch_size": 1, "throughput": 110.0, "batch_latency_ms": 9.1},
+                           {"batch_size": 16, "throughput": 180.0, "batch_latency_ms": 88.9}]}}}
+    text = render_markdown(data, {})
+    assert "## In-process ONNX Runtime limit\n\ndigits in ORT" in text
+    assert "| 32 | 50000.0 | 0.64 |" in text
+    section = text[text.index("## In-process limit of text_embedder"):]
+    assert "| batch | texts/s | batch latency ms | texts/s before | texts/s after |" in section
+    assert "| 16 | 180.0 | 88.90 | 150.0 | 180.0 |" in section
