@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from serving.security import AdminKey, restricted_api_flags
+from conftest import settled_model_stats
 
 pytestmark = pytest.mark.server
 MODEL = "digit_classifier"
@@ -157,7 +158,9 @@ def test_inference_metadata_statistics_and_health_stay_open(locked_server, proto
         raw = client._client
         assert raw.is_server_live() and raw.is_server_ready() and raw.is_model_ready(MODEL)
         stats = raw.get_inference_statistics(MODEL, as_json=True) if protocol == "grpc" else raw.get_inference_statistics(MODEL)
-        assert int(stats["model_stats"][0]["inference_stats"]["success"]["count"]) >= 1
+        assert stats["model_stats"][0]["name"] == MODEL  # statistics answer over this protocol
+        settled = settled_model_stats(locked_server.http_url, MODEL, lambda st: int(st["inference_stats"]["success"]["count"]), 1)
+        assert int(settled["inference_stats"]["success"]["count"]) >= 1
         config = raw.get_model_config(MODEL, as_json=True) if protocol == "grpc" else raw.get_model_config(MODEL)
         assert (config.get("config", config))["name"] == MODEL
 

@@ -15,6 +15,7 @@ import pytest
 from model_client.client import TritonModelClient
 from model_client.embeddings import embed
 from model_client.errors import RequestRejectedError
+from conftest import settled_model_stats
 
 pytestmark = pytest.mark.server
 PROTOCOLS = ["http", "grpc"]
@@ -107,7 +108,8 @@ def test_concurrent_texts_of_different_lengths_share_batches_and_get_their_own_a
         results = list(pool.map(one, range(len(texts))))
     for i, vector in results:
         np.testing.assert_allclose(vector, expected[i], atol=ATOL, rtol=0)
-    inferences, executions = (a - b for a, b in zip(_encoder_counts(triton_server.http_url), before))
+    settled = settled_model_stats(triton_server.http_url, ENCODER, lambda st: int(st["inference_count"]), before[0] + len(texts))
+    inferences, executions = int(settled["inference_count"]) - before[0], int(settled["execution_count"]) - before[1]
     assert inferences == len(texts)
     assert executions < inferences, "the encoder ran every request alone: ragged batching is not in effect"
     log = triton_server.log_path.read_text(errors="replace")

@@ -21,6 +21,7 @@ import pytest
 
 from model_client.client import TritonModelClient
 from model_client.errors import OverloadedError
+from conftest import settled_model_stats
 
 pytestmark = pytest.mark.server
 TOKENIZER, ENCODER, ENSEMBLE = "text_tokenizer", "text_encoder", "text_embedder"
@@ -104,12 +105,15 @@ def concurrent_outcomes(url: str, protocol: str, model: str, priority: int) -> l
     return outcomes
 
 
+def success_count(stats: dict) -> int:
+    return int(stats["inference_stats"]["success"]["count"])
+
+
 def tokenizer_successes(http_url: str) -> int:
     import tritonclient.http as http
 
     with http.InferenceServerClient(http_url) as c:
-        stats = c.get_inference_statistics(TOKENIZER)["model_stats"][0]
-    return int(stats["inference_stats"]["success"]["count"])
+        return success_count(c.get_inference_statistics(TOKENIZER)["model_stats"][0])
 
 
 def test_the_capped_queue_rejects_direct_realtime_requests(server):
@@ -125,7 +129,8 @@ def test_realtime_priority_reaches_the_encoder_after_the_python_tokenizer(server
         f"{outcomes}: realtime requests through the ensemble were not held to the encoder's realtime queue "
         "(the priority was dropped after the tokenizer step)"
     )
-    assert tokenizer_successes(server.http_url) - before == CONCURRENT  # all tokenized: the encoder step rejected
+    settled = settled_model_stats(server.http_url, TOKENIZER, success_count, before + CONCURRENT)
+    assert success_count(settled) - before == CONCURRENT  # all tokenized: the encoder step rejected
 
 
 def test_batch_priority_through_the_ensemble_uses_the_batch_queue(server):
