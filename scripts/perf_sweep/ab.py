@@ -144,8 +144,15 @@ def _measure(out: AbOutcome, spec, model, prepared, main_knee, limit: float, opt
             f"Dynamic batching vs none at concurrency 16 [target >= 2x]: dynamic "
             f"{'%.0f infer/s' % d.throughput if _ok(d) else 'FAILED (' + d.note + ')'}; no batching "
             f"{'%.0f infer/s' % n.throughput if _ok(n) else 'FAILED (' + n.note + ')'}.")
+    plain_d, plain_n = at16.get("dynamic_no_queue_policy"), at16.get("no_batching_no_queue_policy")
+    if _ok(plain_d) and _ok(plain_n):
+        out.headlines.append(
+            f"Dynamic batching vs none at concurrency 16, both without priority levels or queue policies (no "
+            f"Triton batcher stall on either side): {plain_d.throughput:.0f} vs {plain_n.throughput:.0f} infer/s = "
+            f"{_ratio(plain_d.throughput, plain_n.throughput):.2f}x; P99 {plain_d.p99_ms:.1f} vs {plain_n.p99_ms:.1f} ms; "
+            f"requests >= 0.45 s: {plain_d.stalled} vs {plain_n.stalled}.")
     for label, record in at16.items():
-        if label not in ("dynamic", "no_batching") and _ok(record) and _ok(at16.get("dynamic")):
+        if label not in ("dynamic", "no_batching", "no_batching_no_queue_policy") and _ok(record) and _ok(at16.get("dynamic")):
             if label == "dynamic_no_queue_policy":
                 d = at16["dynamic"]
                 out.headlines.append(

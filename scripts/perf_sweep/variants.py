@@ -6,7 +6,9 @@ from a temporary model repository whose configs are rendered by `serving.model_c
 served model's `ModelSpec` with one setting changed. The shared serving.toml is never touched.
 
 "No batching" is `max_batch_size: 1`: every request runs alone, through the same queue and
-priority levels as the served model, so only batching differs. "Static" is `max_batch_size: B`
+priority levels as the served model, so only batching differs. The `*_no_queue_policy` pair
+(dynamic and none, both without priority levels or queue policies) repeats the comparison without
+Triton 2.51's batcher stall, which hits the one-request-per-execution variant hardest. "Static" is `max_batch_size: B`
 with no delay: the server runs exactly the client's batch of B and cannot merge two of them.
 """
 from __future__ import annotations
@@ -55,6 +57,11 @@ def plan_variants(spec: ServingSpec, model: str, onnx_path: Path, static_batch: 
         ServedVariant("dynamic_no_queue_policy", f"{model}_ab_nopolicy", onnx_path, base.max_batch_size, served_delay,
                       queue_policies=False),
         ServedVariant("no_batching", f"{model}_ab_nobatch", onnx_path, 1, 0),
+        # Triton 2.51's batcher loses wake-ups with priority levels/queue policies
+        # (docs/triton-batcher-stall.md), most often with one request per execution: this pair
+        # (with dynamic_no_queue_policy) gives the batching ratio without that defect on either side.
+        ServedVariant("no_batching_no_queue_policy", f"{model}_ab_nobatch_nopolicy", onnx_path, 1, 0,
+                      queue_policies=False),
         ServedVariant(f"static_b{static_batch}", f"{model}_ab_static", onnx_path, static_batch, 0),
     ]
     for ms in delays_ms:
