@@ -137,7 +137,8 @@ def _measure(out: AbOutcome, spec, model, prepared, main_knee, limit: float, opt
         d, n = at16["dynamic"], at16["no_batching"]
         out.headlines.append(
             f"Dynamic batching vs none at concurrency 16: {d.throughput:.0f} vs {n.throughput:.0f} infer/s = "
-            f"{_ratio(d.throughput, n.throughput):.2f}x [target >= 2x]; P99 {d.p99_ms:.1f} vs {n.p99_ms:.1f} ms.")
+            f"{_ratio(d.throughput, n.throughput):.2f}x [target >= 2x]; P99 {d.p99_ms:.1f} vs {n.p99_ms:.1f} ms; "
+            f"requests >= 0.45 s (Triton's batcher stall, docs/triton-batcher-stall.md): {d.stalled} vs {n.stalled}.")
     elif at16.get("dynamic") and at16.get("no_batching"):
         d, n = at16["dynamic"], at16["no_batching"]
         out.headlines.append(
@@ -151,8 +152,17 @@ def _measure(out: AbOutcome, spec, model, prepared, main_knee, limit: float, opt
             f"Triton batcher stall on either side): {plain_d.throughput:.0f} vs {plain_n.throughput:.0f} infer/s = "
             f"{_ratio(plain_d.throughput, plain_n.throughput):.2f}x; P99 {plain_d.p99_ms:.1f} vs {plain_n.p99_ms:.1f} ms; "
             f"requests >= 0.45 s: {plain_d.stalled} vs {plain_n.stalled}.")
+    zero_delay = at16.get("dynamic_0ms_no_queue_policy")
+    if _ok(zero_delay) and _ok(plain_n):
+        out.headlines.append(
+            f"Dynamic batching with no delay window vs none at concurrency 16, both without priority levels or "
+            f"queue policies: {zero_delay.throughput:.0f} vs {plain_n.throughput:.0f} infer/s = "
+            f"{_ratio(zero_delay.throughput, plain_n.throughput):.2f}x (avg batch "
+            f"{(zero_delay.server or {}).get('avg_batch_size', float('nan')):.1f}); P99 {zero_delay.p99_ms:.1f} vs "
+            f"{plain_n.p99_ms:.1f} ms.")
     for label, record in at16.items():
-        if label not in ("dynamic", "no_batching", "no_batching_no_queue_policy") and _ok(record) and _ok(at16.get("dynamic")):
+        if label not in ("dynamic", "no_batching", "no_batching_no_queue_policy", "dynamic_0ms_no_queue_policy") \
+                and _ok(record) and _ok(at16.get("dynamic")):
             if label == "dynamic_no_queue_policy":
                 d = at16["dynamic"]
                 out.headlines.append(

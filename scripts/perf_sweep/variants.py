@@ -62,6 +62,10 @@ def plan_variants(spec: ServingSpec, model: str, onnx_path: Path, static_batch: 
         # (with dynamic_no_queue_policy) gives the batching ratio without that defect on either side.
         ServedVariant("no_batching_no_queue_policy", f"{model}_ab_nobatch_nopolicy", onnx_path, 1, 0,
                       queue_policies=False),
+        # A closed loop of 16 one-item clients never fills max_batch_size, so the served delay window
+        # caps it at 16 items per window; with no window the batcher takes what is queued.
+        ServedVariant("dynamic_0ms_no_queue_policy", f"{model}_ab_0us_nopolicy", onnx_path, base.max_batch_size, 0,
+                      queue_policies=False),
         ServedVariant(f"static_b{static_batch}", f"{model}_ab_static", onnx_path, static_batch, 0),
     ]
     for ms in delays_ms:

@@ -11,12 +11,18 @@ and returns once every partition answers /v2/health/ready (health-gated start-up
   in a row its process group is SIGKILLed and it takes the restart path above. Detection takes at
   most interval x failures + timeout = 8 s (why a busy server is not taken for a hung one:
   serving.liveness);
+- a model that lost a Python-backend stub process (native crash, OOM kill of the stub: Triton
+  2.51 keeps it READY but fails its requests until it is reloaded) is found on the same 2 s beat
+  from the stubs in the server's process group, and reloaded through the key-protected repository
+  API (at most max_restarts times per model in window_s; past that it is left alone, state
+  gave_up; a reload that fails restarts the partition): serving.stub_watch;
 - every transition is logged to run/logs/supervisor.log and recorded in run/supervisor.json; the
   manifest (run/manifest.json) is rewritten with the new pid.
 A failure during the *initial* start-up is not retried: it is almost always a configuration error,
 so everything is stopped and `make serve` fails with the logs' tails.
 `make stop` sends SIGTERM: the supervisor stops its servers (and the MPS daemon it started), then
-exits; `stop_supervisor` then removes anything still alive that the state file names.
+exits; `stop_supervisor` (serving.supervisor_control) then removes anything still alive that the
+state file names.
 """
 from __future__ import annotations
 
@@ -33,7 +39,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Sequence
 
-from serving.errors import ConfigError, ServerStartError
+from serving.errors import ConfigError
 from serving.launcher import (
     RunLayout, build_manifest, partition_server_process, start_mps_daemon, stop_mps_daemon, with_server_overrides,
 )
@@ -41,10 +47,12 @@ from serving.liveness import LivenessHistory, probe_live, worst_case_detection_s
 from serving.manifest import write_manifest
 from serving.model_readiness import model_ready
 from serving.partition_plan import Mechanism, PartitionPlan, PlannedPartition, plan_for_this_host
-from serving.server import (
-    TritonServerProcess, find_tritonserver, http_ready, log_tail, pid_alive, prepare_backend_dir, stop_pid,
-)
+from serving.server import TritonServerProcess, find_tritonserver, http_ready, log_tail, prepare_backend_dir
 from serving.spec import load_serving_spec
+from serving.stub_watch import PartitionStubWatch, python_based_backends, repository_api_headers, served_stub_counts
+# Starting/stopping the supervisor as a background process lives in serving.supervisor_control;
+# these names stay importable from here (cli, tests).
+from serving.supervisor_control import read_supervisor_state, start_supervisor, stop_supervisor  # noqa: F401
 
 log = logging.getLogger("serving.supervisor")
 TICK_S = 0.2
@@ -72,6 +80,9 @@ class RestartPolicy:
     liveness_interval_s: float = 2.0
     liveness_timeout_s: float = 2.0
     liveness_failures: int = 3
+    #: Longest wait for Triton to reload a model that lost a backend stub (serving.stub_watch);
+    #: such reloads share max_restarts / window_s as a per-model budget.
+    stub_reload_timeout_s: float = 60.0
 
     def __post_init__(self) -> None:
         if not 0 < self.initial_backoff_s <= self.max_backoff_s:
@@ -85,6 +96,8 @@ class RestartPolicy:
                               f"({self.liveness_interval_s!r}), so that probes of one partition never overlap.")
         if isinstance(self.liveness_failures, bool) or not isinstance(self.liveness_failures, int) or self.liveness_failures < 1:
             raise ConfigError(f"liveness_failures = {self.liveness_failures!r}: allowed an integer >= 1.")
+        if not self.stub_reload_timeout_s > 0:
+            raise ConfigError(f"stub_reload_timeout_s = {self.stub_reload_timeout_s!r}: allowed > 0 seconds.")
 
     @property
     def hang_detection_s(self) -> float:
@@ -128,10 +141,13 @@ class SupervisedPartition:
     #: Liveness probes since the server became ready, and the one in flight (a thread-pool future).
     liveness: LivenessHistory = field(default_factory=LivenessHistory)
     probe: Future | None = None
+    #: Backend stubs of its models, and the reloads of a model that lost one (serving.stub_watch).
+    stubs: PartitionStubWatch | None = None
 
     def summary(self) -> dict[str, Any]:
         return {"pid": self.process.pid if self.process and self.process.process else None, "state": self.state.value,
-                "restarts": len(self.restart_times), "last_exit": self.last_exit, "models_ready": self.models_ready}
+                "restarts": len(self.restart_times), "last_exit": self.last_exit, "models_ready": self.models_ready,
+                "stubs": self.stubs.summary() if self.stubs else {}}
 
 
 def triton_shm_regions(pid: int) -> tuple[str, ...]:
@@ -147,14 +163,17 @@ class Supervisor:
     def __init__(self, plan: PartitionPlan, repository: Path, layout: RunLayout, policy: RestartPolicy = RestartPolicy()):
         self.plan, self.repository, self.layout, self.policy = plan, Path(repository), layout, policy
         self.installation = find_tritonserver()
-        self.parts = {p.name: SupervisedPartition(p) for p in plan.partitions}
+        self.parts = {p.name: SupervisedPartition(p, stubs=PartitionStubWatch(
+            p.name, policy.liveness_interval_s, policy.stub_reload_timeout_s, policy.max_restarts, policy.window_s))
+            for p in plan.partitions}
         self.status = "starting"
         self.error: str | None = None
         self.stop_requested = False
         self.mps_started = False
-        # Probes run here so a hung server costs the tick loop nothing; each ends within its timeout.
-        # Twice the partitions: a restarted partition's probe never waits behind its old one.
-        self.probes = ThreadPoolExecutor(max_workers=max(2, 2 * len(self.parts)), thread_name_prefix="liveness")
+        # Probes and stub reloads run here so a hung server costs the tick loop nothing; each ends
+        # within its timeout. Three per partition: a restarted partition's probe never waits behind
+        # its old one, nor behind a reload.
+        self.probes = ThreadPoolExecutor(max_workers=max(3, 3 * len(self.parts)), thread_name_prefix="liveness")
 
     # --- bookkeeping -------------------------------------------------------------------------
     def write_state(self) -> None:
@@ -185,6 +204,7 @@ class Supervisor:
             Path(region).unlink(missing_ok=True)
         sp.shm_regions = ()
         sp.last_exit = why
+        sp.stubs.server_down()
         if self.status == "starting":
             sp.state = PartitionState.FAILED
             self.error = f"partition {sp.partition.name} (pid {pid}) {why} during start-up"
@@ -223,6 +243,22 @@ class Supervisor:
             sp.probe = self.probes.submit(probe_live, part.host, part.http_port, policy.liveness_timeout_s)
         return False
 
+    def _watch_stubs(self, sp: SupervisedPartition) -> None:
+        """Start watching the backend stubs of a partition that just became ready."""
+        part = sp.partition
+        ready = [m for m, ok in sp.models_ready.items() if ok]
+        counts = served_stub_counts(part.host, part.http_port, ready, python_based_backends(self.layout.backends))
+        sp.stubs.server_ready(part.host, part.http_port, sp.process.pid, counts,
+                              repository_api_headers(sp.process.settings.restricted))
+
+    def _check_stubs(self, sp: SupervisedPartition, now: float) -> bool:
+        """Reload a model that lost a backend stub; restart the partition when that reload failed."""
+        changed, restart_because = sp.stubs.tick(now, self.probes)
+        if restart_because:
+            self._kill_group(sp)
+            self._on_down(sp, now, restart_because)
+        return changed or bool(restart_because)
+
     def _kill_group(self, sp: SupervisedPartition) -> None:
         """SIGKILL a live server's process group (a stopped process dies too: SIGKILL needs no
         SIGCONT) and reap the server, so no stopped or zombie server is left behind."""
@@ -251,6 +287,7 @@ class Supervisor:
                         part = sp.partition
                         sp.models_ready = {m: model_ready(part.host, part.http_port, m, timeout_s=2.0) for m in part.models}
                         sp.shm_regions = triton_shm_regions(sp.process.pid)
+                        self._watch_stubs(sp)
                         not_ready = [m for m, ok in sp.models_ready.items() if not ok]
                         log.log(logging.WARNING if not_ready else logging.INFO, "partition %s: ready (pid %d)%s", part.name,
                                 sp.process.pid, f"; models NOT ready: {not_ready} (see its log)" if not_ready else "")
@@ -259,8 +296,10 @@ class Supervisor:
                         sp.process.stop()
                         self._on_down(sp, now, f"was not ready within {self.policy.ready_timeout_s:.0f} s")
                         changed = True
+                elif self._check_liveness(sp, now):
+                    changed = True
                 else:
-                    changed |= self._check_liveness(sp, now)
+                    changed |= self._check_stubs(sp, now)
             elif sp.state is PartitionState.BACKOFF and now >= sp.deadline:
                 sp.restart_times.append(now)
                 self._launch(sp, now)
@@ -328,87 +367,6 @@ class Supervisor:
     def _request_stop(self, signum, frame) -> None:
         log.info("received %s: stopping", signal.Signals(signum).name)
         self.stop_requested = True
-
-
-# --- the supervisor as a background process --------------------------------------------------
-
-def read_supervisor_state(layout: RunLayout) -> dict[str, Any] | None:
-    try:
-        return json.loads(layout.supervisor_state.read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
-        return None
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
-
-
-def start_supervisor(config: Path, repository: Path, layout: RunLayout, timeout_s: float = 180.0,
-                     extra_args: Sequence[str] = ()) -> dict[str, Any]:
-    """Start `python -m serving supervise` in its own session; return the manifest once all are ready."""
-    existing = read_supervisor_state(layout)
-    if existing and pid_alive(existing["supervisor_pid"]) and "supervise" in _cmdline(existing["supervisor_pid"]):
-        raise ServerStartError(f"a supervisor is already running (pid {existing['supervisor_pid']}); run `make stop` first.")
-    layout.logs.mkdir(parents=True, exist_ok=True)
-    layout.supervisor_state.unlink(missing_ok=True)
-    command = [sys.executable, "-m", "serving", "supervise", "--config", str(config), "--repository", str(repository),
-               "--run-dir", str(layout.run_dir), *extra_args]
-    with open(layout.supervisor_log, "ab") as out:
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                   start_new_session=True)
-    layout.supervisor_pid.write_text(f"{process.pid}\n")
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        state = read_supervisor_state(layout)
-        if state and state["status"] == "ready":
-            return json.loads(layout.manifest.read_text())
-        if process.poll() is not None or (state and state["status"] == "failed"):
-            process.wait(timeout=60)
-            raise ServerStartError(_failure_report(layout, state))
-        time.sleep(0.25)
-    stop_supervisor(layout)
-    raise ServerStartError(f"partitions were not ready within {timeout_s:.0f} s.\n" + _failure_report(layout, read_supervisor_state(layout)))
-
-
-def _failure_report(layout: RunLayout, state: dict[str, Any] | None) -> str:
-    lines = [f"supervisor: {(state or {}).get('error') or 'exited'}", f"--- {layout.supervisor_log} (tail)",
-             log_tail(layout.supervisor_log, 15)]
-    for name in (state or {}).get("partitions", {}):
-        lines += [f"--- {layout.partition_log(name)} (tail)", log_tail(layout.partition_log(name), 15)]
-    return "\n".join(lines)
-
-
-def stop_supervisor(layout: RunLayout, timeout_s: float = 60.0) -> list[str]:
-    """Stop the supervisor (it stops its servers), then anything it left behind. Returns what it did."""
-    done = []
-    try:
-        pid = int(layout.supervisor_pid.read_text().strip())
-    except (FileNotFoundError, ValueError):
-        pid = None
-    if pid and pid_alive(pid) and "supervise" in _cmdline(pid):
-        os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout_s
-        while pid_alive(pid) and "supervise" in _cmdline(pid) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        if pid_alive(pid) and "supervise" in _cmdline(pid):
-            os.kill(pid, signal.SIGKILL)
-            done.append(f"supervisor (pid {pid}) did not stop in {timeout_s:.0f} s: killed")
-        else:
-            done.append(f"stopped the supervisor (pid {pid}) and its partitions")
-    state = read_supervisor_state(layout) or {}
-    for name, part in state.get("partitions", {}).items():
-        server = part.get("pid")
-        if server and pid_alive(server) and "tritonserver" in _cmdline(server):
-            stop_pid(server)
-            done.append(f"stopped partition {name} (pid {server}) left behind")
-    if state.get("mps_started") and stop_mps_daemon(layout):
-        done.append("stopped the CUDA MPS control daemon")
-    for path in (layout.supervisor_pid, layout.manifest):
-        path.unlink(missing_ok=True)
-    return done
 
 
 def run_supervisor(config: Path, repository: Path, run_dir: Path, force_cpu: bool = False,

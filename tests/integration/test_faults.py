@@ -1,5 +1,6 @@
 """Faults with real servers: model files missing or corrupt at start-up, a Python model that raises,
-a backend stub that dies, and kill -9 of a partition under load (restarted by the supervisor).
+a backend stub that dies (on a plain server, then under the supervisor, which reloads the model),
+and kill -9 of a partition under load (restarted by the supervisor).
 
 Every request a test sends is accounted for (a correct answer or an explicit error) and none may
 take longer than its client timeout."""
@@ -239,9 +240,12 @@ def test_concurrent_good_and_raising_requests_are_each_accounted_for(fault_serve
 
 
 def test_a_dead_backend_stub_gives_explicit_errors_until_the_model_is_reloaded(fault_server, admin_key):
-    """The stub process exits (as after a native crash). Triton 2.51 keeps reporting the model
-    READY but answers every request "Stub process ... is not healthy" until an operator reloads the
-    model through the (key-protected) repository API; no request hangs."""
+    """The stub process exits (as after a native crash). A plain tritonserver (no supervisor): this
+    is Triton 2.51's own behaviour, which the supervisor heals (the test at the end of this file).
+    The model stays READY but every request gets "Stub process ... is not healthy" until it is
+    reloaded through the (key-protected) repository API; no request hangs. A plain load reloads it
+    here only because its stub wrote __pycache__ into the version directory (Triton reloads a model
+    whose files changed); the supervisor sends a config override instead (serving.stub_watch)."""
     from tritonclient.utils import InferenceServerException
 
     from serving.model_readiness import model_ready
@@ -440,3 +444,94 @@ def test_a_request_that_crashes_triton_2_51_is_contained_by_the_supervisor(super
     assert not pid_alive(old_pid)
     assert "std::bad_alloc" in Path(json.loads(supervised["manifest"].read_text())["partitions"]["default"]["log"]).read_text(errors="replace")
     assert_every_request_accounted(load)
+
+
+# --- a backend stub dies under the supervisor: the model is reloaded --------------------------------
+
+def test_the_supervisor_reloads_a_model_whose_backend_stub_died(supervised, digits_test_split):
+    """kill -9 of one of digit_classifier's two stubs (as after a native crash in it). Requests that
+    Triton hands to that instance fail "Stub process ... is not healthy" (the plain-server test
+    above) until the supervisor sees the stub missing (its 2 s scan) and reloads the model with the
+    key it started the server with. Then every request is answered correctly by the same server (no
+    partition restart), the supervisor log and run/supervisor.json record the reload, and the replaced
+    instance's surviving stub, which Triton 2.51 never finalizes once requests reached the dead one,
+    is gone within the supervisor's grace (serving.stub_watch.LEFTOVER_GRACE_S)."""
+    from model_client.client import TritonModelClient
+    from model_client.errors import RequestRejectedError
+    from serving.stub_watch import LEFTOVER_GRACE_S, scan_stubs
+
+    run_dir = supervised["manifest"].parent
+    log_path = run_dir / "logs" / "supervisor.log"
+
+    def partition():
+        return json.loads((run_dir / "supervisor.json").read_text())["partitions"]["default"]
+
+    pid = partition()["pid"]
+    stubs = [s for s in scan_stubs(pid) if s.model == GOOD]
+    # the supervisor has taken these two as the model's instances (its first scan after ready)
+    assert wait_until(lambda: partition()["stubs"].get(GOOD, {}).get("pids") == [s.pid for s in stubs], 10), partition()
+    before = partition()
+    assert len(stubs) == before["stubs"][GOOD]["expected"] == 2 and before["stubs"][GOOD]["status"] == "watching"
+    assert before["pid"] == pid
+    images, _ = digits_test_split
+    images = images[:8]
+    expected = expected_probabilities(images)
+    sent, answered, stub_errors = 0, 0, []
+    reloaded_after = healed_after = None
+
+    def one(client, i):
+        nonlocal sent, answered
+        sent += 1
+        try:
+            served = client.infer(GOOD, {"image": images[i:i + 1]})["probabilities"]
+        except RequestRejectedError as exc:  # the only error allowed: the dead instance's
+            assert "is not healthy" in str(exc), exc
+            stub_errors.append(str(exc))
+            return False
+        np.testing.assert_allclose(served, expected[i:i + 1], rtol=1e-5, atol=1e-6)
+        answered += 1
+        return True
+
+    with TritonModelClient(supervised["http"], "http", network_timeout_s=CLIENT_TIMEOUT_S) as client:
+        killed_at, killed_wall = time.monotonic(), time.time()
+        os.kill(stubs[0].pid, signal.SIGKILL)
+        for i in range(4):  # before the supervisor's next scan: the dead instance gets some of these
+            one(client, i)
+        assert stub_errors, "no request failed after the kill (was the stub really killed?)"
+        while time.monotonic() - killed_at < 30:
+            if reloaded_after is None and partition()["stubs"][GOOD]["reloads"] > before["stubs"][GOOD]["reloads"]:
+                reloaded_after = time.monotonic() - killed_at
+            if all([one(client, i) for i in range(len(images))]) and reloaded_after is not None:
+                healed_after = time.monotonic() - killed_at
+                break
+            time.sleep(0.2)
+        errors_before_heal = len(stub_errors)
+        for i in range(len(images)):  # healed for good: both instances answer
+            assert one(client, i)
+    assert healed_after is not None, f"not healed within 30 s:\n{log_path.read_text()[-2000:]}"
+    assert sent == answered + len(stub_errors) and len(stub_errors) == errors_before_heal
+    after = partition()
+    assert (after["pid"], after["restarts"], after["state"]) == (before["pid"], before["restarts"], "ready")
+    record = after["stubs"][GOOD]
+    assert record["status"] == "watching" and record["reloads"] == before["stubs"][GOOD]["reloads"] + 1
+    assert record["last_reason"].startswith(f"lost a backend stub (pid {stubs[0].pid}); reloaded in ")
+    assert stubs[0].pid not in record["pids"] and len(record["pids"]) == 2
+    assert f"partition default: model {GOOD} lost a backend stub (pid {stubs[0].pid}); reloaded in " in log_path.read_text()
+    # nothing of the replaced instances keeps running: only the new generation's stubs are left
+    assert wait_until(lambda: {s.pid for s in scan_stubs(before["pid"])} == set(record["pids"]), LEFTOVER_GRACE_S + 10), (
+        scan_stubs(before["pid"]), record)
+    killed = f"SIGKILLed stub pid {stubs[1].pid}" in log_path.read_text()
+    detected_after = log_time(log_path, f"lost a backend stub (pid {stubs[0].pid}); reloading it") - killed_wall
+    print(f"\nstub pid {stubs[0].pid} killed: detected (supervisor log) {detected_after:.1f} s later, reload recorded "
+          f"{reloaded_after:.1f} s after the kill ({record['last_reason']}); every request answered correctly "
+          f"{healed_after:.1f} s after the kill ({healed_after - detected_after:.1f} s after detection); "
+          f"{sent} requests: {answered} correct, {len(stub_errors)} 'not healthy' errors; the replaced instance's "
+          f"stub {stubs[1].pid} {'was SIGKILLed by the supervisor' if killed else 'exited by itself'}")
+
+
+def log_time(log_path: Path, text: str) -> float:
+    """time.time() of the first supervisor log line containing `text` (its asctime, local time)."""
+    from datetime import datetime
+
+    line = next(line for line in log_path.read_text().splitlines() if text in line)
+    return datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()

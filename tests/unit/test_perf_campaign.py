@@ -75,7 +75,8 @@ def test_variant_repository_renders_each_variant_with_only_batching_changed(tmp_
     onnx_path = tiny_onnx(tmp_path / "m.onnx")
     variants = plan_variants(spec, "digits", onnx_path, static_batch=8, delays_ms=(0, 2.5))
     assert [v.label for v in variants] == ["dynamic", "dynamic_no_queue_policy", "no_batching",
-                                           "no_batching_no_queue_policy", "static_b8", "delay_0ms", "delay_2.5ms"]
+                                           "no_batching_no_queue_policy", "dynamic_0ms_no_queue_policy", "static_b8",
+                                           "delay_0ms", "delay_2.5ms"]
     repo = write_variant_repository(spec, "digits", variants, tmp_path / "repo")
     configs = {v.label: (repo / v.served_name / "config.pbtxt").read_text() for v in variants}
     assert "max_batch_size: 1\n" in configs["no_batching"]
@@ -86,6 +87,8 @@ def test_variant_repository_renders_each_variant_with_only_batching_changed(tmp_
     no_policy = configs["dynamic_no_queue_policy"]
     assert "priority_levels" not in no_policy and "queue_policy" not in no_policy
     assert "max_queue_delay_microseconds: 10000\n" in no_policy
+    zero_plain = configs["dynamic_0ms_no_queue_policy"]
+    assert "max_queue_delay_microseconds: 0\n" in zero_plain and "priority_levels" not in zero_plain
     plain_none = configs["no_batching_no_queue_policy"]
     assert "max_batch_size: 1\n" in plain_none and "priority_levels" not in plain_none and "queue_policy" not in plain_none
     assert (repo / "digits_ab_dynamic" / "1" / "model.onnx").read_bytes() == onnx_path.read_bytes()
