@@ -118,6 +118,17 @@ def cmd_stop(args: argparse.Namespace) -> int:
     return 0
 
 
+def partition_history_lines(part: dict) -> list[str]:
+    """What the supervisor did to a partition, for `status`: its last exit (crash or hang) and every
+    model whose backend stub it reloaded or could not heal (from run/supervisor.json)."""
+    lines = [f"    last exit: {part['last_exit']}"] if part.get("last_exit") else []
+    for model, stubs in sorted((part.get("stubs") or {}).items()):
+        if stubs.get("reloads") or stubs.get("status") not in (None, "watching"):
+            lines.append(f"    model {model}: backend stub reloads {stubs.get('reloads', 0)}, {stubs.get('status')}"
+                         + (f"; last: {stubs['last_reason']}" if stubs.get("last_reason") else ""))
+    return lines
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     layout = RunLayout(Path(args.run_dir))
     state = read_supervisor_state(layout)
@@ -140,6 +151,8 @@ def cmd_status(args: argparse.Namespace) -> int:
               f"http {endpoints.get('http')} grpc {endpoints.get('grpc')} cpus {endpoints.get('cpus')} models {endpoints.get('models')}")
         for model, reason in unready.items():
             print(f"    model {model} NOT READY: {reason}")
+        for line in partition_history_lines(part):
+            print(line)
     return 0 if healthy else 1
 
 

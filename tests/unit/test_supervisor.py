@@ -108,3 +108,20 @@ def test_exit_descriptions_name_the_signal():
 
 def test_stop_with_nothing_running_does_nothing(tmp_path):
     assert stop_supervisor(RunLayout(tmp_path)) == []
+
+
+def test_status_shows_what_the_supervisor_did_to_a_partition():
+    from serving.cli import partition_history_lines
+
+    assert partition_history_lines({"last_exit": None, "stubs": {"m": {"reloads": 0, "status": "watching"}}}) == []
+    lines = partition_history_lines({
+        "last_exit": "hung: /v2/health/live unanswered 3 times in a row",
+        "stubs": {"a": {"reloads": 0, "status": "watching"},
+                  "b": {"reloads": 2, "status": "watching", "last_reason": "lost a backend stub (pid 7)"},
+                  "c": {"reloads": 5, "status": "gave_up", "last_reason": "reload budget spent"}},
+    })
+    assert lines == [
+        "    last exit: hung: /v2/health/live unanswered 3 times in a row",
+        "    model b: backend stub reloads 2, watching; last: lost a backend stub (pid 7)",
+        "    model c: backend stub reloads 5, gave_up; last: reload budget spent",
+    ]
