@@ -85,11 +85,14 @@ def _dims(dims: Sequence[int]) -> str:
     return "[ " + ", ".join(str(d) for d in dims) + " ]"
 
 
-def _tensor_block(kind: str, tensors: Sequence[TensorSpec]) -> list[str]:
+def _tensor_block(kind: str, tensors: Sequence[TensorSpec], ragged: bool = False) -> list[str]:
+    """`input [...]` / `output [...]`; with `ragged`, `allow_ragged_batch` on every tensor that has a
+    variable axis (see `render_onnx_cpu_ragged_config`)."""
     lines = [f"{kind} ["]
     for i, t in enumerate(tensors):
         sep = "," if i < len(tensors) - 1 else ""
-        lines.append(f'  {{ name: "{t.name}" data_type: {t.data_type} dims: {_dims(t.dims)} }}{sep}')
+        flag = " allow_ragged_batch: true" if ragged and any(d < 0 for d in t.dims) else ""
+        lines.append(f'  {{ name: "{t.name}" data_type: {t.data_type} dims: {_dims(t.dims)}{flag} }}{sep}')
     lines.append("]")
     return lines
 
@@ -152,21 +155,28 @@ def render_onnx_cpu_config(
     outputs: Sequence[TensorSpec],
     onnx_file: str = "model.onnx",
     extra_parameters: Mapping[str, str] | None = None,
+    ragged_inputs: bool = False,
 ) -> str:
     """Config for a model run by the `onnxruntime_cpu` Python-based backend (see triton_backends/)."""
     parameters = {"onnx_file": onnx_file, "intra_op_num_threads": str(model.intra_op_threads)}
     parameters.update(extra_parameters or {})
-    warmup_batches = sorted({1, model.max_batch_size})
+    return _render_batched_model("onnxruntime_cpu", model, serving, inputs, outputs, parameters, ragged_inputs)
+
+
+def _render_batched_model(backend: str, model: ModelSpec, serving: ServingSpec, inputs: Sequence[TensorSpec],
+                          outputs: Sequence[TensorSpec], parameters: Mapping[str, str], ragged_inputs: bool = False) -> str:
+    """What every batched model's config holds: the dynamic batcher with the priority levels and
+    queue policies, the instances, the backend's parameters and warmup at batch 1 and the max."""
     lines = [
         f'name: "{model.name}"',
-        'backend: "onnxruntime_cpu"',
+        f'backend: "{backend}"',
         f"max_batch_size: {model.max_batch_size}",
-        *_tensor_block("input", inputs),
+        *_tensor_block("input", inputs, ragged=ragged_inputs),
         *_tensor_block("output", outputs),
         *render_dynamic_batching(model, serving),
         f"instance_group [ {{ count: {model.instance_count} kind: KIND_CPU }} ]",
         *render_parameters(parameters),
-        *render_warmup(inputs, warmup_batches),
+        *render_warmup(inputs, sorted({1, model.max_batch_size})),
     ]
     return "\n".join(lines) + "\n"
 
@@ -209,29 +219,7 @@ def render_python_model_config(
 ) -> str:
     """Config for a model whose own model.py runs in Triton's Python backend (e.g. a tokenizer),
     with the same dynamic batcher, priority levels and queue policies as every other model."""
-    lines = [
-        f'name: "{model.name}"',
-        'backend: "python"',
-        f"max_batch_size: {model.max_batch_size}",
-        *_tensor_block("input", inputs),
-        *_tensor_block("output", outputs),
-        *render_dynamic_batching(model, serving),
-        f"instance_group [ {{ count: {model.instance_count} kind: KIND_CPU }} ]",
-        *render_parameters(parameters or {}),
-        *render_warmup(inputs, sorted({1, model.max_batch_size})),
-    ]
-    return "\n".join(lines) + "\n"
-
-
-def _ragged_tensor_block(kind: str, tensors: Sequence[TensorSpec]) -> list[str]:
-    """Like `_tensor_block`, with `allow_ragged_batch` on every tensor that has a variable axis."""
-    lines = [f"{kind} ["]
-    for i, t in enumerate(tensors):
-        sep = "," if i < len(tensors) - 1 else ""
-        ragged = " allow_ragged_batch: true" if any(d < 0 for d in t.dims) else ""
-        lines.append(f'  {{ name: "{t.name}" data_type: {t.data_type} dims: {_dims(t.dims)}{ragged} }}{sep}')
-    lines.append("]")
-    return lines
+    return _render_batched_model("python", model, serving, inputs, outputs, parameters or {})
 
 
 def render_onnx_cpu_ragged_config(
@@ -249,9 +237,7 @@ def render_onnx_cpu_ragged_config(
     alone. The `onnxruntime_cpu` backend receives requests separately and pads (or buckets) them
     itself, so ragged batches are safe for it.
     """
-    text = render_onnx_cpu_config(model, serving, inputs, outputs, onnx_file, extra_parameters)
-    plain = "\n".join(_tensor_block("input", inputs))
-    return text.replace(plain, "\n".join(_ragged_tensor_block("input", inputs)), 1)
+    return render_onnx_cpu_config(model, serving, inputs, outputs, onnx_file, extra_parameters, ragged_inputs=True)
 
 
 @dataclass(frozen=True)
