@@ -69,6 +69,15 @@ def settled_model_stats(http_url: str, model: str, count_of, expected: int, time
             time.sleep(0.05)
 
 
+@pytest.fixture(params=["http", "grpc"])
+def client(request, triton_server):
+    """A model_client.TritonModelClient on the session server, once per protocol."""
+    from model_client.client import TritonModelClient
+
+    with TritonModelClient(triton_server.url(request.param), request.param) as c:
+        yield c
+
+
 @pytest.fixture(scope="session")
 def serving_spec():
     from serving.spec import load_serving_spec

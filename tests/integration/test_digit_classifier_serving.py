@@ -21,12 +21,6 @@ def in_process_probabilities(images: np.ndarray) -> np.ndarray:
     return session.run(None, {"image": images})[0]
 
 
-@pytest.fixture(params=PROTOCOLS)
-def client(request, triton_server):
-    with TritonModelClient(triton_server.url(request.param), request.param) as c:
-        yield c
-
-
 def test_served_model_interface_is_derived_from_the_onnx_graph(client):
     interface = client.interface(MODEL)
     assert [(t.name, t.datatype, t.shape) for t in interface.inputs] == [("image", "FP32", (-1, 1, 8, 8))]

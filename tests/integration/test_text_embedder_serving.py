@@ -45,12 +45,6 @@ def heldout_texts():
     return json.loads(path.read_text())["heldout"]
 
 
-@pytest.fixture(params=PROTOCOLS)
-def client(request, triton_server):
-    with TritonModelClient(triton_server.url(request.param), request.param) as c:
-        yield c
-
-
 def test_ensemble_interface_is_plain_text_in_and_the_encoders_output_out(client):
     interface = client.interface(MODEL)
     assert [(t.name, t.datatype, t.shape) for t in interface.inputs] == [("TEXT", "BYTES", (-1, 1))]
