@@ -15,7 +15,6 @@ import os
 import platform
 import sysconfig
 import time
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -119,9 +118,11 @@ def ensemble_steps(model_configs) -> set[str]:
 
 
 def fetch_model_config(http_url: str, model: str) -> dict[str, Any]:
+    from serving.model_readiness import served_model_config
+
+    host, _, port = http_url.rpartition(":")
     try:
-        with urllib.request.urlopen(f"http://{http_url}/v2/models/{model}/config", timeout=10) as response:
-            return json.loads(response.read())
+        return served_model_config(host, int(port), model, timeout_s=10)
     except OSError as exc:
         raise SweepRunError(f"could not read {model}'s config from http://{http_url}: {exc}") from None
 

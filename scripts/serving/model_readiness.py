@@ -100,6 +100,13 @@ def fetch_repository_index(host: str, http_port: int, key: AdminKey, timeout_s: 
         raise ServingError(f"repository index at {host}:{http_port} could not be read: {exc}") from None
 
 
+def served_model_config(host: str, http_port: int, model: str, timeout_s: float = 5.0) -> dict[str, Any]:
+    """GET /v2/models/<model>/config (open to everyone): the config Triton is serving, as JSON.
+    Raises urllib.error.URLError/OSError (server unreachable, model unknown) or ValueError (not JSON)."""
+    with urllib.request.urlopen(f"http://{host}:{http_port}/v2/models/{model}/config", timeout=timeout_s) as response:
+        return json.loads(response.read())
+
+
 def model_ready(host: str, http_port: int, model: str, timeout_s: float = 5.0) -> bool:
     """GET /v2/models/<model>/ready (open to everyone): 200 means ready."""
     try:

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 from serving.errors import ConfigError
-from serving.model_readiness import model_ready
+from serving.model_readiness import model_ready, served_model_config
 
 log = logging.getLogger("serving.supervisor")
 STUB_PROGRAM = "triton_python_backend_stub"
@@ -288,18 +288,13 @@ def stale_leftovers(m: ModelStubs, live: frozenset[int], now: float, grace_s: fl
 
 # --- talking to the server ------------------------------------------------------------------------
 
-def _get_json(url: str, timeout_s: float) -> Any:
-    with urllib.request.urlopen(url, timeout=timeout_s) as response:
-        return json.loads(response.read())
-
-
 def served_stub_counts(host: str, http_port: int, models: Iterable[str], python_backends: Iterable[str],
                        timeout_s: float = 2.0) -> dict[str, int]:
     """{model: stubs} for the models that run in stubs, from each one's served config (an open API)."""
     counts = {}
     for model in models:
         try:
-            config = _get_json(f"http://{host}:{http_port}/v2/models/{model}/config", timeout_s)
+            config = served_model_config(host, http_port, model, timeout_s)
         except (urllib.error.URLError, OSError, ValueError) as exc:
             log.warning("model %s: its config could not be read (%s): its backend stubs are not watched", model, exc)
             continue
@@ -315,7 +310,7 @@ def reload_model(host: str, http_port: int, model: str, attempt: int, headers: M
     if not model_ready(host, http_port, model, timeout_s=min(5.0, timeout_s)):
         return ReloadOutcome("not_ready", time.monotonic() - start, f"Triton reports {model} not ready (unloaded?)")
     try:
-        config = _get_json(f"http://{host}:{http_port}/v2/models/{model}/config", min(5.0, timeout_s))
+        config = served_model_config(host, http_port, model, min(5.0, timeout_s))
         body = json.dumps({"parameters": {"config": json.dumps(reload_config(config, attempt))}}).encode()
         request = urllib.request.Request(f"http://{host}:{http_port}/v2/repository/models/{model}/load", data=body,
                                          method="POST", headers={"Content-Type": "application/json", **headers})
