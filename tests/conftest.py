@@ -51,22 +51,29 @@ def start_test_server(workdir: Path, models: tuple[str, ...], repository: Path =
                          workdir / "tritonserver.log", process)
 
 
+def poll_until(read, done, timeout_s: float, interval_s: float = 0.05):
+    """Call `read()` until `done(value)` or `timeout_s` has passed; the last value either way (the
+    caller asserts on it, so a timeout fails with what was seen)."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = read()
+        if done(value) or time.monotonic() > deadline:
+            return value
+        time.sleep(interval_s)
+
+
 def settled_model_stats(http_url: str, model: str, count_of, expected: int, timeout_s: float = 10.0) -> dict:
     """Triton's statistics for `model` once `count_of(stats) >= expected`, or the last ones read when
     `timeout_s` runs out. Triton records a model's statistics after it has handed the responses on,
     so a client (above all one behind an ensemble) can see its answer before the count includes it;
     the caller asserts on the returned stats."""
-    import time
-
     import tritonclient.http as http
 
-    deadline = time.monotonic() + timeout_s
     with http.InferenceServerClient(http_url) as client:
-        while True:
-            stats = client.get_inference_statistics(model)["model_stats"][0]
-            if count_of(stats) >= expected or time.monotonic() > deadline:
-                return stats
-            time.sleep(0.05)
+        return poll_until(lambda: client.get_inference_statistics(model)["model_stats"][0],
+                          lambda stats: count_of(stats) >= expected, timeout_s)
 
 
 @pytest.fixture(params=["http", "grpc"])

@@ -25,6 +25,7 @@ import pytest
 
 from serving.security import AdminKey, restricted_api_flags
 from serving.server import pid_alive
+from conftest import poll_until
 
 pytestmark = pytest.mark.server
 GOOD = "digit_classifier"
@@ -387,12 +388,7 @@ def assert_every_request_accounted(load: LoadGenerator) -> None:
 
 
 def wait_until(predicate, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.1)
-    return False
+    return bool(poll_until(predicate, bool, timeout_s, interval_s=0.1))
 
 
 def test_kill_9_of_a_partition_under_load_is_restarted_and_every_request_accounted(supervised, digits_test_split):
