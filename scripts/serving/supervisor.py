@@ -196,10 +196,16 @@ class Supervisor:
 
     def _on_down(self, sp: SupervisedPartition, now: float, why: str) -> None:
         pid = sp.process.pid
-        try:  # the dead server's Python-backend stubs share its process group: remove them too
+        # The server's Python-backend stubs share its process group: remove them too. A server
+        # taken down alive (hung, stopped, failed reload) dies as well: SIGKILL needs no SIGCONT.
+        try:
             os.killpg(pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+        try:  # reap it, so no stopped or zombie server is left behind (an exited one is reaped already)
+            sp.process.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:  # uninterruptible sleep (D state): it dies when the I/O returns
+            log.error("partition %s: pid %d not dead 5 s after SIGKILL", sp.partition.name, pid)
         for region in sp.shm_regions:  # a SIGKILLed server leaves its IPC regions behind
             Path(region).unlink(missing_ok=True)
         sp.shm_regions = ()
@@ -235,7 +241,6 @@ class Supervisor:
             elif previous:
                 log.info("partition %s: answering /v2/health/live again after %d failed probe(s)", part.name, previous)
             if sp.liveness.is_hung(policy.liveness_failures):
-                self._kill_group(sp)
                 self._on_down(sp, now, sp.liveness.hung_reason(policy.liveness_timeout_s))
                 return True
         if sp.liveness.probe_due(now, policy.liveness_interval_s, in_flight=sp.probe is not None):
@@ -255,21 +260,8 @@ class Supervisor:
         """Reload a model that lost a backend stub; restart the partition when that reload failed."""
         changed, restart_because = sp.stubs.tick(now, self.probes)
         if restart_because:
-            self._kill_group(sp)
             self._on_down(sp, now, restart_because)
         return changed or bool(restart_because)
-
-    def _kill_group(self, sp: SupervisedPartition) -> None:
-        """SIGKILL a live server's process group (a stopped process dies too: SIGKILL needs no
-        SIGCONT) and reap the server, so no stopped or zombie server is left behind."""
-        try:
-            os.killpg(sp.process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        try:
-            sp.process.process.wait(timeout=5)
-        except subprocess.TimeoutExpired:  # uninterruptible sleep (D state): it dies when the I/O returns
-            log.error("partition %s: pid %d not dead 5 s after SIGKILL", sp.partition.name, sp.process.pid)
 
     def tick(self, now: float) -> bool:
         """Advance every partition's state machine once; True if anything changed."""
