@@ -54,6 +54,7 @@ test-unit: setup ## Fast tests only (no server, no build)
 clean: stop monitor-stop ## Remove generated artifacts (never build/ or model sources)
 	rm -rf artifacts run reports
 	find model_repository -name config.pbtxt -delete
+	find model_repository -mindepth 2 -maxdepth 2 -type d -name warmup -exec rm -rf {} +
 	find model_repository -path '*/[0-9]*/*' \( -name '*.onnx' -o -name '*.plan' -o -name '*.json' \) -delete
 
 # --- Monitoring: Prometheus + alert rules + Grafana dashboard (scripts/operations/) ---

@@ -51,6 +51,8 @@ def install_text_encoder(model: ModelSpec, serving: ServingSpec, record: dict[st
         BUCKETS_PARAMETER: format_bucket_boundaries(buckets),
         LENGTH_INPUT_PARAMETER: ATTENTION_MASK,
         "pad_value": str(record["pad_token_id"]),
+        # The length the encoder was exported and validated with: longer requests are refused (400).
+        "max_sequence_length": str(record["max_length"]),
     }
     write_model_config(model_dir, render_onnx_cpu_ragged_config(model, serving, inputs, outputs, extra_parameters=parameters))
     return [model.name]

@@ -16,8 +16,8 @@ from pathlib import PurePosixPath
 
 import numpy as np
 
-#: Message prefix callers (and docs/operations.md) can match on.
-NON_FINITE_PREFIX = "invalid input"
+#: Message prefix of every per-request input error (callers and docs/operations.md match on it).
+INVALID_INPUT_PREFIX = "invalid input"
 
 
 def non_finite_error(name: str, array: np.ndarray) -> str | None:
@@ -30,7 +30,7 @@ def non_finite_error(name: str, array: np.ndarray) -> str | None:
     nan = int(np.isnan(array).sum())
     inf = int(array.size - finite.sum()) - nan
     return (
-        f"{NON_FINITE_PREFIX} '{name}': {nan} NaN and {inf} Inf values out of {array.size}; "
+        f"{INVALID_INPUT_PREFIX} '{name}': {nan} NaN and {inf} Inf values out of {array.size}; "
         f"expected finite numbers (this request was rejected, not computed)."
     )
 

@@ -6,11 +6,16 @@ Rendering is pure (text out); only `write_model_config` touches the disk.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Collection, Mapping, Sequence
+
+import numpy as np
 
 from serving.errors import ConfigError
+from serving.input_contract import is_mask_input
+from serving.sequence_buckets import LENGTH_INPUT_PARAMETER
 from serving.spec import ModelSpec, ServingSpec
 
 #: ONNX TensorProto element type name -> Triton data type.
@@ -38,6 +43,9 @@ TRITON_TO_NUMPY_DTYPE = {
     "TYPE_BOOL": "bool",
     "TYPE_STRING": "object",
 }
+
+
+INTEGER_TYPES = frozenset({"TYPE_INT64", "TYPE_INT32", "TYPE_INT8", "TYPE_UINT8", "TYPE_BOOL"})
 
 
 @dataclass(frozen=True)
@@ -127,8 +135,17 @@ def _queue_policy(key: str, policy) -> list[str]:
     ]
 
 
-def render_warmup(inputs: Sequence[TensorSpec], batch_sizes: Sequence[int], variable_dim: int = 16) -> list[str]:
-    """`model_warmup` entries with zero data, so the first real request is not the slow one."""
+#: Warmup data files (in `<model>/warmup/`, where Triton looks for `input_data_file`) holding ones:
+#: `ones_<TYPE>_<count>`. `write_model_config` writes every such file a config names.
+ONES_FILE = re.compile(r'input_data_file: "(ones_(TYPE_[A-Z0-9]+)_(\d+))"')
+
+
+def render_warmup(inputs: Sequence[TensorSpec], batch_sizes: Sequence[int], variable_dim: int = 16,
+                  ones_inputs: Collection[str] = ()) -> list[str]:
+    """`model_warmup` entries, so the first real request is not the slow one: zero data, except
+    ones for 0/1 masks (`ones_inputs`). Why: warmup samples must be VALID requests; an all-zero
+    mask is refused by the backend's input contract, and Triton 2.51 crashes (SIGSEGV) when a
+    warmup sample is answered with an error (docs/operations.md)."""
     lines: list[str] = []
     for batch in batch_sizes:
         lines.append("model_warmup {")
@@ -136,7 +153,13 @@ def render_warmup(inputs: Sequence[TensorSpec], batch_sizes: Sequence[int], vari
         lines.append(f"  batch_size: {batch}")
         for t in inputs:
             dims = [variable_dim if d < 0 else d for d in t.dims]
-            data = 'zero_data: true' if t.data_type != "TYPE_STRING" else 'random_data: true'
+            if t.name in ones_inputs:
+                count = 1
+                for d in dims:
+                    count *= d
+                data = f'input_data_file: "ones_{t.data_type}_{count}"'
+            else:
+                data = 'zero_data: true' if t.data_type != "TYPE_STRING" else 'random_data: true'
             lines.append(f'  inputs {{ key: "{t.name}" value {{ data_type: {t.data_type} dims: {_dims(dims)} {data} }} }}')
         lines.append("}")
     return lines
@@ -167,6 +190,8 @@ def _render_batched_model(backend: str, model: ModelSpec, serving: ServingSpec, 
                           outputs: Sequence[TensorSpec], parameters: Mapping[str, str], ragged_inputs: bool = False) -> str:
     """What every batched model's config holds: the dynamic batcher with the priority levels and
     queue policies, the instances, the backend's parameters and warmup at batch 1 and the max."""
+    length_input = parameters.get(LENGTH_INPUT_PARAMETER, "")
+    masks = [t.name for t in inputs if t.data_type in INTEGER_TYPES and is_mask_input(t.name, [length_input])]
     lines = [
         f'name: "{model.name}"',
         f'backend: "{backend}"',
@@ -176,16 +201,23 @@ def _render_batched_model(backend: str, model: ModelSpec, serving: ServingSpec, 
         *render_dynamic_batching(model, serving),
         f"instance_group [ {{ count: {model.instance_count} kind: KIND_CPU }} ]",
         *render_parameters(parameters),
-        *render_warmup(inputs, sorted({1, model.max_batch_size})),
+        *render_warmup(inputs, sorted({1, model.max_batch_size}), ones_inputs=masks),
     ]
     return "\n".join(lines) + "\n"
 
 
 def write_model_config(model_dir: str | Path, text: str) -> Path:
+    """Write config.pbtxt (only if it changed) and the warmup data files it names."""
     path = Path(model_dir) / "config.pbtxt"
     path.parent.mkdir(parents=True, exist_ok=True)
     if not path.exists() or path.read_text() != text:
         path.write_text(text)
+    for file_name, data_type, count in ONES_FILE.findall(text):
+        data = np.ones(int(count), dtype=TRITON_TO_NUMPY_DTYPE[data_type]).tobytes()
+        warmup = Path(model_dir) / "warmup" / file_name
+        if not warmup.exists() or warmup.read_bytes() != data:
+            warmup.parent.mkdir(exist_ok=True)
+            warmup.write_bytes(data)
     return path
 
 

@@ -13,7 +13,17 @@ Config parameters (all strings): `onnx_file` (default model.onnx, in the version
 `intra_op_num_threads` (0 = the partition's thread count from $SERVING_INTRA_OP_THREADS, set by the
 partition launcher from its CPU set; ONNX Runtime's default when unset), `pad_value` (default 0).
 `reject_non_finite` (default true): answer a request holding NaN/Inf with INVALID_ARG instead of
-computing it (checks in serving/backend_checks.py; the rest of the batch is still served).
+computing it. `max_sequence_length` (default: none): the longest variable axis a request may have.
+
+Isolation (docs/operations.md, "One request never hurts another"): every request is checked on its
+own against the model's input contract before the batch is formed (serving/input_contract.py:
+token-id ranges read from the graph's Gather tables, 0/1 masks, variable-length inputs agreeing,
+finite floats); a bad one is answered alone with INVALID_ARG naming the input, the problem and the
+expected form. If ONNX Runtime still fails on the batch, it is re-run in halves until the failing
+request(s) stand alone (serving/batch_execution.py); only those get the error. Every error response
+gets its OWN `TritonError`: Triton 2.51's Python backend writes a response's error into shared
+memory once per response and frees the previous copy, so one error object shared by several
+responses leaves the server reading freed memory (wrong codes, empty messages, then SIGSEGV).
 
 Sequence-length bucketing (off unless `sequence_buckets` is set; fixed-shape models leave it off):
 `sequence_buckets` = increasing token-count boundaries, e.g. "16,32,64,128", and
@@ -28,44 +38,48 @@ import json
 import os
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 import triton_python_backend_utils as pb_utils
 
-from serving.backend_checks import first_request_error, model_file_in_version_dir
+from serving.backend_checks import model_file_in_version_dir
+from serving.batch_execution import BatchLayout, execute_batch
+from serving.input_contract import contract_from_onnx
 from serving.sequence_buckets import (
     BUCKETS_PARAMETER,
     LENGTH_INPUT_PARAMETER,
     parse_bucket_boundaries,
-    run_in_length_buckets,
 )
 
 
-def _pad_to(array, shape, pad_value):
-    if tuple(array.shape) == tuple(shape):
-        return array
-    padded = np.full(shape, pad_value, dtype=array.dtype)
-    padded[tuple(slice(0, n) for n in array.shape)] = array
-    return padded
+def error_response(message, code):
+    """A response with a NEW TritonError: never share one error object between responses (see above)."""
+    return pb_utils.InferenceResponse(error=pb_utils.TritonError(message, code))
 
 
-def concat_padded(arrays, pad_value=0):
-    """Concatenate along axis 0, right-padding every other axis to the largest size seen."""
-    target = [max(a.shape[axis] for a in arrays) for axis in range(1, arrays[0].ndim)]
-    return np.concatenate([_pad_to(a, (a.shape[0], *target), pad_value) for a in arrays], axis=0)
+def framework_error_response(exc):
+    """The answer to a request that made ONNX Runtime fail on its own (after isolation)."""
+    first_line = str(exc).strip().splitlines()[0][:400] if str(exc).strip() else type(exc).__name__
+    invalid = type(exc).__name__ in ("InvalidArgument", "InvalidGraph") or "INVALID_ARGUMENT" in first_line
+    code = pb_utils.TritonError.INVALID_ARG if invalid else pb_utils.TritonError.INTERNAL
+    return error_response(
+        f"this request's inputs made ONNX Runtime fail ({first_line}); it was run alone and the other "
+        f"requests of its batch were answered.", code)
 
 
 class TritonPythonModel:
     def initialize(self, args):
         config = json.loads(args["model_config"])
         params = {k: v.get("string_value", "") for k, v in config.get("parameters", {}).items()}
+        name = args["model_name"]
         version_dir = os.path.join(args["model_repository"], args["model_version"])
         try:
             onnx_path = model_file_in_version_dir(version_dir, params.get("onnx_file", "model.onnx"))
         except ValueError as exc:
-            raise pb_utils.TritonModelException(f"model '{args['model_name']}': parameter onnx_file: {exc}") from None
+            raise pb_utils.TritonModelException(f"model '{name}': parameter onnx_file: {exc}") from None
         if not os.path.exists(onnx_path):
             raise pb_utils.TritonModelException(
-                f"model '{args['model_name']}': ONNX file {onnx_path} does not exist; run `make build-engines`."
+                f"model '{name}': ONNX file {onnx_path} does not exist; run `make build-engines`."
             )
         options = ort.SessionOptions()
         # 0 in the config: the partition launcher's thread count (its CPU set size), else ORT's default.
@@ -74,19 +88,37 @@ class TritonPythonModel:
         options.inter_op_num_threads = 1
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         self.session = ort.InferenceSession(onnx_path, options, providers=["CPUExecutionProvider"])
-        self.pad_value = int(params.get("pad_value", "0") or 0)
-        self.reject_non_finite = params.get("reject_non_finite", "true").strip().lower() != "false"
         self.input_names = [t["name"] for t in config["input"]]
         self.output_names = [t["name"] for t in config["output"]]
         self.output_dtypes = {
             t["name"]: pb_utils.triton_string_to_numpy(t["data_type"]) for t in config["output"]
         }
-        self.buckets, self.length_input = self._bucketing_settings(args["model_name"], config, params)
-        if self.buckets:
+        buckets, length_input = self._bucketing_settings(name, config, params)
+        self.layout = BatchLayout(tuple(self.input_names), int(params.get("pad_value", "0") or 0), buckets,
+                                  length_input or params.get(LENGTH_INPUT_PARAMETER) or None)
+        if self.layout.length_input not in (None, *self.input_names):
+            raise pb_utils.TritonModelException(
+                f"model '{name}': `{LENGTH_INPUT_PARAMETER}` = {self.layout.length_input!r} is not one of the inputs {self.input_names}.")
+        self.contract = self._input_contract(name, onnx_path, config, params)
+        if buckets:
             pb_utils.Logger.log_info(
-                f"model '{args['model_name']}': sequence-length bucketing on, boundaries {list(self.buckets)}, "
-                f"real lengths from '{self.length_input}'"
+                f"model '{name}': sequence-length bucketing on, boundaries {list(buckets)}, "
+                f"real lengths from '{length_input}'"
             )
+        pb_utils.Logger.log_info(f"model '{name}': input contract {self.contract}")
+
+    def _input_contract(self, name, onnx_path, config, params):
+        max_length = params.get("max_sequence_length", "").strip()
+        try:
+            return contract_from_onnx(
+                onnx.load(onnx_path, load_external_data=False),
+                [(t["name"], [int(d) for d in t.get("dims", [])]) for t in config["input"]],
+                mask_inputs=[self.layout.length_input] if self.layout.length_input else [],
+                max_sequence_length=int(max_length) if max_length else None,
+                reject_non_finite=params.get("reject_non_finite", "true").strip().lower() != "false",
+            )
+        except ValueError as exc:
+            raise pb_utils.TritonModelException(f"model '{name}': input contract: {exc}") from None
 
     @staticmethod
     def _bucketing_settings(model_name, config, params):
@@ -115,47 +147,27 @@ class TritonPythonModel:
         return buckets, length_input
 
     def _run(self, feeds):
-        """One ONNX Runtime call for the batch, or one per length bucket when bucketing is on."""
-        if not self.buckets:
-            return self.session.run(self.output_names, feeds)
-        return run_in_length_buckets(
-            lambda part: self.session.run(self.output_names, part), feeds, self.length_input, self.buckets
-        )
+        return self.session.run(self.output_names, feeds)
 
     def execute(self, requests):
-        if self.reject_non_finite:
-            errors = [
-                first_request_error((name, pb_utils.get_input_tensor_by_name(request, name).as_numpy()) for name in self.input_names)
-                for request in requests
-            ]
-            if any(errors):  # answer the bad requests with their error; run the good ones as one batch
-                valid = [r for r, e in zip(requests, errors) if e is None]
-                good = iter(self.execute(valid) if valid else ())
-                return [
-                    pb_utils.InferenceResponse(error=pb_utils.TritonError(e, pb_utils.TritonError.INVALID_ARG)) if e else next(good)
-                    for e in errors
-                ]
         arrays = [
-            [pb_utils.get_input_tensor_by_name(request, name).as_numpy() for name in self.input_names]
+            {name: pb_utils.get_input_tensor_by_name(request, name).as_numpy() for name in self.input_names}
             for request in requests
         ]
-        sizes = [inputs[0].shape[0] for inputs in arrays]
-        feeds = {
-            name: concat_padded([inputs[i] for inputs in arrays], self.pad_value)
-            for i, name in enumerate(self.input_names)
-        }
-        try:
-            outputs = self._run(feeds)
-        except Exception as exc:  # ONNX Runtime rejected the batch: answer every request, keep serving
-            error = pb_utils.TritonError(f"ONNX Runtime failed on a batch of {sum(sizes)}: {exc}")
-            return [pb_utils.InferenceResponse(error=error) for _ in requests]
+        problems = [self.contract.problem(a) for a in arrays]
+        valid = [i for i, p in enumerate(problems) if p is None]
+        answers, _ = execute_batch(self._run, self.layout, [arrays[i] for i in valid]) if valid else ([], None)
+        by_request = dict(zip(valid, answers))
         responses = []
-        start = 0
-        for size in sizes:
-            tensors = [
-                pb_utils.Tensor(name, np.ascontiguousarray(out[start:start + size]).astype(self.output_dtypes[name], copy=False))
-                for name, out in zip(self.output_names, outputs)
-            ]
-            responses.append(pb_utils.InferenceResponse(output_tensors=tensors))
-            start += size
+        for i, problem in enumerate(problems):
+            if problem is not None:
+                responses.append(error_response(problem, pb_utils.TritonError.INVALID_ARG))
+            elif isinstance(by_request[i], Exception):
+                responses.append(framework_error_response(by_request[i]))
+            else:
+                tensors = [
+                    pb_utils.Tensor(name, np.ascontiguousarray(out).astype(self.output_dtypes[name], copy=False))
+                    for name, out in zip(self.output_names, by_request[i])
+                ]
+                responses.append(pb_utils.InferenceResponse(output_tensors=tensors))
         return responses

@@ -1,0 +1,218 @@
+"""One request never hurts another, against real tritonservers (issue: a poisoned batch crashed
+the partition).
+
+- The exact field scenario, under the real supervisor: 12 good token-id requests to
+  `text_encoder` in flight with one whose id is outside the vocabulary, 20 rounds over HTTP. Before
+  the fix every round failed its whole dynamic batch and the server died of SIGSEGV (a
+  `TritonError` shared by every response of the batch, docs/operations.md). Now: the bad request
+  gets 400 naming `input_ids`, every good one its solo answer, the same server pid, 0 restarts.
+- Every rule of the input contract, co-batched with good requests over both protocols.
+- Failure isolation for what the contract cannot foresee: a tiny real ONNX model whose ids are
+  doubled before the lookup, served by the same backend; only the requests that make ONNX Runtime
+  fail get an error.
+"""
+from __future__ import annotations
+
+import re
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+from supervision import partition_pid, supervised_server, supervisor_state
+
+pytestmark = pytest.mark.server
+ENCODER = "text_encoder"
+POISON_IDS = np.array([[101, 10000000, 102, 102]], np.int64)
+SENTENCES = [
+    "Triton batches requests dynamically.", "A full queue answers 503.", "How do I serve a model?",
+    "The quick brown fox jumps over the lazy dog.", "Priorities keep realtime traffic ahead of batch work.",
+    "Short.", "Sequence-length buckets cut padding inside one batch of texts of different lengths.",
+    "ONNX Runtime runs the encoder.", "What is the capital of France?", "Embeddings are unit length.",
+    "A crash loop must never become a silent outage.", "Every request is accounted for: a result or an explicit error.",
+]
+RTOL, ATOL = 1e-5, 1e-6
+
+
+@pytest.fixture(scope="module")
+def token_ids():
+    """Real token ids of the 12 sentences (the served tokenizer.json), one [1, n] request each."""
+    from tokenizers import Tokenizer
+
+    from conftest import REPOSITORY
+
+    tokenizer = Tokenizer.from_file(str(REPOSITORY / "text_tokenizer" / "1" / "tokenizer.json"))
+    return [np.array([tokenizer.encode(s).ids], np.int64) for s in SENTENCES]
+
+
+def encode(url: str, protocol: str, ids: np.ndarray, mask: np.ndarray | None = None):
+    """One text_encoder request; the embedding, or the InferenceServerException it got."""
+    from tritonclient.utils import InferenceServerException
+
+    module = __import__(f"tritonclient.{protocol}", fromlist=["InferInput"])
+    client = module.InferenceServerClient(url, **({"network_timeout": 30} if protocol == "http" else {}))
+    mask = np.ones_like(ids) if mask is None else mask
+    inputs = []
+    for name, array in (("input_ids", ids), ("attention_mask", mask)):
+        tensor = module.InferInput(name, list(array.shape), "INT64")
+        tensor.set_data_from_numpy(np.ascontiguousarray(array, np.int64))
+        inputs.append(tensor)
+    try:
+        return client.infer(ENCODER, inputs).as_numpy("embedding")
+    except InferenceServerException as exc:
+        return exc
+    finally:
+        client.close()
+
+
+def concurrently(calls):
+    """Run the zero-argument `calls` at once (one thread each, released together); results in order."""
+    barrier = threading.Barrier(len(calls))
+
+    def run(call):
+        barrier.wait()
+        return call()
+
+    with ThreadPoolExecutor(len(calls)) as pool:
+        return list(pool.map(run, calls))
+
+
+@pytest.fixture(scope="module")
+def supervised_encoder(tmp_path_factory):
+    with supervised_server(tmp_path_factory.mktemp("isolation"), [ENCODER]) as server:
+        yield server
+
+
+def test_the_field_poison_scenario_answers_every_good_request_and_keeps_the_same_server(supervised_encoder, token_ids):
+    from conftest import settled_model_stats
+
+    url = supervised_encoder["http"]
+    pid = partition_pid(supervised_encoder["manifest"])
+    solo = [encode(url, "http", ids) for ids in token_ids]
+    assert all(isinstance(s, np.ndarray) for s in solo), solo
+    alone = encode(url, "http", POISON_IDS)
+    assert alone.status() == "400", alone
+    assert re.search(r"invalid input 'input_ids': 1 of 4 values outside \[0, 30521\] \(first: 10000000 at \[0, 1\]\)",
+                     alone.message()), alone.message()
+    before = settled_model_stats(url, ENCODER, lambda s: int(s["inference_count"]), 12)
+    wrong, rejected = [], 0
+    for _ in range(20):
+        results = concurrently([lambda ids=ids: encode(url, "http", ids) for ids in token_ids]
+                               + [lambda: encode(url, "http", POISON_IDS)])
+        for i, (result, expected) in enumerate(zip(results[:12], solo)):
+            if not (isinstance(result, np.ndarray) and np.allclose(result, expected, rtol=RTOL, atol=ATOL)):
+                wrong.append((i, result))
+        rejected += isinstance(results[12], Exception) and results[12].status() == "400"
+    # Triton counts every request the backend executed, refused ones included: 13 per round
+    after = settled_model_stats(url, ENCODER, lambda s: int(s["inference_count"]), int(before["inference_count"]) + 260)
+    batches = int(after["execution_count"]) - int(before["execution_count"])
+    items = int(after["inference_count"]) - int(before["inference_count"])
+    print(f"\n240 good requests in 20 rounds with the poison: {240 - len(wrong)} answered exactly as alone, "
+          f"{rejected}/20 poison requests refused with 400; {items} requests in {batches} executions "
+          f"(average batch {items / max(batches, 1):.1f}); pid {pid} kept")
+    assert not wrong, wrong[:3]
+    assert rejected == 20
+    assert items == 260 and batches < 200, "the requests were never co-batched: the scenario did not happen"
+    assert partition_pid(supervised_encoder["manifest"]) == pid
+    state = supervisor_state(supervised_encoder)["partitions"]["default"]
+    assert state["restarts"] == 0 and state["state"] == "ready", state
+
+
+BROKEN_RULES = {
+    # name: (input_ids, attention_mask, message pattern)
+    "id outside the vocabulary": (np.array([[101, 30522, 102]]), None, r"'input_ids': 1 of 3 values outside \[0, 30521\]"),
+    "negative id": (np.array([[101, -5, 102]]), None, r"'input_ids': 1 of 3 values outside \[0, 30521\] \(first: -5"),
+    "lengths disagree": (np.array([[101, 2000, 102]]), np.ones((1, 8)), r"disagree in shape \('input_ids' \[1, 3\], 'attention_mask' \[1, 8\]\)"),
+    "all-zero mask": (np.array([[101, 2000, 102]]), np.zeros((1, 3)), r"'attention_mask': row 0 has no 1; expected at least one real token"),
+    "mask not 0/1": (np.array([[101, 2000, 102]]), np.array([[1, 3, 1]]), r"'attention_mask': 1 values are neither 0 nor 1 \(first: 3"),
+    "above the maximum length": (np.full((1, 129), 2000), None, r"'input_ids': 129 tokens per row; expected at most 128"),
+    "empty sequence": (np.zeros((1, 0)), None, r"'input_ids': shape \[1, 0\] has an empty sequence axis"),
+}
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_every_broken_rule_is_refused_alone_while_its_batch_mates_get_their_solo_answers(triton_server, token_ids, protocol):
+    url = triton_server.url(protocol)
+    solo = [encode(url, protocol, ids) for ids in token_ids[:6]]
+    cases = list(BROKEN_RULES.items())
+    for _ in range(3):
+        results = concurrently([lambda ids=ids: encode(url, protocol, ids) for ids in token_ids[:6]]
+                               + [lambda c=c: encode(url, protocol, np.asarray(c[0]), None if c[1] is None else np.asarray(c[1]))
+                                  for _, c in cases])
+        for result, expected in zip(results[:6], solo):
+            np.testing.assert_allclose(result, expected, rtol=RTOL, atol=ATOL)
+        for (name, (_, _, pattern)), result in zip(cases, results[6:]):
+            assert not isinstance(result, np.ndarray), f"{name}: answered instead of refused"
+            assert result.status() == ("400" if protocol == "http" else "StatusCode.INVALID_ARGUMENT"), (name, result)
+            assert re.search(pattern, result.message()), (name, result.message())
+
+
+# --- what validation cannot foresee: isolation by re-running halves -------------------------------
+
+@pytest.fixture(scope="module")
+def doubling_model_server(tmp_path_factory):
+    """A real ONNX model (ids doubled, then looked up in a 10-row table) served by onnxruntime_cpu:
+    ids >= 5 make ONNX Runtime fail, and the contract cannot see it (Mul is not a pass-through)."""
+    from serving.model_config import TensorSpec, render_onnx_cpu_ragged_config, write_model_config
+    from serving.spec import serving_spec_from_dict
+    from tiny_onnx_models import WIDTH, masked_embedding_model, save
+
+    from conftest import start_test_server
+
+    workdir = tmp_path_factory.mktemp("doubling")
+    repository = workdir / "repository"
+    save(masked_embedding_model(ids_through_mul=True), repository / "doubling" / "1" / "model.onnx")
+    spec = serving_spec_from_dict({"models": {"doubling": {"recipe": "tiny", "max_batch_size": 32, "instance_count": 1,
+                                                           "max_queue_delay_microseconds": 20000}}, "priorities": {}})
+    inputs = (TensorSpec("input_ids", "TYPE_INT64", (-1,)), TensorSpec("attention_mask", "TYPE_INT64", (-1,)))
+    write_model_config(repository / "doubling", render_onnx_cpu_ragged_config(
+        spec.model("doubling"), spec, inputs, (TensorSpec("embedding", "TYPE_FP32", (WIDTH,)),)))
+    server = start_test_server(workdir, ("doubling",), repository=repository)
+    yield server
+    server.process.stop()
+
+
+def test_a_request_that_makes_onnx_runtime_fail_is_found_and_fails_alone(doubling_model_server):
+    import tritonclient.http as http
+    from tritonclient.utils import InferenceServerException
+
+    from conftest import settled_model_stats
+    from tiny_onnx_models import reference_embedding
+
+    def call(ids):
+        client = http.InferenceServerClient(doubling_model_server.http_url, network_timeout=30)
+        inputs = []
+        for name, array in (("input_ids", ids), ("attention_mask", np.ones_like(ids))):
+            tensor = http.InferInput(name, list(array.shape), "INT64")
+            tensor.set_data_from_numpy(array)
+            inputs.append(tensor)
+        try:
+            return client.infer("doubling", inputs).as_numpy("embedding")
+        except InferenceServerException as exc:
+            return exc
+        finally:
+            client.close()
+
+    counted = lambda s: int(s["inference_stats"]["success"]["count"]) + int(s["inference_stats"]["fail"]["count"])  # noqa: E731
+    before = settled_model_stats(doubling_model_server.http_url, "doubling", counted, 0)
+    rng = np.random.default_rng(0)
+    requests = [rng.integers(0, 5, size=(1, int(rng.integers(1, 6)))).astype(np.int64) for _ in range(14)]
+    bad = {3, 9}
+    for i in bad:
+        requests[i][0, -1] = 7  # doubled: 14, past the 10-row table
+    for _ in range(5):
+        results = concurrently([lambda r=r: call(r) for r in requests])
+        for i, (request, result) in enumerate(zip(requests, results)):
+            if i in bad:
+                assert isinstance(result, InferenceServerException) and result.status() == "400", result
+                assert "this request's inputs made ONNX Runtime fail" in result.message()
+                assert "out of data bounds" in result.message() and "the other requests of its batch were answered" in result.message()
+            else:
+                np.testing.assert_allclose(result, reference_embedding(request, np.ones_like(request), ids_through_mul=True),
+                                           rtol=1e-6, atol=1e-6)
+    stats = settled_model_stats(doubling_model_server.http_url, "doubling", counted, counted(before) + 70)
+    executions = int(stats["execution_count"]) - int(before["execution_count"])
+    print(f"\n70 requests (10 failing in ONNX Runtime) in {executions} executions: 60 answered exactly, 10 refused alone")
+    assert counted(stats) - counted(before) == 70 and executions < 70, "requests were never co-batched: isolation was not exercised"
+    assert doubling_model_server.process.process.poll() is None

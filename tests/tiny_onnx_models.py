@@ -1,0 +1,70 @@
+"""Small real ONNX graphs (built with onnx.helper, run by the real ONNX Runtime) for tests of the
+backend's input contract and failure isolation. Shared by unit tests and the served-model tests."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+VOCAB, WIDTH = 10, 4
+
+
+def _table() -> np.ndarray:
+    return np.arange(VOCAB * WIDTH, dtype=np.float32).reshape(VOCAB, WIDTH) / 10.0
+
+
+def masked_embedding_model(ids_through_mul: bool = False):
+    """ids INT64 [B, S], attention_mask INT64 [B, S] -> pooled FP32 [B, WIDTH]:
+    sum over tokens of table[ids] * mask / max(1, sum(mask)).
+
+    With `ids_through_mul`, the ids are doubled before the lookup (Mul by 2): the input contract
+    cannot see that range (it follows only pass-through ops), so ids >= VOCAB / 2 make ONNX
+    Runtime fail at run time -- the case failure isolation exists for."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    nodes, inits = [], [numpy_helper.from_array(_table(), "table"),
+                        numpy_helper.from_array(np.array([2], np.int64), "two"),
+                        numpy_helper.from_array(np.array([1], np.int64), "axis1"),
+                        numpy_helper.from_array(np.array([2], np.int64), "axis2"),
+                        numpy_helper.from_array(np.array(1.0, np.float32), "one")]
+    ids = "input_ids"
+    if ids_through_mul:
+        nodes.append(helper.make_node("Mul", ["input_ids", "two"], ["doubled"]))
+        ids = "doubled"
+    nodes += [
+        helper.make_node("Gather", ["table", ids], ["rows"], axis=0),
+        helper.make_node("Cast", ["attention_mask"], ["maskf"], to=TensorProto.FLOAT),
+        helper.make_node("Unsqueeze", ["maskf", "axis2"], ["mask3"]),
+        helper.make_node("Mul", ["rows", "mask3"], ["masked"]),
+        helper.make_node("ReduceSum", ["masked", "axis1"], ["summed"], keepdims=0),
+        helper.make_node("ReduceSum", ["maskf", "axis1"], ["count"], keepdims=1),
+        helper.make_node("Max", ["count", "one"], ["safe_count"]),
+        helper.make_node("Div", ["summed", "safe_count"], ["embedding"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "masked_embedding",
+        [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "sequence"]),
+         helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", "sequence"])],
+        [helper.make_tensor_value_info("embedding", TensorProto.FLOAT, ["batch", WIDTH])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
+def reference_embedding(ids: np.ndarray, mask: np.ndarray, ids_through_mul: bool = False) -> np.ndarray:
+    """What `masked_embedding_model` computes, in numpy (per row)."""
+    rows = _table()[ids * 2 if ids_through_mul else ids]
+    summed = (rows * mask[..., None]).sum(axis=1)
+    return summed / np.maximum(1.0, mask.sum(axis=1, keepdims=True))
+
+
+def save(model, path: Path) -> Path:
+    import onnx
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, str(path))
+    return path
