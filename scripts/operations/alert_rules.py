@@ -49,6 +49,12 @@ class AlertThresholds:
     queue_min_depth: int = 2
     target_down_for: str = "1m"
     job: str = "triton"
+    #: The supervisor's own endpoint (serving.supervisor_metrics): restarts and crash loops.
+    supervisor_job: str = "serving_supervisor"
+    #: A partition restarted this often within `restart_window` is unstable (warning).
+    restart_warning_count: int = 2
+    restart_window: str = "10m"
+    partition_down_for: str = "2m"
 
     def __post_init__(self) -> None:
         if not 0 < self.p99_sla_ms <= 600_000:
@@ -58,14 +64,18 @@ class AlertThresholds:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1:
                 raise MonitorConfigError(f"{name} = {value!r}: expected a fraction strictly between 0 and 1.")
         for name in ("latency_for", "low_utilisation_for", "memory_for", "error_rate_window",
-                     "error_rate_for", "queue_growth_window", "queue_growth_for", "target_down_for"):
+                     "error_rate_for", "queue_growth_window", "queue_growth_for", "target_down_for",
+                     "restart_window", "partition_down_for"):
             value = getattr(self, name)
             if not isinstance(value, str) or not _DURATION.match(value):
                 raise MonitorConfigError(f"{name} = {value!r}: expected a Prometheus duration such as '30s', '5m' or '1h'.")
         if isinstance(self.queue_min_depth, bool) or not isinstance(self.queue_min_depth, int) or self.queue_min_depth < 1:
             raise MonitorConfigError(f"queue_min_depth = {self.queue_min_depth!r}: expected an integer >= 1.")
-        if not re.match(r"^[a-zA-Z_][a-zA-Z0-9_-]*$", self.job):
-            raise MonitorConfigError(f"job = {self.job!r}: expected a Prometheus job name (letters, digits, _ and -).")
+        for name in ("job", "supervisor_job"):
+            if not re.match(r"^[a-zA-Z_][a-zA-Z0-9_-]*$", getattr(self, name)):
+                raise MonitorConfigError(f"{name} = {getattr(self, name)!r}: expected a Prometheus job name (letters, digits, _ and -).")
+        if isinstance(self.restart_warning_count, bool) or not isinstance(self.restart_warning_count, int) or self.restart_warning_count < 1:
+            raise MonitorConfigError(f"restart_warning_count = {self.restart_warning_count!r}: expected an integer >= 1.")
 
     @property
     def p99_warning_seconds(self) -> float:
@@ -121,7 +131,30 @@ def render_alert_rules(t: AlertThresholds) -> dict[str, Any]:
               "Triton metrics endpoint down",
               "{{ $labels.instance }} (partition {{ $labels.partition }}) does not answer scrapes: the server is down or hung."),
     ]
-    return {"groups": [{"name": "triton-field-report", "rules": rules}]}
+    return {"groups": [{"name": "triton-field-report", "rules": rules},
+                       {"name": "serving-supervisor", "rules": supervisor_rules(t)}]}
+
+
+def supervisor_rules(t: AlertThresholds) -> list[dict[str, Any]]:
+    """Alerts on what only the supervisor knows: a partition that keeps dying (docs/operations.md)."""
+    return [
+        _rule("ServingPartitionCrashLooping", "serving_partition_crash_loop == 1", "0m", "critical", "availability",
+              "Partition in a crash loop: the supervisor gave up fast restarts",
+              "Partition {{ $labels.partition }} spent its restart budget and is retried only every few minutes: "
+              "its models are down between attempts. Read `make status` and the partition's log (a request or a "
+              "model that crashes the server?)."),
+        _rule("ServingPartitionRestarting",
+              f"increase(serving_partition_restarts_total[{t.restart_window}]) >= {t.restart_warning_count}", "0m",
+              "warning", "availability", f"Partition restarted {t.restart_warning_count}+ times in {t.restart_window}",
+              "Partition {{ $labels.partition }} restarted {{ $value | printf \"%.0f\" }} times in "
+              f"{t.restart_window}: it is unstable; the crash loop is near."),
+        _rule("ServingPartitionDown", "serving_partition_up == 0", t.partition_down_for, "critical", "availability",
+              f"Partition not ready for {t.partition_down_for}",
+              "Partition {{ $labels.partition }} is not serving (state in `make status`)."),
+        _rule("ServingSupervisorDown", f'up{{job="{t.supervisor_job}"}} == 0', t.target_down_for, "critical",
+              "availability", "Supervisor metrics endpoint down",
+              "{{ $labels.instance }}: the supervisor is gone, so crashed partitions are no longer restarted."),
+    ]
 
 
 def alert_rules_yaml(thresholds: AlertThresholds) -> str:

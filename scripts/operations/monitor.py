@@ -27,6 +27,7 @@ from serving.server import free_loopback_ports
 
 RUN_DIR = SERVING_RUN_DIR / "prometheus"
 JOB = AlertThresholds.job
+SUPERVISOR_JOB = AlertThresholds.supervisor_job
 
 
 @dataclass(frozen=True)
@@ -65,9 +66,16 @@ def scrape_targets_from_manifest(manifest: Mapping[str, Any]) -> tuple[ScrapeTar
     return tuple(seen.values())
 
 
+def supervisor_target_from_manifest(manifest: Mapping[str, Any]) -> ScrapeTarget | None:
+    """The supervisor's own metrics endpoint (restarts, crash loops), when the manifest names one."""
+    url = (manifest.get("supervisor") or {}).get("metrics")
+    return ScrapeTarget.from_url("supervisor", url) if url else None
+
+
 def render_prometheus_config(targets: tuple[ScrapeTarget, ...], rule_files: tuple[Path, ...],
-                             scrape_interval: str = "5s") -> dict[str, Any]:
-    """prometheus.yml as a mapping: one `triton` job, one static target per partition."""
+                             scrape_interval: str = "5s", supervisor: ScrapeTarget | None = None) -> dict[str, Any]:
+    """prometheus.yml as a mapping: one `triton` job, one static target per partition, and the
+    `serving_supervisor` job for the supervisor's endpoint (it outlives every partition it restarts)."""
     if not targets:
         raise MonitorConfigError("no scrape targets: expected at least one Triton metrics endpoint.")
     static = [{"targets": [t.address], "labels": {"partition": t.partition}} for t in targets]
@@ -77,7 +85,9 @@ def render_prometheus_config(targets: tuple[ScrapeTarget, ...], rule_files: tupl
     return {
         "global": {"scrape_interval": scrape_interval, "evaluation_interval": scrape_interval},
         "rule_files": [str(p) for p in rule_files],
-        "scrape_configs": [{"job_name": JOB, "metrics_path": paths.pop(), "static_configs": static}],
+        "scrape_configs": [{"job_name": JOB, "metrics_path": paths.pop(), "static_configs": static}] + (
+            [{"job_name": SUPERVISOR_JOB, "metrics_path": supervisor.metrics_path,
+              "static_configs": [{"targets": [supervisor.address]}]}] if supervisor else []),
     }
 
 
@@ -169,7 +179,9 @@ def start_monitoring(manifest_path: Path = MANIFEST_PATH, run_dir: Path = RUN_DI
     import yaml
 
     config_path = run_dir / "prometheus.yml"
-    config_path.write_text(yaml.safe_dump(render_prometheus_config(targets, (rules,), scrape_interval), sort_keys=False))
+    supervisor = supervisor_target_from_manifest(manifest)
+    config_path.write_text(yaml.safe_dump(render_prometheus_config(targets, (rules,), scrape_interval, supervisor),
+                                          sort_keys=False))
     settings = PrometheusSettings(config_path, run_dir / "data", port or free_loopback_ports(1)[0])
     process = start_prometheus(settings, run_dir / "prometheus.log", timeout)
     state = {"pid": process.pid, "url": settings.url, "targets": [t.address for t in targets], "rules": str(rules)}

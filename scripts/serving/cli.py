@@ -30,7 +30,7 @@ LEGACY_STATE = "servers.json"
 
 def _overrides(args: argparse.Namespace) -> dict:
     return {"host": args.host, "http_port": args.http_port, "grpc_port": args.grpc_port, "metrics_port": args.metrics_port,
-            "allow_non_loopback": args.allow_non_loopback}
+            "allow_non_loopback": args.allow_non_loopback, "supervisor_metrics_port": args.supervisor_metrics_port}
 
 
 def _short(path: Path) -> str:
@@ -59,7 +59,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"[serve] {gpu.detail}: partitions are pinned CPU sets; CUDA MPS is not started")
     else:
         print(f"[serve] {gpu.detail}: starting the CUDA MPS control daemon (pipe and logs under {_short(layout.mps_pipe.parent)})")
-    extra = ["--cpu-sets"] if args.cpu_sets else []
+    extra = (["--cpu-sets"] if args.cpu_sets else []) + list(args.supervise_arg)
     for flag, value in _overrides(args).items():
         if value:
             extra += [f"--{flag.replace('_', '-')}"] + ([] if value is True else [str(value)])
@@ -98,7 +98,8 @@ def cmd_supervise(args: argparse.Namespace) -> int:
     bind_warning = check_bind_host(spec.server.host, spec.server.allow_non_loopback)
     if bind_warning:  # stderr is the supervisor log
         print(f"supervisor {bind_warning}", file=sys.stderr, flush=True)
-    policy = RestartPolicy(initial_backoff_s=args.initial_backoff, max_restarts=args.max_restarts)
+    policy = RestartPolicy(initial_backoff_s=args.initial_backoff, max_restarts=args.max_restarts, window_s=args.restart_window,
+                           crash_loop_backoff_s=args.crash_loop_backoff, stable_after_s=args.stable_after)
     return run_supervisor(Path(args.config), Path(args.repository), Path(args.run_dir), force_cpu=args.cpu_sets,
                           overrides=_overrides(args), policy=policy)
 
@@ -116,6 +117,19 @@ def cmd_stop(args: argparse.Namespace) -> int:
     for line in done or ["nothing to stop"]:
         print(f"[stop] {line}")
     return 0
+
+
+def partition_restart_line(part: dict) -> str | None:
+    """The restart budget and, when the partition is waiting to restart, when and why (for `status`)."""
+    if part.get("crash_loop"):
+        return (f"    CRASH LOOP: restart budget spent ({part.get('restarts_in_window')} of {part.get('restart_budget')} "
+                f"restarts in {part.get('window_s', 0):.0f} s); "
+                + (f"next attempt in {part['next_attempt_in_s']:.0f} s" if "next_attempt_in_s" in part else "retrying")
+                + f"; budget spent {part.get('crash_loops', 1)} time(s); alert ServingPartitionCrashLooping")
+    if part.get("state") == "backoff":
+        return (f"    restarting in {part.get('next_attempt_in_s', 0):.1f} s (restart {part.get('restarts_in_window', 0) + 1} "
+                f"of {part.get('restart_budget')} in {part.get('window_s', 0):.0f} s)")
+    return None
 
 
 def partition_history_lines(part: dict) -> list[str]:
@@ -149,6 +163,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         healthy &= ready and not unready
         print(f"  {name}: pid {part['pid']} {'READY' if ready else 'NOT READY'} ({part['state']}, restarts {part['restarts']}) "
               f"http {endpoints.get('http')} grpc {endpoints.get('grpc')} cpus {endpoints.get('cpus')} models {endpoints.get('models')}")
+        restart_line = partition_restart_line(part)
+        if restart_line:
+            print(restart_line)
         for model, reason in unready.items():
             print(f"    model {model} NOT READY: {reason}")
         for line in partition_history_lines(part):
@@ -175,6 +192,7 @@ def _add_server_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--http-port", type=int, help="override the base HTTP port (partition i adds i * stride)")
     parser.add_argument("--grpc-port", type=int, help="override the base gRPC port")
     parser.add_argument("--metrics-port", type=int, help="override the base metrics port")
+    parser.add_argument("--supervisor-metrics-port", type=int, help="override [server] supervisor_metrics_port")
     parser.add_argument("--cpu-sets", action="store_true", help="use CPU sets even on a GPU host (no MPS)")
     parser.add_argument("--allow-non-loopback", action="store_true",
                         help="allow --host / [server] host other than loopback (logged as a warning)")
@@ -186,11 +204,19 @@ def main(argv: list[str] | None = None) -> int:
     serve = sub.add_parser("serve", help="start one tritonserver per partition under a supervisor; return once ready")
     _add_server_args(serve)
     serve.add_argument("--timeout", type=float, default=180.0, help="seconds to wait for every partition to be ready")
+    serve.add_argument("--supervise-arg", action="append", default=[], metavar="ARG",
+                       help="passed on to the supervisor's command line, e.g. --supervise-arg=--max-restarts=2 "
+                            "(restart policy flags: see `python -m serving supervise --help`)")
     serve.set_defaults(func=cmd_serve)
     supervise = sub.add_parser("supervise", help="(internal) the supervisor process that `serve` starts")
     _add_server_args(supervise)
     supervise.add_argument("--initial-backoff", type=float, default=RestartPolicy.initial_backoff_s)
     supervise.add_argument("--max-restarts", type=int, default=RestartPolicy.max_restarts)
+    supervise.add_argument("--restart-window", type=float, default=RestartPolicy.window_s)
+    supervise.add_argument("--crash-loop-backoff", type=float, default=RestartPolicy.crash_loop_backoff_s,
+                           help="seconds between attempts once the restart budget is spent")
+    supervise.add_argument("--stable-after", type=float, default=RestartPolicy.stable_after_s,
+                           help="seconds ready before a partition counts as recovered")
     supervise.set_defaults(func=cmd_supervise)
     stop = sub.add_parser("stop", help="stop the supervisor, then every server it started")
     stop.add_argument("--run-dir", default=str(RUN_DIR))

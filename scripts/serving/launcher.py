@@ -73,10 +73,11 @@ class RunLayout:
 
 def with_server_overrides(spec: ServingSpec, host: str | None = None, http_port: int | None = None,
                           grpc_port: int | None = None, metrics_port: int | None = None,
-                          allow_non_loopback: bool = False) -> ServingSpec:
+                          allow_non_loopback: bool = False, supervisor_metrics_port: int | None = None) -> ServingSpec:
     """The spec with command-line overrides of `[server]` (the base ports partitions derive from)."""
     overrides = {k: v for k, v in {"host": host, "http_port": http_port, "grpc_port": grpc_port,
-                                   "metrics_port": metrics_port, "allow_non_loopback": allow_non_loopback}.items() if v}
+                                   "metrics_port": metrics_port, "allow_non_loopback": allow_non_loopback,
+                                   "supervisor_metrics_port": supervisor_metrics_port}.items() if v}
     return replace(spec, server=replace(spec.server, **overrides)) if overrides else spec
 
 
@@ -141,8 +142,10 @@ def stop_mps_daemon(layout: RunLayout, timeout_s: float = 20.0) -> bool:
     return done.returncode == 0
 
 
-def build_manifest(plan: PartitionPlan, layout: RunLayout, processes: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-    """run/manifest.json: model -> its partition's endpoints; partition -> endpoints, pid, resources.
+def build_manifest(plan: PartitionPlan, layout: RunLayout, processes: Mapping[str, Mapping[str, Any]],
+                   supervisor_metrics: str | None = None) -> dict[str, Any]:
+    """run/manifest.json: model -> its partition's endpoints; partition -> endpoints, pid, resources;
+    the supervisor's own metrics endpoint (restarts, crash loops) when it serves one.
 
     `processes` maps a partition name to {"pid": ..., "state": ..., "restarts": ...}.
     """
@@ -156,4 +159,7 @@ def build_manifest(plan: PartitionPlan, layout: RunLayout, processes: Mapping[st
             "mechanism": plan.mechanism.value,
         }
     models = {m: {**part.endpoints, "partition": part.name} for part in plan.partitions for m in part.models}
-    return {"mechanism": plan.mechanism.value, "partitions": partitions, "models": models}
+    manifest = {"mechanism": plan.mechanism.value, "partitions": partitions, "models": models}
+    if supervisor_metrics:
+        manifest["supervisor"] = {"metrics": supervisor_metrics}
+    return manifest

@@ -210,6 +210,12 @@ def plan_partitions(
             mps_active_thread_percentage=part.compute_share if gpu_present else None,
             mps_pinned_device_mem_limit=f"0={part.memory_mb}M" if gpu_present else None,
         ))
+    used = {port for p in planned for port in (p.http_port, p.grpc_port, p.metrics_port)}
+    if server.supervisor_metrics_port in used:
+        raise ConfigError(
+            f"`server.supervisor_metrics_port` = {server.supervisor_metrics_port} is also a partition's port: "
+            f"allowed a port no partition uses (partitions use {sorted(used)})."
+        )
     return PartitionPlan(mechanism=mechanism, cpu_count=cpu_count, partitions=tuple(planned))
 
 

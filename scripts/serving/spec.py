@@ -122,6 +122,8 @@ class ServerEndpoints:
     metrics_port: int = 8002
     #: Partition i listens on the base ports above + i * this stride (unless it names its ports).
     partition_port_stride: int = 10
+    #: The supervisor's own Prometheus endpoint (restarts, crash loops: serving.supervisor_metrics).
+    supervisor_metrics_port: int = 8090
 
     #: Binding anywhere but loopback is an explicit choice (here or `serve --allow-non-loopback`);
     #: the launcher logs a warning when it is made. Admin APIs stay locked by the key either way.
@@ -139,13 +141,13 @@ class ServerEndpoints:
                 f"`server.host` = {self.host!r} is not a loopback address: servers listen on 127.0.0.1 unless told "
                 f"otherwise; set `server.allow_non_loopback = true` (or pass --allow-non-loopback) to bind there."
             )
-        for name in ("http_port", "grpc_port", "metrics_port"):
+        for name in ("http_port", "grpc_port", "metrics_port", "supervisor_metrics_port"):
             _check_int_range(f"server.{name}", getattr(self, name), 1, 65535)
         _check_int_range("server.partition_port_stride", self.partition_port_stride, 3, 1000)
-        if len({self.http_port, self.grpc_port, self.metrics_port}) != 3:
+        if len({self.http_port, self.grpc_port, self.metrics_port, self.supervisor_metrics_port}) != 4:
             raise ConfigError(
                 f"`server` ports must differ: http {self.http_port}, grpc {self.grpc_port}, "
-                f"metrics {self.metrics_port}."
+                f"metrics {self.metrics_port}, supervisor_metrics {self.supervisor_metrics_port}."
             )
 
     @property
@@ -159,6 +161,10 @@ class ServerEndpoints:
     @property
     def metrics_url(self) -> str:
         return f"http://{self.host}:{self.metrics_port}/metrics"
+
+    @property
+    def supervisor_metrics_url(self) -> str:
+        return f"http://{self.host}:{self.supervisor_metrics_port}/metrics"
 
 
 @dataclass(frozen=True)
@@ -369,7 +375,8 @@ def serving_spec_from_dict(data: Mapping[str, Any]) -> ServingSpec:
     batching_table = data.get("batching", {})
     _only_keys("batching", batching_table, {"max_queue_delay_microseconds", "default_priority"})
     server_table = data.get("server", {})
-    _only_keys("server", server_table, {"host", "http_port", "grpc_port", "metrics_port", "partition_port_stride", "allow_non_loopback"})
+    _only_keys("server", server_table, {"host", "http_port", "grpc_port", "metrics_port", "partition_port_stride",
+                                        "allow_non_loopback", "supervisor_metrics_port"})
     partitions = []
     for name, table in data.get("partitions", {}).items():
         _only_keys(f"partitions.{name}", table, _PARTITION_KEYS)

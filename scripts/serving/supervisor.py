@@ -4,7 +4,14 @@
 and returns once every partition answers /v2/health/ready (health-gated start-up). While running:
 - a partition whose server exits (crash, kill -9, OOM kill) is restarted after a backoff that
   doubles per consecutive failure (0.5 s, 1 s, 2 s ... capped at 8 s), at most `max_restarts` times
-  in `window_s`; past that the partition is marked failed and left down (others keep serving);
+  in `window_s`. Past that budget the partition is NOT abandoned: it enters `crash_loop` and is
+  retried every `crash_loop_backoff_s` (5 min, Kubernetes' CrashLoopBackOff cap), for as long as
+  the supervisor runs, so a service that must come back does come back once the cause is gone;
+  `crash_loop` is loud: it is in run/supervisor.json, `make status`, the supervisor's own metrics
+  endpoint (`serving_partition_crash_loop`) and the `ServingPartitionCrashLooping` alert. A
+  server counts as recovered (consecutive failures reset) only after `stable_after_s` ready, so a
+  request that crashes it again right after each restart keeps backing off instead of looping
+  every 0.5 s (docs/operations.md, "When a partition keeps dying");
 - a ready partition whose server is alive but *hung* (SIGSTOP, deadlock) is found by probing
   `GET /v2/health/live` every `liveness_interval_s` (2 s, `liveness_timeout_s` 2 s hard deadline,
   from a thread pool so a hung server never stalls the loop): after `liveness_failures` (3) misses
@@ -49,6 +56,7 @@ from serving.model_readiness import model_ready
 from serving.partition_plan import Mechanism, PartitionPlan, PlannedPartition, plan_for_this_host
 from serving.server import TritonServerProcess, find_tritonserver, http_ready, log_tail, prepare_backend_dir
 from serving.spec import load_serving_spec
+from serving.supervisor_metrics import SupervisorMetricsServer, render_supervisor_metrics
 from serving.stub_watch import PartitionStubWatch, python_based_backends, repository_api_headers, served_stub_counts
 # Starting/stopping the supervisor as a background process lives in serving.supervisor_control;
 # these names stay importable from here (cli, tests).
@@ -62,6 +70,9 @@ class PartitionState(str, Enum):
     STARTING = "starting"
     READY = "ready"
     BACKOFF = "backoff"
+    #: The restart budget is spent: waiting `crash_loop_backoff_s` before the next attempt.
+    CRASH_LOOP = "crash_loop"
+    #: Only for a failure during the initial start-up (a configuration error: nothing to retry).
     FAILED = "failed"
     STOPPED = "stopped"
 
@@ -83,6 +94,10 @@ class RestartPolicy:
     #: Longest wait for Triton to reload a model that lost a backend stub (serving.stub_watch);
     #: such reloads share max_restarts / window_s as a per-model budget.
     stub_reload_timeout_s: float = 60.0
+    #: Once the budget is spent: one attempt this often, forever (CrashLoopBackOff's 5 min cap).
+    crash_loop_backoff_s: float = 300.0
+    #: Ready this long before consecutive failures reset (and a crash loop is declared over).
+    stable_after_s: float = 60.0
 
     def __post_init__(self) -> None:
         if not 0 < self.initial_backoff_s <= self.max_backoff_s:
@@ -98,6 +113,11 @@ class RestartPolicy:
             raise ConfigError(f"liveness_failures = {self.liveness_failures!r}: allowed an integer >= 1.")
         if not self.stub_reload_timeout_s > 0:
             raise ConfigError(f"stub_reload_timeout_s = {self.stub_reload_timeout_s!r}: allowed > 0 seconds.")
+        if not self.crash_loop_backoff_s >= self.max_backoff_s:
+            raise ConfigError(f"crash_loop_backoff_s = {self.crash_loop_backoff_s!r}: allowed >= max_backoff_s "
+                              f"({self.max_backoff_s!r}); a spent budget must slow restarts down, not speed them up.")
+        if not self.stable_after_s >= 0:
+            raise ConfigError(f"stable_after_s = {self.stable_after_s!r}: allowed >= 0 seconds.")
 
     @property
     def hang_detection_s(self) -> float:
@@ -108,8 +128,18 @@ class RestartPolicy:
         """Delay before the restart that follows the n-th consecutive failure (n >= 1)."""
         return min(self.max_backoff_s, self.initial_backoff_s * 2 ** max(0, consecutive_failures - 1))
 
+    def restarts_in_window(self, restart_times: Sequence[float], now: float) -> int:
+        return sum(1 for t in restart_times if now - t < self.window_s)
+
     def allows_restart(self, restart_times: Sequence[float], now: float) -> bool:
-        return sum(1 for t in restart_times if now - t < self.window_s) < self.max_restarts
+        return self.restarts_in_window(restart_times, now) < self.max_restarts
+
+    def next_restart(self, restart_times: Sequence[float], consecutive_failures: int, now: float) -> tuple[str, float]:
+        """(state, delay) after a server went down: a quick backoff within the budget, else the
+        crash-loop interval. Pure, so the whole policy is unit-tested without processes."""
+        if self.allows_restart(restart_times, now):
+            return PartitionState.BACKOFF.value, self.backoff_s(consecutive_failures)
+        return PartitionState.CRASH_LOOP.value, self.crash_loop_backoff_s
 
 
 def describe_exit(returncode: int | None) -> str:
@@ -134,6 +164,11 @@ class SupervisedPartition:
     consecutive_failures: int = 0
     deadline: float = 0.0
     last_exit: str | None = None
+    #: When the server last became ready (monotonic), and how often the budget was spent.
+    ready_since: float | None = None
+    crash_loops: int = 0
+    #: Set while the budget is spent; cleared after `stable_after_s` of readiness.
+    in_crash_loop: bool = False
     #: Per-model readiness seen when the server became ready (a model may fail to load alone).
     models_ready: dict[str, bool] = field(default_factory=dict)
     #: /dev/shm regions the server mapped (Python-backend IPC): a killed server cannot unlink them.
@@ -144,10 +179,19 @@ class SupervisedPartition:
     #: Backend stubs of its models, and the reloads of a model that lost one (serving.stub_watch).
     stubs: PartitionStubWatch | None = None
 
-    def summary(self) -> dict[str, Any]:
-        return {"pid": self.process.pid if self.process and self.process.process else None, "state": self.state.value,
-                "restarts": len(self.restart_times), "last_exit": self.last_exit, "models_ready": self.models_ready,
-                "stubs": self.stubs.summary() if self.stubs else {}}
+    def summary(self, policy: "RestartPolicy | None" = None, now: float | None = None) -> dict[str, Any]:
+        now = time.monotonic() if now is None else now
+        summary = {"pid": self.process.pid if self.process and self.process.process else None, "state": self.state.value,
+                   "restarts": len(self.restart_times), "last_exit": self.last_exit, "models_ready": self.models_ready,
+                   "stubs": self.stubs.summary() if self.stubs else {}, "crash_loop": self.in_crash_loop,
+                   "crash_loops": self.crash_loops}
+        if policy is not None:
+            summary["restarts_in_window"] = policy.restarts_in_window(self.restart_times, now)
+            summary["restart_budget"] = policy.max_restarts
+            summary["window_s"] = policy.window_s
+        if self.state in (PartitionState.BACKOFF, PartitionState.CRASH_LOOP):
+            summary["next_attempt_in_s"] = round(max(0.0, self.deadline - now), 1)
+        return summary
 
 
 def triton_shm_regions(pid: int) -> tuple[str, ...]:
@@ -160,8 +204,12 @@ def triton_shm_regions(pid: int) -> tuple[str, ...]:
 
 
 class Supervisor:
-    def __init__(self, plan: PartitionPlan, repository: Path, layout: RunLayout, policy: RestartPolicy = RestartPolicy()):
+    def __init__(self, plan: PartitionPlan, repository: Path, layout: RunLayout, policy: RestartPolicy = RestartPolicy(),
+                 metrics_address: tuple[str, int] | None = None):
         self.plan, self.repository, self.layout, self.policy = plan, Path(repository), layout, policy
+        #: The supervisor's own metrics endpoint (serving.supervisor_metrics), started by `run`.
+        self.metrics_address = metrics_address
+        self.metrics: SupervisorMetricsServer | None = None
         self.installation = find_tritonserver()
         self.parts = {p.name: SupervisedPartition(p, stubs=PartitionStubWatch(
             p.name, policy.liveness_interval_s, policy.stub_reload_timeout_s, policy.max_restarts, policy.window_s))
@@ -176,16 +224,21 @@ class Supervisor:
         self.probes = ThreadPoolExecutor(max_workers=max(3, 3 * len(self.parts)), thread_name_prefix="liveness")
 
     # --- bookkeeping -------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """What run/supervisor.json and the supervisor's metrics endpoint report."""
+        now = time.monotonic()
+        return {"supervisor_pid": os.getpid(), "status": self.status, "error": self.error,
+                "mechanism": self.plan.mechanism.value, "mps_started": self.mps_started,
+                "partitions": {n: sp.summary(self.policy, now) for n, sp in self.parts.items()}, "updated_at": time.time()}
+
     def write_state(self) -> None:
-        state = {"supervisor_pid": os.getpid(), "status": self.status, "error": self.error,
-                 "mechanism": self.plan.mechanism.value, "mps_started": self.mps_started,
-                 "partitions": {n: sp.summary() for n, sp in self.parts.items()}, "updated_at": time.time()}
+        state = self.state_dict()
         tmp = self.layout.supervisor_state.with_suffix(".tmp")
         tmp.write_text(json.dumps(state, indent=2, sort_keys=True))
         tmp.replace(self.layout.supervisor_state)
         if self.status in ("ready", "degraded"):
-            write_manifest(build_manifest(self.plan, self.layout, {n: sp.summary() for n, sp in self.parts.items()}),
-                           self.layout.manifest)
+            write_manifest(build_manifest(self.plan, self.layout, {n: sp.summary() for n, sp in self.parts.items()},
+                                          self.metrics.url if self.metrics else None), self.layout.manifest)
 
     # --- processes ---------------------------------------------------------------------------
     def _launch(self, sp: SupervisedPartition, now: float) -> None:
@@ -217,15 +270,19 @@ class Supervisor:
             log.error("%s; last lines of its log:\n%s", self.error, log_tail(self.layout.partition_log(sp.partition.name)))
             return
         sp.consecutive_failures += 1
-        if not self.policy.allows_restart(sp.restart_times, now):
-            sp.state = PartitionState.FAILED
-            log.error("partition %s (pid %d) %s; %d restarts in %.0f s already: giving up (state failed)",
-                      sp.partition.name, pid, why, self.policy.max_restarts, self.policy.window_s)
+        sp.ready_since = None
+        state, delay = self.policy.next_restart(sp.restart_times, sp.consecutive_failures, now)
+        sp.state, sp.deadline = PartitionState(state), now + delay
+        if sp.state is PartitionState.CRASH_LOOP:
+            if not sp.in_crash_loop:
+                sp.in_crash_loop, sp.crash_loops = True, sp.crash_loops + 1
+            log.error("partition %s (pid %d) %s; restart budget spent (%d restarts in %.0f s): CRASH LOOP, next attempt "
+                      "in %.0f s and every %.0f s after that while it keeps dying (alert ServingPartitionCrashLooping)",
+                      sp.partition.name, pid, why, self.policy.max_restarts, self.policy.window_s, delay,
+                      self.policy.crash_loop_backoff_s)
             return
-        delay = self.policy.backoff_s(sp.consecutive_failures)
-        sp.state, sp.deadline = PartitionState.BACKOFF, now + delay
         log.warning("partition %s (pid %d) %s; restart %d/%d in %.1f s", sp.partition.name, pid, why,
-                    len(sp.restart_times) + 1, self.policy.max_restarts, delay)
+                    self.policy.restarts_in_window(sp.restart_times, now) + 1, self.policy.max_restarts, delay)
 
     def _check_liveness(self, sp: SupervisedPartition, now: float) -> bool:
         """Collect a finished probe, act on a hung server, start the next probe when due."""
@@ -263,6 +320,17 @@ class Supervisor:
             self._on_down(sp, now, restart_because)
         return changed or bool(restart_because)
 
+    def _check_stable(self, sp: SupervisedPartition, now: float) -> bool:
+        """A server ready for `stable_after_s` has recovered: quick restarts again, crash loop over."""
+        if sp.ready_since is None or now - sp.ready_since < self.policy.stable_after_s:
+            return False
+        if not (sp.consecutive_failures or sp.in_crash_loop):
+            return False
+        if sp.in_crash_loop:
+            log.info("partition %s: ready for %.0f s: crash loop over", sp.partition.name, now - sp.ready_since)
+        sp.consecutive_failures, sp.in_crash_loop = 0, False
+        return True
+
     def tick(self, now: float) -> bool:
         """Advance every partition's state machine once; True if anything changed."""
         changed = False
@@ -274,7 +342,7 @@ class Supervisor:
                     changed = True
                 elif sp.state is PartitionState.STARTING:
                     if http_ready(sp.partition.host, sp.partition.http_port, timeout=0.5):
-                        sp.state, sp.consecutive_failures = PartitionState.READY, 0
+                        sp.state, sp.ready_since = PartitionState.READY, now
                         sp.liveness, sp.probe = LivenessHistory(), None
                         part = sp.partition
                         sp.models_ready = {m: model_ready(part.host, part.http_port, m, timeout_s=2.0) for m in part.models}
@@ -291,8 +359,8 @@ class Supervisor:
                 elif self._check_liveness(sp, now):
                     changed = True
                 else:
-                    changed |= self._check_stubs(sp, now)
-            elif sp.state is PartitionState.BACKOFF and now >= sp.deadline:
+                    changed |= self._check_stubs(sp, now) | self._check_stable(sp, now)
+            elif sp.state in (PartitionState.BACKOFF, PartitionState.CRASH_LOOP) and now >= sp.deadline:
                 sp.restart_times.append(now)
                 self._launch(sp, now)
                 changed = True
@@ -332,6 +400,9 @@ class Supervisor:
                 self.mps_started = True
                 log.info("CUDA MPS control daemon started (pipe %s)", self.layout.mps_pipe)
             prepare_backend_dir(self.installation, self.layout.backends)
+            if self.metrics_address:
+                self.metrics = SupervisorMetricsServer(*self.metrics_address, lambda: render_supervisor_metrics(self.state_dict())).start()
+                log.info("supervisor metrics on %s", self.metrics.url)
             now = time.monotonic()
             for sp in self.parts.values():
                 self._launch(sp, now)
@@ -346,6 +417,8 @@ class Supervisor:
         finally:
             failed = self.status == "failed"
             self.probes.shutdown(wait=False, cancel_futures=True)
+            if self.metrics:
+                self.metrics.stop()
             self.stop_all()
             if self.mps_started:
                 stop_mps_daemon(self.layout)
@@ -370,4 +443,5 @@ def run_supervisor(config: Path, repository: Path, run_dir: Path, force_cpu: boo
     plan, gpu = plan_for_this_host(spec, force_cpu=force_cpu)
     log.info("pid %d; %s; mechanism %s; plan %s", os.getpid(), gpu.detail, plan.mechanism.value,
              json.dumps(plan.to_dict()["partitions"], sort_keys=True))
-    return Supervisor(plan, repository, layout, policy).run()
+    metrics = (spec.server.host, spec.server.supervisor_metrics_port)
+    return Supervisor(plan, repository, layout, policy, metrics_address=metrics).run()

@@ -54,7 +54,7 @@ def main(rounds: int = 2) -> None:
 
     run_dir = Path(tempfile.mkdtemp(prefix="partition-isolation-"))
     config = run_dir / "serving.toml"
-    config.write_text(two_partition_config(free_ports(6), MAX_QUEUE_DELAY_US))
+    config.write_text(two_partition_config(free_ports(7), MAX_QUEUE_DELAY_US))
     repository = measured.render_test_repository(config, run_dir / "repository")
     layout = RunLayout(run_dir)
     manifest = start_supervisor(config, repository, layout, timeout_s=120)

@@ -26,8 +26,8 @@ NOISE_THREADS, NOISE_MAX_REQUESTS, NOISE_MAX_SECONDS = 8, 50_000, 60
 
 def two_partition_config(ports: Sequence[int], max_queue_delay_us: int) -> str:
     """serving.toml text: `noisy` and `quiet`, half the cores each, on the six given ports
-    (noisy's also serve as the [server] defaults)."""
-    http, grpc, metrics = ports[:3]
+    (noisy's also serve as the [server] defaults), plus the supervisor's metrics port (a 7th)."""
+    http, grpc, metrics, supervisor = ports[:3] + ports[6:7]
     partitions = "".join(textwrap.dedent(f"""
         [partitions.{name}]
         compute_share = 50
@@ -42,6 +42,7 @@ def two_partition_config(ports: Sequence[int], max_queue_delay_us: int) -> str:
         http_port = {http}
         grpc_port = {grpc}
         metrics_port = {metrics}
+        supervisor_metrics_port = {supervisor}
 
         [batching]
         max_queue_delay_microseconds = {max_queue_delay_us}

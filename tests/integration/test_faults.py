@@ -11,8 +11,6 @@ import os
 import secrets
 import shutil
 import signal
-import subprocess
-import sys
 import threading
 import time
 import urllib.error
@@ -26,6 +24,7 @@ import pytest
 from serving.security import AdminKey, restricted_api_flags
 from serving.server import pid_alive
 from conftest import poll_until
+from supervision import partition_pid, serving_cli, supervised_server, write_serving_config
 
 pytestmark = pytest.mark.server
 GOOD = "digit_classifier"
@@ -140,12 +139,13 @@ def test_launcher_names_failed_models_serves_the_rest_and_exits_1(tmp_path, digi
     repo = build_fault_repository(tmp_path)
     shutil.rmtree(repo / RAISING)
     config = write_serving_config(repo / "serving.toml", [GOOD, BROKEN, MISSING])
-    http, grpc, metrics = free_ports(3)
+    http, grpc, metrics, supervisor = free_ports(4)
     run_dir = tmp_path / "run"
     common = ["--run-dir", str(run_dir)]
     try:
         served = serving_cli("serve", "--config", str(config), "--http-port", str(http), "--grpc-port", str(grpc),
-                             "--metrics-port", str(metrics), "--timeout", "90", *common)
+                             "--metrics-port", str(metrics), "--supervisor-metrics-port", str(supervisor),
+                             "--timeout", "90", *common)
         assert served.returncode == 1, served.stdout + served.stderr
         assert f"model {BROKEN} (partition default) failed to load: version 1: " in served.stderr
         assert "Protobuf parsing failed" in served.stderr and "does not exist" in served.stderr
@@ -161,19 +161,6 @@ def test_launcher_names_failed_models_serves_the_rest_and_exits_1(tmp_path, digi
     finally:
         stopped = serving_cli("stop", *common)
     assert stopped.returncode == 0 and "stopped the supervisor" in stopped.stdout
-
-
-def write_serving_config(path: Path, models: list[str]) -> Path:
-    lines = ["[priorities.batch]", "level = 1", "max_queue_size = 64", "default_timeout_microseconds = 2000000",
-             "[batching]", 'default_priority = "batch"']
-    for model in models:
-        lines += [f"[models.{model}]", 'recipe = "digit_cnn"']
-    path.write_text("\n".join(lines) + "\n")
-    return path
-
-
-def serving_cli(*args: str, timeout_s: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "serving", *args], capture_output=True, text=True, timeout=timeout_s)
 
 
 # --- a Python-backend model that raises, and one whose stub process dies ---------------------------
@@ -344,25 +331,9 @@ class LoadGenerator:
 
 @pytest.fixture(scope="module")
 def supervised(tmp_path_factory):
-    """`python -m serving serve` (helper B1's supervisor) for digit_classifier on free ports."""
-    from conftest import REPOSITORY, free_ports
-
-    workdir = tmp_path_factory.mktemp("supervised")
-    config = write_serving_config(workdir / "serving.toml", [GOOD])
-    http, grpc, metrics = free_ports(3)
-    common = ["--run-dir", str(workdir / "run")]
-    served = serving_cli("serve", "--config", str(config), "--repository", str(REPOSITORY), "--http-port", str(http),
-                         "--grpc-port", str(grpc), "--metrics-port", str(metrics), "--timeout", "90", *common)
-    try:
-        assert served.returncode == 0, served.stdout + served.stderr
-        yield {"http": f"127.0.0.1:{http}", "grpc": f"127.0.0.1:{grpc}", "manifest": workdir / "run" / "manifest.json",
-               "common": common}
-    finally:
-        serving_cli("stop", *common)
-
-
-def partition_pid(manifest: Path) -> int:
-    return int(json.loads(manifest.read_text())["partitions"]["default"]["pid"])
+    """`python -m serving serve` (the real supervisor) for digit_classifier on free ports."""
+    with supervised_server(tmp_path_factory.mktemp("supervised"), [GOOD]) as server:
+        yield server
 
 
 def wait_for_new_pid(manifest: Path, old_pid: int, timeout_s: float) -> int:

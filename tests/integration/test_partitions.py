@@ -65,7 +65,7 @@ def partitions(tmp_path_factory):
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("partition tests need 2 cores (one per partition)")
     run_dir = tmp_path_factory.mktemp("partitions")
-    ports = free_ports(6)
+    ports = free_ports(7)
     config = run_dir / "serving.toml"
     delay = load_serving_spec(SERVING_CONFIG).batching.max_queue_delay_microseconds
     config.write_text(two_partition_config(ports, delay))

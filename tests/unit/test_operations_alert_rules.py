@@ -46,8 +46,10 @@ def test_invalid_threshold_names_the_field(field, value):
         AlertThresholds(**{field: value})
 
 
-def test_rules_select_only_real_triton_metrics():
-    known = triton_metric_names() | {"up"}
+def test_rules_select_only_real_triton_and_supervisor_metrics():
+    from serving.supervisor_metrics import METRIC_FAMILIES
+
+    known = triton_metric_names() | set(METRIC_FAMILIES) | {"up"}
     for name, rule in rules_by_name().items():
         assert promql_metric_names(rule["expr"]) <= known, name
 

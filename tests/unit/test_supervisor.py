@@ -125,3 +125,68 @@ def test_status_shows_what_the_supervisor_did_to_a_partition():
         "    model b: backend stub reloads 2, watching; last: lost a backend stub (pid 7)",
         "    model c: backend stub reloads 5, gave_up; last: reload budget spent",
     ]
+
+
+def test_a_spent_budget_means_a_slow_crash_loop_not_giving_up():
+    policy = RestartPolicy(max_restarts=3, window_s=600, crash_loop_backoff_s=300, initial_backoff_s=0.5)
+    assert policy.next_restart([0, 10], consecutive_failures=3, now=20) == ("backoff", 2.0)
+    assert policy.next_restart([0, 10, 15], consecutive_failures=4, now=20) == ("crash_loop", 300)
+    # once the old restarts leave the window, quick restarts are allowed again
+    assert policy.next_restart([0, 10, 15], consecutive_failures=4, now=700) == ("backoff", 4.0)
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"crash_loop_backoff_s": 1.0}, r"crash_loop_backoff_s = 1.0: allowed >= max_backoff_s \(8.0\)"),
+    ({"stable_after_s": -1}, r"stable_after_s = -1: allowed >= 0 seconds"),
+])
+def test_invalid_crash_loop_settings_are_rejected(fields, message):
+    with pytest.raises(ConfigError, match=message):
+        RestartPolicy(**fields)
+
+
+def test_status_names_a_crash_loop_and_when_the_next_attempt_comes():
+    from serving.cli import partition_restart_line
+
+    assert partition_restart_line({"state": "ready", "crash_loop": False}) is None
+    line = partition_restart_line({"state": "crash_loop", "crash_loop": True, "restarts_in_window": 5, "restart_budget": 5,
+                                   "window_s": 600.0, "next_attempt_in_s": 287.4, "crash_loops": 1})
+    assert line == ("    CRASH LOOP: restart budget spent (5 of 5 restarts in 600 s); next attempt in 287 s; "
+                    "budget spent 1 time(s); alert ServingPartitionCrashLooping")
+    assert "restarting in 2.0 s (restart 3 of 5" in partition_restart_line(
+        {"state": "backoff", "next_attempt_in_s": 2.0, "restarts_in_window": 2, "restart_budget": 5, "window_s": 600})
+
+
+def test_supervisor_metrics_expose_state_restarts_and_crash_loop():
+    from serving.supervisor_metrics import METRIC_FAMILIES, render_supervisor_metrics
+
+    text = render_supervisor_metrics({"status": "degraded", "mechanism": "cpu_sets", "partitions": {
+        "main": {"state": "crash_loop", "crash_loop": True, "restarts": 7, "restarts_in_window": 5, "restart_budget": 5,
+                 "crash_loops": 2, "stubs": {"enc": {"reloads": 1}}},
+        "fallback": {"state": "ready", "crash_loop": False, "restarts": 0}}})
+    lines = set(text.splitlines())
+    assert 'serving_partition_crash_loop{partition="main"} 1' in lines
+    assert 'serving_partition_crash_loop{partition="fallback"} 0' in lines
+    assert 'serving_partition_up{partition="main"} 0' in lines and 'serving_partition_up{partition="fallback"} 1' in lines
+    assert 'serving_partition_state{partition="main",state="crash_loop"} 1' in lines
+    assert 'serving_partition_state{partition="main",state="ready"} 0' in lines
+    assert 'serving_partition_restarts_total{partition="main"} 7' in lines
+    assert 'serving_model_stub_reloads_total{partition="main",model="enc"} 1' in lines
+    assert 'serving_supervisor_info{status="degraded",mechanism="cpu_sets"} 1' in lines
+    assert {f"# TYPE {name} {kind}" for name, (kind, _) in METRIC_FAMILIES.items()} <= lines
+
+
+def test_supervisor_metrics_pass_promtool_check_metrics():
+    """`promtool check metrics` (Prometheus's own linter) reads the exposition without a complaint."""
+    import shutil
+    import subprocess
+
+    from serving.supervisor_metrics import render_supervisor_metrics
+
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool is not installed (make setup installs Debian's prometheus package as root)")
+    text = render_supervisor_metrics({"status": "ready", "mechanism": "cpu_sets", "partitions": {
+        "p": {"state": "ready", "restarts": 1, "stubs": {"m": {"reloads": 0}}}}})
+    done = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.strip() == "" and done.stderr.strip() == "", done.stdout + done.stderr
