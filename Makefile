@@ -13,7 +13,7 @@ SERVING_CONFIG ?= model_repository/serving.toml
 .PHONY: help setup build-engines serve stop status demo test test-unit clean
 
 help: ## List the targets
-	@awk 'BEGIN {FS = ":.*?## "} /^[a-zA-Z_-]+:.*?## / {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*?## "} /^[a-zA-Z0-9_-]+:.*?## / {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 setup: $(STAMP) ## Create .venv with the pinned dependencies (a second run does nothing)
 
@@ -45,7 +45,7 @@ demo: build-engines ## Set up, build, serve, classify test images and embed text
 	done; \
 	$(PY) -m serving stop; exit $$status
 
-test: build-engines ## Set up, build, and run the whole test suite against real tritonserver
+test: build-engines k8s-validate ## Set up, build, validate deploy/, and run the whole test suite against real tritonserver
 	$(PY) -m pytest
 
 test-unit: setup ## Fast tests only (no server, no build)
@@ -99,3 +99,12 @@ padding-report: setup ## Padding efficiency before/after sequence-length bucketi
 .PHONY: benchmark-precision
 benchmark-precision: setup ## FP32 vs INT8-mixed (latency b32, size, budget) + stratified vs random calibration; reports/build/benchmark.md
 	$(PY) -m model_build benchmark --config $(SERVING_CONFIG)
+
+# --- Kubernetes: manifests rendered from serving.toml, checked offline (deploy/, docs/scale-out.md) ---
+.PHONY: k8s-render k8s-validate
+
+k8s-render: setup ## Render deploy/ from serving.toml: Kustomize base + cpu/gpu overlays, prometheus-adapter values, MPS config
+	$(PY) -m k8s_deploy --config $(SERVING_CONFIG) render
+
+k8s-validate: setup ## Check deploy/: == rendering, kubectl kustomize, kubernetes-validate --strict (1.30, 1.37), CRD schemas, promtool
+	$(PY) -m k8s_deploy --config $(SERVING_CONFIG) validate
