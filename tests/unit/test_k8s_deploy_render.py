@@ -3,14 +3,13 @@ arguments, resources from the partition plan, the alert rules' generator, the HP
 from __future__ import annotations
 
 import dataclasses
-import shutil
 
 import pytest
 
 from k8s_deploy.errors import DeployConfigError
 from k8s_deploy.gpu import mps_replicas
 from k8s_deploy.monitoring import QUEUE_METRIC, adapter_metrics_query, render_adapter_rules, substitute_adapter_template
-from k8s_deploy.tree import DEPLOY_ROOT, render_documents, render_files, stale_files
+from k8s_deploy.tree import render_documents, render_files, stale_files
 from k8s_deploy.workload import TRITON_IMAGE, plan_deployment, resource_name
 from operations.alert_rules import AlertThresholds, render_alert_rules
 from serving.launcher import partition_server_settings
