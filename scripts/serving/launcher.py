@@ -22,7 +22,7 @@ from typing import Any, Mapping
 
 from serving.errors import ServerStartError
 from serving.partition_plan import Mechanism, PartitionPlan, PlannedPartition
-from serving.security import launcher_admin_key, restricted_api_flags
+from serving.security import AdminKey, launcher_admin_key, restricted_api_flags
 from serving.server import ServerSettings, TritonInstallation, TritonServerProcess
 from serving.spec import ServingSpec
 
@@ -82,14 +82,17 @@ def with_server_overrides(spec: ServingSpec, host: str | None = None, http_port:
 
 
 def partition_server_settings(partition: PlannedPartition, repository: Path, backend_dir: Path,
-                              log_verbose: int = 0, gpu_metrics: bool = False) -> ServerSettings:
-    """The ONE place a partition's tritonserver flags are decided (add security flags here)."""
+                              log_verbose: int = 0, gpu_metrics: bool = False,
+                              admin_key: AdminKey | None = None) -> ServerSettings:
+    """The ONE place a partition's tritonserver flags are decided (add security flags here); the
+    Kubernetes renderer (deploy/k8s_deploy) takes its container arguments from here too, passing a
+    placeholder `admin_key` that the pod fills from a Secret."""
     return ServerSettings(
         model_repository=Path(repository), backend_dir=Path(backend_dir), host=partition.host,
         http_port=partition.http_port, grpc_port=partition.grpc_port, metrics_port=partition.metrics_port,
         models=partition.models, log_verbose=log_verbose, gpu_metrics=gpu_metrics,
         # model-repository, shared-memory, logging and trace APIs need the admin key (serving.security)
-        restricted=restricted_api_flags(launcher_admin_key()),
+        restricted=restricted_api_flags(admin_key or launcher_admin_key()),
     )
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from serving.errors import ConfigError
+from serving.scale_out_spec import Autoscaling, KubernetesSettings, autoscaling_from_table, kubernetes_from_table
 
 #: Model and partition names become directory names and URL path segments: keep them boring.
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
@@ -229,9 +230,13 @@ class PartitionSpec:
     http_port: int | None = None
     grpc_port: int | None = None
     metrics_port: int | None = None
+    #: Replicas on Kubernetes (`[partitions.<name>.autoscaling]`); None: the defaults.
+    autoscaling: Autoscaling | None = None
 
     def __post_init__(self) -> None:
         check_name("partitions.<name>", self.name)
+        if self.autoscaling is None:
+            object.__setattr__(self, "autoscaling", Autoscaling(partition=self.name))
         _check_int_range(f"partitions.{self.name}.compute_share", self.compute_share, 1, 100)
         _check_int_range(f"partitions.{self.name}.memory_mb", self.memory_mb, 16, 1 << 24)
         for port in ("http_port", "grpc_port", "metrics_port"):
@@ -247,6 +252,8 @@ class ServingSpec:
     server: ServerEndpoints = ServerEndpoints()
     #: Declared partitions; empty means one implicit `default` partition with every model.
     partitions: tuple[PartitionSpec, ...] = ()
+    #: The cluster `k8s_deploy` renders manifests for (`[kubernetes]`); `make serve` ignores it.
+    kubernetes: KubernetesSettings = KubernetesSettings()
 
     def __post_init__(self) -> None:
         if not self.models:
@@ -267,6 +274,21 @@ class ServingSpec:
             )
         for model in self.models:
             self.check_lowest_priority_progress(model)
+        self._check_autoscaling_targets()
+
+    def _check_autoscaling_targets(self) -> None:
+        """A queue-time target at or below the batching window would scale out an idle-ish partition:
+        a lightly loaded server already holds each request up to `max_queue_delay_microseconds`."""
+        for part in self.effective_partitions:
+            windows = {m.name: m.max_queue_delay_microseconds if m.max_queue_delay_microseconds is not None
+                       else self.batching.max_queue_delay_microseconds for m in self.models_in_partition(part.name)}
+            widest = max(windows.values(), default=0)
+            if part.autoscaling.target_queue_us <= widest:
+                raise ConfigError(
+                    f"`partitions.{part.name}.autoscaling.target_queue_us` = {part.autoscaling.target_queue_us} is not "
+                    f"above the batching window of its models ({widest} us, {windows}): a lightly loaded server already "
+                    f"queues each request up to that window, so the autoscaler would never scale in; allowed > {widest}."
+                )
 
     def check_lowest_priority_progress(self, model: ModelSpec) -> None:
         """The starvation invariant (docs/priorities.md), for `model` as configured or as served.
@@ -350,7 +372,7 @@ class ServingSpec:
 
 
 _MODEL_KEYS = {"recipe", "variant", "max_batch_size", "instance_count", "intra_op_threads", "max_queue_delay_microseconds", "options", "partition"}
-_PARTITION_KEYS = {"compute_share", "memory_mb", "http_port", "grpc_port", "metrics_port"}
+_PARTITION_KEYS = {"compute_share", "memory_mb", "http_port", "grpc_port", "metrics_port", "autoscaling"}
 
 
 def _only_keys(table_name: str, table: Mapping[str, Any], allowed: set[str]) -> None:
@@ -361,7 +383,7 @@ def _only_keys(table_name: str, table: Mapping[str, Any], allowed: set[str]) -> 
 
 def serving_spec_from_dict(data: Mapping[str, Any]) -> ServingSpec:
     """Build a validated `ServingSpec` from the parsed TOML document."""
-    _only_keys("<top level>", data, {"models", "priorities", "batching", "server", "partitions"})
+    _only_keys("<top level>", data, {"models", "priorities", "batching", "server", "partitions", "kubernetes"})
     models = []
     for name, table in data.get("models", {}).items():
         _only_keys(f"models.{name}", table, _MODEL_KEYS)
@@ -383,6 +405,8 @@ def serving_spec_from_dict(data: Mapping[str, Any]) -> ServingSpec:
         missing = {"compute_share", "memory_mb"} - set(table)
         if missing:
             raise ConfigError(f"`partitions.{name}` is missing {sorted(missing)}: each partition needs a compute share (%) and a memory cap (MB).")
+        if "autoscaling" in table:
+            table = {**table, "autoscaling": autoscaling_from_table(name, table["autoscaling"])}
         partitions.append(PartitionSpec(name=name, **table))
     try:
         return ServingSpec(
@@ -391,6 +415,7 @@ def serving_spec_from_dict(data: Mapping[str, Any]) -> ServingSpec:
             batching=Batching(**batching_table),
             server=ServerEndpoints(**server_table),
             partitions=tuple(partitions),
+            kubernetes=kubernetes_from_table(data.get("kubernetes", {})),
         )
     except TypeError as exc:  # a required key is missing
         raise ConfigError(f"incomplete serving configuration: {exc}") from None

@@ -1,0 +1,84 @@
+"""What watches the pods and feeds the autoscaler: ServiceMonitor, PrometheusRule, prometheus-adapter.
+
+- The ServiceMonitor scrapes every partition's metrics Service with `job` = the alert rules' job and
+  a `partition` label, so the rules of scripts/operations/alert_rules.yml apply unchanged.
+- The PrometheusRule's groups ARE `operations.alert_rules.render_alert_rules` (one generator).
+- prometheus-adapter turns NVIDIA's k8s-onprem queue-time query into a per-pod custom metric: the
+  average over a pod's models of queue time per request (µs) in the last 30 s,
+  avg(delta(nv_inference_queue_duration_us[30s]) / (1 + delta(nv_inference_request_success[30s]))),
+  with the adapter's `<<.LabelMatchers>>` (namespace and pod names) and `by (<<.GroupBy>>)` (pod).
+  The `1 +` keeps an idle pod at 0 rather than dividing by zero.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from operations.alert_rules import AlertThresholds, render_alert_rules
+from serving.spec import ServingSpec
+
+from k8s_deploy.errors import DeployConfigError
+from k8s_deploy.workload import PART_OF
+
+#: The custom metric the HPAs read (per pod, microseconds).
+QUEUE_METRIC = "triton_queue_time_per_request_us"
+#: The delta window of NVIDIA's chart; the local rehearsal shortens it (tests/integration/test_scaling_signal.py).
+QUEUE_WINDOW = "30s"
+SCRAPE_INTERVAL = "15s"
+_QUERY = ("avg(delta(nv_inference_queue_duration_us{{{m}}}[{w}])"
+          "/(1+delta(nv_inference_request_success{{{m}}}[{w}]))) by ({g})")
+
+
+def adapter_metrics_query(window: str = QUEUE_WINDOW) -> str:
+    """The adapter's `metricsQuery` template (Go template placeholders left in)."""
+    return _QUERY.format(m="<<.LabelMatchers>>", w=window, g="<<.GroupBy>>")
+
+
+def substitute_adapter_template(template: str, namespace: str, pods: Sequence[str], group_by: str = "pod") -> str:
+    """What prometheus-adapter sends Prometheus for one HPA's pods: `<<.LabelMatchers>>` becomes
+    `namespace="<ns>",pod=~"<pod>|<pod>"` and `<<.GroupBy>>` the pod label."""
+    if not pods:
+        raise DeployConfigError("substitute_adapter_template: `pods` is empty: the adapter always names at least one pod.")
+    matchers = f'namespace="{namespace}",pod=~"{"|".join(pods)}"'
+    return template.replace("<<.LabelMatchers>>", matchers).replace("<<.GroupBy>>", group_by)
+
+
+def render_adapter_rules(spec: ServingSpec, window: str = QUEUE_WINDOW) -> list[dict[str, Any]]:
+    """prometheus-adapter `rules.custom` entries (its Helm chart's values)."""
+    namespace = spec.kubernetes.namespace
+    return [{
+        "seriesQuery": f'nv_inference_queue_duration_us{{namespace="{namespace}",pod!=""}}',
+        "resources": {"overrides": {"namespace": {"resource": "namespace"}, "pod": {"resource": "pod"}}},
+        "name": {"matches": "^nv_inference_queue_duration_us$", "as": QUEUE_METRIC},
+        "metricsQuery": adapter_metrics_query(window),
+    }]
+
+
+def render_adapter_values(spec: ServingSpec) -> dict[str, Any]:
+    """Values for the prometheus-community/prometheus-adapter chart: only our rule, no defaults."""
+    return {"rules": {"default": False, "custom": render_adapter_rules(spec)}}
+
+
+def monitoring_labels(spec: ServingSpec) -> dict[str, str]:
+    return {"app.kubernetes.io/part-of": PART_OF, "release": spec.kubernetes.prometheus_release}
+
+
+def render_service_monitor(spec: ServingSpec, thresholds: AlertThresholds) -> dict[str, Any]:
+    return {
+        "apiVersion": "monitoring.coreos.com/v1", "kind": "ServiceMonitor",
+        "metadata": {"name": "tritonserver", "labels": monitoring_labels(spec)},
+        "spec": {
+            "selector": {"matchLabels": {"app.kubernetes.io/part-of": PART_OF, "app.kubernetes.io/component": "metrics"}},
+            # job = the metrics Service's `monitoring-job` label = the alert rules' job ("triton").
+            "jobLabel": "monitoring-job",
+            "targetLabels": ["partition"],
+            "endpoints": [{"port": "metrics", "path": "/metrics", "interval": SCRAPE_INTERVAL, "scheme": "http"}],
+        },
+    }
+
+
+def render_prometheus_rule(spec: ServingSpec, thresholds: AlertThresholds) -> dict[str, Any]:
+    return {
+        "apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule",
+        "metadata": {"name": "tritonserver-alerts", "labels": monitoring_labels(spec)},
+        "spec": render_alert_rules(thresholds),
+    }

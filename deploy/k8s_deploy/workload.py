@@ -1,0 +1,219 @@
+"""One partition -> its pods: Deployment, Services, PodDisruptionBudget, HorizontalPodAutoscaler.
+
+Pure functions of the parsed serving.toml and the partition plan `serving.partition_plan` makes
+for one node of `[kubernetes] node_cpus` CPUs, so a partition gets the same whole cores, ONNX
+Runtime threads, ports and (on a GPU) MPS limits in a pod as on a host. The tritonserver arguments
+come from the launcher's own `partition_server_settings`; only the admin key differs: a placeholder
+that the pod expands from a Secret (`$(TRITON_ADMIN_KEY)`), so no key is ever rendered.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+from typing import Any
+
+from serving.launcher import partition_server_settings, with_server_overrides
+from serving.partition_plan import PartitionPlan, PlannedPartition, plan_partitions
+from serving.security import ADMIN_KEY_ENV, AdminKey
+from serving.spec import ServingSpec
+from serving.supervisor import RestartPolicy
+
+#: NVIDIA's container for Triton 2.51.0 (the release this project pins: nvidia-pytriton 0.7.0's server).
+TRITON_IMAGE = "nvcr.io/nvidia/tritonserver:24.10-py3"
+TRITON_VERSION = "2.51.0"
+CONTAINER = "tritonserver"
+PART_OF = "triton-model-serving"
+#: The init container copies the model repository image's /opt/serving here (an emptyDir).
+SERVING_ROOT = PurePosixPath("/serving")
+MODEL_REPOSITORY = SERVING_ROOT / "models"
+#: Triton's backends (symlinked) plus the project's Python-based `onnxruntime_cpu` backend.
+BACKEND_DIR = SERVING_ROOT / "backends"
+#: The Python backend stub's packages (onnxruntime, numpy, tokenizers) and the project's `serving`.
+PYTHONPATH = f"{SERVING_ROOT / 'site-packages'}:{SERVING_ROOT / 'python'}"
+#: The Secret every pod reads the admin key from; created by the operator, never rendered.
+ADMIN_SECRET, ADMIN_SECRET_KEY = "triton-admin-key", "admin-key"
+#: Passes AdminKey's own checks; replaced by the pod-side expansion of the Secret's value.
+_KEY_PLACEHOLDER = "RENDERED0KEY0PLACEHOLDER0NEVER0USED"
+#: Python-backend stubs talk to the server through /dev/shm; a container's default is 64 MiB.
+SHM_SIZE_MB = 256
+PROBE_PERIOD_S = 5
+
+
+@dataclass(frozen=True)
+class DeployPlan:
+    """What is rendered: the spec, its partitions planned for one node, CPU or GPU pods."""
+
+    spec: ServingSpec
+    plan: PartitionPlan
+    gpu: bool
+
+    def autoscaling(self, partition: str):
+        return next(p.autoscaling for p in self.spec.effective_partitions if p.name == partition)
+
+
+def plan_deployment(spec: ServingSpec, gpu: bool = False) -> DeployPlan:
+    """Partitions planned as on a host of `node_cpus` CPUs, listening on all pod addresses."""
+    in_pod = with_server_overrides(spec, host="0.0.0.0", allow_non_loopback=True)
+    return DeployPlan(spec, plan_partitions(in_pod, spec.kubernetes.node_cpus, gpu), gpu)
+
+
+def resource_name(partition: str) -> str:
+    """`triton-<partition>`: partition names allow '_', Kubernetes names do not."""
+    return "triton-" + partition.replace("_", "-")
+
+
+def selector_labels(partition: str) -> dict[str, str]:
+    return {"app.kubernetes.io/name": "tritonserver", "app.kubernetes.io/instance": resource_name(partition)}
+
+
+def common_labels(partition: str) -> dict[str, str]:
+    return {**selector_labels(partition), "app.kubernetes.io/part-of": PART_OF,
+            "app.kubernetes.io/version": TRITON_VERSION, "partition": partition}
+
+
+def server_args(part: PlannedPartition, gpu: bool) -> list[str]:
+    """The launcher's flags for this partition, with the key taken from the pod's environment."""
+    settings = partition_server_settings(part, MODEL_REPOSITORY, BACKEND_DIR, gpu_metrics=gpu,
+                                         admin_key=AdminKey(_KEY_PLACEHOLDER, "k8s_deploy placeholder"))
+    return [arg.replace(_KEY_PLACEHOLDER, f"$({ADMIN_KEY_ENV})") for arg in settings.to_args_list()]
+
+
+def container_env(part: PlannedPartition) -> list[dict[str, Any]]:
+    env = [{"name": k, "value": v} for k, v in sorted(part.environment().items())]
+    env.append({"name": "PYTHONPATH", "value": PYTHONPATH})
+    # Must come before the arguments use it: Kubernetes expands $(VAR) only from variables it defines.
+    env.append({"name": ADMIN_KEY_ENV, "valueFrom": {"secretKeyRef": {"name": ADMIN_SECRET, "key": ADMIN_SECRET_KEY}}})
+    return env
+
+
+def container_resources(deploy: DeployPlan, part: PlannedPartition) -> dict[str, Any]:
+    """requests == limits, whole CPUs: Guaranteed QoS, so the static CPU manager pins exclusive cores."""
+    quantities = {"cpu": str(part.intra_op_threads),
+                  "memory": f"{part.memory_mb + deploy.spec.kubernetes.memory_overhead_mb}Mi"}
+    if deploy.gpu:
+        quantities[deploy.spec.kubernetes.gpu_resource] = "1"
+    return {"requests": dict(quantities), "limits": dict(quantities)}
+
+
+def _http_probe(path: str, period_s: float, timeout_s: float, failures: int) -> dict[str, Any]:
+    return {"httpGet": {"path": path, "port": "http"}, "periodSeconds": max(1, int(period_s)),
+            "timeoutSeconds": max(1, int(timeout_s)), "failureThreshold": failures}
+
+
+def container_probes(deploy: DeployPlan) -> dict[str, Any]:
+    """Startup allowance for loading models; liveness as the supervisor's hang detection; readiness."""
+    policy = RestartPolicy()
+    startup_failures = math.ceil(deploy.spec.kubernetes.startup_allowance_s / PROBE_PERIOD_S)
+    return {
+        "startupProbe": _http_probe("/v2/health/ready", PROBE_PERIOD_S, 2, startup_failures),
+        "livenessProbe": _http_probe("/v2/health/live", policy.liveness_interval_s, policy.liveness_timeout_s,
+                                     policy.liveness_failures),
+        "readinessProbe": _http_probe("/v2/health/ready", PROBE_PERIOD_S, 2, 2),
+    }
+
+
+def render_container(deploy: DeployPlan, part: PlannedPartition) -> dict[str, Any]:
+    return {
+        "name": CONTAINER, "image": TRITON_IMAGE, "imagePullPolicy": "IfNotPresent",
+        "command": ["tritonserver"], "args": server_args(part, deploy.gpu), "env": container_env(part),
+        "ports": [{"name": "http", "containerPort": part.http_port, "protocol": "TCP"},
+                  {"name": "grpc", "containerPort": part.grpc_port, "protocol": "TCP"},
+                  {"name": "metrics", "containerPort": part.metrics_port, "protocol": "TCP"}],
+        "resources": container_resources(deploy, part),
+        **container_probes(deploy),
+        "volumeMounts": [{"name": "serving", "mountPath": str(SERVING_ROOT), "readOnly": True},
+                         {"name": "dshm", "mountPath": "/dev/shm"}],
+        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+    }
+
+
+def render_init_container(deploy: DeployPlan) -> dict[str, Any]:
+    """Copies the built model repository, backends and stub packages into the shared emptyDir."""
+    return {
+        "name": "model-repository", "image": deploy.spec.kubernetes.model_repository_image,
+        "imagePullPolicy": "IfNotPresent", "command": ["cp", "-a", "/opt/serving/.", f"{SERVING_ROOT}/"],
+        "resources": {"requests": {"cpu": "1", "memory": "256Mi"}, "limits": {"cpu": "1", "memory": "256Mi"}},
+        "volumeMounts": [{"name": "serving", "mountPath": str(SERVING_ROOT)}],
+        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+    }
+
+
+def render_deployment(deploy: DeployPlan, part: PlannedPartition) -> dict[str, Any]:
+    """No `replicas`: the HPA owns the count (an applied value would reset it on every apply)."""
+    pod_spec: dict[str, Any] = {
+        "initContainers": [render_init_container(deploy)],
+        "containers": [render_container(deploy, part)],
+        "volumes": [{"name": "serving", "emptyDir": {}},
+                    {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{SHM_SIZE_MB}Mi"}}],
+        # Triton's --exit-timeout-secs (10 s) to finish in-flight requests, plus slack.
+        "terminationGracePeriodSeconds": 30,
+        # The NVIDIA image's non-root user.
+        "securityContext": {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000, "fsGroup": 1000,
+                            "seccompProfile": {"type": "RuntimeDefault"}},
+        "affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{
+            "weight": 100, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname",
+                                               "labelSelector": {"matchLabels": selector_labels(part.name)}}}]}},
+    }
+    return {
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": resource_name(part.name), "labels": common_labels(part.name)},
+        "spec": {
+            "selector": {"matchLabels": selector_labels(part.name)},
+            "revisionHistoryLimit": 5,
+            # Keep serving capacity during a rollout: add the new pod before removing an old one.
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
+            "template": {"metadata": {"labels": common_labels(part.name)}, "spec": pod_spec},
+        },
+    }
+
+
+def render_services(part: PlannedPartition, metrics_job: str) -> list[dict[str, Any]]:
+    """Inference (HTTP + gRPC) for clients; metrics on its own Service, which the ServiceMonitor selects."""
+    name = resource_name(part.name)
+    inference = {
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": name, "labels": {**common_labels(part.name), "app.kubernetes.io/component": "inference"}},
+        "spec": {"type": "ClusterIP", "selector": selector_labels(part.name), "ports": [
+            {"name": "http", "port": part.http_port, "targetPort": "http", "protocol": "TCP"},
+            {"name": "grpc", "port": part.grpc_port, "targetPort": "grpc", "protocol": "TCP", "appProtocol": "grpc"}]},
+    }
+    metrics = {
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": f"{name}-metrics", "labels": {
+            **common_labels(part.name), "app.kubernetes.io/component": "metrics", "monitoring-job": metrics_job}},
+        "spec": {"type": "ClusterIP", "selector": selector_labels(part.name), "ports": [
+            {"name": "metrics", "port": part.metrics_port, "targetPort": "metrics", "protocol": "TCP"}]},
+    }
+    return [inference, metrics]
+
+
+def render_pdb(part: PlannedPartition) -> dict[str, Any]:
+    """At most one pod of a partition evicted at a time (node drains, cluster upgrades)."""
+    return {
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+        "metadata": {"name": resource_name(part.name), "labels": common_labels(part.name)},
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector_labels(part.name)}},
+    }
+
+
+def render_hpa(deploy: DeployPlan, part: PlannedPartition, metric_name: str) -> dict[str, Any]:
+    """autoscaling/v2 on the adapter's per-pod queue time per request (µs), averaged over the pods."""
+    scaling = deploy.autoscaling(part.name)
+    return {
+        "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": resource_name(part.name), "labels": common_labels(part.name)},
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": resource_name(part.name)},
+            "minReplicas": scaling.min_replicas, "maxReplicas": scaling.max_replicas,
+            "metrics": [{"type": "Pods", "pods": {"metric": {"name": metric_name},
+                                                  "target": {"type": "AverageValue",
+                                                             "averageValue": str(scaling.target_queue_us)}}}],
+            "behavior": {
+                "scaleDown": {"stabilizationWindowSeconds": scaling.scale_down_stabilization_s,
+                              "policies": [{"type": "Pods", "value": 1, "periodSeconds": 60}]},
+                "scaleUp": {"stabilizationWindowSeconds": 0,
+                            "policies": [{"type": "Percent", "value": 100, "periodSeconds": 30}]},
+            },
+        },
+    }
