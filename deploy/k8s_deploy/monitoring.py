@@ -80,5 +80,6 @@ def render_prometheus_rule(spec: ServingSpec, thresholds: AlertThresholds) -> di
     return {
         "apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule",
         "metadata": {"name": "tritonserver-alerts", "labels": monitoring_labels(spec)},
-        "spec": render_alert_rules(thresholds),
+        # no supervisor in a cluster: the kubelet restarts pods (KubePodCrashLooping covers loops)
+        "spec": render_alert_rules(thresholds, supervisor=False),
     }

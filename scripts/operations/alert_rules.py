@@ -90,8 +90,10 @@ def _rule(name: str, expr: str, duration: str, severity: str, resource: str, sum
     }
 
 
-def render_alert_rules(t: AlertThresholds) -> dict[str, Any]:
-    """The rule file as a mapping (groups -> rules), ready for YAML."""
+def render_alert_rules(t: AlertThresholds, supervisor: bool = True) -> dict[str, Any]:
+    """The rule file as a mapping (groups -> rules), ready for YAML. `supervisor=False` leaves out
+    the rules on the supervisor's own metrics (a Kubernetes deployment has no supervisor: the
+    kubelet restarts pods, and kube-state-metrics' KubePodCrashLooping covers the crash loop)."""
     util_pct, mem_pct = f"{t.low_utilisation:.0%}", f"{t.memory_fraction:.0%}"
     failures = f"sum by ({MODEL_LABELS}) (rate(nv_inference_request_failure[{t.error_rate_window}]))"
     successes = f"sum by ({MODEL_LABELS}) (rate(nv_inference_request_success[{t.error_rate_window}]))"
@@ -131,8 +133,10 @@ def render_alert_rules(t: AlertThresholds) -> dict[str, Any]:
               "Triton metrics endpoint down",
               "{{ $labels.instance }} (partition {{ $labels.partition }}) does not answer scrapes: the server is down or hung."),
     ]
-    return {"groups": [{"name": "triton-field-report", "rules": rules},
-                       {"name": "serving-supervisor", "rules": supervisor_rules(t)}]}
+    groups = [{"name": "triton-field-report", "rules": rules}]
+    if supervisor:
+        groups.append({"name": "serving-supervisor", "rules": supervisor_rules(t)})
+    return {"groups": groups}
 
 
 def supervisor_rules(t: AlertThresholds) -> list[dict[str, Any]]:
