@@ -6,8 +6,12 @@
 * `text_tokenizer` (e.g. `text_tokenizer`): a Python-backend model whose code is committed at
   model_repository/<name>/1/model.py; install copies the encoder's tokenizer.json beside it.
   Its output tensors are the encoder's input tensors, read from the encoder's ONNX graph.
-* `text_ensemble` (e.g. `text_embedder`): TEXT -> tokenizer -> encoder -> embedding; its tensors
+* `text_ensemble`: TEXT -> tokenizer -> encoder -> embedding as a Triton ensemble; its tensors
   are again read from the encoder's graph.
+* `text_pipeline` (e.g. `text_embedder`, what is served): the same TEXT -> embedding in ONE model,
+  the `onnxruntime_cpu` backend with its text front-end (serving/text_frontend.py): tokenizer and
+  encoder run in one execution, so a request pays one batching decision and one Python-backend
+  round trip instead of the ensemble's two (docs/performance.md has the measurement).
 
 The tokenizer and ensemble recipes build nothing themselves; they name the encoder in
 `options.encoder` (and the ensemble its tokenizer in `options.tokenizer`), and installing them
@@ -27,6 +31,7 @@ from model_build.recipe_text import ATTENTION_MASK, TOKENIZER_JSON
 from serving.model_config import (
     TEXT_INPUT,
     render_ensemble_config,
+    render_onnx_cpu_config,
     render_onnx_cpu_ragged_config,
     render_python_model_config,
     tensor_specs_from_onnx,
@@ -122,6 +127,38 @@ def install_text_tokenizer(model: ModelSpec, serving: ServingSpec, record: dict[
         "pad_id": str(encoder_record["pad_token_id"]),
     }
     write_model_config(version_dir.parent, render_python_model_config(model, serving, inputs, outputs, parameters))
+    return [model.name]
+
+
+def build_text_pipeline(model: ModelSpec, workdir: Path) -> dict[str, Any]:
+    """Nothing to build: the served encoder graph and its tokenizer.json, installed together."""
+    _only_options(model, {"encoder"})
+    return {"files": [], "encoder": _option(model, "encoder")}
+
+
+def install_text_pipeline(model: ModelSpec, serving: ServingSpec, record: dict[str, Any], workdir: Path, repository: Path) -> list[str]:
+    """TEXT [1] -> the encoder's outputs in one onnxruntime_cpu model: the encoder's served graph and
+    tokenizer.json copied into <repo>/<model>/1/, bucketing on, max_batch_size at most the encoder's."""
+    encoder_record, encoder_onnx = _encoder_build(model, serving, workdir, repository)
+    version_dir = Path(repository) / model.name / "1"
+    install_file(encoder_onnx, version_dir / "model.onnx")
+    install_file(Path(workdir).parent / encoder_record["model"] / TOKENIZER_JSON, version_dir / TOKENIZER_JSON)
+    _, outputs = tensor_specs_from_onnx(encoder_onnx)
+    encoder_size = installed_max_batch_size(Path(repository) / encoder_record["model"])
+    served = replace(model, max_batch_size=min(model.max_batch_size, encoder_size))
+    if served.max_batch_size < model.max_batch_size:
+        print(f"[build] {model.name}: max_batch_size {served.max_batch_size} (cap {model.max_batch_size}; "
+              f"the encoder's measured size is {encoder_size})")
+    max_length = int(encoder_record["max_length"])
+    parameters = {
+        "tokenizer_file": TOKENIZER_JSON,
+        "max_length": str(max_length),
+        "pad_value": str(encoder_record["pad_token_id"]),
+        BUCKETS_PARAMETER: format_bucket_boundaries(default_bucket_boundaries(max_length)),
+        LENGTH_INPUT_PARAMETER: ATTENTION_MASK,
+    }
+    write_model_config(version_dir.parent, render_onnx_cpu_config(served, serving, (TEXT_INPUT,), outputs,
+                                                                 extra_parameters=parameters))
     return [model.name]
 
 

@@ -7,18 +7,23 @@ from model_build.recipe_digits import build_digit_cnn, install_onnx_model
 from model_build.recipe_text import build_text_encoder
 from model_build.recipe_text_serving import (
     build_text_ensemble,
+    build_text_pipeline,
     build_text_tokenizer,
     install_text_encoder,
     install_text_ensemble,
+    install_text_pipeline,
     install_text_tokenizer,
 )
 
 RECIPES: dict[str, Recipe] = {
     "digit_cnn": Recipe(name="digit_cnn", build=build_digit_cnn, install=install_onnx_model),
-    # The sentence embedder, served as an ensemble: encoder (ONNX), tokenizer (Python), ensemble.
+    # The sentence embedder: encoder (ONNX, token ids in), tokenizer (Python), and TEXT -> embedding
+    # as an ensemble or as one fused model.
     "minilm_encoder": Recipe(name="minilm_encoder", build=build_text_encoder, install=install_text_encoder),
     "text_tokenizer": Recipe(name="text_tokenizer", build=build_text_tokenizer, install=install_text_tokenizer),
     "text_ensemble": Recipe(name="text_ensemble", build=build_text_ensemble, install=install_text_ensemble),
+    # TEXT -> embedding in one onnxruntime_cpu model (tokenizer front-end + encoder): what is served.
+    "text_pipeline": Recipe(name="text_pipeline", build=build_text_pipeline, install=install_text_pipeline),
 }
 
 

@@ -16,7 +16,7 @@ from typing import Any
 from serving.launcher import partition_server_settings, with_server_overrides
 from serving.partition_plan import PartitionPlan, PlannedPartition, plan_partitions
 from serving.security import ADMIN_KEY_ENV, AdminKey
-from serving.spec import ServingSpec
+from serving.spec import CpuPlacement, ServingSpec
 from serving.supervisor import RestartPolicy
 
 #: NVIDIA's container for Triton 2.51.0 (the release this project pins: nvidia-pytriton 0.7.0's server).
@@ -53,9 +53,10 @@ class DeployPlan:
 
 
 def plan_deployment(spec: ServingSpec, gpu: bool = False) -> DeployPlan:
+    spec.check_autoscaling_targets()
     """Partitions planned as on a host of `node_cpus` CPUs, listening on all pod addresses."""
     in_pod = with_server_overrides(spec, host="0.0.0.0", allow_non_loopback=True)
-    return DeployPlan(spec, plan_partitions(in_pod, spec.kubernetes.node_cpus, gpu), gpu)
+    return DeployPlan(spec, plan_partitions(in_pod, spec.kubernetes.node_cpus, gpu, placement=CpuPlacement.CPU_SETS), gpu)
 
 
 def resource_name(partition: str) -> str:

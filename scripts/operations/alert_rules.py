@@ -55,17 +55,22 @@ class AlertThresholds:
     restart_warning_count: int = 2
     restart_window: str = "10m"
     partition_down_for: str = "2m"
+    #: Padding efficiency (real / computed tokens, the backend's custom metrics) below this ...
+    padding_efficiency: float = 0.50
+    padding_window: str = "5m"
+    #: ... for this long: the batches of a text model are mostly padding.
+    padding_for: str = "10m"
 
     def __post_init__(self) -> None:
         if not 0 < self.p99_sla_ms <= 600_000:
             raise MonitorConfigError(f"p99_sla_ms = {self.p99_sla_ms!r}: expected milliseconds in (0, 600000].")
-        for name in ("sla_warning_fraction", "low_utilisation", "memory_fraction", "error_rate"):
+        for name in ("sla_warning_fraction", "low_utilisation", "memory_fraction", "error_rate", "padding_efficiency"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1:
                 raise MonitorConfigError(f"{name} = {value!r}: expected a fraction strictly between 0 and 1.")
         for name in ("latency_for", "low_utilisation_for", "memory_for", "error_rate_window",
                      "error_rate_for", "queue_growth_window", "queue_growth_for", "target_down_for",
-                     "restart_window", "partition_down_for"):
+                     "restart_window", "partition_down_for", "padding_window", "padding_for"):
             value = getattr(self, name)
             if not isinstance(value, str) or not _DURATION.match(value):
                 raise MonitorConfigError(f"{name} = {value!r}: expected a Prometheus duration such as '30s', '5m' or '1h'.")
@@ -133,10 +138,23 @@ def render_alert_rules(t: AlertThresholds, supervisor: bool = True) -> dict[str,
               "Triton metrics endpoint down",
               "{{ $labels.instance }} (partition {{ $labels.partition }}) does not answer scrapes: the server is down or hung."),
     ]
-    groups = [{"name": "triton-field-report", "rules": rules}]
+    groups = [{"name": "triton-field-report", "rules": rules}, {"name": "serving-batching", "rules": batching_rules(t)}]
     if supervisor:
         groups.append({"name": "serving-supervisor", "rules": supervisor_rules(t)})
     return {"groups": groups}
+
+
+def batching_rules(t: AlertThresholds) -> list[dict[str, Any]]:
+    """Alerts on the onnxruntime_cpu backend's own batch metrics (serving/backend_metrics.py)."""
+    real = f"sum by ({MODEL_LABELS}) (rate(serving_batch_real_tokens_total[{t.padding_window}]))"
+    computed = f"sum by ({MODEL_LABELS}) (rate(serving_batch_computed_tokens_total[{t.padding_window}]))"
+    return [
+        _rule("ServingPaddingEfficiencyLow", f"{real} / {computed} < {t.padding_efficiency}", t.padding_for, "warning",
+              "batching", f"Padding efficiency below {t.padding_efficiency:.0%} for {t.padding_for}",
+              "{{ $labels.model }} on {{ $labels.instance }}: only {{ $value | humanizePercentage }} of the tokens it "
+              "computes are real; the rest is padding. Check the sequence-length buckets "
+              "(serving_batch_bucket_calls_total) against the traffic's lengths (`make padding-report`)."),
+    ]
 
 
 def supervisor_rules(t: AlertThresholds) -> list[dict[str, Any]]:

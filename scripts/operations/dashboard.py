@@ -60,6 +60,22 @@ PANELS: tuple[tuple[str, str, list[tuple[str, str]]], ...] = (
      [("nv_cpu_memory_used_bytes / nv_cpu_memory_total_bytes", "host {{partition}}"),
       ("nv_gpu_memory_used_bytes / nv_gpu_memory_total_bytes", "GPU {{gpu_uuid}}")]),
     ("Scrape health (1 = up)", "short", [('up{job="triton"}', "{{partition}} {{instance}}")]),
+    # The onnxruntime_cpu backend's own batch metrics (serving/backend_metrics.py): batch fill and
+    # scheduling overhead, as the field reports ask.
+    ("Executed batch size: requests and rows per execution (backend histograms)", "short",
+     [(f"histogram_quantile(0.5, sum by (partition, model, le) (rate(serving_batch_requests_bucket{_M}{_RATE})))", "{{model}} p50 requests"),
+      (f"histogram_quantile(0.99, sum by (partition, model, le) (rate(serving_batch_requests_bucket{_M}{_RATE})))", "{{model}} p99 requests"),
+      (_ratio("serving_batch_rows_sum", "serving_batch_rows_count"), "{{model}} mean rows")]),
+    ("Padding efficiency: real / computed tokens (alert below 50% for 10m)", "percentunit",
+     [(_ratio("serving_batch_real_tokens_total", "serving_batch_computed_tokens_total"), "{{model}}")]),
+    ("Framework calls per sequence-length bucket", "ops",
+     [(f"sum by (partition, model, bucket) (rate(serving_batch_bucket_calls_total{_M}{_RATE}))", "{{model}} <= {{bucket}} tokens")]),
+    ("Time outside the framework call per execution (overhead share)", "percentunit",
+     [(f"{_per_model_rate('serving_batch_overhead_seconds_sum')} / ({_per_model_rate('serving_batch_overhead_seconds_sum')}"
+       f" + {_per_model_rate('serving_batch_framework_seconds_sum')})", "{{model}} overhead share"),
+      (_ratio("serving_batch_overhead_seconds_sum", "serving_batch_overhead_seconds_count"), "{{model}} mean overhead s")]),
+    ("Requests refused by the backend (input contract, isolated framework failures)", "reqps",
+     [(f"sum by (partition, model, reason) (rate(serving_rejected_requests_total{_M}{_RATE}))", "{{model}} {{reason}}")]),
 )
 
 

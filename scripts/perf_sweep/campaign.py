@@ -27,6 +27,7 @@ from perf_sweep.knee import KneeResult, LoadPoint, find_knee
 from perf_sweep.plan import Endpoint, LoadMode, Measurement, SweepSpec, concurrency_levels, request_rate_levels
 from perf_sweep.results import PerfRecord
 from perf_sweep.runner import RunFolder, run_sweep
+from perf_sweep.text_limit import is_fused_text_model
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
@@ -247,9 +248,12 @@ def _isolation(spec, endpoints, prepared_by_model, results, opts, folder, progre
 
 
 def plan_text_limit(endpoint: Endpoint, config: Mapping[str, Any], served: Sequence[Endpoint], opts: CampaignOptions):
-    """(pipeline, where the encoder is served) for a tokenizer -> encoder ensemble, from the served configs."""
-    from perf_sweep.text_limit import plan_text_pipeline
+    """(pipeline, where the encoder is served) for a fused text model or a tokenizer -> encoder
+    ensemble, from the served configs."""
+    from perf_sweep.text_limit import plan_fused_text_pipeline, plan_text_pipeline
 
+    if is_fused_text_model(config):
+        return plan_fused_text_pipeline(config, opts.config.parent), endpoint
     steps = {s["model_name"]: fetch_model_config(endpoint.http_url, s["model_name"])
              for s in config["ensemble_scheduling"]["step"]}
     pipeline = plan_text_pipeline(config, steps, opts.config.parent)
@@ -326,8 +330,10 @@ def run_campaign(opts: CampaignOptions, progress: Progress = print) -> Path:
         variants = {m.name: m.variant.value for m in spec.models}
         variant = variants.get(endpoint.model, "served")
         text_limit = None  # (pipeline, encoder endpoint): measured before and after the sweeps (the host drifts)
-        if prepared.kind == "text" and opts.text_limit and not configs[endpoint.model].get("ensemble_scheduling"):
-            results["skipped"].append(f"in-process limit of {endpoint.model}: not a tokenizer -> encoder ensemble.")
+        if prepared.kind == "text" and opts.text_limit and not (configs[endpoint.model].get("ensemble_scheduling")
+                                                                 or is_fused_text_model(configs[endpoint.model])):
+            results["skipped"].append(f"in-process limit of {endpoint.model}: neither a fused text model nor a "
+                                      "tokenizer -> encoder ensemble.")
         elif prepared.kind == "text" and opts.text_limit:
             try:
                 text_limit = plan_text_limit(endpoint, configs[endpoint.model], served, opts)

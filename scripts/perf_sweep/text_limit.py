@@ -1,6 +1,8 @@
 """The text embedder's in-process limit: tokenize + encode, end to end, exactly as served.
 
-The served `text_embedder` is a Triton ensemble: the Python `text_tokenizer` (tokenizers'
+The served `text_embedder` tokenizes and encodes in one `onnxruntime_cpu` execution (the backend's
+text front-end; `plan_fused_text_pipeline`). The ensemble form (`plan_text_pipeline`) is the
+Python `text_tokenizer` (tokenizers'
 `encode_batch`, truncation at `max_length`) feeds the ONNX `text_encoder`, whose `onnxruntime_cpu`
 backend right-pads the batch's rows with `pad_value` and, when `sequence_buckets` is set, runs one
 ONNX Runtime call per length bucket (serving.sequence_buckets). perf_analyzer sends one text per
@@ -186,6 +188,40 @@ def plan_text_pipeline(ensemble: Mapping[str, Any], steps: Mapping[str, Mapping[
         length_input=enc_params.get(LENGTH_INPUT_PARAMETER, "") if buckets else "",
         max_batch_size=int(enc_cfg.get("max_batch_size") or 1),
         configured_threads=_int_parameter(enc_name, enc_params, "intra_op_num_threads", 0))
+
+
+def plan_fused_text_pipeline(config: Mapping[str, Any], repository: Path) -> TextPipeline:
+    """The pipeline of a served text model that tokenizes and encodes in one execution (the
+    `onnxruntime_cpu` backend with a `tokenizer_file`: the fused `text_embedder`)."""
+    import onnx
+
+    from serving.errors import ServingError
+    from serving.sequence_buckets import BUCKETS_PARAMETER, LENGTH_INPUT_PARAMETER, parse_bucket_boundaries
+
+    name = config.get("name", "model")
+    params = _parameters(config)
+    if not is_fused_text_model(config):
+        raise SweepPlanError(f"{name}: not an onnxruntime_cpu model with a `tokenizer_file` parameter.")
+    version_dir = served_version_dir(repository, name)
+    onnx_path = _model_file(version_dir, params.get("onnx_file") or "model.onnx", name, "onnx_file")
+    graph_inputs = [i.name for i in onnx.load(str(onnx_path), load_external_data=False).graph.input]
+    try:
+        buckets = parse_bucket_boundaries(params.get(BUCKETS_PARAMETER, ""))
+    except ServingError as exc:
+        raise SweepPlanError(f"{name}: {exc}") from None
+    return TextPipeline(
+        tokenizer_model=name, encoder_model=name,
+        tokenizer_file=_model_file(version_dir, params["tokenizer_file"], name, "tokenizer_file"),
+        max_length=_int_parameter(name, params, "max_length"), encoder_onnx=onnx_path,
+        feeds=tuple((n, n) for n in graph_inputs), pad_value=_int_parameter(name, params, "pad_value", 0), buckets=buckets,
+        length_input=params.get(LENGTH_INPUT_PARAMETER, "") if buckets else "",
+        max_batch_size=int(config.get("max_batch_size") or 1),
+        configured_threads=_int_parameter(name, params, "intra_op_num_threads", 0))
+
+
+def is_fused_text_model(config: Mapping[str, Any]) -> bool:
+    """An onnxruntime_cpu model with the backend's text front-end (TEXT in, tokenized inside)."""
+    return config.get("backend") == "onnxruntime_cpu" and bool(_parameters(config).get("tokenizer_file"))
 
 
 def cycle_batches(count: int, batch_size: int) -> list[np.ndarray]:

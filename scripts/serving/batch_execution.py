@@ -16,7 +16,8 @@ computed tokens (padding efficiency), framework calls and time, for the backend'
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence, TypeVar
 
 import numpy as np
@@ -86,6 +87,8 @@ class BatchStats:
     framework_calls: int
     framework_s: float
     failed_requests: int
+    #: framework calls by padded width (tokens; 0 for models without a sequence axis)
+    calls_by_width: Mapping[int, int] = field(default_factory=dict)
 
     @property
     def padding_efficiency(self) -> float:
@@ -99,6 +102,7 @@ class _Meter:
     def __init__(self, run: RunFeeds, length_input: str | None):
         self.run, self.length_input = run, length_input
         self.calls, self.seconds, self.real, self.computed = 0, 0.0, 0, 0
+        self.widths: Counter = Counter()
 
     def __call__(self, feeds: dict[str, np.ndarray]) -> Sequence[np.ndarray]:
         start = time.perf_counter()
@@ -111,6 +115,9 @@ class _Meter:
                 mask = feeds[self.length_input]
                 self.computed += int(mask.shape[0] * mask.shape[1])
                 self.real += int(real_lengths(mask).sum())
+                self.widths[int(mask.shape[1])] += 1
+            else:
+                self.widths[0] += 1
 
 
 def execute_batch(run: RunFeeds, layout: BatchLayout, requests: Sequence[Mapping[str, np.ndarray]]
@@ -134,5 +141,6 @@ def execute_batch(run: RunFeeds, layout: BatchLayout, requests: Sequence[Mapping
     by_index = run_isolating_failures(run_group, range(len(requests)))
     answers = [by_index[i] for i in range(len(requests))]
     failed = sum(isinstance(a, Exception) for a in answers)
-    stats = BatchStats(len(requests), sum(sizes), meter.real, meter.computed, meter.calls, meter.seconds, failed)
+    stats = BatchStats(len(requests), sum(sizes), meter.real, meter.computed, meter.calls, meter.seconds, failed,
+                       dict(meter.widths))
     return answers, stats

@@ -17,7 +17,7 @@ from serving.errors import ServingError
 from serving.launcher import RunLayout, with_server_overrides
 from serving.model_readiness import check_models_loaded
 from serving.manifest import PROJECT_ROOT, RUN_DIR
-from serving.partition_plan import plan_for_this_host
+from serving.partition_plan import Mechanism, plan_for_this_host
 from serving.server import http_ready, pid_alive, stop_pid
 from serving.security import RESTRICTED_APIS, check_bind_host, create_admin_key_file, load_admin_key
 from serving.spec import load_serving_spec
@@ -56,7 +56,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
           + (f"the key from {admin_key.source}" if admin_key else
              "a one-off key (no TRITON_ADMIN_KEY, no key file): create one with `make admin-key`"))
     if not gpu.present:
-        print(f"[serve] {gpu.detail}: partitions are pinned CPU sets; CUDA MPS is not started")
+        how = ("CPU shares: every partition may use every core, its compute_share is its weight when they compete"
+               if plan.mechanism is Mechanism.CPU_SHARES else "partitions are pinned CPU sets")
+        print(f"[serve] {gpu.detail}: {how}; CUDA MPS is not started")
     else:
         print(f"[serve] {gpu.detail}: starting the CUDA MPS control daemon (pipe and logs under {_short(layout.mps_pipe.parent)})")
     extra = (["--cpu-sets"] if args.cpu_sets else []) + list(args.supervise_arg)
@@ -66,7 +68,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     print(f"[serve] supervisor log: {_short(layout.supervisor_log)}; waiting for {len(plan.partitions)} partition(s)")
     manifest = start_supervisor(Path(args.config).resolve(), repository, layout, timeout_s=args.timeout, extra_args=extra)
     for name, part in manifest["partitions"].items():
-        share = f"cpus {part['cpus']}" if manifest["mechanism"] == "cpu_sets" else f"MPS {part.get('mps', {})}"
+        share = {"cpu_sets": f"cpus {part['cpus']}", "cpu_shares": f"cpus {part['cpus']} weight {part['compute_share']}%"}.get(
+            manifest["mechanism"], f"MPS {part.get('mps', {})}")
         print(f"[serve] {name}: ready pid {part['pid']} HTTP {part['http']} gRPC {part['grpc']} metrics {part['metrics']} "
               f"{share} threads {part['intra_op_threads']} memory {part['memory_mb']} MiB models {part['models']}")
     for name, part in (read_supervisor_state(layout) or {}).get("partitions", {}).items():

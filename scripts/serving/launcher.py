@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping
 
+from serving.cpu_shares import CpuWeight, detect_weight_method, plan_cpu_weights
 from serving.errors import ServerStartError
 from serving.partition_plan import Mechanism, PartitionPlan, PlannedPartition
 from serving.security import AdminKey, launcher_admin_key, restricted_api_flags
@@ -102,18 +103,29 @@ def mps_environment(layout: RunLayout) -> dict[str, str]:
 
 
 def partition_server_process(installation: TritonInstallation, plan: PartitionPlan, partition: PlannedPartition,
-                             repository: Path, layout: RunLayout) -> TritonServerProcess:
-    """A (not yet started) tritonserver for one partition, with the plan's mechanism applied."""
+                             repository: Path, layout: RunLayout, cpu_weight: CpuWeight | None = None) -> TritonServerProcess:
+    """A (not yet started) tritonserver for one partition, with the plan's mechanism applied:
+    pinned to its cores (CPU sets, or every core with CPU shares, plus its `cpu_weight`), or
+    the MPS environment on a GPU."""
     env = partition.environment()
     pin = None
-    if plan.mechanism is Mechanism.CPU_SETS:
+    if plan.mechanism in (Mechanism.CPU_SETS, Mechanism.CPU_SHARES):
         pin = partition.cpus
     else:
         env.update(mps_environment(layout))
     settings = partition_server_settings(partition, repository, layout.backends,
                                          gpu_metrics=plan.mechanism is Mechanism.CUDA_MPS)
     return TritonServerProcess(installation, settings, layout.partition_log(partition.name), extra_env=env,
-                               preexec_cpus=pin)
+                               preexec_cpus=pin, cpu_weight=cpu_weight if plan.mechanism is Mechanism.CPU_SHARES else None)
+
+
+def plan_cpu_weights_for_this_host(plan: PartitionPlan, run_id: str) -> tuple[dict[str, CpuWeight], str]:
+    """Each partition's CPU weight under a CPU-shares plan ({} otherwise), and how it is enforced."""
+    if plan.mechanism is not Mechanism.CPU_SHARES:
+        return {}, ""
+    method, root, why = detect_weight_method(run_id)
+    weights = plan_cpu_weights({p.name: p.compute_share for p in plan.partitions}, method, root)
+    return weights, f"{method.value} ({why})"
 
 
 def start_mps_daemon(layout: RunLayout, timeout_s: float = 10.0) -> None:

@@ -3,9 +3,12 @@
 Each `[partitions.<name>]` in serving.toml becomes one tritonserver process with a compute share,
 a memory cap and its own ports. What a share *means* depends on the host (the mechanism):
 
-- CPU sets (no NVIDIA GPU): the share becomes a set of whole cores the process is pinned to, and
-  ONNX Runtime's intra-op thread count is the size of that set (one source of truth: no thread
-  count is typed anywhere else).
+- CPU shares (no NVIDIA GPU; `[placement] cpu = "shares"`, the default): every partition may use
+  every core and the share is its weight when partitions compete (serving.cpu_shares); ONNX
+  Runtime's thread budget is the host's core count, split between a model's instances by the
+  backend (one source of truth: no thread count is typed anywhere else).
+- CPU sets (`[placement] cpu = "cpu_sets"`): the share becomes a set of whole cores the process is
+  pinned to, and the thread budget is the size of that set.
 - CUDA MPS (NVIDIA GPU): the share becomes CUDA_MPS_ACTIVE_THREAD_PERCENTAGE and the memory cap
   CUDA_MPS_PINNED_DEVICE_MEM_LIMIT; the CPU set is still derived (host threads) but not pinned.
 
@@ -22,7 +25,7 @@ from enum import Enum
 from typing import Any, Sequence
 
 from serving.errors import ConfigError
-from serving.spec import ServingSpec
+from serving.spec import CpuPlacement, ServingSpec
 
 #: Environment variable that carries a partition's ONNX Runtime intra-op thread count to the
 #: `onnxruntime_cpu` backend (used when a model's config leaves intra_op_num_threads at 0).
@@ -34,6 +37,7 @@ PARTITION_ENV = "SERVING_PARTITION"
 class Mechanism(str, Enum):
     """How a partition's compute share is enforced."""
 
+    CPU_SHARES = "cpu_shares"
     CPU_SETS = "cpu_sets"
     CUDA_MPS = "cuda_mps"
 
@@ -94,7 +98,8 @@ class PlannedPartition:
 
     @property
     def intra_op_threads(self) -> int:
-        """ONNX Runtime intra-op threads: one per core of the partition's CPU set."""
+        """The partition's ONNX Runtime thread budget: one per core it may run on (the backend
+        splits it between a model's instances)."""
         return len(self.cpus)
 
     @property
@@ -168,12 +173,15 @@ class PartitionPlan:
 
 def plan_partitions(
     spec: ServingSpec, cpu_count: int, gpu_present: bool, available_cpus: Sequence[int] | None = None,
+    placement: CpuPlacement | None = None,
 ) -> PartitionPlan:
     """Derive every partition's CPU set, thread count, ports and (on a GPU) MPS settings.
 
-    Cores are handed out in declaration order, contiguously, `cores_for_share` each; a plan that
-    needs more cores than the host has is rejected (partitions never share a core on CPU).
-    `available_cpus` are the core ids this process may use (default 0..cpu_count-1).
+    With CPU shares every partition's set is every core. With CPU sets (and for the host threads
+    of an MPS plan) cores are handed out in declaration order, contiguously, `cores_for_share`
+    each; a CPU-sets plan that needs more cores than the host has is rejected (partitions never
+    share a core). `available_cpus` are the core ids this process may use (default
+    0..cpu_count-1); `placement` overrides `[placement] cpu` (Kubernetes pods get their own CPUs).
     """
     if isinstance(cpu_count, bool) or not isinstance(cpu_count, int) or cpu_count < 1:
         raise ConfigError(f"cpu_count = {cpu_count!r}: allowed a positive integer.")
@@ -181,20 +189,26 @@ def plan_partitions(
     if len(cpu_ids) != cpu_count:
         raise ConfigError(f"available_cpus {cpu_ids} does not have cpu_count = {cpu_count} entries.")
     declared = spec.effective_partitions
+    placement = spec.placement.cpu if placement is None else placement
+    shared = not gpu_present and placement is CpuPlacement.SHARES
     counts = [cores_for_share(p.compute_share, cpu_count) for p in declared]
-    if sum(counts) > cpu_count:
+    if not shared and sum(counts) > cpu_count:
         wanted = {p.name: f"{p.compute_share}% -> {n} core(s)" for p, n in zip(declared, counts)}
         raise ConfigError(
             f"`partitions.*.compute_share` needs {sum(counts)} cores ({wanted}) but this host has {cpu_count}: "
-            f"allowed at most {cpu_count} partitions of at least one core each; lower the shares or merge partitions."
+            f"allowed at most {cpu_count} partitions of at least one core each with `placement.cpu = \"cpu_sets\"`; "
+            f"lower the shares, merge partitions or use `placement.cpu = \"shares\"`."
         )
-    mechanism = Mechanism.CUDA_MPS if gpu_present else Mechanism.CPU_SETS
+    mechanism = Mechanism.CUDA_MPS if gpu_present else (Mechanism.CPU_SHARES if shared else Mechanism.CPU_SETS)
     server = spec.server
     planned = []
     next_cpu = 0
     for index, part in enumerate(declared):
-        cpus = tuple(cpu_ids[next_cpu:next_cpu + counts[index]])
-        next_cpu += counts[index]
+        if shared:
+            cpus = tuple(cpu_ids)
+        else:
+            cpus = tuple(cpu_ids[next_cpu:next_cpu + counts[index]])
+            next_cpu += counts[index]
         offset = index * server.partition_port_stride
         ports = {
             "http_port": part.http_port or server.http_port + offset,

@@ -17,7 +17,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from serving.errors import ServerStartError
 
@@ -217,16 +217,23 @@ def log_tail(path: Path, lines: int = 40) -> str:
         return "(no log written)"
 
 
+if TYPE_CHECKING:
+    from serving.cpu_shares import CpuWeight
+
+
 class TritonServerProcess:
     """One running tritonserver. Start, wait for readiness, stop; the log goes to a file."""
 
     def __init__(self, installation: TritonInstallation, settings: ServerSettings, log_path: Path,
-                 extra_env: Mapping[str, str] | None = None, preexec_cpus: Sequence[int] | None = None):
+                 extra_env: Mapping[str, str] | None = None, preexec_cpus: Sequence[int] | None = None,
+                 cpu_weight: "CpuWeight | None" = None):
         self.installation = installation
         self.settings = settings
         self.log_path = Path(log_path)
         self.extra_env = dict(extra_env or {})
         self.cpus = tuple(preexec_cpus) if preexec_cpus else None
+        #: serving.cpu_shares: the cgroup to join or the niceness, applied before exec
+        self.cpu_weight = cpu_weight
         self.process: subprocess.Popen | None = None
 
     @property
@@ -244,12 +251,16 @@ class TritonServerProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         env = server_environment(self.installation)
         env.update(self.extra_env)
-        cpus = self.cpus
+        cpus, weight = self.cpus, self.cpu_weight
 
         def prepare_child() -> None:  # runs in the child between fork and exec
             raise_stack_limit(SERVER_STACK_LIMIT_BYTES)
             if cpus:
                 os.sched_setaffinity(0, cpus)
+            if weight is not None:  # the server and every stub it forks inherit cgroup and niceness
+                from serving.cpu_shares import apply_in_child
+
+                apply_in_child(weight)
 
         log = open(self.log_path, "ab")
         self.process = subprocess.Popen(

@@ -168,6 +168,32 @@ class ServerEndpoints:
         return f"http://{self.host}:{self.supervisor_metrics_port}/metrics"
 
 
+class CpuPlacement(str, Enum):
+    """How partitions share the CPU cores (docs/partitions.md).
+
+    SHARES: every partition may use every core; `compute_share` is its weight when partitions
+    compete (cgroup cpu weight, or niceness where cgroups are not writable). CPU_SETS: each
+    partition is pinned to its own whole cores (hard isolation, idle cores stay idle)."""
+
+    SHARES = "shares"
+    CPU_SETS = "cpu_sets"
+
+
+@dataclass(frozen=True)
+class Placement:
+    """`[placement]`: how partitions are laid out on the host."""
+
+    cpu: CpuPlacement = CpuPlacement.SHARES
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.cpu, CpuPlacement):
+            try:
+                object.__setattr__(self, "cpu", CpuPlacement(self.cpu))
+            except ValueError:
+                allowed = ", ".join(repr(v.value) for v in CpuPlacement)
+                raise ConfigError(f"`placement.cpu` = {self.cpu!r} is not a CPU placement: allowed {allowed}.") from None
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     """One served model: what builds it, which variant is served, how it is batched."""
@@ -252,6 +278,7 @@ class ServingSpec:
     server: ServerEndpoints = ServerEndpoints()
     #: Declared partitions; empty means one implicit `default` partition with every model.
     partitions: tuple[PartitionSpec, ...] = ()
+    placement: Placement = Placement()
     #: The cluster `k8s_deploy` renders manifests for (`[kubernetes]`); `make serve` ignores it.
     kubernetes: KubernetesSettings = KubernetesSettings()
 
@@ -274,11 +301,12 @@ class ServingSpec:
             )
         for model in self.models:
             self.check_lowest_priority_progress(model)
-        self._check_autoscaling_targets()
 
-    def _check_autoscaling_targets(self) -> None:
-        """A queue-time target at or below the batching window would scale out an idle-ish partition:
-        a lightly loaded server already holds each request up to `max_queue_delay_microseconds`."""
+    def check_autoscaling_targets(self) -> None:
+        """For a cluster deployment (deploy/, `make k8s-validate`): a queue-time target at or below
+        the batching window would scale out an idle-ish partition, since a lightly loaded server
+        already holds each request up to `max_queue_delay_microseconds`. Not checked when the spec
+        is loaded: a local run (a test holding a window open) never autoscales."""
         for part in self.effective_partitions:
             windows = {m.name: m.max_queue_delay_microseconds if m.max_queue_delay_microseconds is not None
                        else self.batching.max_queue_delay_microseconds for m in self.models_in_partition(part.name)}
@@ -383,7 +411,7 @@ def _only_keys(table_name: str, table: Mapping[str, Any], allowed: set[str]) -> 
 
 def serving_spec_from_dict(data: Mapping[str, Any]) -> ServingSpec:
     """Build a validated `ServingSpec` from the parsed TOML document."""
-    _only_keys("<top level>", data, {"models", "priorities", "batching", "server", "partitions", "kubernetes"})
+    _only_keys("<top level>", data, {"models", "priorities", "batching", "server", "partitions", "placement", "kubernetes"})
     models = []
     for name, table in data.get("models", {}).items():
         _only_keys(f"models.{name}", table, _MODEL_KEYS)
@@ -416,9 +444,16 @@ def serving_spec_from_dict(data: Mapping[str, Any]) -> ServingSpec:
             server=ServerEndpoints(**server_table),
             partitions=tuple(partitions),
             kubernetes=kubernetes_from_table(data.get("kubernetes", {})),
+            placement=Placement(**_placement_table(data)),
         )
     except TypeError as exc:  # a required key is missing
         raise ConfigError(f"incomplete serving configuration: {exc}") from None
+
+
+def _placement_table(data: Mapping[str, Any]) -> dict[str, Any]:
+    table = data.get("placement", {})
+    _only_keys("placement", table, {"cpu"})
+    return dict(table)
 
 
 def load_serving_spec(path: str | Path) -> ServingSpec:

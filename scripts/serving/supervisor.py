@@ -47,8 +47,10 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from serving.errors import ConfigError
+from serving.cpu_shares import CpuWeight, create_cpu_groups, remove_cpu_groups
 from serving.launcher import (
-    RunLayout, build_manifest, partition_server_process, start_mps_daemon, stop_mps_daemon, with_server_overrides,
+    RunLayout, build_manifest, partition_server_process, plan_cpu_weights_for_this_host, start_mps_daemon,
+    stop_mps_daemon, with_server_overrides,
 )
 from serving.liveness import LivenessHistory, probe_live, worst_case_detection_s
 from serving.manifest import write_manifest
@@ -210,6 +212,8 @@ class Supervisor:
         #: The supervisor's own metrics endpoint (serving.supervisor_metrics), started by `run`.
         self.metrics_address = metrics_address
         self.metrics: SupervisorMetricsServer | None = None
+        #: CPU shares plans: each partition's cgroup or niceness (serving.cpu_shares), set up by `run`.
+        self.cpu_weights: dict[str, CpuWeight] = {}
         self.installation = find_tritonserver()
         self.parts = {p.name: SupervisedPartition(p, stubs=PartitionStubWatch(
             p.name, policy.liveness_interval_s, policy.stub_reload_timeout_s, policy.max_restarts, policy.window_s))
@@ -242,7 +246,8 @@ class Supervisor:
 
     # --- processes ---------------------------------------------------------------------------
     def _launch(self, sp: SupervisedPartition, now: float) -> None:
-        sp.process = partition_server_process(self.installation, self.plan, sp.partition, self.repository, self.layout).start()
+        sp.process = partition_server_process(self.installation, self.plan, sp.partition, self.repository, self.layout,
+                                              self.cpu_weights.get(sp.partition.name)).start()
         sp.state, sp.deadline = PartitionState.STARTING, now + self.policy.ready_timeout_s
         log.info("partition %s: started tritonserver pid %d (cpus %s, ports %d/%d/%d)", sp.partition.name, sp.process.pid,
                  list(sp.partition.cpus), sp.partition.http_port, sp.partition.grpc_port, sp.partition.metrics_port)
@@ -400,6 +405,10 @@ class Supervisor:
                 self.mps_started = True
                 log.info("CUDA MPS control daemon started (pipe %s)", self.layout.mps_pipe)
             prepare_backend_dir(self.installation, self.layout.backends)
+            self.cpu_weights, how = plan_cpu_weights_for_this_host(self.plan, f"{os.getpid()}")
+            if self.cpu_weights:
+                create_cpu_groups(self.cpu_weights)
+                log.info("CPU shares via %s: %s", how, "; ".join(f"{n} {w.share}% -> {w.describe()}" for n, w in self.cpu_weights.items()))
             if self.metrics_address:
                 self.metrics = SupervisorMetricsServer(*self.metrics_address, lambda: render_supervisor_metrics(self.state_dict())).start()
                 log.info("supervisor metrics on %s", self.metrics.url)
@@ -420,6 +429,8 @@ class Supervisor:
             if self.metrics:
                 self.metrics.stop()
             self.stop_all()
+            for problem in remove_cpu_groups(self.cpu_weights):
+                log.warning("could not remove CPU group %s", problem)
             if self.mps_started:
                 stop_mps_daemon(self.layout)
                 log.info("CUDA MPS control daemon stopped")

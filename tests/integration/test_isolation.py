@@ -164,7 +164,7 @@ def doubling_model_server(tmp_path_factory):
     repository = workdir / "repository"
     save(masked_embedding_model(ids_through_mul=True), repository / "doubling" / "1" / "model.onnx")
     spec = serving_spec_from_dict({"models": {"doubling": {"recipe": "tiny", "max_batch_size": 32, "instance_count": 1,
-                                                           "max_queue_delay_microseconds": 20000}}, "priorities": {}})
+                                                           "max_queue_delay_microseconds": 10000}}, "priorities": {}})
     inputs = (TensorSpec("input_ids", "TYPE_INT64", (-1,)), TensorSpec("attention_mask", "TYPE_INT64", (-1,)))
     write_model_config(repository / "doubling", render_onnx_cpu_ragged_config(
         spec.model("doubling"), spec, inputs, (TensorSpec("embedding", "TYPE_FP32", (WIDTH,)),)))

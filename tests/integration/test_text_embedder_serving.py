@@ -1,4 +1,5 @@
-"""The text ensemble (tokenizer -> encoder) served by a real tritonserver, over HTTP and gRPC.
+"""The text embedder (TEXT -> embedding: the onnxruntime_cpu backend's text front-end and the
+encoder in one model) served by a real tritonserver, over HTTP and gRPC.
 
 Reference: the same texts through the same tokenizer.json and ONNX file in ONNX Runtime,
 in-process. Tolerance: max abs diff <= 1e-5 per component (the embeddings are unit vectors; the
@@ -45,7 +46,7 @@ def heldout_texts():
     return json.loads(path.read_text())["heldout"]
 
 
-def test_ensemble_interface_is_plain_text_in_and_the_encoders_output_out(client):
+def test_interface_is_plain_text_in_and_the_encoders_output_out(client):
     interface = client.interface(MODEL)
     assert [(t.name, t.datatype, t.shape) for t in interface.inputs] == [("TEXT", "BYTES", (-1, 1))]
     assert [(t.name, t.datatype, t.shape) for t in interface.outputs] == [("embedding", "FP32", (-1, 384))]
@@ -78,21 +79,21 @@ def test_bytes_that_are_not_utf8_get_a_clear_error_and_the_server_keeps_serving(
     np.testing.assert_allclose(embed(client, ["Still serving."], model=MODEL).vectors, reference(["Still serving."]), atol=ATOL)
 
 
-def _encoder_counts(http_url: str) -> tuple[int, int]:
+def _embedder_counts(http_url: str) -> tuple[int, int]:
     import tritonclient.http as http
 
     with http.InferenceServerClient(http_url) as c:
-        stats = c.get_inference_statistics(ENCODER)["model_stats"][0]
+        stats = c.get_inference_statistics(MODEL)["model_stats"][0]
     return int(stats["inference_count"]), int(stats["execution_count"])
 
 
 def test_concurrent_texts_of_different_lengths_share_batches_and_get_their_own_answers(triton_server, reference, heldout_texts):
-    """Single-text requests of many lengths at once: ragged batching lets the encoder's dynamic
-    batcher merge them (fewer executions than requests); bucketing inside each batch must still
-    hand every request its own embedding."""
+    """Single-text requests of many lengths at once: the dynamic batcher merges them (fewer
+    executions than requests; one batching decision per request, tokenizer and encoder in one
+    execution); bucketing inside each batch must still hand every request its own embedding."""
     texts = sorted(heldout_texts, key=len)[::len(heldout_texts) // 24][:24]
     expected = reference(texts)
-    before = _encoder_counts(triton_server.http_url)
+    before = _embedder_counts(triton_server.http_url)
 
     def one(i):
         with TritonModelClient(triton_server.http_url, "http") as c:
@@ -102,12 +103,13 @@ def test_concurrent_texts_of_different_lengths_share_batches_and_get_their_own_a
         results = list(pool.map(one, range(len(texts))))
     for i, vector in results:
         np.testing.assert_allclose(vector, expected[i], atol=ATOL, rtol=0)
-    settled = settled_model_stats(triton_server.http_url, ENCODER, lambda st: int(st["inference_count"]), before[0] + len(texts))
+    settled = settled_model_stats(triton_server.http_url, MODEL, lambda st: int(st["inference_count"]), before[0] + len(texts))
     inferences, executions = int(settled["inference_count"]) - before[0], int(settled["execution_count"]) - before[1]
     assert inferences == len(texts)
-    assert executions < inferences, "the encoder ran every request alone: ragged batching is not in effect"
+    assert executions < inferences, "every request ran alone: dynamic batching is not in effect"
     log = triton_server.log_path.read_text(errors="replace")
-    assert f"model '{ENCODER}': sequence-length bucketing on, boundaries [16, 24, 32, 48, 64, 96, 128]" in log
+    assert f"model '{MODEL}': sequence-length bucketing on, boundaries [16, 24, 32, 48, 64, 96, 128]" in log
+    assert f"model '{MODEL}': text front-end feeding ['input_ids', 'attention_mask']" in log
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)

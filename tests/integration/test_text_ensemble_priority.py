@@ -1,5 +1,9 @@
 """Request priority reaches every step of the text ensemble, including the step after the Python one.
 
+The project serves TEXT -> embedding as one fused model (recipe `text_pipeline`); the ensemble
+recipe (`text_ensemble`: tokenizer -> encoder) stays available for deployments that want the
+steps separate, and this test keeps checking Triton's priority handling for it.
+
 A known Triton problem (server issue #6055, 23.05) dropped the priority of ensemble requests after
 a Python-backend step. Checked here on a real server with the project's own configs, rendered with
 a realtime (level 1) queue capped at ONE request on one step and a 1 s batching delay on it, so
@@ -41,6 +45,13 @@ def capped_spec(spec, step: str):
     return replace(spec, priorities=priorities, models=models)
 
 
+def as_ensemble(spec):
+    """The spec with `text_embedder` built by the ensemble recipe instead of the fused pipeline."""
+    models = tuple(replace(m, recipe="text_ensemble", options={"encoder": ENCODER, "tokenizer": TOKENIZER})
+                   if m.name == ENSEMBLE else m for m in spec.models)
+    return replace(spec, models=models)
+
+
 def install(repository, model_name, spec):
     from conftest import ARTIFACTS
     from model_build.recipes import recipe_for
@@ -58,6 +69,7 @@ def repository(tmp_path_factory, serving_spec):
     path = tmp_path_factory.mktemp("priority_repository")
     (path / TOKENIZER / "1").mkdir(parents=True)
     shutil.copy2(REPOSITORY / TOKENIZER / "1" / "model.py", path / TOKENIZER / "1" / "model.py")
+    serving_spec = as_ensemble(serving_spec)
     for name, spec in ((ENCODER, capped_spec(serving_spec, ENCODER)), (TOKENIZER, serving_spec), (ENSEMBLE, serving_spec)):
         install(path, name, spec)
     return path
@@ -141,7 +153,7 @@ def test_realtime_priority_reaches_the_first_step_too(server, repository, servin
     """Cap the tokenizer instead (reloaded in place): now the FIRST step rejects, before tokenizing."""
     import tritonclient.http as http
 
-    install(repository, TOKENIZER, capped_spec(serving_spec, TOKENIZER))
+    install(repository, TOKENIZER, capped_spec(as_ensemble(serving_spec), TOKENIZER))
     with http.InferenceServerClient(server.http_url) as c:
         c.load_model(TOKENIZER)
     before = tokenizer_successes(server.http_url)

@@ -47,9 +47,10 @@ def test_invalid_threshold_names_the_field(field, value):
 
 
 def test_rules_select_only_real_triton_and_supervisor_metrics():
+    from serving.backend_metrics import exposed_metric_names
     from serving.supervisor_metrics import METRIC_FAMILIES
 
-    known = triton_metric_names() | set(METRIC_FAMILIES) | {"up"}
+    known = triton_metric_names() | set(METRIC_FAMILIES) | exposed_metric_names() | {"up"}
     for name, rule in rules_by_name().items():
         assert promql_metric_names(rule["expr"]) <= known, name
 

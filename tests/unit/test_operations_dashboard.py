@@ -42,14 +42,18 @@ def test_dashboard_structure_is_valid_grafana():
 
 def test_dashboard_shows_what_operators_need():
     titles = " | ".join(p["title"].lower() for p in render_dashboard()["panels"])
-    for topic in ("p99", "throughput", "queue time", "batch size", "rejections", "queue depth", "error rate"):
+    for topic in ("p99", "throughput", "queue time", "batch size", "rejections", "queue depth", "error rate",
+                  "padding efficiency", "bucket", "outside the framework"):
         assert topic in titles, topic
 
 
 def test_dashboard_queries_name_only_real_triton_metrics():
     used = dashboard_metric_names(render_dashboard())
     assert {"nv_inference_request_summary_us", "nv_inference_count", "nv_inference_exec_count"} <= used
-    assert used - {"up"} <= triton_metric_names(), used - triton_metric_names()
+    from serving.backend_metrics import exposed_metric_names
+
+    known = triton_metric_names() | exposed_metric_names()
+    assert used - {"up"} <= known, used - known
 
 
 def test_promql_metric_names_skips_functions_labels_and_variables():

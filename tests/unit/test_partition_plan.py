@@ -8,11 +8,12 @@ from serving.partition_plan import INTRA_OP_THREADS_ENV, Mechanism, cores_for_sh
 from serving.spec import load_serving_spec, serving_spec_from_dict
 
 
-def spec_with(partitions: dict, models: dict | None = None, server: dict | None = None):
+def spec_with(partitions: dict, models: dict | None = None, server: dict | None = None, cpu: str = "cpu_sets"):
     return serving_spec_from_dict({
         "server": {"http_port": 9000, "grpc_port": 9001, "metrics_port": 9002, **(server or {})},
         "partitions": partitions,
         "models": models or {"a": {"recipe": "digit_cnn", "partition": "p"}, "b": {"recipe": "digit_cnn", "partition": "q"}},
+        "placement": {"cpu": cpu},
     })
 
 
@@ -116,5 +117,37 @@ def test_the_committed_configuration_plans_on_this_two_core_machine():
     spec = load_serving_spec(SERVING_CONFIG)
     plan = plan_partitions(spec, cpu_count=2, gpu_present=False)
     assert sorted(m for p in plan.partitions for m in p.models) == sorted(m.name for m in spec.models)
-    cpus = [c for p in plan.partitions for c in p.cpus]
-    assert len(cpus) == len(set(cpus)) <= 2
+    if plan.mechanism is Mechanism.CPU_SETS:
+        cpus = [c for p in plan.partitions for c in p.cpus]
+        assert len(cpus) == len(set(cpus)) <= 2
+    else:  # shares: every partition may use both cores (its share is its weight)
+        assert all(p.cpus == (0, 1) for p in plan.partitions)
+
+
+def test_cpu_shares_let_every_partition_use_every_core_with_the_host_as_thread_budget():
+    plan = plan_partitions(spec_with(TWO, cpu="shares"), cpu_count=2, gpu_present=False)
+    p, q = plan.partitions
+    assert plan.mechanism is Mechanism.CPU_SHARES
+    assert (p.cpus, q.cpus) == ((0, 1), (0, 1))
+    assert (p.intra_op_threads, q.intra_op_threads) == (2, 2)
+
+
+def test_cpu_shares_allow_more_partitions_than_cores():
+    parts = {n: {"compute_share": 30, "memory_mb": 128} for n in ("p", "q", "r")}
+    models = {m: {"recipe": "digit_cnn", "partition": m_part} for m, m_part in (("a", "p"), ("b", "q"), ("c", "r"))}
+    plan = plan_partitions(spec_with(parts, models, cpu="shares"), cpu_count=2, gpu_present=False)
+    assert [p.cpus for p in plan.partitions] == [(0, 1)] * 3
+
+
+def test_shares_are_the_default_placement_and_an_override_wins():
+    spec = serving_spec_from_dict({"models": {"a": {"recipe": "digit_cnn"}}})
+    assert plan_partitions(spec, 4, False).mechanism is Mechanism.CPU_SHARES
+    from serving.spec import CpuPlacement
+
+    plan = plan_partitions(spec, 4, False, placement=CpuPlacement.CPU_SETS)
+    assert plan.mechanism is Mechanism.CPU_SETS and plan.partitions[0].cpus == (0, 1, 2, 3)
+
+
+def test_an_unknown_cpu_placement_is_rejected_naming_what_is_allowed():
+    with pytest.raises(ConfigError, match=r"`placement.cpu` = 'pinned' is not a CPU placement: allowed 'shares', 'cpu_sets'"):
+        spec_with(TWO, cpu="pinned")

@@ -205,3 +205,23 @@ def test_text_limit_entry_reports_both_runs_and_keeps_the_ceiling(repository):
     assert "pinned to CPUs [0] with 1 ONNX Runtime thread(s) like partition `main`" in entry["text"]
     assert "before the sweeps: best 120 texts/s; after the sweeps: best 100 texts/s" in entry["text"]
     assert entry["runs"]["after the sweeps"][1]["throughput"] == 100.0
+
+
+def test_the_fused_text_model_is_its_own_pipeline(tmp_path):
+    """The served text_embedder: one onnxruntime_cpu model with the text front-end."""
+    from perf_sweep.text_limit import is_fused_text_model, plan_fused_text_pipeline
+    from tiny_onnx_models import masked_embedding_model, save
+
+    save(masked_embedding_model(), tmp_path / "text_embedder" / "1" / "model.onnx")
+    (tmp_path / "text_embedder" / "1" / "tokenizer.json").write_text("x")
+    config = {"name": "text_embedder", "backend": "onnxruntime_cpu", "max_batch_size": 32,
+              "input": [{"name": "TEXT", "data_type": "TYPE_STRING", "dims": ["1"]}],
+              "parameters": {"tokenizer_file": PARAM("tokenizer.json"), "max_length": PARAM("128"), "pad_value": PARAM("0"),
+                             "sequence_buckets": PARAM("16,32"), "sequence_length_input": PARAM("attention_mask")}}
+    assert is_fused_text_model(config) and not is_fused_text_model(configs()[1]["text_encoder"])
+    pipeline = plan_fused_text_pipeline(config, tmp_path)
+    assert (pipeline.tokenizer_model, pipeline.encoder_model) == ("text_embedder", "text_embedder")
+    assert pipeline.feeds == (("input_ids", "input_ids"), ("attention_mask", "attention_mask"))
+    assert pipeline.buckets == (16, 32) and pipeline.max_length == 128 and pipeline.max_batch_size == 32
+    with pytest.raises(SweepPlanError, match="not an onnxruntime_cpu model with a `tokenizer_file`"):
+        plan_fused_text_pipeline({**config, "parameters": {}}, tmp_path)

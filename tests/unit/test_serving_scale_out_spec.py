@@ -62,11 +62,13 @@ def test_unknown_autoscaling_keys_are_rejected_with_the_allowed_ones():
 
 
 def test_a_queue_target_within_the_batching_window_is_rejected_since_idle_pods_already_queue_that_long():
+    from k8s_deploy.workload import plan_deployment
+
     with pytest.raises(ConfigError, match=r"`partitions.p.autoscaling.target_queue_us` = 10000 is not above the batching "
                                           r"window of its models \(10000 us"):
-        spec_with({"target_queue_us": 10000})
+        spec_with({"target_queue_us": 10000}).check_autoscaling_targets()
     with pytest.raises(ConfigError, match=r"= 15000 is not above the batching window of its models \(20000 us"):
-        spec_with({"target_queue_us": 15000}, max_queue_delay_microseconds=20000)
+        plan_deployment(spec_with({"target_queue_us": 15000}, max_queue_delay_microseconds=20000))
     assert spec_with({"target_queue_us": 10001}).partitions[0].autoscaling.target_queue_us == 10001
 
 

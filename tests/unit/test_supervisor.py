@@ -19,6 +19,7 @@ SPEC = serving_spec_from_dict({
     "server": {"http_port": 9000, "grpc_port": 9001, "metrics_port": 9002},
     "partitions": {"p": {"compute_share": 50, "memory_mb": 512}, "q": {"compute_share": 50, "memory_mb": 256}},
     "models": {"a": {"recipe": "digit_cnn", "partition": "p"}, "b": {"recipe": "digit_cnn", "partition": "q"}},
+    "placement": {"cpu": "cpu_sets"},
 })
 INSTALLATION = TritonInstallation(binary=Path("/opt/tritonserver/bin/tritonserver"), backends_dir=Path("/opt/tritonserver/backends"), bundled=False)
 
@@ -37,6 +38,19 @@ def test_cpu_plan_pins_the_server_and_sizes_onnx_runtime_threads(tmp_path):
     assert process.extra_env["SERVING_INTRA_OP_THREADS"] == "1"
     assert not any(k.startswith("CUDA_MPS") for k in process.extra_env)
     assert process.log_path == tmp_path / "logs" / "tritonserver-q.log"
+
+
+def test_cpu_shares_plan_runs_on_every_core_with_its_weight(tmp_path):
+    from dataclasses import replace
+
+    from serving.cpu_shares import WeightMethod, plan_cpu_weights
+    from serving.spec import CpuPlacement, Placement
+
+    plan = plan_partitions(replace(SPEC, placement=Placement(CpuPlacement.SHARES)), 2, False)
+    weight = plan_cpu_weights({"p": 50, "q": 50}, WeightMethod.NICE, None)["q"]
+    process = partition_server_process(INSTALLATION, plan, plan.partition("q"), Path("/repo"), RunLayout(tmp_path), weight)
+    assert process.cpus == (0, 1) and process.cpu_weight is weight
+    assert process.extra_env["SERVING_INTRA_OP_THREADS"] == "2"  # the backend splits it between instances
 
 
 def test_gpu_plan_gives_mps_variables_and_the_run_dirs_pipe_instead_of_pinning(tmp_path):

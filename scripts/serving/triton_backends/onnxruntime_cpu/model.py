@@ -10,8 +10,9 @@ batching only pays if the framework sees the batch. Inputs with a variable axis 
 right-padded to the longest request in the batch with the `pad_value` parameter.
 
 Config parameters (all strings): `onnx_file` (default model.onnx, in the version directory),
-`intra_op_num_threads` (0 = the partition's thread count from $SERVING_INTRA_OP_THREADS, set by the
-partition launcher from its CPU set; ONNX Runtime's default when unset), `pad_value` (default 0).
+`intra_op_num_threads` (0 = the partition's thread budget from $SERVING_INTRA_OP_THREADS, set by the
+partition launcher from its cores, divided by the model's instance count; ONNX Runtime's default
+when unset), `pad_value` (default 0).
 `reject_non_finite` (default true): answer a request holding NaN/Inf with INVALID_ARG instead of
 computing it. `max_sequence_length` (default: none): the longest variable axis a request may have.
 
@@ -25,6 +26,12 @@ gets its OWN `TritonError`: Triton 2.51's Python backend writes a response's err
 memory once per response and frees the previous copy, so one error object shared by several
 responses leaves the server reading freed memory (wrong codes, empty messages, then SIGSEGV).
 
+Text front-end (off unless `tokenizer_file` is set): the model's one input is TEXT (TYPE_STRING
+[1]); each request's rows are tokenized (serving/text_frontend.py: `tokenizer_file` in the version
+directory, `max_length` truncation, [PAD] id `pad_value`) into the ONNX graph's own inputs, then
+batched like any token input. This is the fused `text_embedder`: one execution per batch for
+tokenizer and encoder, so a request pays one batching decision and one stub round trip.
+
 Sequence-length bucketing (off unless `sequence_buckets` is set; fixed-shape models leave it off):
 `sequence_buckets` = increasing token-count boundaries, e.g. "16,32,64,128", and
 `sequence_length_input` = the input whose non-zero entries mark real tokens (the attention mask).
@@ -36,6 +43,7 @@ a transformer's work (serving/sequence_buckets.py, scripts/serving/padding_repor
 """
 import json
 import os
+import time
 
 import numpy as np
 import onnx
@@ -43,6 +51,7 @@ import onnxruntime as ort
 import triton_python_backend_utils as pb_utils
 
 from serving.backend_checks import model_file_in_version_dir
+from serving.backend_metrics import BackendMetrics, batch_observations
 from serving.batch_execution import BatchLayout, execute_batch
 from serving.input_contract import contract_from_onnx
 from serving.sequence_buckets import (
@@ -50,6 +59,19 @@ from serving.sequence_buckets import (
     LENGTH_INPUT_PARAMETER,
     parse_bucket_boundaries,
 )
+from serving.text_frontend import TextFrontEnd
+
+
+def instance_threads(config, params):
+    """ONNX Runtime intra-op threads of ONE instance: the config's `intra_op_num_threads`, or the
+    partition's thread budget ($SERVING_INTRA_OP_THREADS, its cores) split between the model's
+    instances (at least 1), so instances x threads never exceeds the cores; 0 = ORT's default."""
+    explicit = int(params.get("intra_op_num_threads", "0") or 0)
+    if explicit:
+        return explicit
+    budget = int(os.environ.get("SERVING_INTRA_OP_THREADS", "0") or 0)
+    instances = sum(int(g.get("count", 1)) for g in config.get("instance_group", [])) or 1
+    return max(1, budget // instances) if budget else 0
 
 
 def error_response(message, code):
@@ -82,30 +104,67 @@ class TritonPythonModel:
                 f"model '{name}': ONNX file {onnx_path} does not exist; run `make build-engines`."
             )
         options = ort.SessionOptions()
-        # 0 in the config: the partition launcher's thread count (its CPU set size), else ORT's default.
-        options.intra_op_num_threads = int(params.get("intra_op_num_threads", "0") or 0) or int(
-            os.environ.get("SERVING_INTRA_OP_THREADS", "0") or 0)
+        options.intra_op_num_threads = instance_threads(config, params)
         options.inter_op_num_threads = 1
+        # Instances of several models share the cores: a thread that spins waiting for work steals a
+        # core from another instance's compute, so idle threads sleep instead.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         self.session = ort.InferenceSession(onnx_path, options, providers=["CPUExecutionProvider"])
-        self.input_names = [t["name"] for t in config["input"]]
+        self.request_inputs = [t["name"] for t in config["input"]]
+        self.frontend = self._text_frontend(name, version_dir, config, params)
+        # the framework's feeds: the config's inputs, or the graph's own when text is tokenized here
+        self.input_names = [i.name for i in self.session.get_inputs()] if self.frontend else self.request_inputs
         self.output_names = [t["name"] for t in config["output"]]
         self.output_dtypes = {
             t["name"]: pb_utils.triton_string_to_numpy(t["data_type"]) for t in config["output"]
         }
-        buckets, length_input = self._bucketing_settings(name, config, params)
+        if self.frontend:  # the graph's own inputs: symbolic axes are variable (-1)
+            feed_dims = {i.name: [d if isinstance(d, int) else -1 for d in i.shape[1:]] for i in self.session.get_inputs()}
+        else:
+            feed_dims = {t["name"]: [int(d) for d in t.get("dims", [])] for t in config["input"]}
+        buckets, length_input = self._bucketing_settings(name, feed_dims, config, params)
         self.layout = BatchLayout(tuple(self.input_names), int(params.get("pad_value", "0") or 0), buckets,
                                   length_input or params.get(LENGTH_INPUT_PARAMETER) or None)
         if self.layout.length_input not in (None, *self.input_names):
             raise pb_utils.TritonModelException(
                 f"model '{name}': `{LENGTH_INPUT_PARAMETER}` = {self.layout.length_input!r} is not one of the inputs {self.input_names}.")
-        self.contract = self._input_contract(name, onnx_path, config, params)
+        self.contract = None if self.frontend else self._input_contract(name, onnx_path, config, params)
         if buckets:
             pb_utils.Logger.log_info(
                 f"model '{name}': sequence-length bucketing on, boundaries {list(buckets)}, "
                 f"real lengths from '{length_input}'"
             )
-        pb_utils.Logger.log_info(f"model '{name}': input contract {self.contract}")
+        self.metrics = BackendMetrics(pb_utils, name, args["model_version"])
+        pb_utils.Logger.log_info(f"model '{name}': " + (f"text front-end feeding {self.input_names}" if self.frontend
+                                                         else f"input contract {self.contract}"))
+
+    def _text_frontend(self, name, version_dir, config, params):
+        """The tokenizer front-end when `tokenizer_file` is set (one TYPE_STRING input), else None."""
+        tokenizer_file = params.get("tokenizer_file", "").strip()
+        if not tokenizer_file:
+            return None
+        if [t["data_type"] for t in config["input"]] != ["TYPE_STRING"]:
+            raise pb_utils.TritonModelException(
+                f"model '{name}': `tokenizer_file` needs exactly one TYPE_STRING input, got {config['input']}.")
+        try:
+            path = model_file_in_version_dir(version_dir, tokenizer_file)
+            return TextFrontEnd(path, int(params.get("max_length", "0") or 0), int(params.get("pad_value", "0") or 0),
+                                [i.name for i in self.session.get_inputs()])
+        except (ValueError, OSError, Exception) as exc:  # tokenizers raises its own Exception type
+            raise pb_utils.TritonModelException(f"model '{name}': text front-end: {exc}") from None
+
+    def _request_feeds(self, requests):
+        """(per request: its feeds by input name or None, per request: the problem or None)."""
+        if self.frontend:
+            tokenized = self.frontend.tokenize(
+                [pb_utils.get_input_tensor_by_name(r, self.request_inputs[0]).as_numpy() for r in requests])
+            return list(tokenized.tensors), list(tokenized.problems)
+        arrays = [
+            {name: pb_utils.get_input_tensor_by_name(request, name).as_numpy() for name in self.input_names}
+            for request in requests
+        ]
+        return arrays, [self.contract.problem(a) for a in arrays]
 
     def _input_contract(self, name, onnx_path, config, params):
         max_length = params.get("max_sequence_length", "").strip()
@@ -121,8 +180,9 @@ class TritonPythonModel:
             raise pb_utils.TritonModelException(f"model '{name}': input contract: {exc}") from None
 
     @staticmethod
-    def _bucketing_settings(model_name, config, params):
-        """(boundaries, length input name) when bucketing is configured and possible, else ((), None)."""
+    def _bucketing_settings(model_name, inputs, config, params):
+        """(boundaries, length input name) when bucketing is configured and possible, else ((), None).
+        `inputs` = {feed name: dims without the batch axis}."""
         try:
             buckets = parse_bucket_boundaries(params.get(BUCKETS_PARAMETER, ""))
         except ValueError as exc:
@@ -130,7 +190,6 @@ class TritonPythonModel:
         if not buckets:
             return (), None
         length_input = params.get(LENGTH_INPUT_PARAMETER, "")
-        inputs = {t["name"]: [int(d) for d in t.get("dims", [])] for t in config["input"]}
         problems = []
         if length_input not in inputs:
             problems.append(f"`{LENGTH_INPUT_PARAMETER}` = {length_input!r} is not one of the inputs {sorted(inputs)}")
@@ -150,13 +209,10 @@ class TritonPythonModel:
         return self.session.run(self.output_names, feeds)
 
     def execute(self, requests):
-        arrays = [
-            {name: pb_utils.get_input_tensor_by_name(request, name).as_numpy() for name in self.input_names}
-            for request in requests
-        ]
-        problems = [self.contract.problem(a) for a in arrays]
+        started = time.perf_counter()
+        arrays, problems = self._request_feeds(requests)
         valid = [i for i, p in enumerate(problems) if p is None]
-        answers, _ = execute_batch(self._run, self.layout, [arrays[i] for i in valid]) if valid else ([], None)
+        answers, stats = execute_batch(self._run, self.layout, [arrays[i] for i in valid]) if valid else ([], None)
         by_request = dict(zip(valid, answers))
         responses = []
         for i, problem in enumerate(problems):
@@ -170,4 +226,6 @@ class TritonPythonModel:
                     for name, out in zip(self.output_names, by_request[i])
                 ]
                 responses.append(pb_utils.InferenceResponse(output_tensors=tensors))
+        self.metrics.record(batch_observations(stats, time.perf_counter() - started, len(requests) - len(valid),
+                                               self.layout.buckets))
         return responses

@@ -1,0 +1,99 @@
+"""Text in, token tensors out: the one tokenizer front-end of every served text model.
+
+Used by the `text_tokenizer` Python model (which returns the tensors) and by the
+`onnxruntime_cpu` backend when a model is configured with a `tokenizer_file` (the fused
+`text_embedder`: TEXT in, embedding out, tokenized and encoded in ONE execution, so a request
+pays one batching decision and one backend round trip instead of an ensemble's two).
+
+Rules (as sentence-transformers does for all-MiniLM-L6-v2): texts longer than `max_length`
+tokens are truncated, special tokens included; an empty or blank text is [CLS] [SEP]; bytes that
+are not UTF-8 are refused naming the row and the byte offset. Each request's rows are right-padded
+with the pad id to that request's longest row (the backend pads or buckets across requests).
+All texts of a dynamic batch are tokenized in one `encode_batch` call (Rust, parallel).
+Pure apart from loading the tokenizer file; numpy and `tokenizers` only (it runs in the stub).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+SUPPORTED_OUTPUTS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+def decode_texts(array: np.ndarray) -> list[str]:
+    """Row texts of one request's [rows, 1] TEXT tensor; raises ValueError naming a bad row."""
+    texts = []
+    for row, item in enumerate(array.reshape(-1)):
+        if isinstance(item, str):
+            texts.append(item)
+            continue
+        try:
+            texts.append(bytes(item).decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            raise ValueError(
+                f"TEXT row {row} is not valid UTF-8 ({exc.reason} at byte {exc.start}); send text encoded as UTF-8."
+            ) from None
+    return texts
+
+
+def padded_token_tensors(encodings: Sequence, pad_id: int, names: Sequence[str]) -> dict[str, np.ndarray]:
+    """{name: int64 [rows, longest]} for the requested tensor names, right-padded."""
+    width = max(len(e.ids) for e in encodings)
+    rows = len(encodings)
+    ids = np.full((rows, width), pad_id, dtype=np.int64)
+    mask = np.zeros((rows, width), dtype=np.int64)
+    types = np.zeros((rows, width), dtype=np.int64)
+    for row, encoding in enumerate(encodings):
+        n = len(encoding.ids)
+        ids[row, :n] = encoding.ids
+        mask[row, :n] = 1
+        types[row, :n] = encoding.type_ids
+    tensors = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+    return {name: tensors[name] for name in names}
+
+
+@dataclass(frozen=True)
+class TokenizedRequests:
+    """Per request of a batch: its token tensors, or the message of why it was refused."""
+
+    tensors: tuple[dict[str, np.ndarray] | None, ...]
+    problems: tuple[str | None, ...]
+
+
+class TextFrontEnd:
+    """A loaded tokenizer that turns each request's TEXT tensor into the encoder's inputs."""
+
+    def __init__(self, tokenizer_file: str, max_length: int, pad_id: int, output_names: Sequence[str]):
+        from tokenizers import Tokenizer
+
+        unknown = [n for n in output_names if n not in SUPPORTED_OUTPUTS]
+        if unknown:
+            raise ValueError(f"token tensors {unknown} cannot be produced; supported: {list(SUPPORTED_OUTPUTS)}.")
+        if max_length < 1:
+            raise ValueError(f"max_length = {max_length}: expected a positive token count.")
+        self.tokenizer = Tokenizer.from_file(tokenizer_file)
+        self.tokenizer.enable_truncation(max_length)
+        self.tokenizer.no_padding()
+        self.pad_id, self.output_names = int(pad_id), tuple(output_names)
+
+    def tokenize(self, text_arrays: Sequence[np.ndarray]) -> TokenizedRequests:
+        decoded: list[list[str] | str] = []
+        for array in text_arrays:
+            try:
+                decoded.append(decode_texts(array))
+            except ValueError as exc:
+                decoded.append(str(exc))
+        all_texts = [t for texts in decoded if isinstance(texts, list) for t in texts]
+        encodings = self.tokenizer.encode_batch(all_texts) if all_texts else []
+        tensors, problems, start = [], [], 0
+        for texts in decoded:
+            if isinstance(texts, str):
+                tensors.append(None)
+                problems.append(texts)
+                continue
+            tensors.append(padded_token_tensors(encodings[start:start + len(texts)], self.pad_id, self.output_names))
+            problems.append(None)
+            start += len(texts)
+        return TokenizedRequests(tuple(tensors), tuple(problems))
