@@ -19,12 +19,13 @@ help: ## List the targets
 
 setup: $(STAMP) ## Create .venv with the pinned dependencies (a second run does nothing)
 
-$(STAMP): requirements/serve.txt requirements/build.txt requirements/test.txt requirements/k8s.txt requirements/constraints.txt pyproject.toml
+$(STAMP): scripts/serving/native/cond_wait_cap.c requirements/serve.txt requirements/build.txt requirements/test.txt requirements/k8s.txt requirements/constraints.txt pyproject.toml
 	@bash scripts/setup_system_packages.sh
 	@test -x $(PY) || $(PYTHON_BOOT) -m venv $(VENV)
 	$(PIP_INSTALL) -r requirements/test.txt
 	rm -rf $(K8S_TOOLS) && $(PIP_INSTALL) --target $(K8S_TOOLS) -r requirements/k8s.txt
 	$(PIP_INSTALL) --no-deps --no-build-isolation -e .
+	$(PY) -m serving build-native
 	@touch $(STAMP)
 
 build-engines: setup ## Build every model and variant that model_repository/serving.toml asks for

@@ -176,6 +176,15 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0 if healthy else 1
 
 
+def cmd_build_native(args: argparse.Namespace) -> int:
+    """`make setup`: compile serving/native/cond_wait_cap.c into the environment (one line either way)."""
+    from serving.native import build_cond_wait_cap
+
+    path, what = build_cond_wait_cap()
+    print(f"[setup] condition-wait cap: {what}" if path else f"[setup] WARNING: {what}")
+    return 0
+
+
 def cmd_admin_key(args: argparse.Namespace) -> int:
     """Create the key file if missing; never print the key."""
     path, created = create_admin_key_file(args.key_file)
@@ -227,6 +236,8 @@ def main(argv: list[str] | None = None) -> int:
     admin_key = sub.add_parser("admin-key", help="create the admin key file (mode 0600, outside the repo) if missing")
     admin_key.add_argument("--key-file", help="default: $TRITON_ADMIN_KEY_FILE or ~/.config/triton-model-serving/admin-key")
     admin_key.set_defaults(func=cmd_admin_key)
+    native = sub.add_parser("build-native", help="(make setup) build the condition-wait cap preloaded into tritonserver")
+    native.set_defaults(func=cmd_build_native)
     status = sub.add_parser("status", help="show the partitions and their readiness")
     status.add_argument("--run-dir", default=str(RUN_DIR))
     status.set_defaults(func=cmd_status)

@@ -129,6 +129,8 @@ class PartitionPlan:
     mechanism: Mechanism
     cpu_count: int
     partitions: tuple[PlannedPartition, ...]
+    #: `[server] cond_wait_cap_us`, for every partition's server (serving.native).
+    cond_wait_cap_us: int = 2000
 
     def __post_init__(self) -> None:
         ports = [p for part in self.partitions for p in (part.http_port, part.grpc_port, part.metrics_port)]
@@ -230,7 +232,8 @@ def plan_partitions(
             f"`server.supervisor_metrics_port` = {server.supervisor_metrics_port} is also a partition's port: "
             f"allowed a port no partition uses (partitions use {sorted(used)})."
         )
-    return PartitionPlan(mechanism=mechanism, cpu_count=cpu_count, partitions=tuple(planned))
+    return PartitionPlan(mechanism=mechanism, cpu_count=cpu_count, partitions=tuple(planned),
+                         cond_wait_cap_us=server.cond_wait_cap_us)
 
 
 def plan_for_this_host(spec: ServingSpec, force_cpu: bool = False) -> tuple[PartitionPlan, GpuProbe]:

@@ -156,6 +156,10 @@ class ServerSettings:
     #: broken model does not pull the whole server out of rotation; per-model readiness is
     #: /v2/models/<name>/ready (checked by the launcher). True: ready only when every model is.
     strict_readiness: bool = False
+    #: Cap (microseconds) on Triton's long condition-variable waits, through the preloaded
+    #: serving/native/cond_wait_cap.c: a lost batcher wake-up then costs at most this instead of
+    #: 500 ms (docs/triton-batcher-stall.md). 0 = off. Environment, not a flag (Triton has none).
+    cond_wait_cap_us: int = 2000
 
     def to_args_list(self) -> list[str]:
         args = [
@@ -249,8 +253,13 @@ class TritonServerProcess:
 
     def start(self) -> "TritonServerProcess":
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        from serving.native import preload_environment
+
         env = server_environment(self.installation)
         env.update(self.extra_env)
+        env, warning = preload_environment(self.settings.cond_wait_cap_us, env)
+        if warning:
+            print(f"[server] WARNING: {warning}", file=sys.stderr, flush=True)
         cpus, weight = self.cpus, self.cpu_weight
 
         def prepare_child() -> None:  # runs in the child between fork and exec

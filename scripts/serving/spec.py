@@ -125,6 +125,10 @@ class ServerEndpoints:
     partition_port_stride: int = 10
     #: The supervisor's own Prometheus endpoint (restarts, crash loops: serving.supervisor_metrics).
     supervisor_metrics_port: int = 8090
+    #: Longest a lost wake-up of Triton 2.51's dynamic batcher may hold queued requests, in
+    #: microseconds (serving/native/cond_wait_cap.c; docs/triton-batcher-stall.md). 0 = off (then
+    #: up to 500 ms with priority levels or queue policies).
+    cond_wait_cap_us: int = 2000
 
     #: Binding anywhere but loopback is an explicit choice (here or `serve --allow-non-loopback`);
     #: the launcher logs a warning when it is made. Admin APIs stay locked by the key either way.
@@ -145,6 +149,7 @@ class ServerEndpoints:
         for name in ("http_port", "grpc_port", "metrics_port", "supervisor_metrics_port"):
             _check_int_range(f"server.{name}", getattr(self, name), 1, 65535)
         _check_int_range("server.partition_port_stride", self.partition_port_stride, 3, 1000)
+        _check_int_range("server.cond_wait_cap_us", self.cond_wait_cap_us, 0, 100_000)
         if len({self.http_port, self.grpc_port, self.metrics_port, self.supervisor_metrics_port}) != 4:
             raise ConfigError(
                 f"`server` ports must differ: http {self.http_port}, grpc {self.grpc_port}, "
@@ -426,7 +431,7 @@ def serving_spec_from_dict(data: Mapping[str, Any]) -> ServingSpec:
     _only_keys("batching", batching_table, {"max_queue_delay_microseconds", "default_priority"})
     server_table = data.get("server", {})
     _only_keys("server", server_table, {"host", "http_port", "grpc_port", "metrics_port", "partition_port_stride",
-                                        "allow_non_loopback", "supervisor_metrics_port"})
+                                        "allow_non_loopback", "supervisor_metrics_port", "cond_wait_cap_us"})
     partitions = []
     for name, table in data.get("partitions", {}).items():
         _only_keys(f"partitions.{name}", table, _PARTITION_KEYS)

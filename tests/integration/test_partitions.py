@@ -22,7 +22,7 @@ from partition_probe import measure_noisy_neighbour, two_partition_config
 pytestmark = pytest.mark.server
 
 #: A noisy neighbour may raise the quiet partition's P99 by at most this factor (see the test).
-NOISY_NEIGHBOUR_P99_FACTOR = 2.0
+NOISY_NEIGHBOUR_P99_FACTOR = 1.5
 #: The supervisor must bring a kill -9'd partition back within this many seconds (measured ~3 s:
 #: 0.5 s backoff + ~2 s tritonserver start-up + the Python-backend model load).
 RESTART_BOUND_S = 30.0
@@ -87,20 +87,23 @@ def _state(layout):
 def test_noisy_neighbour_leaves_the_other_partitions_p99_within_factor(partitions):
     """Saturating `noisy` must leave `quiet`'s P99 within NOISY_NEIGHBOUR_P99_FACTOR x its isolated P99.
 
-    Why 2x is achievable on 2 cores: each partition's server (and its backend stub, which inherits
-    the CPU set) is pinned to its own core and runs ONNX Runtime with one thread, so the noisy
-    partition cannot take CPU time from the quiet one; what remains shared is the last-level cache,
-    memory bandwidth and the kernel (loopback networking, scheduler), which cost tens of percent, not
-    multiples. Seen here, on a machine other jobs kept at load 5-9: x0.7-1.4 pinned; the same
-    measurement with the pinning removed gave x1.1-6.3, above 2x in 4 runs of 8
-    (tests/integration/partition_isolation_contrast.py).
-    The probe (sequential one-image requests) runs on the quiet core in both phases; the noise runs
-    on the noisy core. Isolated and loaded blocks alternate in this one test, so drift in the
-    machine's other load hits both alike.
+    With CPU shares (the default placement) both partitions may run on both cores, each with the
+    same weight (cgroup cpu.shares, or niceness): the noisy partition's 8 batch-64 clients keep
+    both cores busy, and what protects the quiet one is the scheduler: a partition that has used
+    less than its share runs first when its request arrives, so the probe waits for a core for
+    well under a millisecond rather than for the noise to finish. With `cpu = "cpu_sets"` each
+    partition is pinned to its own core instead (earlier runs here: x0.7-1.4; unpinned and
+    unweighted x1.1-6.3, tests/integration/partition_isolation_contrast.py). The probe
+    (sequential one-image requests) and the noise run where the plan lets their partitions run;
+    isolated and loaded blocks alternate in this one test, so drift in the machine's other load
+    hits both alike. docs/partitions.md has the measured trade-off.
     """
     layout, manifest = partitions
     quiet, noisy = manifest["partitions"]["quiet"], manifest["partitions"]["noisy"]
-    assert set(quiet["cpus"]).isdisjoint(noisy["cpus"])
+    if manifest["mechanism"] == "cpu_sets":
+        assert set(quiet["cpus"]).isdisjoint(noisy["cpus"])
+    else:
+        assert manifest["mechanism"] == "cpu_shares" and quiet["cpus"] == noisy["cpus"] == sorted(os.sched_getaffinity(0))
     run = measure_noisy_neighbour(quiet, noisy, probe_cpus=quiet["cpus"], noise_cpus=noisy["cpus"], blocks=PROBE_BLOCKS,
                                   block=PROBE_REQUESTS // PROBE_BLOCKS, warmup=PROBE_WARMUP)
     isolated, loaded, counts = run.isolated_ms, run.loaded_ms, run.noise_counts
