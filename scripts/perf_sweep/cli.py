@@ -4,6 +4,8 @@ run         sweeps against the running servers (run/manifest.json), A/B block, r
 inputs      only generate the perf_analyzer input files (digit images or long-tailed texts)
 report      re-render report.md and the PNGs of an earlier run folder
 write-back  set [models.<name>] max_queue_delay_microseconds in serving.toml
+peers       this project against the peers (minimal FastAPI, PyTriton, infinity-emb) on the same
+            ONNX files, inputs and client (`make perf-peers`; needs `make setup-peers`)
 """
 from __future__ import annotations
 
@@ -114,6 +116,9 @@ def main(argv: list[str] | None = None) -> int:
     wb.add_argument("--delay-us", type=int, required=True)
     wb.add_argument("--config", default=str(PROJECT_ROOT / "model_repository" / "serving.toml"))
     wb.set_defaults(func=_write_back)
+    from perf_sweep.peers.cli import add_peers_parser
+
+    add_peers_parser(sub)
     args = parser.parse_args(argv)
     try:
         return args.func(args)
