@@ -39,10 +39,12 @@ def test_the_minimal_server_gets_the_served_files_and_threads_equal_to_cores():
 
 
 def test_pytriton_waits_for_both_models_and_gets_this_interpreters_libpython_first():
-    launch = plan_pytriton(Path("/v/bin/python"), FILES, (9200, 9201, 9202), threads=2, max_queue_delay_us=0)
+    launch = plan_pytriton(Path("/v/bin/python"), FILES, (9200, 9201, 9202), threads=2, max_queue_delay_us=0,
+                           workspace=Path("/tmp/w"))
     assert launch.ready_urls == ("http://127.0.0.1:9200/v2/models/digit_classifier/ready",
                                  "http://127.0.0.1:9200/v2/models/text_embedder/ready")
     assert "--max-queue-delay-us" in launch.argv and "max_queue_delay_microseconds=0" in launch.description
+    assert launch.argv[launch.argv.index("--workspace") + 1] == "/tmp/w/pytriton"  # removed with its run dir
     import sysconfig
 
     assert launch.env["LD_LIBRARY_PATH"].split(":")[0] == sysconfig.get_config_var("LIBDIR")

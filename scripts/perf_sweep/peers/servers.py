@@ -97,11 +97,13 @@ def pytriton_environment() -> dict[str, str]:
 
 
 def plan_pytriton(python: Path, files: ServedFiles, ports: Sequence[int], threads: int, max_queue_delay_us: int,
-                  max_batch_size: int = 64) -> Launch:
+                  workspace: Path, max_batch_size: int = 64) -> Launch:
+    """`workspace`: a new directory for PyTriton's sockets and server copy (removed after the run:
+    a PyTriton stopped by a signal leaves its workspace behind)."""
     http, grpc, metrics = ports
     argv = (str(python), str(APPS / "pytriton_server.py"), "--http-port", str(http), "--grpc-port", str(grpc),
             "--metrics-port", str(metrics), "--threads", str(threads), "--max-queue-delay-us", str(max_queue_delay_us),
-            "--max-batch-size", str(max_batch_size), *_files_args(files))
+            "--max-batch-size", str(max_batch_size), "--workspace", str(workspace / "pytriton"), *_files_args(files))
     models = TargetKind.PYTRITON.serves()
     return Launch(TargetKind.PYTRITON, argv, Api.KSERVE_V2,
                   f"PyTriton 0.7.0 (Triton 2.51), `@batch`, DynamicBatcher max_queue_delay_microseconds={max_queue_delay_us}, "

@@ -109,7 +109,8 @@ def _launch(target: TargetKind, opts: PeerSuiteOptions, files: servers.ServedFil
     if target is TargetKind.MINIMAL:
         return servers.plan_minimal(opts.peers_python, files, free_loopback_ports(1)[0], opts.threads)
     if target is TargetKind.PYTRITON:
-        return servers.plan_pytriton(Path(sys.executable), files, free_loopback_ports(3), opts.threads, opts.pytriton_delay_us)
+        return servers.plan_pytriton(Path(sys.executable), files, free_loopback_ports(3), opts.threads, opts.pytriton_delay_us,
+                                     run_dir)
     if target is TargetKind.INFINITY:
         return servers.plan_infinity(opts.peers_venv / "bin", infinity_model_dir(opts.peers_python),
                                      free_loopback_ports(1)[0], opts.infinity_batch_size)
@@ -194,7 +195,7 @@ def measure_target(state: SuiteState, target: TargetKind, progress: Progress) ->
     """Start `target`, measure each of its models, stop it; a failure is recorded and the run goes on."""
     opts = state.opts
     entry = state.targets.setdefault(target.value, {"load_average_before": os.getloadavg()[0]})
-    run_dir = Path(tempfile.mkdtemp(prefix="peers-project-"))
+    run_dir = Path(tempfile.mkdtemp(prefix=f"peers-{target.value}-"))  # this project's run dir, PyTriton's workspace
     running = None
     try:
         if target is TargetKind.PROJECT and opts.project_manifest:
@@ -272,16 +273,22 @@ def run_peer_suite(opts: PeerSuiteOptions, progress: Progress = print) -> dict[s
 
 
 def campaign_peer_section(config: Path, manifest: Path, out_dir: Path, quick: bool, seed: int,
-                          progress: Progress = print) -> dict[str, Any]:
+                          progress: Progress = print, peers_venv: Path | None = None) -> dict[str, Any]:
     """The peer comparison as a section of `perf_sweep run`: the running servers of `manifest`
-    against the peers; {"skipped": line} when the peers are not installed."""
-    missing = peers_missing(PeerSuiteOptions().peers_venv)
+    against the peers; {"skipped": line} when the peers are not installed or the section failed."""
+    peers_venv = peers_venv or PeerSuiteOptions.peers_venv
+    missing = peers_missing(peers_venv)
     if missing:
         line = f"peer comparison: SKIPPED: {missing}."
         progress(f"[perf] {line}")
         return {"skipped": line}
-    opts = PeerSuiteOptions(config=config, out_dir=out_dir, project_manifest=manifest, seed=seed,
+    opts = PeerSuiteOptions(config=config, out_dir=out_dir, project_manifest=manifest, seed=seed, peers_venv=peers_venv,
                             timing=SuiteTiming.quick() if quick else SuiteTiming(), text_count=200 if quick else None,
                             command="python -m perf_sweep run (peer section)")
-    results = run_peer_suite(opts, progress)
+    try:
+        results = run_peer_suite(opts, progress)
+    except (SweepPlanError, SweepRunError) as exc:  # the campaign's other sections stand on their own
+        line = f"peer comparison: FAILED: {exc}"
+        progress(f"[perf] {line}")
+        return {"skipped": line}
     return {"report": f"{out_dir.name}/report.md", "summary": results["summary"], "headlines": results["headlines"]}

@@ -74,10 +74,11 @@ def main() -> None:
     parser.add_argument("--max-batch-size", type=int, default=64)
     parser.add_argument("--max-queue-delay-us", type=int, default=DynamicBatcher().max_queue_delay_microseconds)
     parser.add_argument("--threads", type=int, default=os.cpu_count(), help="ONNX Runtime intra-op threads (default: cores)")
+    parser.add_argument("--workspace", help="PyTriton's workspace (default: a new one under ~/.cache/pytriton)")
     args = parser.parse_args()
     config = TritonConfig(http_address=args.host, http_port=args.http_port, grpc_address=args.host,
                           grpc_port=args.grpc_port, metrics_port=args.metrics_port, allow_gpu_metrics=False)
-    with Triton(config=config) as triton:
+    with Triton(config=config, workspace=args.workspace) as triton:
         bind_models(triton, args)
         triton.serve()
 
