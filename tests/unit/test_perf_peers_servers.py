@@ -3,11 +3,11 @@ from pathlib import Path
 
 import pytest
 
-from perf_sweep.errors import SweepPlanError, SweepRunError
+from perf_sweep.errors import SweepRunError
 from perf_sweep.peers.codec import Api
 from perf_sweep.peers.plan import ModelKind, TargetKind
+from perf_sweep.peers.served_files import ServedFiles
 from perf_sweep.peers.servers import (
-    ServedFiles,
     free_port_bases,
     plan_infinity,
     plan_minimal,
@@ -19,15 +19,6 @@ from perf_sweep.peers.servers import (
 
 FILES = ServedFiles(Path("/r/digit_classifier/1/model.onnx"), Path("/r/text_encoder/1/model.onnx"),
                     Path("/r/text_tokenizer/1/tokenizer.json"))
-
-
-def test_served_files_come_from_the_model_repository_and_missing_ones_are_named(tmp_path):
-    with pytest.raises(SweepPlanError, match="make build-engines"):
-        ServedFiles.from_repository(tmp_path)
-    for part in ("digit_classifier/1/model.onnx", "text_encoder/1/model.onnx", "text_tokenizer/1/tokenizer.json"):
-        (tmp_path / part).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / part).write_text("x")
-    assert ServedFiles.from_repository(tmp_path).text_onnx == tmp_path / "text_encoder/1/model.onnx"
 
 
 def test_the_minimal_server_gets_the_served_files_and_threads_equal_to_cores():

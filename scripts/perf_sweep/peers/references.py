@@ -22,7 +22,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from perf_sweep.errors import SweepPlanError
-from perf_sweep.peers.servers import ServedFiles
+from perf_sweep.peers.served_files import ServedFiles
 
 
 @dataclass(frozen=True)

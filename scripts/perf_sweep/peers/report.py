@@ -60,6 +60,7 @@ def assemble_results(state, started: Mapping[str, Any], limit_runs: Mapping[str,
         "versions": {"main": machine.package_versions(sys.executable, machine.MAIN_PACKAGES),
                      "peers": machine.package_versions(opts.peers_python, machine.PEER_PACKAGES),
                      "tritonserver": state.triton_versions},
+        "served_files": state.files.describe(opts.config.parent.parent),
         "inputs": state.inputs.descriptions, "targets": state.targets, "levels": _level_dicts(state.summaries),
         "limits": limits, "verdicts": [v.__dict__ | {"headline": v.headline} for v in verdicts],
         "headlines": [v.headline for v in verdicts], "poisson_lines": poisson_lines(state.summaries),
@@ -136,6 +137,7 @@ def render_peer_markdown(results: Mapping[str, Any], plots: Mapping[str, str]) -
     t = results["timing"]
     out = [f"# Peer comparison: {results['run_id']}", "", f"Command: `{results['command']}`.", ""]
     out += _machine_lines(results)
+    out += [f"Served files, loaded by every peer: {results.get('served_files', '-')}.", ""]
     out += [f"Levels: closed loop at c = {', '.join(map(str, t['concurrencies']))}; Poisson at "
             f"{', '.join(f'{f:g}' for f in t['rate_fractions'])} x the minimal server's best closed-loop throughput; "
             f"{t['warmup_s']:g} s warm-up (excluded) + {t['window_s']:g} s window per level; request timeout "

@@ -21,32 +21,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from perf_sweep.errors import SweepPlanError, SweepRunError
+from perf_sweep.errors import SweepRunError
 from perf_sweep.peers.codec import Api
 from perf_sweep.peers.plan import ModelKind, TargetKind
+from perf_sweep.peers.served_files import ServedFiles
 
 APPS = Path(__file__).resolve().parent / "apps"
 #: infinity-emb's name for the model in /embeddings requests.
 INFINITY_MODEL_ID = "all-MiniLM-L6-v2"
-
-
-@dataclass(frozen=True)
-class ServedFiles:
-    """The served ONNX files every peer loads (the same bytes this project serves)."""
-
-    digits_onnx: Path
-    text_onnx: Path
-    tokenizer_json: Path
-    max_length: int = 128
-
-    @classmethod
-    def from_repository(cls, repository: Path, max_length: int = 128) -> "ServedFiles":
-        files = cls(repository / "digit_classifier" / "1" / "model.onnx", repository / "text_encoder" / "1" / "model.onnx",
-                    repository / "text_tokenizer" / "1" / "tokenizer.json", max_length)
-        missing = [str(p) for p in (files.digits_onnx, files.text_onnx, files.tokenizer_json) if not p.is_file()]
-        if missing:
-            raise SweepPlanError(f"served files {missing} do not exist: run `make build-engines` first.")
-        return files
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from typing import Any, Callable, Mapping
 
 from perf_sweep.errors import SweepPlanError, SweepRunError
 from perf_sweep.peers import codec, machine, references, servers
+from perf_sweep.peers.served_files import ServedFiles
 from perf_sweep.peers.plan import (
     TARGET_ORDER,
     LoadLevel,
@@ -102,7 +103,7 @@ def infinity_model_dir(peers_python: Path) -> Path:
     return path
 
 
-def _launch(target: TargetKind, opts: PeerSuiteOptions, files: servers.ServedFiles, run_dir: Path) -> servers.Launch:
+def _launch(target: TargetKind, opts: PeerSuiteOptions, files: ServedFiles, run_dir: Path) -> servers.Launch:
     from serving.server import free_loopback_ports
     from serving.spec import load_serving_spec
 
@@ -132,7 +133,7 @@ class SuiteState:
     """What a run has gathered so far (written to results.json at the end)."""
 
     opts: PeerSuiteOptions
-    files: servers.ServedFiles
+    files: ServedFiles
     inputs: references.SuiteInputs
     checks: dict[ModelKind, codec.AnswerCheck]
     summaries: list[LevelSummary] = field(default_factory=list)
@@ -223,7 +224,7 @@ def measure_target(state: SuiteState, target: TargetKind, progress: Progress) ->
 
 
 def _prepare(opts: PeerSuiteOptions, progress: Progress) -> SuiteState:
-    files = servers.ServedFiles.from_repository(opts.config.parent)
+    files = ServedFiles.from_repository(opts.config.parent)
     inputs = references.load_suite_inputs(opts.artifacts, opts.seed, opts.text_count)
     inputs.descriptions["text_embedder"] += "; " + references.token_length_summary(inputs.texts, files)
     progress(f"[peers] inputs: {inputs.descriptions}")
