@@ -79,5 +79,5 @@ def test_infinity_serves_only_text_and_the_project_is_not_a_peer():
 
 def test_estimated_seconds_counts_each_target_model_pair_and_each_start():
     timing = SuiteTiming.quick()
-    seconds = estimated_seconds(plan_targets(), list(ModelKind), timing, startup_s=10)
-    assert seconds == 7 * 12.0 + 4 * 10
+    seconds = estimated_seconds(plan_targets(), list(ModelKind), timing, startup_s=10, limits_s=30)
+    assert seconds == 7 * 12.0 + 4 * 10 + 30

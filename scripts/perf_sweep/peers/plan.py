@@ -130,7 +130,7 @@ def plan_targets(wanted: Sequence[TargetKind] | None = None) -> tuple[TargetKind
 
 
 def estimated_seconds(targets: Sequence[TargetKind], models: Sequence[ModelKind], timing: SuiteTiming,
-                      startup_s: float = 45.0) -> float:
-    """A rough duration of the run (measuring plus each target's start), for the progress line."""
+                      startup_s: float = 45.0, limits_s: float = 90.0) -> float:
+    """A rough duration of the run (measuring, each target's start, the limit twice), for the progress line."""
     pairs = sum(1 for t in targets for m in t.serves() if m in models)
-    return pairs * timing.seconds_per_target_model() + len(targets) * startup_s
+    return pairs * timing.seconds_per_target_model() + len(targets) * startup_s + limits_s
