@@ -36,7 +36,7 @@ from perf_sweep.peers.plan import (
     plan_targets,
     poisson_levels,
 )
-from perf_sweep.peers.stats import LevelSummary, accounting_line, best_closed_loop_throughput, summarize_level
+from perf_sweep.peers.stats import LevelSummary, Outcome, accounting_line, best_closed_loop_throughput, summarize_level
 
 PROJECT_ROOT = Path(__file__).resolve().parents[3]
 Progress = Callable[[str], None]
@@ -157,8 +157,8 @@ def _record_level(state: SuiteState, summary: LevelSummary, records) -> None:
     folder = state.opts.folder
     with (folder / "levels.jsonl").open("a") as out:
         out.write(json.dumps({**summary.as_dict(), "load_average": os.getloadavg()[0], "at": time.strftime("%H:%M:%S")}) + "\n")
-    ok = sorted(round(r.latency_ms, 3) for r in records if r.outcome.value == "ok" and r.scheduled_s >= summary.warmup_s)
-    failed = [[r.index, r.outcome.value, r.detail] for r in records if r.outcome.value != "ok"][:50]
+    ok = sorted(round(r.latency_ms, 3) for r in records if r.outcome is Outcome.OK and r.scheduled_s >= summary.warmup_s)
+    failed = [[r.index, r.outcome.value, r.detail] for r in records if r.outcome is not Outcome.OK][:50]
     with gzip.open(folder / "requests.jsonl.gz", "at") as out:
         out.write(json.dumps({"target": summary.target, "model": summary.model, "level": summary.label,
                               "ok_latencies_ms": ok, "failed_first_50": failed}) + "\n")
