@@ -204,9 +204,9 @@ def plot_model(levels: Sequence[LevelSummary], model: ModelKind, limit: Mapping[
         ax.yaxis.set_minor_formatter(LogFormatter(minor_thresholds=(2, 0.5)))
         ax.grid(True, which="both", alpha=0.3)
     fig.suptitle(f"{model.value}: {machine}", fontsize=9)
-    fig.legend(loc="center left", bbox_to_anchor=(0.86, 0.5), fontsize=8)
-    fig.tight_layout(rect=(0, 0, 0.85, 1))
-    fig.savefig(path, dpi=110)
+    fig.tight_layout(rect=(0, 0, 0.84, 1))
+    fig.legend(loc="center left", bbox_to_anchor=(0.845, 0.5), fontsize=8)
+    fig.savefig(path, dpi=110, bbox_inches="tight")  # the legend stays whole, outside the data area
     plt.close(fig)
     return path
 
