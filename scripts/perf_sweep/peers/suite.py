@@ -20,7 +20,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable
 
 from perf_sweep.errors import SweepPlanError, SweepRunError
 from perf_sweep.peers import codec, machine, references, servers
