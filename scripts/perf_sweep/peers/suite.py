@@ -288,8 +288,9 @@ def campaign_peer_section(config: Path, manifest: Path, out_dir: Path, quick: bo
                             command="python -m perf_sweep run (peer section)")
     try:
         results = run_peer_suite(opts, progress)
-    except (SweepPlanError, SweepRunError) as exc:  # the campaign's other sections stand on their own
-        line = f"peer comparison: FAILED: {exc}"
+    except (SweepPlanError, SweepRunError, OSError, RuntimeError, ValueError) as exc:
+        # ONNX Runtime's failures are RuntimeErrors; the campaign's measured sections must still be written
+        line = f"peer comparison: FAILED: {type(exc).__name__}: {exc}"
         progress(f"[perf] {line}")
         return {"skipped": line}
     return {"report": f"{out_dir.name}/report.md", "summary": results["summary"], "headlines": results["headlines"]}
