@@ -101,7 +101,7 @@ $(PEERS_STAMP): requirements/peers.txt requirements/peers-constraints.txt
 	$(PEERS_VENV)/bin/python -m pip install --disable-pip-version-check -q -c requirements/peers-constraints.txt -r requirements/peers.txt
 	@touch $(PEERS_STAMP)
 
-perf-peers: setup setup-peers ## Peer comparison after build-engines: minimal FastAPI, PyTriton, infinity-emb vs this project, same files/inputs/client (~25 min)
+perf-peers: setup setup-peers ## Peer comparison after build-engines: minimal FastAPI, PyTriton, infinity-emb vs this project, same files/inputs/client (~20 min)
 	$(PY) -m perf_sweep peers --config $(SERVING_CONFIG)
 
 perf-peers-quick: setup setup-peers ## A short smoke run of `make perf-peers` (c = 1, 4, 16, 3 s per level; ~6 min)
