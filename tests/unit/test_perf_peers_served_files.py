@@ -29,8 +29,9 @@ def test_an_ensemble_serves_its_tokenizer_steps_tokenizer_and_its_encoder_steps_
     write(tmp_path, "tok", 'backend: "python"\ninput [ { name: "TEXT" data_type: TYPE_STRING dims: [ 1 ] } ]\n'
           + param("max_length", "96") + "\n" + param("tokenizer_file", "tokenizer.json"), ["tokenizer.json"])
     write(tmp_path, "enc", 'backend: "onnxruntime_cpu"\ninput [ { name: "input_ids" data_type: TYPE_INT64 dims: [ -1 ] } ]\n'
-          + param("onnx_file", "int8.onnx"), ["int8.onnx"])
+          + param("onnx_file", "int8.onnx") + "\n" + param("sequence_buckets", "16,32,96"), ["int8.onnx"])
     files = served_files(tmp_path)
+    assert files.served_buckets == (16, 32, 96)  # the in-process limit also tries the served buckets
     assert files.text_onnx == tmp_path / "enc/1/int8.onnx" and files.tokenizer_json == tmp_path / "tok/1/tokenizer.json"
     assert files.max_length == 96 and files.text_layout == "ensemble tok -> enc"
     assert files.digits_onnx == tmp_path / "digit_classifier/1/model.onnx"
@@ -45,6 +46,7 @@ def test_a_fused_text_model_serves_its_own_files_from_its_highest_version(tmp_pa
         (tmp_path / "text_embedder" / "2" / name).write_text("y")
     files = ServedFiles.from_repository(tmp_path)
     assert files.text_onnx == tmp_path / "text_embedder/2/model.onnx" and files.max_length == 128
+    assert files.served_buckets == ()
     assert "one model `text_embedder`" in files.describe(tmp_path) and "`digit_classifier/1/model.onnx`" in files.describe(tmp_path)
 
 

@@ -9,8 +9,8 @@ References: the served ONNX files run here in ONNX Runtime, one item at a time (
 texts; dynamic INT8 scales would see the padding). The limit reuses perf_sweep.limits and
 perf_sweep.text_limit, threads = cores, unpinned, at batch sizes up to the highest concurrency (a
 dynamic batcher fed by at most 32 clients never executes more than 32 items); the text limit is
-the better of padding each batch to its longest text and the length buckets the served encoder
-uses by default (serving.sequence_buckets), so a ceiling, not a strawman.
+the best of padding each batch to its longest text, the served encoder's own `sequence_buckets`
+and the default length buckets (serving.sequence_buckets), so a ceiling, not a strawman.
 """
 from __future__ import annotations
 
@@ -111,9 +111,8 @@ def measure_limits(files: ServedFiles, inputs: SuiteInputs, threads: int, max_ba
     if "text_embedder" in models:
         raw = [t.encode("utf-8") for t in inputs.texts]
         rows = []
-        for how, buckets in (("padded to the batch's longest", ()),
-                             ("length buckets " + ",".join(map(str, default_bucket_boundaries(files.max_length))),
-                              default_bucket_boundaries(files.max_length))):
+        for buckets in dict.fromkeys([(), files.served_buckets, default_bucket_boundaries(files.max_length)]):
+            how = "length buckets " + ",".join(map(str, buckets)) if buckets else "padded to the batch's longest"
             pipeline = _served_pipeline(files, max_batch, buckets)
             rows += [{**p.__dict__, "how": how}
                      for p in measure_text_limit(pipeline, raw, threads, (), sizes, seconds_per_batch)]

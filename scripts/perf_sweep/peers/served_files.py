@@ -28,6 +28,8 @@ class ServedFiles:
     tokenizer_json: Path
     max_length: int = DEFAULT_MAX_LENGTH
     text_layout: str = "ensemble text_tokenizer -> text_encoder"
+    #: The served encoder's `sequence_buckets` (serving.sequence_buckets), () when it pads to the longest.
+    served_buckets: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if self.max_length < 2:
@@ -83,6 +85,16 @@ def _served_file(repository: Path, model: str, name: str) -> Path:
     return path
 
 
+def _buckets(config, model: str) -> tuple[int, ...]:
+    from serving.errors import ServingError
+    from serving.sequence_buckets import BUCKETS_PARAMETER, parse_bucket_boundaries
+
+    try:
+        return parse_bucket_boundaries(_parameter(config, BUCKETS_PARAMETER))
+    except ServingError as exc:
+        raise SweepPlanError(f"{model}: {exc}") from None
+
+
 def served_files(repository: Path) -> ServedFiles:
     digits = read_model_config(repository, DIGITS)
     digits_onnx = _served_file(repository, DIGITS, _parameter(digits, "onnx_file", "model.onnx"))
@@ -90,7 +102,8 @@ def served_files(repository: Path) -> ServedFiles:
     if text.platform != "ensemble":
         return ServedFiles(digits_onnx, _served_file(repository, TEXT, _parameter(text, "onnx_file", "model.onnx")),
                            _served_file(repository, TEXT, _parameter(text, "tokenizer_file", "tokenizer.json")),
-                           _max_length(text, TEXT), f"one model `{TEXT}` (backend {text.backend or '?'})")
+                           _max_length(text, TEXT), f"one model `{TEXT}` (backend {text.backend or '?'})",
+                           _buckets(text, TEXT))
     from tritonclient.grpc.model_config_pb2 import TYPE_STRING
 
     steps = [read_model_config(repository, step.model_name) for step in text.ensemble_scheduling.step]
@@ -102,4 +115,4 @@ def served_files(repository: Path) -> ServedFiles:
     tok, enc = tokenizers[0], encoders[0]
     return ServedFiles(digits_onnx, _served_file(repository, enc.name, _parameter(enc, "onnx_file", "model.onnx")),
                        _served_file(repository, tok.name, _parameter(tok, "tokenizer_file", "tokenizer.json")),
-                       _max_length(tok, tok.name), f"ensemble {tok.name} -> {enc.name}")
+                       _max_length(tok, tok.name), f"ensemble {tok.name} -> {enc.name}", _buckets(enc, enc.name))
