@@ -42,3 +42,17 @@ def test_missing_peers_give_one_skipped_line_naming_the_make_target(tmp_path):
                                     lines.append, peers_venv=tmp_path / "nope")
     assert section["skipped"].startswith("peer comparison: SKIPPED:") and "make setup-peers" in section["skipped"]
     assert lines == [f"[perf] {section['skipped']}"]
+
+
+def test_make_perf_measures_the_running_servers_of_its_manifest_without_starting_or_stopping_them(tmp_path):
+    import json
+
+    from perf_sweep.peers.suite import _running_project
+
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text(json.dumps({"models": {"digit_classifier": {"http": "127.0.0.1:41000"},
+                                               "text_embedder": {"http": "127.0.0.1:41010"}}}))
+    running = _running_project(PeerSuiteOptions(project_manifest=manifest))
+    assert running.pid is None and not running.launch.stop_argv and not running.launch.argv
+    assert running.infer_urls[ModelKind.TEXT] == "http://127.0.0.1:41010/v2/models/text_embedder/infer"
+    assert str(manifest) in running.launch.description
