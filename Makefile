@@ -9,6 +9,9 @@ PY          := $(VENV)/bin/python
 STAMP       := $(VENV)/.setup-stamp
 #: make k8s-validate's tools, outside the venv's site-packages (see requirements/k8s.txt)
 K8S_TOOLS   := $(VENV)/k8s-tools
+#: make perf-peers' peers, a virtual environment of their own (see requirements/peers.txt)
+PEERS_VENV  := $(VENV)/peers
+PEERS_STAMP := $(PEERS_VENV)/.setup-stamp
 PIP_INSTALL := $(PY) -m pip install --disable-pip-version-check -q -c requirements/constraints.txt
 SERVING_CONFIG ?= model_repository/serving.toml
 
@@ -49,7 +52,7 @@ demo: build-engines ## Set up, build, serve, classify test images and embed text
 	done; \
 	$(PY) -m serving stop; exit $$status
 
-test: build-engines k8s-validate ## Set up, build, validate deploy/, and run the whole test suite against real tritonserver
+test: build-engines k8s-validate setup-peers ## Set up, build, validate deploy/, and run the whole test suite against real tritonserver
 	$(PY) -m pytest
 
 test-unit: setup ## Fast tests only (no server, no build)
@@ -83,11 +86,27 @@ admin-key: setup ## Create the admin key file (mode 0600, outside the repo; TRIT
 # --- Performance: perf_analyzer sweeps against the running servers (scripts/perf_sweep/) ---
 .PHONY: perf perf-quick
 
-perf: setup ## Sweep every served model (needs `make serve`): knees, A/B, priority mix; report in reports/perf/<timestamp>/
+perf: setup ## Sweep every served model (needs `make serve`): knees, A/B, priority mix, peers (if set up); reports/perf/<timestamp>/
 	$(PY) -m perf_sweep run --config $(SERVING_CONFIG)
 
 perf-quick: setup ## A short smoke run of `make perf` (fewer levels, short windows; ~4 min)
 	$(PY) -m perf_sweep run --quick --config $(SERVING_CONFIG)
+
+# --- Peers: this project against what a user would run instead (scripts/perf_sweep/peers/, docs/performance.md) ---
+.PHONY: setup-peers perf-peers perf-peers-quick
+
+setup-peers: $(PEERS_STAMP) ## Create .venv/peers: infinity-emb (torch CPU), FastAPI, uvicorn (~1.6 GB, ~3 min; never in .venv's site-packages)
+
+$(PEERS_STAMP): requirements/peers.txt requirements/peers-constraints.txt
+	@test -x $(PEERS_VENV)/bin/python || $(PYTHON_BOOT) -m venv $(PEERS_VENV)
+	$(PEERS_VENV)/bin/python -m pip install --disable-pip-version-check -q -c requirements/peers-constraints.txt -r requirements/peers.txt
+	@touch $(PEERS_STAMP)
+
+perf-peers: setup setup-peers ## Peer comparison after build-engines: minimal FastAPI, PyTriton, infinity-emb vs this project, same files/inputs/client (~20 min)
+	$(PY) -m perf_sweep peers --config $(SERVING_CONFIG)
+
+perf-peers-quick: setup setup-peers ## A short smoke run of `make perf-peers` (c = 1, 4, 16, 3 s per level; ~6 min)
+	$(PY) -m perf_sweep peers --quick --config $(SERVING_CONFIG)
 
 # --- Partitions: max_batch_size from measured memory (docs/partitions.md) ---
 .PHONY: size-batches

@@ -56,6 +56,9 @@ class CampaignOptions:
     loadgen_seconds: float = 6.0
     #: Write the chosen max_queue_delay into serving.toml (the source of truth) after the run.
     write_back: bool = False
+    #: The peer comparison section (perf_sweep.peers; SKIPPED when .venv/peers is not installed).
+    peers: bool = True
+    peers_quick: bool = False
     command: str = "python -m perf_sweep run"
 
     def __post_init__(self) -> None:
@@ -371,6 +374,12 @@ def run_campaign(opts: CampaignOptions, progress: Progress = print) -> Path:
         results["skipped"].append(f"A/B block: model {opts.ab_model!r} is not served or was not selected.")
         cdf = {}
     results["headlines"] = limit_headlines(results, records, opts.ab_model) + results["headlines"]
+    if opts.peers:
+        from perf_sweep.peers.suite import campaign_peer_section
+
+        results["peers"] = campaign_peer_section(opts.config, opts.manifest, folder.root / "peers", opts.peers_quick,
+                                                 opts.seed, progress)
+        results["skipped"] += [results["peers"]["skipped"]] if "skipped" in results["peers"] else []
     results["records"] = [r.as_dict() for r in records]
     (folder.root / "results.json").write_text(json.dumps(results, indent=1, default=str))
     (folder.root / "latency_samples.json").write_text(json.dumps(cdf))

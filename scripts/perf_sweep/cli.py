@@ -4,6 +4,8 @@ run         sweeps against the running servers (run/manifest.json), A/B block, r
 inputs      only generate the perf_analyzer input files (digit images or long-tailed texts)
 report      re-render report.md and the PNGs of an earlier run folder
 write-back  set [models.<name>] max_queue_delay_microseconds in serving.toml
+peers       this project against the peers (minimal FastAPI, PyTriton, infinity-emb) on the same
+            ONNX files, inputs and client (`make perf-peers`; needs `make setup-peers`)
 """
 from __future__ import annotations
 
@@ -35,6 +37,7 @@ def _run(args: argparse.Namespace) -> int:
         if getattr(args, name):
             settings[name] = Path(getattr(args, name)).resolve()
     settings["write_back"] = args.write_back
+    settings["peers"], settings["peers_quick"] = not args.no_peers, args.quick
     settings["seed"] = args.seed
     run_campaign(CampaignOptions(**settings), progress=lambda line: print(line, flush=True))
     return 0
@@ -91,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--ab-model", help="model for the A/B block (default digit_classifier)")
     run.add_argument("--no-ab", action="store_true", help="skip the A/B block (temporary server)")
     run.add_argument("--write-back", action="store_true", help="write the chosen max_queue_delay into serving.toml")
+    run.add_argument("--no-peers", action="store_true", help="skip the peer comparison section (perf_sweep peers)")
     run.add_argument("--config", help="serving.toml (default model_repository/serving.toml)")
     run.add_argument("--manifest", help="run/manifest.json of the running servers")
     run.add_argument("--out-root", help="parent of the timestamped run folder (default reports/perf)")
@@ -114,6 +118,9 @@ def main(argv: list[str] | None = None) -> int:
     wb.add_argument("--delay-us", type=int, required=True)
     wb.add_argument("--config", default=str(PROJECT_ROOT / "model_repository" / "serving.toml"))
     wb.set_defaults(func=_write_back)
+    from perf_sweep.peers.cli import add_peers_parser
+
+    add_peers_parser(sub)
     args = parser.parse_args(argv)
     try:
         return args.func(args)

@@ -190,6 +190,10 @@ def render_markdown(results: Mapping[str, Any], plots: Mapping[str, str]) -> str
         out += limit_section("In-process ONNX Runtime limit", results["limit"])
     for model, limit in sorted((results.get("limits") or {}).items()):
         out += limit_section(f"In-process limit of {model}", limit)
+    if results.get("peers"):
+        from perf_sweep.peers.report import campaign_section_lines
+
+        out += campaign_section_lines(results["peers"])
     if plots:
         out += ["## Plots", ""]
         out += [f"![{title}]({file})" for title, file in plots.items()]

@@ -1,0 +1,79 @@
+"""The machine and software every figure of a peer run belongs to: the CPU (model, cores, the
+SIMD flags that decide INT8 speed), the load the machine carried, and each environment's versions.
+
+`cpu_from_lscpu` is pure (tested on a captured `lscpu` output); the rest reads this host.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+from typing import Mapping, Sequence
+
+#: Flags reported with every figure: AVX2 only, AVX-512, and the VNNI INT8 dot products.
+SIMD_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8")
+#: Distributions whose versions are recorded for each interpreter.
+MAIN_PACKAGES = ("onnxruntime", "numpy", "tokenizers", "aiohttp", "nvidia-pytriton", "tritonclient")
+PEER_PACKAGES = ("onnxruntime", "numpy", "tokenizers", "fastapi", "uvicorn", "infinity-emb", "torch",
+                 "sentence-transformers", "transformers")
+
+
+def cpu_from_lscpu(text: str) -> dict[str, object]:
+    """Model name, logical CPUs, threads per core and the SIMD flags present, from `lscpu` output."""
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep:
+            fields.setdefault(key.strip(), value.strip())
+    flags = set(fields.get("Flags", "").split())
+    return {"model": fields.get("Model name", "unknown"), "cpus": int(fields.get("CPU(s)", "0") or 0),
+            "threads_per_core": int(fields.get("Thread(s) per core", "0") or 0),
+            "flags": {flag: flag in flags for flag in SIMD_FLAGS}}
+
+
+def describe_cpu(cpu: Mapping[str, object], usable: int) -> str:
+    flags = cpu.get("flags") or {}
+    present = [f for f, on in flags.items() if on] or ["none of " + "/".join(SIMD_FLAGS)]
+    return f"{cpu.get('model')}, {usable} CPUs usable ({cpu.get('cpus')} online), SIMD: {', '.join(present)}"
+
+
+def read_machine() -> dict[str, object]:
+    try:
+        lscpu = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        lscpu = ""
+    cpu = cpu_from_lscpu(lscpu)
+    usable = len(os.sched_getaffinity(0))
+    return {"cpu": cpu, "usable_cpus": usable, "description": describe_cpu(cpu, usable), "host": platform.node(),
+            "kernel": platform.release(), "python": sys.version.split()[0], "load_average": os.getloadavg()[0],
+            "memory_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)}
+
+
+_VERSIONS_SNIPPET = (
+    "import json, sys\nfrom importlib import metadata\nout = {}\nfor name in sys.argv[1:]:\n"
+    "    try:\n        out[name] = metadata.version(name)\n    except metadata.PackageNotFoundError:\n"
+    "        out[name] = None\nprint(json.dumps(out))"
+)
+
+
+def package_versions(python: Path | str, packages: Sequence[str]) -> dict[str, str | None]:
+    """Versions of `packages` as the interpreter `python` sees them (None: not installed)."""
+    try:
+        done = subprocess.run([str(python), "-c", _VERSIONS_SNIPPET, *packages], capture_output=True, text=True, timeout=60)
+        return json.loads(done.stdout) if done.returncode == 0 else {}
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return {}
+
+
+def triton_version(http_url: str) -> str | None:
+    """The server version a Triton endpoint reports at /v2 (e.g. 2.51.0)."""
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://{http_url}/v2", timeout=5) as response:
+            return json.loads(response.read()).get("version")
+    except (OSError, ValueError):
+        return None

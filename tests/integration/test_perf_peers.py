@@ -1,0 +1,55 @@
+"""The peer comparison end to end on tiny windows: this project started by `serving serve` on free
+ports (as a user starts it) and the minimal FastAPI peer from .venv/peers, the same inputs and the
+same load generator, the in-process limit, the verdicts and the report; everything stopped after."""
+import gzip
+import json
+import urllib.request
+
+import pytest
+
+from perf_sweep.peers.plan import ModelKind, SuiteTiming, TargetKind
+from perf_sweep.peers.suite import PeerSuiteOptions, peers_missing, run_peer_suite
+
+pytestmark = [pytest.mark.server, pytest.mark.slow]
+
+TINY = SuiteTiming(concurrencies=(1, 4), rate_fractions=(0.5,), warmup_s=0.3, window_s=1.0, request_timeout_s=10)
+
+
+def test_the_suite_measures_this_project_and_the_minimal_peer_alike_and_stops_them(tmp_path):
+    missing = peers_missing(PeerSuiteOptions.peers_venv)
+    if missing:
+        pytest.skip(f"the peers are not installed: {missing}")
+    lines: list[str] = []
+    opts = PeerSuiteOptions(out_dir=tmp_path / "peers", targets=(TargetKind.MINIMAL,), timing=TINY, text_count=16,
+                            limit_seconds_per_batch=0.1)
+    results = run_peer_suite(opts, progress=lines.append)
+    log = "\n".join(lines)
+
+    assert {name: entry.get("measured") for name, entry in results["targets"].items()} == {
+        "minimal_fastapi": True, "this_project": True}, log
+    levels = results["levels"]
+    pairs = {(s["target"], s["model"]) for s in levels}
+    assert pairs == {(t, m.value) for t in ("minimal_fastapi", "this_project") for m in ModelKind}, log
+    assert len(levels) == 4 * 3  # c=1, c=4 and one Poisson rate, the same rate for both targets
+    assert len({s["load"] for s in levels if s["mode"] == "poisson" and s["model"] == "digit_classifier"}) == 1
+    for s in levels:
+        assert s["measured"] == sum(s["outcomes"].values()) and s["sent"] == s["warmup_requests"] + s["measured"]
+        assert s["ok"] == s["measured"] > 0, (s["target"], s["model"], s["label"], s["first_error"])
+        assert s["min_score"] >= (1.0 if s["model"] == "digit_classifier" else 0.9)
+
+    assert set(results["limits"]) == {"digit_classifier", "text_embedder"}
+    assert len(results["headlines"]) == 2 * (2 + 2 + 1 + 1) and results["summary"].startswith("issue 10 targets:")
+    folder = opts.folder
+    report = (folder / "report.md").read_text()
+    assert "**Machine**:" in report and "| this_project |" in report and "python -m serving serve" in report
+    assert len((folder / "levels.jsonl").read_text().splitlines()) == 12
+    with gzip.open(folder / "requests.jsonl.gz", "rt") as raw:
+        assert len(raw.read().splitlines()) == 12
+    assert (folder / "digit_classifier.png").exists() and (folder / "text_embedder.png").exists()
+
+    for name in ("minimal_fastapi", "this_project"):  # stopped: nothing answers on their ports any more
+        command = results["targets"][name]["command"]
+        port = command.split("--http-port " if name == "this_project" else "--port ")[1].split()[0]
+        with pytest.raises(OSError):
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/health/ready", timeout=2)
+    json.dumps(results)  # results.json holds only plain data

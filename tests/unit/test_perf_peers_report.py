@@ -1,0 +1,61 @@
+"""The peer report: machine first, headlines with met/missed, a table per model, accounting, commands."""
+from perf_sweep.peers.report import campaign_section_lines, model_tables, render_peer_markdown, write_peer_report
+from perf_sweep.peers.plan import ModelKind, SuiteTiming
+from perf_sweep.peers.verdicts import all_verdicts, verdict_summary
+from test_perf_peers_verdicts import level
+
+D, T = "digit_classifier", "text_embedder"
+
+
+def results_with(levels):
+    limits = {T: {"best": {"batch_size": 32, "throughput": 150.0, "batch_latency_ms": 213.0, "how": "padded"},
+                  "runs": {"before": [{"batch_size": 32, "throughput": 150.0, "batch_latency_ms": 213.0, "how": "padded"}]},
+                  "text": "tokenize + encode"}}
+    verdicts = all_verdicts(levels, {m: e["best"] for m, e in limits.items()})
+    return {"run_id": "20260101-000000", "command": "python -m perf_sweep peers", "timing": SuiteTiming().__dict__,
+            "machine": {"description": "AMD EPYC, 2 CPUs usable (2 online), SIMD: avx2", "memory_gib": 23.5,
+                        "python": "3.11.7", "kernel": "6.1", "load_average": 1.5, "load_average_end": 2.0},
+            "versions": {"main": {"onnxruntime": "1.32.0"}, "peers": {"fastapi": "0.165.0"}, "tritonserver": {}},
+            "inputs": {D: "359 images", T: "714 sentences"},
+            "targets": {"minimal_fastapi": {"measured": True, "description": "FastAPI", "command": "python app.py",
+                                            "load_average_before": 1.0},
+                        "infinity_emb": {"measured": False, "error": "did not start", "load_average_before": 1.0}},
+            "levels": [s.as_dict() for s in levels], "limits": limits,
+            "headlines": [v.headline for v in verdicts], "summary": verdict_summary(verdicts),
+            "poisson_lines": [], "project_running_servers": None}
+
+
+LEVELS = [level("minimal_fastapi", D, 1, 1000, 2.0, p50=0.9), level("this_project", D, 1, 950, 2.1, p50=1.0),
+          level("minimal_fastapi", T, 1, 120, 12.0), level("this_project", T, 1, 90, 14.0, errors=2),
+          level("this_project", D, 300, 299, 3.0, mode="poisson")]
+
+
+def test_each_model_has_a_row_per_target_and_a_column_per_level():
+    lines = model_tables(LEVELS, ModelKind.DIGITS)
+    assert "| target | c=1 |" in lines
+    assert "| minimal_fastapi | 1,000 · 0.90/2.00/2.00 |" in lines
+    assert any(line.startswith("| this_project | 299 ·") for line in lines)  # the Poisson table
+    text = model_tables(LEVELS, ModelKind.TEXT)
+    assert "| this_project | 90 · 1.00/14.00/14.00 (2 err) |" in text
+
+
+def test_the_report_states_the_machine_headlines_commands_and_failures():
+    text = render_peer_markdown(results_with(LEVELS), {"digits": "digit_classifier.png"})
+    assert text.index("**Machine**: AMD EPYC") < text.index("## Headlines")
+    assert "issue 10 targets:" in text and "[MISSED]" in text and "[MET]" in text
+    assert "`python app.py`" in text and "NOT measured: did not start" in text
+    assert "## Every request accounted for" in text and "## Fairness rules" in text
+    assert "![digits](digit_classifier.png)" in text
+
+
+def test_write_peer_report_draws_one_plot_per_measured_model(tmp_path):
+    path = write_peer_report(tmp_path, results_with(LEVELS))
+    assert path.read_text().count("](digit_classifier.png)") == 1
+    assert (tmp_path / "digit_classifier.png").stat().st_size > 0 and (tmp_path / "text_embedder.png").exists()
+
+
+def test_the_campaign_section_links_the_full_report_or_says_skipped():
+    assert campaign_section_lines({"skipped": "peer comparison: SKIPPED: no .venv/peers."})[2].startswith(
+        "peer comparison: SKIPPED")
+    lines = campaign_section_lines({"summary": "issue 10 targets: 1 met", "report": "peers/report.md", "headlines": ["a"]})
+    assert "[peers/report.md](peers/report.md)" in lines[2] and "- a" in lines

@@ -1,0 +1,58 @@
+"""The suite's entry points: options from the command line, and a clear SKIPPED when the peers are missing."""
+import argparse
+
+import pytest
+
+from perf_sweep.errors import SweepPlanError
+from perf_sweep.peers.cli import add_peers_parser, options_from_args
+from perf_sweep.peers.plan import ModelKind, SuiteTiming, TargetKind
+from perf_sweep.peers.suite import PeerSuiteOptions, campaign_peer_section, peers_missing
+
+
+def parse(*argv):
+    parser = argparse.ArgumentParser()
+    add_peers_parser(parser.add_subparsers(dest="command"))
+    return options_from_args(parser.parse_args(["peers", *argv]))
+
+
+def test_quick_mode_shortens_levels_and_texts_and_explicit_flags_win():
+    opts = parse("--quick", "--window-s", "3", "--targets", "minimal_fastapi", "--models", "digit_classifier")
+    assert opts.timing.concurrencies == SuiteTiming.quick().concurrencies and opts.timing.window_s == 3
+    assert opts.text_count == 200 and opts.targets == (TargetKind.MINIMAL,) and opts.models == (ModelKind.DIGITS,)
+
+
+def test_the_default_run_is_the_full_one_in_a_timestamped_peers_folder():
+    opts = parse()
+    assert opts.timing == SuiteTiming() and opts.text_count is None and opts.threads >= 1
+    assert opts.folder.name == f"peers-{opts.run_id}" and opts.folder.parent.name == "perf"
+    assert opts.peers_python == opts.peers_venv / "bin" / "python"
+
+
+def test_options_reject_what_cannot_run():
+    with pytest.raises(SweepPlanError, match="threads"):
+        PeerSuiteOptions(threads=0)
+    with pytest.raises(SweepPlanError, match="models"):
+        PeerSuiteOptions(models=())
+
+
+def test_missing_peers_give_one_skipped_line_naming_the_make_target(tmp_path):
+    assert "make setup-peers" in peers_missing(tmp_path / "nope")
+    lines = []
+    section = campaign_peer_section(tmp_path / "serving.toml", tmp_path / "manifest.json", tmp_path / "peers", True, 0,
+                                    lines.append, peers_venv=tmp_path / "nope")
+    assert section["skipped"].startswith("peer comparison: SKIPPED:") and "make setup-peers" in section["skipped"]
+    assert lines == [f"[perf] {section['skipped']}"]
+
+
+def test_make_perf_measures_the_running_servers_of_its_manifest_without_starting_or_stopping_them(tmp_path):
+    import json
+
+    from perf_sweep.peers.suite import _running_project
+
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text(json.dumps({"models": {"digit_classifier": {"http": "127.0.0.1:41000"},
+                                               "text_embedder": {"http": "127.0.0.1:41010"}}}))
+    running = _running_project(PeerSuiteOptions(project_manifest=manifest))
+    assert running.pid is None and not running.launch.stop_argv and not running.launch.argv
+    assert running.infer_urls[ModelKind.TEXT] == "http://127.0.0.1:41010/v2/models/text_embedder/infer"
+    assert str(manifest) in running.launch.description
