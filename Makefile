@@ -12,10 +12,13 @@ K8S_TOOLS   := $(VENV)/k8s-tools
 #: make perf-peers' peers, a virtual environment of their own (see requirements/peers.txt)
 PEERS_VENV  := $(VENV)/peers
 PEERS_STAMP := $(PEERS_VENV)/.setup-stamp
+#: the minimal FastAPI peer alone (requirements/peers-minimal.txt): what `make test` checks the harness with
+PEERS_MIN_VENV  := $(VENV)/peers-minimal
+PEERS_MIN_STAMP := $(PEERS_MIN_VENV)/.setup-stamp
 PIP_INSTALL := $(PY) -m pip install --disable-pip-version-check -q -c requirements/constraints.txt
 SERVING_CONFIG ?= model_repository/serving.toml
 
-.PHONY: help setup build-engines serve stop status demo test test-unit clean
+.PHONY: help setup build-engines serve stop status demo test test-unit clean setup-peers-minimal
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*?## "} /^[a-zA-Z0-9_-]+:.*?## / {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -52,7 +55,7 @@ demo: build-engines ## Set up, build, serve, classify test images and embed text
 	done; \
 	$(PY) -m serving stop; exit $$status
 
-test: build-engines k8s-validate setup-peers ## Set up, build, validate deploy/, and run the whole test suite against real tritonserver
+test: build-engines k8s-validate setup-peers-minimal ## Set up, build, validate deploy/, and run the whole test suite against real tritonserver
 	$(PY) -m pytest
 
 test-unit: setup ## Fast tests only (no server, no build)
@@ -101,6 +104,13 @@ $(PEERS_STAMP): requirements/peers.txt requirements/peers-constraints.txt
 	@test -x $(PEERS_VENV)/bin/python || $(PYTHON_BOOT) -m venv $(PEERS_VENV)
 	$(PEERS_VENV)/bin/python -m pip install --disable-pip-version-check -q -c requirements/peers-constraints.txt -r requirements/peers.txt
 	@touch $(PEERS_STAMP)
+
+setup-peers-minimal: $(PEERS_MIN_STAMP) ## Create .venv/peers-minimal: only the minimal FastAPI peer (small; `make test` uses it)
+
+$(PEERS_MIN_STAMP): requirements/peers-minimal.txt requirements/peers-constraints.txt
+	@test -x $(PEERS_MIN_VENV)/bin/python || $(PYTHON_BOOT) -m venv $(PEERS_MIN_VENV)
+	$(PEERS_MIN_VENV)/bin/python -m pip install --disable-pip-version-check -q -c requirements/peers-constraints.txt -r requirements/peers-minimal.txt
+	@touch $(PEERS_MIN_STAMP)
 
 perf-peers: setup setup-peers ## Peer comparison after build-engines: minimal FastAPI, PyTriton, infinity-emb vs this project, same files/inputs/client (~20 min)
 	$(PY) -m perf_sweep peers --config $(SERVING_CONFIG)

@@ -16,12 +16,16 @@ TINY = SuiteTiming(concurrencies=(1, 4), rate_fractions=(0.5,), warmup_s=0.3, wi
 
 
 def test_the_suite_measures_this_project_and_the_minimal_peer_alike_and_stops_them(tmp_path):
-    missing = peers_missing(PeerSuiteOptions.peers_venv)
-    if missing:
-        pytest.skip(f"the peers are not installed: {missing}")
+    from conftest import PROJECT_ROOT
+
+    # the full peers (make setup-peers), else the minimal peer's small environment (make test installs it)
+    venv = next((v for v in (PeerSuiteOptions.peers_venv, PROJECT_ROOT / ".venv" / "peers-minimal")
+                 if peers_missing(v, (TargetKind.MINIMAL,)) is None), None)
+    if venv is None:
+        pytest.skip(f"the peers are not installed: {peers_missing(PeerSuiteOptions.peers_venv, (TargetKind.MINIMAL,))}")
     lines: list[str] = []
     opts = PeerSuiteOptions(out_dir=tmp_path / "peers", targets=(TargetKind.MINIMAL,), timing=TINY, text_count=16,
-                            limit_seconds_per_batch=0.1)
+                            limit_seconds_per_batch=0.1, peers_venv=venv)
     results = run_peer_suite(opts, progress=lines.append)
     log = "\n".join(lines)
 

@@ -41,6 +41,8 @@ from perf_sweep.peers.stats import LevelSummary, Outcome, accounting_line, best_
 PROJECT_ROOT = Path(__file__).resolve().parents[3]
 Progress = Callable[[str], None]
 PEER_MODULES = ("fastapi", "uvicorn", "infinity_emb", "onnxruntime", "tokenizers")
+#: What each peer imports from the peers' environment (PyTriton runs from the main one).
+MODULES_BY_TARGET = {"minimal_fastapi": ("fastapi", "uvicorn", "onnxruntime", "tokenizers"), "infinity_emb": ("infinity_emb",)}
 
 
 @dataclass(frozen=True)
@@ -82,14 +84,17 @@ class PeerSuiteOptions:
         return self.peers_venv / "bin" / "python"
 
 
-def peers_missing(venv: Path) -> str | None:
-    """Why the peers cannot run (None when they can): the environment `make setup-peers` creates."""
+def peers_missing(venv: Path, targets: Sequence[TargetKind] | None = None) -> str | None:
+    """Why the peers cannot run (None when they can): the environment `make setup-peers` creates
+    (or, for the minimal peer alone, the small one of `make setup-peers-minimal`)."""
     python = venv / "bin" / "python"
     if not python.exists():
         return f"{venv} does not exist: run `make setup-peers` (requirements/peers.txt)"
+    modules = PEER_MODULES if targets is None else tuple(
+        dict.fromkeys(m for t in targets for m in MODULES_BY_TARGET.get(t.value, ())))
     probe = "import importlib.util as u, sys; sys.exit(0 if all(u.find_spec(m) for m in sys.argv[1:]) else 1)"
-    if subprocess.run([str(python), "-c", probe, *PEER_MODULES], capture_output=True, timeout=60).returncode != 0:
-        return f"{venv} lacks one of {list(PEER_MODULES)}: run `make setup-peers`"
+    if subprocess.run([str(python), "-c", probe, *modules], capture_output=True, timeout=60).returncode != 0:
+        return f"{venv} lacks one of {list(modules)}: run `make setup-peers`"
     return None
 
 
@@ -251,11 +256,11 @@ def run_peer_suite(opts: PeerSuiteOptions, progress: Progress = print) -> dict[s
     """The whole comparison; returns results.json's content (also written, with report.md and plots)."""
     from perf_sweep.peers import report
 
-    missing = peers_missing(opts.peers_venv)
+    targets = plan_targets(opts.targets)
+    missing = peers_missing(opts.peers_venv, targets)
     if missing:
         raise SweepPlanError(f"the peers are not installed: {missing}.")
     opts.folder.mkdir(parents=True, exist_ok=True)
-    targets = plan_targets(opts.targets)
     progress(f"[peers] run folder {opts.folder}; targets {[t.value for t in targets]}; about "
              f"{estimated_seconds(targets, opts.models, opts.timing) / 60:.0f} min")
     started = machine.read_machine()
