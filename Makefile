@@ -100,3 +100,9 @@ padding-report: setup ## Padding efficiency before/after sequence-length bucketi
 .PHONY: benchmark-precision
 benchmark-precision: setup ## FP32 vs INT8-mixed (latency b32, size, budget) + stratified vs random calibration; reports/build/benchmark.md
 	$(PY) -m model_build benchmark --config $(SERVING_CONFIG)
+
+# --- Generation: the LLM's scheduler benchmark (scripts/perf_sweep/generate_bench.py, docs/generation.md) ---
+.PHONY: perf-generate
+
+perf-generate: setup ## LLM: continuous vs static vs one-at-a-time, prefix sharing on/off (after build-engines; ~10 min, QUICK=1 ~1 min); reports/perf/generate-<timestamp>/
+	$(PY) -m perf_sweep.generate_bench $(if $(QUICK),--quick)

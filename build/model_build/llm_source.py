@@ -36,8 +36,8 @@ VALIDATION_PROMPTS = (
     "Who wrote Romeo and Juliet?", "What is the square root of 81?", "Tell me a fun fact about octopuses.",
     "How do airplanes stay in the air?", "What is the largest planet in our solar system?",
 )
-#: Calibration prompts for the INT8 KV scales (disjoint from the validation prompts).
-CALIBRATION_PROMPTS = (
+#: More chat prompts for the tokenizer round trip (disjoint from the validation prompts).
+EXTRA_CHAT_PROMPTS = (
     "Summarize the plot of Cinderella.", "What are the benefits of exercise?", "How does a bicycle work?",
     "Write a short poem about the moon.", "What is the difference between weather and climate?",
     "Explain what an atom is.", "Give three reasons to read books.", "How do bees make honey?",

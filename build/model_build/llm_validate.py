@@ -5,8 +5,7 @@
 * Served path: the serving runtime itself (`GenerationEngine`: scheduler with continuous batching,
   chunked prefill and prefix sharing, the paged KV store, the exported graph in ONNX Runtime),
   all prompts submitted at once, so the check covers batching and shared blocks too.
-* INT8 KV: per-layer, per-head scales from the calibration prompts' K/V (absmax / 127), then the
-  same run with the INT8 store, compared with the FP32 store.
+* INT8 KV: the same run with the INT8 store (a scale per head and token), compared with the FP32 store.
 """
 from __future__ import annotations
 
@@ -23,7 +22,7 @@ from serving.generation.engine import DecoderGraph, GenerationEngine
 from serving.generation.kv_store import KvStore
 from serving.generation.requests import GenerationRequest, SamplingParams
 from serving.generation.scheduler import Scheduler, SchedulerConfig
-from serving.generation.sizing import KvDtype, KvLayout
+from serving.generation.sizing import KvLayout
 
 
 def reference_greedy(hf_model, prompts: Sequence[Sequence[int]], new_tokens: int) -> tuple[list[list[int]], list[np.ndarray]]:
@@ -60,12 +59,12 @@ class _RecordingEngine(GenerationEngine):
 
 
 def served_greedy(graph: DecoderGraph, layout: KvLayout, prompts: Sequence[Sequence[int]], new_tokens: int,
-                  max_context: int, scales: np.ndarray | None = None, max_running: int = 8,
+                  max_context: int, max_running: int = 8,
                   chunk: int = 32) -> tuple[list[list[int]], list[np.ndarray], dict[str, Any]]:
     blocks = 2 * max_running * -(-max_context // layout.block_size)
     scheduler = Scheduler(SchedulerConfig(num_blocks=blocks, block_size=layout.block_size, max_running=max_running,
                                           max_context=max_context, prefill_chunk_tokens=chunk, eos_token_ids=()))
-    engine = _RecordingEngine(graph, scheduler, KvStore(layout, blocks, scales))
+    engine = _RecordingEngine(graph, scheduler, KvStore(layout, blocks))
     sequences = [engine.submit(GenerationRequest(f"p{i}", tuple(p), SamplingParams(max_tokens=new_tokens), priority=2))
                  for i, p in enumerate(prompts)]
     started = time.perf_counter()
@@ -89,18 +88,6 @@ def compare_runs(reference_tokens, reference_logits, tokens, logits) -> dict[str
     return {"prompts": len(reference_tokens), "identical": identical, "min_matching_prefix": min(prefixes),
             "mean_matching_prefix": round(float(np.mean(prefixes)), 2), "max_abs_logit_diff": max(diffs),
             "mean_max_abs_logit_diff": round(float(np.mean(diffs)), 6)}
-
-
-def calibrate_kv_scales(graph: DecoderGraph, layout: KvLayout, prompts: Sequence[Sequence[int]]) -> np.ndarray:
-    """[2, layers, kv_heads] scales: absmax over the calibration prompts' K (0) and V (1), / 127."""
-    absmax = np.zeros((2, layout.layers, layout.kv_heads), dtype=np.float32)
-    empty = np.zeros((layout.layers, 1, layout.kv_heads, 1, layout.head_dim), dtype=np.float32)
-    for prompt in prompts:
-        _, keys, values = graph.run(np.asarray([prompt], np.int64), np.arange(len(prompt), dtype=np.int64)[None], empty, empty,
-                                    np.zeros(1, np.int64), np.asarray([len(prompt) - 1], np.int64))
-        absmax[0] = np.maximum(absmax[0], np.abs(keys[:, 0]).max(axis=(2, 3)))
-        absmax[1] = np.maximum(absmax[1], np.abs(values[:, 0]).max(axis=(2, 3)))
-    return np.maximum(absmax, 1e-6) / 127.0
 
 
 def time_ort_vs_numpy(graph: DecoderGraph, numpy_step, layout: KvLayout, batches=(1, 8), past: int = 128, repeats: int = 3) -> list[dict[str, Any]]:

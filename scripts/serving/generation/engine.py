@@ -2,8 +2,9 @@
 
 `DecoderGraph` is the thin ONNX Runtime wrapper around the exported decoder-step graph
 (build/model_build/llm_graph.py documents its tensors). `GenerationEngine` does one scheduler step
-per `step()` call: each prefill chunk is one graph call for its sequence; all decoding sequences
-share one batched graph call (padded to the longest past, masked by `past_length`). New K/V go
+per `step()` call: all decoding sequences
+share one batched graph call (padded to the longest past, masked by `past_length`); the step's prefill chunks
+share another (padded to the longest chunk). New K/V go
 into the sequences' blocks, a token is sampled for every sequence whose feed reached its end, and
 the scheduler records the results. `step()` returns what happened, for streaming and metrics.
 
@@ -29,8 +30,12 @@ from serving.generation.scheduler import Scheduler, Sequence
 class DecoderGraph:
     """The decoder-step graph in an ONNX Runtime session (CPU, or CUDA where asked and present)."""
 
-    def __init__(self, onnx_path: str, threads: int = 0, provider: str = "CPUExecutionProvider") -> None:
+    def __init__(self, onnx_path: str, threads: int = 0, provider: str = "auto") -> None:
         import onnxruntime as ort
+
+        if provider == "auto":  # onnxruntime-gpu on a GPU host: the same graph on the CUDA provider
+            provider = "CUDAExecutionProvider" if "CUDAExecutionProvider" in ort.get_available_providers() else "CPUExecutionProvider"
+        self.provider = provider
 
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads
@@ -82,10 +87,10 @@ class GenerationEngine:
         with self.lock:
             plan = self.scheduler.plan_step(started)
         sampled: dict[str, int] = {}
-        for chunk in plan.prefill:
-            logits = self._prefill(chunk.sequence, chunk.start, chunk.count)
-            if chunk.reaches_end:
-                sampled[chunk.sequence.request_id] = self._sample(chunk.sequence, logits)
+        if plan.prefill:
+            for chunk, logits in zip(plan.prefill, self._prefill(plan.prefill)):
+                if chunk.reaches_end:
+                    sampled[chunk.sequence.request_id] = self._sample(chunk.sequence, logits)
         if plan.decode:
             for sequence, logits in zip(plan.decode, self._decode(plan.decode)):
                 sampled[sequence.request_id] = self._sample(sequence, logits)
@@ -99,14 +104,22 @@ class GenerationEngine:
     def _sample(self, sequence: Sequence, logits: np.ndarray) -> int:
         return sample_token(logits, sequence.request.sampling, self._rngs[sequence.request_id])
 
-    def _prefill(self, sequence: Sequence, start: int, count: int) -> np.ndarray:
-        tokens = sequence.tokens[start:start + count]
-        past_key, past_value, _ = self.store.gather([sequence.table.blocks], [start])
-        logits, new_key, new_value = self.graph.run(
-            np.asarray([tokens], dtype=np.int64), np.arange(start, start + count, dtype=np.int64)[None],
-            past_key, past_value, np.asarray([start], dtype=np.int64), np.asarray([count - 1], dtype=np.int64))
-        self.store.write(sequence.table.blocks, start, new_key[:, 0], new_value[:, 0])
-        return logits[0]
+    def _prefill(self, chunks) -> np.ndarray:
+        """All prefill chunks of the step in one graph call, right-padded to the longest chunk (padding
+        sits after each row's real tokens, so causal attention keeps it out of them; its K/V are dropped)."""
+        width = max(c.count for c in chunks)
+        input_ids = np.zeros((len(chunks), width), dtype=np.int64)
+        positions = np.zeros((len(chunks), width), dtype=np.int64)
+        for row, chunk in enumerate(chunks):
+            input_ids[row, :chunk.count] = chunk.sequence.tokens[chunk.start:chunk.start + chunk.count]
+            positions[row] = np.arange(chunk.start, chunk.start + width)
+        starts = [c.start for c in chunks]
+        past_key, past_value, _ = self.store.gather([c.sequence.table.blocks for c in chunks], starts)
+        logits, new_key, new_value = self.graph.run(input_ids, positions, past_key, past_value, np.asarray(starts, dtype=np.int64),
+                                                    np.asarray([c.count - 1 for c in chunks], dtype=np.int64))
+        for row, chunk in enumerate(chunks):
+            self.store.write(chunk.sequence.table.blocks, chunk.start, new_key[:, row, :, :chunk.count], new_value[:, row, :, :chunk.count])
+        return logits
 
     def _decode(self, sequences: tuple[Sequence, ...]) -> np.ndarray:
         lengths = [s.table.num_tokens for s in sequences]

@@ -50,7 +50,9 @@ class KvLayout:
 
     @property
     def stored_bytes_per_block(self) -> int:
-        return self.values_per_block * self.dtype.itemsize
+        """FP32: 4 bytes a value. INT8: 1 byte a value plus an FP32 scale per head and token (kv_store)."""
+        scales = 0 if self.dtype is KvDtype.FP32 else 2 * self.layers * self.kv_heads * self.block_size * 4
+        return self.values_per_block * self.dtype.itemsize + scales
 
     @property
     def working_bytes_per_block(self) -> int:
