@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import subprocess
 import threading
@@ -39,13 +40,13 @@ class Arm:
     seed: int = 0
 
 
-def plan_arms(rates=(0.5, 1.0, 2.0), count=24, quick=False) -> list[Arm]:
+def plan_arms(rates=(0.25, 0.5, 1.0), count=16, quick=False) -> list[Arm]:
     if quick:
         rates, count = (1.0,), 6
     arms = [Arm(f"{policy}@{rate:g}", policy, rate, count) for rate in rates for policy in ("continuous", "static", "one_at_a_time")]
     top = max(rates)
     arms += [Arm(f"equal-length {policy}@{top:g}", policy, top, count, fixed_length=64 if not quick else 16) for policy in ("continuous", "static")]
-    arms += [Arm(f"prefix {'on' if on else 'off'}@0.5", "continuous", 0.5, 16 if not quick else 4, fixed_length=16, prefix_sharing=on)
+    arms += [Arm(f"prefix {'on' if on else 'off'}@0.25", "continuous", 0.25, 12 if not quick else 4, fixed_length=16, prefix_sharing=on)
              for on in (True, False)]
     return arms
 
@@ -99,6 +100,7 @@ def run_arm(runtime: _Runtime, arm: Arm, sla: Sla) -> tuple[dict, list[dict]]:
             arrivals[f"q{i}"] = time.monotonic()
             engine.submit(GenerationRequest(f"q{i}", prompt, SamplingParams(max_tokens=w.output_tokens, ignore_eos=True), priority=2))
 
+    load_before = os.getloadavg()[0]
     feeder = threading.Thread(target=arrive, daemon=True)
     feeder.start()
     decode_batches, finished = [], 0
@@ -117,7 +119,8 @@ def run_arm(runtime: _Runtime, arm: Arm, sla: Sla) -> tuple[dict, list[dict]]:
     timings = [RequestTiming(arrivals[rid], tuple(times)) for rid, times in token_times.items()]
     summary = {**asdict(arm), **summarise(timings, decode_batches, engine.scheduler.config.max_running, sla),
                "prefix_hit_rate": round(engine.scheduler.prefix_cache.stats.hit_rate, 3),
-               "mean_prompt_tokens": round(sum(map(len, prompts)) / len(prompts), 1)}
+               "mean_prompt_tokens": round(sum(map(len, prompts)) / len(prompts), 1),
+               "load_average_before_after": [round(load_before, 2), round(os.getloadavg()[0], 2)]}
     raw = [{"request": rid, "arrival_s": arrivals[rid] - origin, "token_times_s": [t - origin for t in times]}
            for rid, times in token_times.items()]
     return summary, raw
@@ -138,8 +141,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="perf_sweep.generate_bench", description=__doc__)
     parser.add_argument("--model", default="smollm2_chat")
     parser.add_argument("--quick", action="store_true", help="one rate, a few requests: a smoke run")
-    parser.add_argument("--rates", type=float, nargs="+", default=[0.5, 1.0, 2.0])
-    parser.add_argument("--count", type=int, default=24, help="requests per arm")
+    parser.add_argument("--rates", type=float, nargs="+", default=[0.25, 0.5, 1.0])
+    parser.add_argument("--count", type=int, default=16, help="requests per arm")
     parser.add_argument("--out-root", type=Path, default=PROJECT_ROOT / "reports" / "perf")
     args = parser.parse_args(argv)
     from perf_sweep.generate_report import write_generate_report

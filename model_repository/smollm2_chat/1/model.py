@@ -16,11 +16,11 @@ and the FINAL flag. Non-streaming sends one FINAL response with the whole text.
 Errors: bad input -> INVALID_ARG (HTTP 400) naming the problem; a full wait queue -> UNAVAILABLE
 (HTTP 503). Cancelled requests and lost streams end at the next step and free their KV blocks.
 """
+import itertools
 import json
 import os
 import threading
 import time
-import itertools
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -61,6 +61,8 @@ class _Pending:
         self.request, self.sender, self.stream = request, sender, stream
         self.prefix_text, self.detokenizer, self.num_input_tokens = prefix_text, detokenizer, num_input_tokens
         self.last_token_at = None
+        #: Streaming: text and tokens of the step that also finished the sequence (sent with FINAL).
+        self.delta, self.last_tokens = "", []
 
 
 class _Metrics:
@@ -124,7 +126,7 @@ class TritonPythonModel:
             eos_token_ids=tuple(spec["eos_token_ids"])))
         self.engine = GenerationEngine(graph, scheduler, KvStore(layout, scheduler.config.num_blocks))
         self.metrics = _Metrics({"model": args["model_name"], "version": args["model_version"]})
-        self.pending, self.ids = {}, itertools.count()
+        self.pending, self.ids, self.published = {}, itertools.count(), {}
         self.wake, self.stopping = threading.Event(), False
         self._warm_up()
         self.thread = threading.Thread(target=self._loop, name="generation-loop", daemon=True)
@@ -232,8 +234,7 @@ class TritonPythonModel:
             if pending.stream and request_id not in finished:
                 self._send(pending, self._response(delta, "", pending, tokens), 0)
             elif pending.stream:
-                pending.delta = delta
-                pending.last_tokens = tokens
+                pending.delta, pending.last_tokens = delta, tokens
         for request_id, sequence in finished.items():
             pending = self.pending.pop(request_id, None)
             if pending is None:
@@ -241,8 +242,7 @@ class TritonPythonModel:
             reason = sequence.finish_reason.value
             self.metrics.add(gm.REQUESTS_FINISHED, 1, reason=reason)
             if pending.stream:
-                text = getattr(pending, "delta", "") + pending.detokenizer.flush()
-                response = self._response(text, reason, pending, getattr(pending, "last_tokens", []))
+                response = self._response(pending.delta + pending.detokenizer.flush(), reason, pending, pending.last_tokens)
             else:
                 response = self._response(pending.prefix_text + pending.detokenizer.text, reason, pending, sequence.generated)
             self._send(pending, response, FINAL)
@@ -283,10 +283,8 @@ class TritonPythonModel:
 
     def _counter_to(self, definition, total):
         """Counters only increment: add what the cumulative statistic grew by since the last step."""
-        seen = getattr(self, "_seen", {})
-        self.metrics.add(definition, total - seen.get(definition.name, 0))
-        seen[definition.name] = total
-        self._seen = seen
+        self.metrics.add(definition, total - self.published.get(definition.name, 0))
+        self.published[definition.name] = total
 
     def finalize(self):
         self.stopping = True
