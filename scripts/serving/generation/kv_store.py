@@ -51,20 +51,25 @@ class KvStore:
 
     def gather(self, tables: Sequence[Sequence[int]], lengths: Sequence[int]) -> tuple[np.ndarray, np.ndarray, int]:
         """Dense FP32 (past_key, past_value) [layers, batch, heads, P, head_dim] and P, for sequences
-        with these block tables and computed lengths; P >= 1 (an all-masked column when empty)."""
+        with these block tables and computed lengths. P is whole blocks (>= 1 position: an
+        all-masked column when every row is empty); positions past a row's length are zeros (the
+        graph masks them by `past_length`, and they must be finite). FP32 blocks are copied once,
+        straight into the output (`np.take(..., out=)` on a view that splits P into blocks)."""
         lay = self.layout
-        past = max(1, max(lengths, default=0))
-        out_k = np.zeros((lay.layers, len(tables), lay.kv_heads, past, lay.head_dim), dtype=np.float32)
-        out_v = np.zeros_like(out_k)
-        for row, (table, length) in enumerate(zip(tables, lengths)):
-            if length == 0:
-                continue
-            used = list(table[: -(-length // lay.block_size)])
-            for source, out, which in ((self.keys, out_k, 0), (self.values, out_v, 1)):
-                taken = source[:, :, used].reshape(lay.layers, lay.kv_heads, -1, lay.head_dim)[:, :, :length]
-                if self._scales is not None:
-                    scales = self._scales[which][:, :, used].reshape(lay.layers, lay.kv_heads, -1, 1)[:, :, :length]
-                    out[:, row, :, :length] = taken * scales
+        size = lay.block_size
+        blocks = [-(-length // size) for length in lengths]
+        past = max(1, max(blocks, default=0) * size)
+        shape = (lay.layers, len(tables), lay.kv_heads, past, lay.head_dim)
+        out_k, out_v = np.empty(shape, dtype=np.float32), np.empty(shape, dtype=np.float32)
+        for row, (table, count) in enumerate(zip(tables, blocks)):
+            used = np.asarray(table[:count], dtype=np.intp)
+            for which, (source, out) in enumerate(((self.keys, out_k), (self.values, out_v))):
+                out[:, row, :, count * size:] = 0.0
+                if not count:
+                    continue
+                target = out[:, row, :, :count * size].reshape(lay.layers, lay.kv_heads, count, size, lay.head_dim)
+                if self._scales is None:
+                    np.take(source, used, axis=2, out=target, mode="clip")
                 else:
-                    out[:, row, :, :length] = taken
+                    np.multiply(np.take(source, used, axis=2), np.take(self._scales[which], used, axis=2), out=target)
         return out_k, out_v, past
