@@ -29,7 +29,10 @@ def run(server, protocol, prompt, stream=True, **settings):
 
 def metric(server, name):
     text = urllib.request.urlopen(server.metrics_url, timeout=10).read().decode()
-    values = [float(m.group(1)) for m in re.finditer(rf'^{name}{{[^}}]*model="{MODEL}"[^}}]*}} (\S+)$', text, flags=re.M)]
+    base, _, label = name.partition("{")
+    label = label.rstrip(",")
+    values = [float(m.group(2)) for m in re.finditer(rf'^{base}{{([^}}]*)}} (\S+)$', text, flags=re.M)
+              if f'model="{MODEL}"' in m.group(1) and (not label or label in m.group(1))]
     return sum(values) if values else None
 
 
@@ -47,6 +50,22 @@ def test_streamed_chunks_concatenate_to_the_non_streamed_text(triton_server, pro
     whole = run(triton_server, protocol, PROMPTS[0], stream=False, max_tokens=12, ignore_eos=True)
     assert streamed[0] == whole[0] and streamed[1] == whole[1] and len(streamed[1]) == 12
     assert streamed[2] == whole[2] == "length" and streamed[3] > 1 and whole[3] == 1
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_async_clients_stream_the_same_tokens_as_the_sync_ones(triton_server, protocol):
+    import asyncio
+
+    from model_client.generate import generate_async
+
+    async def collect(stream):
+        chunks = [chunk async for chunk in generate_async(triton_server.url(protocol), protocol, PROMPTS[2],
+                                                          GenerationSettings(max_tokens=10, ignore_eos=True, priority=1), stream, MODEL)]
+        return [t for c in chunks for t in c.token_ids], chunks[-1].finish_reason
+
+    expected = run(triton_server, protocol, PROMPTS[2], max_tokens=10, ignore_eos=True)[1]
+    assert asyncio.run(collect(True)) == (expected, "length")
+    assert asyncio.run(collect(False)) == (expected, "length")
 
 
 def test_greedy_tokens_under_concurrent_load_equal_each_requests_solo_run(triton_server):
@@ -69,6 +88,21 @@ def test_chat_requests_share_the_system_prompt_blocks(triton_server):
 def test_deadline_returns_the_tokens_so_far_with_finish_reason_deadline(triton_server, protocol):
     text, tokens, reason, _ = run(triton_server, protocol, PROMPTS[4], max_tokens=400, ignore_eos=True, deadline_ms=800)
     assert reason == "deadline" and 0 < len(tokens) < 400 and text
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_a_cancelled_or_disconnected_stream_ends_at_once_and_frees_its_blocks(triton_server, protocol):
+    wait_idle(triton_server)
+    cancelled_before = metric(triton_server, 'llm_requests_finished_total{reason="cancelled"') or 0
+    stream = generate(triton_server.url(protocol), protocol, PROMPTS[4], GenerationSettings(max_tokens=900, ignore_eos=True), True, MODEL)
+    for n, _ in enumerate(stream):
+        if n == 2:
+            break
+    stream.close()  # gRPC: cancels the stream; HTTP: closes the connection of generate_stream
+    started = time.monotonic()
+    wait_idle(triton_server, timeout_s=20)
+    assert metric(triton_server, "llm_kv_blocks_used") == 0 and time.monotonic() - started < 20  # not 900 tokens later
+    assert (metric(triton_server, 'llm_requests_finished_total{reason="cancelled"') or 0) == cancelled_before + 1
 
 
 def _bad_requests():

@@ -189,6 +189,9 @@ class TritonPythonModel:
             self.metrics.add(gm.REQUESTS_REJECTED, 1, reason="queue_full")
             sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc), pb_utils.TritonError.UNAVAILABLE)), flags=FINAL)
             return
+        except Exception as exc:  # a bug, not the caller's fault: answer it (a decoupled request must get a FINAL)
+            sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(f"internal error: {exc!r}", pb_utils.TritonError.INTERNAL)), flags=FINAL)
+            return
         self.wake.set()
 
     # ------------------------------------------------------------------ the scheduler loop (one thread)
@@ -213,7 +216,10 @@ class TritonPythonModel:
     def _fail_all(self, message):
         for sequence in list(self.engine.scheduler.all_sequences()):
             self.engine.cancel(sequence.request_id)
-        self.engine.step()
+        try:
+            self.engine.step()  # a step with everything cancelled computes nothing: it only frees the blocks
+        except Exception as exc:
+            pb_utils.Logger.log_error(f"generation: freeing after a failed step failed too: {exc!r}")
         for request_id, pending in list(self.pending.items()):
             self.pending.pop(request_id)
             error = pb_utils.TritonError(f"generation failed: {message}", pb_utils.TritonError.INTERNAL)
