@@ -126,6 +126,29 @@ def run_arm(runtime: _Runtime, arm: Arm, sla: Sla) -> tuple[dict, list[dict]]:
     return summary, raw
 
 
+def decode_speed(runtime: _Runtime, batches=(1, 2, 4, 8, 16), pasts=(128, 512), repeats: int = 5) -> list[dict]:
+    """Time one decode step of the served graph (ONNX Runtime, this process's threads) per batch
+    size and past length: the raw decode speed the scheduler works with."""
+    import numpy as np
+
+    facts = runtime.spec["facts"]
+    layers, heads, dim = facts["layers"], facts["kv_heads"], facts["hidden"] // facts["heads"]
+    rows = []
+    for past in pasts:
+        for batch in batches:
+            keys = np.zeros((layers, batch, heads, past, dim), np.float32)
+            lengths = np.full(batch, past, np.int64)
+            call = lambda: runtime.graph.run(np.ones((batch, 1), np.int64), lengths[:, None], keys, keys, lengths, np.zeros(batch, np.int64))
+            call()
+            started = time.perf_counter()
+            for _ in range(repeats):
+                call()
+            ms = (time.perf_counter() - started) / repeats * 1000
+            rows.append({"batch": batch, "past": past, "step_ms": round(ms, 1), "tokens_per_s": round(batch * 1000 / ms, 1),
+                         "load_average": round(os.getloadavg()[0], 2)})
+    return rows
+
+
 def machine() -> str:
     try:
         lscpu = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
@@ -144,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rates", type=float, nargs="+", default=[0.25, 0.5, 1.0])
     parser.add_argument("--count", type=int, default=16, help="requests per arm")
     parser.add_argument("--out-root", type=Path, default=PROJECT_ROOT / "reports" / "perf")
+    parser.add_argument("--decode-speed-only", action="store_true", help="only time decode steps per batch size and past length")
     args = parser.parse_args(argv)
     from perf_sweep.generate_report import write_generate_report
 
@@ -153,15 +177,20 @@ def main(argv: list[str] | None = None) -> int:
     runtime, sla = _Runtime(model_dir), Sla()
     out = args.out_root / time.strftime("generate-%Y%m%d-%H%M%S")
     out.mkdir(parents=True, exist_ok=True)
+    speed = decode_speed(runtime, repeats=2 if args.quick else 5)
+    for row in speed:
+        print(f"[perf-generate] decode step batch {row['batch']:2d} past {row['past']}: {row['step_ms']} ms = {row['tokens_per_s']} tok/s "
+              f"(load average {row['load_average']})", flush=True)
     results, raw = [], {}
-    for arm in plan_arms(tuple(args.rates), args.count, args.quick):
+    arms = [] if args.decode_speed_only else plan_arms(tuple(args.rates), args.count, args.quick)
+    for arm in arms:
         summary, raw[arm.name] = run_arm(runtime, arm, sla)
         results.append(summary)
         print(f"[perf-generate] {arm.name}: {summary['output_tokens_per_s']} tok/s, TTFT P50/P99 {summary['ttft_p50_s']}/"
               f"{summary['ttft_p99_s']} s, ITL P50/P99 {summary['itl_p50_s']}/{summary['itl_p99_s']} s, "
               f"occupancy {summary['mean_occupancy']:.0%}", flush=True)
     document = {"machine": machine(), "command": "python -m perf_sweep.generate_bench " + " ".join(argv or []),
-                "sla": asdict(sla), "settings": runtime.params, "arms": results}
+                "sla": asdict(sla), "settings": runtime.params, "arms": results, "decode_speed": speed}
     (out / "results.json").write_text(json.dumps(document, indent=2))
     (out / "raw_timings.json").write_text(json.dumps(raw))
     report = write_generate_report(out, document)

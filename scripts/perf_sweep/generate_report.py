@@ -43,11 +43,18 @@ def render_generate_markdown(document: Mapping[str, Any], plots: Sequence[str]) 
     for arm in arms:
         lines.append("| " + " | ".join(str(arm.get(c, "")) for c in COLUMNS) + " |")
     lines += ["", "Occupancy = mean decode batch / slots, per decode step. Times in seconds; open-loop Poisson arrivals, seeded.", ""]
+    if document.get("decode_speed"):
+        lines += ["## Decode step speed (ONNX Runtime, this process's threads)", "", "| batch | past | step ms | tokens/s | load average |",
+                  "|---:|---:|---:|---:|---:|"]
+        lines += [f"| {r['batch']} | {r['past']} | {r['step_ms']} | {r['tokens_per_s']} | {r['load_average']} |" for r in document["decode_speed"]]
+        lines.append("")
     lines += [f"![{p}]({p})" for p in plots]
     return "\n".join(lines) + "\n"
 
 
 def plot_by_rate(arms: Sequence[Mapping[str, Any]], folder: Path) -> list[str]:
+    if not arms:
+        return []
     import matplotlib
 
     matplotlib.use("Agg")
