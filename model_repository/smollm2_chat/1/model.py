@@ -29,11 +29,11 @@ from tokenizers import Tokenizer
 from serving.generation import metrics as gm
 from serving.generation.chat import render_chat_prompt
 from serving.generation.detokenize import IncrementalDetokenizer
-from serving.generation.engine import DecoderGraph, GenerationEngine
+from serving.generation.engine import DecoderGraph, GenerationEngine, StepResult
 from serving.generation.errors import InvalidGenerationRequest, WaitQueueFull
 from serving.generation.kv_store import KvStore
 from serving.generation.requests import build_request, parse_sampling_parameters
-from serving.generation.scheduler import Policy, Scheduler, SchedulerConfig
+from serving.generation.scheduler import FinishReason, Policy, Scheduler, SchedulerConfig
 from serving.generation.sizing import KvLayout
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
@@ -76,6 +76,18 @@ class _Metrics:
             kind = pb_utils.MetricFamily.HISTOGRAM if d.kind == "histogram" else kinds[d.kind]
             self.families[d.name] = pb_utils.MetricFamily(name=d.name, description=d.help, kind=kind)
         self.labels, self.buckets = labels, {d.name: list(d.buckets) for d in gm.ALL_METRICS if d.buckets}
+
+    def create_all(self, finish_reasons, reject_reasons):
+        """Every series from the start (at 0), so dashboards and alerts see the model before its first request."""
+        for d in gm.ALL_METRICS:
+            if d is gm.REQUESTS_FINISHED:
+                for reason in finish_reasons:
+                    self.metric(d, reason=reason)
+            elif d is gm.REQUESTS_REJECTED:
+                for reason in reject_reasons:
+                    self.metric(d, reason=reason)
+            else:
+                self.metric(d)
 
     def metric(self, d, **extra):
         key = (d.name, tuple(sorted(extra.items())))
@@ -126,9 +138,11 @@ class TritonPythonModel:
             eos_token_ids=tuple(spec["eos_token_ids"])))
         self.engine = GenerationEngine(graph, scheduler, KvStore(layout, scheduler.config.num_blocks))
         self.metrics = _Metrics({"model": args["model_name"], "version": args["model_version"]})
+        self.metrics.create_all(finish_reasons=[r.value for r in FinishReason], reject_reasons=["invalid", "queue_full"])
         self.pending, self.ids, self.published = {}, itertools.count(), {}
         self.wake, self.stopping = threading.Event(), False
         self._warm_up()
+        self._publish(StepResult())  # the gauges' true values (blocks free, ...) before the first request
         self.thread = threading.Thread(target=self._loop, name="generation-loop", daemon=True)
         self.thread.start()
         pb_utils.Logger.log_info(f"model '{args['model_name']}': {scheduler.config.num_blocks} KV blocks x {layout.block_size} tokens "
