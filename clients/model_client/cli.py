@@ -5,6 +5,7 @@ Examples:
   python -m model_client classify --protocol grpc --test-samples 0:64 --summary
   python -m model_client classify --test-samples 7 --priority 1 --max-attempts 4 --fallback
   python -m model_client embed --protocol grpc --text "Plain text in, a unit vector out."
+  python -m model_client generate --chat --prompt "Why is the sky blue?" --max-tokens 64
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import numpy as np
 
 from model_client.client import Protocol
 from model_client.embed_cli import add_embed_command
+from model_client.generate_cli import add_generate_command
 from model_client.endpoints import resolve_url
 from model_client.errors import ClientError
 from model_client.images import image_array_from_png
@@ -116,6 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="realtime (--priority 1) only: degrade to digit_classifier_small when the model is overloaded")
     cls.set_defaults(func=cmd_classify)
     add_embed_command(sub)
+    add_generate_command(sub)
     return parser
 
 

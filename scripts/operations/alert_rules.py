@@ -48,6 +48,9 @@ class AlertThresholds:
     queue_growth_for: str = "3m"
     queue_min_depth: int = 2
     target_down_for: str = "1m"
+    #: Generation models (serving/generation/metrics.py): KV blocks in use above this share of all blocks.
+    kv_usage_fraction: float = 0.90
+    kv_usage_for: str = "2m"
     job: str = "triton"
     #: The supervisor's own endpoint (serving.supervisor_metrics): restarts and crash loops.
     supervisor_job: str = "serving_supervisor"
@@ -64,13 +67,15 @@ class AlertThresholds:
     def __post_init__(self) -> None:
         if not 0 < self.p99_sla_ms <= 600_000:
             raise MonitorConfigError(f"p99_sla_ms = {self.p99_sla_ms!r}: expected milliseconds in (0, 600000].")
-        for name in ("sla_warning_fraction", "low_utilisation", "memory_fraction", "error_rate", "padding_efficiency"):
+        for name in ("sla_warning_fraction", "low_utilisation", "memory_fraction", "error_rate", "padding_efficiency",
+                     "kv_usage_fraction"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1:
                 raise MonitorConfigError(f"{name} = {value!r}: expected a fraction strictly between 0 and 1.")
         for name in ("latency_for", "low_utilisation_for", "memory_for", "error_rate_window",
                      "error_rate_for", "queue_growth_window", "queue_growth_for", "target_down_for",
-                     "restart_window", "partition_down_for", "padding_window", "padding_for"):
+                     "restart_window", "partition_down_for", "padding_window", "padding_for",
+                     "kv_usage_for"):
             value = getattr(self, name)
             if not isinstance(value, str) or not _DURATION.match(value):
                 raise MonitorConfigError(f"{name} = {value!r}: expected a Prometheus duration such as '30s', '5m' or '1h'.")
@@ -138,7 +143,8 @@ def render_alert_rules(t: AlertThresholds, supervisor: bool = True) -> dict[str,
               "Triton metrics endpoint down",
               "{{ $labels.instance }} (partition {{ $labels.partition }}) does not answer scrapes: the server is down or hung."),
     ]
-    groups = [{"name": "triton-field-report", "rules": rules}, {"name": "serving-batching", "rules": batching_rules(t)}]
+    groups = [{"name": "triton-field-report", "rules": rules}, {"name": "serving-batching", "rules": batching_rules(t)},
+              {"name": "llm-generation", "rules": generation_rules(t)}]
     if supervisor:
         groups.append({"name": "serving-supervisor", "rules": supervisor_rules(t)})
     return {"groups": groups}
@@ -176,6 +182,22 @@ def supervisor_rules(t: AlertThresholds) -> list[dict[str, Any]]:
         _rule("ServingSupervisorDown", f'up{{job="{t.supervisor_job}"}} == 0', t.target_down_for, "critical",
               "availability", "Supervisor metrics endpoint down",
               "{{ $labels.instance }}: the supervisor is gone, so crashed partitions are no longer restarted."),
+    ]
+
+
+def generation_rules(t: AlertThresholds) -> list[dict[str, Any]]:
+    """The generation model's own pressure signals: its KV cache and its wait queue live inside the
+    model (Triton's pending-request count stays 0 for a decoupled model that accepts at once)."""
+    used, free, waiting = "llm_kv_blocks_used", "llm_kv_blocks_free", "llm_sequences_waiting"
+    return [
+        _rule("LlmKvCacheNearlyFull", f"{used} / ({used} + {free}) > {t.kv_usage_fraction}", t.kv_usage_for, "warning", "kv_cache",
+              f"KV cache above {t.kv_usage_fraction:.0%} of its blocks",
+              "{{ $labels.model }} on {{ $labels.instance }} uses {{ $value | humanizePercentage }} of its KV blocks: new "
+              "sequences wait and running ones get preempted (recomputed); add memory, lower max_context or use INT8 KV."),
+        _rule("LlmWaitQueueGrowing", f"deriv({waiting}[{t.queue_growth_window}]) > 0 and {waiting} >= {t.queue_min_depth}",
+              t.queue_growth_for, "critical", "queue", "Generation wait queue keeps growing",
+              "{{ $labels.model }} on {{ $labels.instance }}: waiting sequences grow by {{ printf \"%.2f\" $value }}/s: "
+              "arrivals exceed decode capacity; a full queue answers 503 next."),
     ]
 
 

@@ -76,6 +76,24 @@ PANELS: tuple[tuple[str, str, list[tuple[str, str]]], ...] = (
       (_ratio("serving_batch_overhead_seconds_sum", "serving_batch_overhead_seconds_count"), "{{model}} mean overhead s")]),
     ("Requests refused by the backend (input contract, isolated framework failures)", "reqps",
      [(f"sum by (partition, model, reason) (rate(serving_rejected_requests_total{_M}{_RATE}))", "{{model}} {{reason}}")]),
+    # Generation models (serving/generation/metrics.py): the scheduler and KV cache inside the model.
+    ("LLM: running and waiting sequences (alert: waiting keeps growing)", "short",
+     [(f"sum by (partition, model) (llm_sequences_running{_M})", "{{model}} running"),
+      (f"sum by (partition, model) (llm_sequences_waiting{_M})", "{{model}} waiting")]),
+    ("LLM: KV cache blocks in use (alert above 90%)", "percentunit",
+     [(f"sum by (partition, model) (llm_kv_blocks_used{_M}) / (sum by (partition, model) (llm_kv_blocks_used{_M})"
+       f" + sum by (partition, model) (llm_kv_blocks_free{_M}))", "{{model}}")]),
+    ("LLM: prefix cache hit rate (prompt tokens served from shared blocks)", "percentunit",
+     [(_ratio("llm_prefix_cache_hit_tokens_total", "llm_prefix_cache_lookup_tokens_total"), "{{model}}")]),
+    ("LLM: time to first token P50 / P99", "s",
+     [(f"histogram_quantile(0.5, sum by (le, model) (rate(llm_time_to_first_token_seconds_bucket{_M}{_RATE})))", "{{model}} p50"),
+      (f"histogram_quantile(0.99, sum by (le, model) (rate(llm_time_to_first_token_seconds_bucket{_M}{_RATE})))", "{{model}} p99")]),
+    ("LLM: inter-token latency P50 / P99", "s",
+     [(f"histogram_quantile(0.5, sum by (le, model) (rate(llm_inter_token_latency_seconds_bucket{_M}{_RATE})))", "{{model}} p50"),
+      (f"histogram_quantile(0.99, sum by (le, model) (rate(llm_inter_token_latency_seconds_bucket{_M}{_RATE})))", "{{model}} p99")]),
+    ("LLM: output tokens/s and finished requests by reason", "short",
+     [(_per_model_rate("llm_generated_tokens_total"), "{{model}} tokens/s"),
+      (f"sum by (partition, model, reason) (rate(llm_requests_finished_total{_M}{_RATE}))", "{{model}} {{reason}}/s")]),
 )
 
 

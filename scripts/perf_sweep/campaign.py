@@ -322,6 +322,10 @@ def run_campaign(opts: CampaignOptions, progress: Progress = print) -> Path:
         if endpoint.model in steps:
             results["skipped"].append(f"{endpoint.model}: a step of an ensemble, measured through the ensemble.")
             continue
+        if (configs[endpoint.model].get("model_transaction_policy") or {}).get("decoupled"):
+            results["skipped"].append(f"{endpoint.model}: a decoupled generation model (tokens stream out), measured by "
+                                      "`make perf-generate`, not perf_analyzer request sweeps.")
+            continue
         prepared = prepare_inputs(endpoint.model, configs[endpoint.model], folder.root / "inputs", opts,
                                   text_max_tokens(spec, opts.text_max_tokens))
         if prepared.kind == "random":

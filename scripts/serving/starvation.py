@@ -124,6 +124,8 @@ class ServedModelFacts:
     equal_shape_inputs: tuple[str, ...]
     #: {priority level: max_queue_size} as rendered.
     queue_sizes: tuple[tuple[int, int], ...]
+    #: A decoupled generation model: no Triton batcher; its own scheduler orders by priority.
+    is_decoupled: bool = False
 
 
 def served_model_facts(config_path: str | Path) -> ServedModelFacts:
@@ -139,7 +141,8 @@ def served_model_facts(config_path: str | Path) -> ServedModelFacts:
         t.name for t in config.input if any(d < 0 for d in t.dims) and not t.allow_ragged_batch
     )
     queues = tuple(sorted((int(k), int(v.max_queue_size)) for k, v in config.dynamic_batching.priority_queue_policy.items()))
-    return ServedModelFacts(int(config.max_batch_size), config.platform == "ensemble", equal_shape, queues)
+    return ServedModelFacts(int(config.max_batch_size), config.platform == "ensemble", equal_shape, queues,
+                            config.model_transaction_policy.decoupled)
 
 
 def describe_bound(bound: ProgressBound, execution_ms: float | None, max_queue_delay_us: int) -> str:
@@ -164,6 +167,9 @@ def describe_served_model(spec: ServingSpec, model: ModelSpec, repository: Path,
         facts = served_model_facts(config_path)
         if facts.is_ensemble:
             return f"{model.name}: ensemble (no batcher of its own): its bound is the sum of its steps' bounds"
+        if facts.is_decoupled:
+            return (f"{model.name}: decoupled generation model (no Triton batcher): its own scheduler admits realtime "
+                    "first into free slots (docs/generation.md)")
         if facts.equal_shape_inputs:
             return (f"{model.name}: NO bound: inputs {list(facts.equal_shape_inputs)} have variable shapes without "
                     "allow_ragged_batch, and Triton ends a batch at a shape change")

@@ -129,7 +129,7 @@ def test_adapter_query_is_nvidias_queue_time_per_request_with_the_adapters_templ
 def test_prometheus_rule_is_the_alert_rule_generators_output_and_the_scrape_matches_its_labels(serving_spec):
     service_monitor, rule = render_documents(serving_spec)["kustomize/base/monitoring.yaml"]
     assert rule["spec"] == render_alert_rules(AlertThresholds(), supervisor=False)
-    assert [g["name"] for g in rule["spec"]["groups"]] == ["triton-field-report", "serving-batching"]  # no supervisor in a cluster
+    assert [g["name"] for g in rule["spec"]["groups"]] == ["triton-field-report", "serving-batching", "llm-generation"]  # no supervisor in a cluster
     metrics = [s for s in by_kind(base_docs(serving_spec, "main"), "Service") if s["metadata"]["name"].endswith("-metrics")][0]
     assert metrics["metadata"]["labels"][service_monitor["spec"]["jobLabel"]] == AlertThresholds().job
     assert service_monitor["spec"]["targetLabels"] == ["partition"] and "partition" in metrics["metadata"]["labels"]

@@ -101,8 +101,8 @@ def test_every_built_config_keeps_the_invariant_with_its_served_max_batch_size(s
     expected_queues = tuple((p.level, p.queue.max_queue_size) for p in serving_spec.priorities)
     for model in built:
         facts = served_model_facts(REPOSITORY / model.name / "config.pbtxt")
-        if facts.is_ensemble:
-            continue  # no batcher of its own; its steps are checked
+        if facts.is_ensemble or facts.is_decoupled:
+            continue  # no batcher of its own: an ensemble's steps are checked; a generation model schedules itself
         assert facts.queue_sizes == expected_queues, f"{model.name}: config.pbtxt is stale; run `make build-engines`"
         assert not facts.equal_shape_inputs, f"{model.name}: variable-shape inputs must allow ragged batches"
         serving_spec.check_lowest_priority_progress(replace(model, max_batch_size=facts.max_batch_size))

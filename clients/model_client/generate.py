@@ -1,0 +1,238 @@
+"""Text generation against a decoupled Triton LLM model (vLLM-backend tensor names), streamed.
+
+Sync and async, HTTP and gRPC, one interface: `generate(...)` yields `GenerationChunk`s as the
+server sends them; the last one has a `finish_reason`. HTTP uses Triton's generate extension
+(`/v2/models/<m>/generate_stream`, server-sent events; `/generate` when not streaming). gRPC uses
+the bidirectional stream (a decoupled model cannot answer a unary ModelInfer). Priority,
+max_tokens and the deadline travel in `sampling_parameters`; closing the iterator early cancels
+the request on the server, which frees its KV blocks at the next step.
+"""
+from __future__ import annotations
+
+import json
+import queue
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator, Iterator
+
+from model_client.errors import ClientError, OverloadedError, RequestRejectedError, ServerUnavailableError
+
+DEFAULT_GENERATION_MODEL = "smollm2_chat"
+
+
+@dataclass(frozen=True)
+class GenerationChunk:
+    text: str
+    token_ids: tuple[int, ...] = ()
+    finish_reason: str = ""
+    num_input_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class GenerationSettings:
+    max_tokens: int = 64
+    priority: int = 0  # 0: the model's default
+    deadline_ms: float | None = None
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int | None = None
+    ignore_eos: bool = False
+    chat: bool = False
+    system_prompt: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def sampling_parameters(self) -> str:
+        fields: dict[str, Any] = {"max_tokens": self.max_tokens, "temperature": self.temperature}
+        if self.top_p != 1.0:
+            fields["top_p"] = self.top_p
+        if self.top_k:
+            fields["top_k"] = self.top_k
+        for name in ("seed", "deadline_ms"):
+            if getattr(self, name) is not None:
+                fields[name] = getattr(self, name)
+        if self.priority:
+            fields["priority"] = self.priority
+        if self.ignore_eos:
+            fields["ignore_eos"] = True
+        return json.dumps({**fields, **self.extra})
+
+
+def _classify(message: str, status: str, url: str, model: str) -> ClientError:
+    lowered = message.lower()
+    if status in ("503", "StatusCode.UNAVAILABLE") or "wait queue" in lowered:
+        return OverloadedError(f"model {model!r} at {url} is overloaded ({message}); retry later with backoff.")
+    if "connection refused" in lowered or "failed to connect" in lowered:
+        return ServerUnavailableError(f"server at {url} is not reachable ({message}); is it running? try `make serve`.")
+    return RequestRejectedError(f"request to {model!r} at {url} was rejected: {message}")
+
+
+def _chunk_from_json(event: dict) -> GenerationChunk:
+    def first(name, default):
+        value = event.get(name, default)
+        return value[0] if isinstance(value, list) and value and name != "output_token_ids" else value
+
+    ids = event.get("output_token_ids", [])
+    return GenerationChunk(str(first("text_output", "")), tuple(int(i) for i in (ids if isinstance(ids, list) else [ids])),
+                           str(first("finish_reason", "") or ""), int(first("num_input_tokens", 0) or 0))
+
+
+def _http_body(prompt: str, settings: GenerationSettings, stream: bool) -> bytes:
+    body: dict[str, Any] = {"text_input": prompt, "stream": stream, "sampling_parameters": settings.sampling_parameters(),
+                            "exclude_input_in_output": True}
+    if settings.chat:
+        body["apply_chat_template"] = True
+        if settings.system_prompt is not None:
+            body["system_prompt"] = settings.system_prompt
+    return json.dumps(body).encode("utf-8")
+
+
+def generate_http(url: str, prompt: str, settings: GenerationSettings = GenerationSettings(), stream: bool = True,
+                  model: str = DEFAULT_GENERATION_MODEL, timeout_s: float = 300.0) -> Iterator[GenerationChunk]:
+    import urllib.error
+    import urllib.request
+
+    endpoint = f"http://{url}/v2/models/{model}/{'generate_stream' if stream else 'generate'}"
+    request = urllib.request.Request(endpoint, data=_http_body(prompt, settings, stream), headers={"Content-Type": "application/json"})
+    try:
+        response = urllib.request.urlopen(request, timeout=timeout_s)
+    except urllib.error.HTTPError as exc:
+        detail = exc.read().decode("utf-8", "replace")
+        message = json.loads(detail).get("error", detail) if detail.startswith("{") else detail
+        raise _classify(message, str(exc.code), url, model) from None
+    except urllib.error.URLError as exc:
+        raise _classify(str(exc.reason), "", url, model) from None
+    with response:
+        if not stream:
+            yield _chunk_from_json(json.loads(response.read()))
+            return
+        for raw in response:  # server-sent events: "data: {...}" lines
+            line = raw.decode("utf-8").strip()
+            if not line.startswith("data:"):
+                continue
+            event = json.loads(line[5:])
+            if "error" in event:
+                raise _classify(event["error"], "", url, model)
+            chunk = _chunk_from_json(event)
+            yield chunk
+            if chunk.finish_reason:
+                return
+
+
+def _grpc_inputs(module, prompt: str, settings: GenerationSettings, stream: bool) -> list:
+    import numpy as np
+
+    def tensor(name, value, dtype):
+        wire = module.InferInput(name, [1], dtype)
+        wire.set_data_from_numpy(np.array([value], dtype=object if dtype == "BYTES" else bool))
+        return wire
+
+    inputs = [tensor("text_input", prompt.encode("utf-8"), "BYTES"), tensor("stream", stream, "BOOL"),
+              tensor("sampling_parameters", settings.sampling_parameters().encode("utf-8"), "BYTES"),
+              tensor("exclude_input_in_output", True, "BOOL")]
+    if settings.chat:
+        inputs.append(tensor("apply_chat_template", True, "BOOL"))
+        if settings.system_prompt is not None:
+            inputs.append(tensor("system_prompt", settings.system_prompt.encode("utf-8"), "BYTES"))
+    return inputs
+
+
+def _chunk_from_result(result) -> GenerationChunk:
+    def value(name, default):
+        array = result.as_numpy(name)
+        return default if array is None or array.size == 0 else array.reshape(-1)[0]
+
+    text, reason = value("text_output", b""), value("finish_reason", b"")
+    ids = result.as_numpy("output_token_ids")
+    return GenerationChunk(text.decode("utf-8") if isinstance(text, bytes) else str(text),
+                           tuple(int(i) for i in ([] if ids is None else ids.reshape(-1))),
+                           reason.decode("utf-8") if isinstance(reason, bytes) else str(reason), int(value("num_input_tokens", 0)))
+
+
+def generate_grpc(url: str, prompt: str, settings: GenerationSettings = GenerationSettings(), stream: bool = True,
+                  model: str = DEFAULT_GENERATION_MODEL, timeout_s: float = 300.0) -> Iterator[GenerationChunk]:
+    import tritonclient.grpc as grpc
+
+    results: queue.Queue = queue.Queue()
+    client = grpc.InferenceServerClient(url)
+    finished = False
+    try:
+        client.start_stream(callback=lambda result, error: results.put((result, error)))
+        client.async_stream_infer(model, _grpc_inputs(grpc, prompt, settings, stream))
+        while True:
+            try:
+                result, error = results.get(timeout=timeout_s)
+            except queue.Empty:
+                raise ClientError(f"no response from {model!r} at {url} within {timeout_s} s.") from None
+            if error is not None:
+                finished = True
+                raise _classify(error.message() if hasattr(error, "message") else str(error), str(error.status()), url, model)
+            chunk = _chunk_from_result(result)
+            yield chunk
+            if chunk.finish_reason:
+                finished = True
+                return
+    finally:
+        client.stop_stream(cancel_requests=not finished)  # an abandoned iterator cancels the request
+        client.close()
+
+
+async def generate_http_async(url: str, prompt: str, settings: GenerationSettings = GenerationSettings(), stream: bool = True,
+                              model: str = DEFAULT_GENERATION_MODEL, timeout_s: float = 300.0) -> AsyncIterator[GenerationChunk]:
+    import aiohttp
+
+    endpoint = f"http://{url}/v2/models/{model}/{'generate_stream' if stream else 'generate'}"
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as session:
+            async with session.post(endpoint, data=_http_body(prompt, settings, stream), headers={"Content-Type": "application/json"}) as response:
+                if response.status != 200:
+                    detail = await response.text()
+                    message = json.loads(detail).get("error", detail) if detail.startswith("{") else detail
+                    raise _classify(message, str(response.status), url, model)
+                if not stream:
+                    yield _chunk_from_json(json.loads(await response.read()))
+                    return
+                async for raw in response.content:
+                    line = raw.decode("utf-8").strip()
+                    if line.startswith("data:"):
+                        event = json.loads(line[5:])
+                        if "error" in event:
+                            raise _classify(event["error"], "", url, model)
+                        chunk = _chunk_from_json(event)
+                        yield chunk
+                        if chunk.finish_reason:
+                            return
+    except aiohttp.ClientConnectionError as exc:
+        raise _classify(str(exc), "", url, model) from None
+
+
+async def generate_grpc_async(url: str, prompt: str, settings: GenerationSettings = GenerationSettings(), stream: bool = True,
+                              model: str = DEFAULT_GENERATION_MODEL, timeout_s: float = 300.0) -> AsyncIterator[GenerationChunk]:
+    import tritonclient.grpc.aio as grpc_aio
+
+    async with grpc_aio.InferenceServerClient(url) as client:
+        async def requests():
+            yield {"model_name": model, "inputs": _grpc_inputs(grpc_aio, prompt, settings, stream)}
+
+        responses = client.stream_infer(requests(), stream_timeout=timeout_s)
+        try:
+            async for result, error in responses:
+                if error is not None:
+                    raise _classify(error.message() if hasattr(error, "message") else str(error), str(error.status()), url, model)
+                chunk = _chunk_from_result(result)
+                yield chunk
+                if chunk.finish_reason:
+                    return
+        finally:
+            responses.cancel()  # no-op when finished; cancels the request when the caller stopped early
+
+
+def generate(url: str, protocol: str, prompt: str, settings: GenerationSettings = GenerationSettings(), stream: bool = True,
+             model: str = DEFAULT_GENERATION_MODEL) -> Iterator[GenerationChunk]:
+    call = generate_http if protocol == "http" else generate_grpc
+    return call(url, prompt, settings, stream, model)
+
+
+def generate_async(url: str, protocol: str, prompt: str, settings: GenerationSettings = GenerationSettings(), stream: bool = True,
+                   model: str = DEFAULT_GENERATION_MODEL) -> AsyncIterator[GenerationChunk]:
+    call = generate_http_async if protocol == "http" else generate_grpc_async
+    return call(url, prompt, settings, stream, model)

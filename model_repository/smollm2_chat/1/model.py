@@ -1,0 +1,312 @@
+"""Triton Python model `smollm2_chat`: decoupled text generation with the project's own scheduler.
+
+Triton hands every request to `execute` as it arrives (max_batch_size 0, decoupled); `execute`
+validates it, tokenizes it and submits it to the `GenerationEngine`, then returns at once. One
+background thread runs the scheduler loop: each iteration admits waiting requests into free slots
+(continuous batching), runs one prefill chunk and one batched decode step, and sends responses.
+
+Interface (tensor names of Triton's vLLM backend; config rendered by serving/generation/triton_config.py):
+  text_input (string), stream (bool), sampling_parameters (JSON string; else the request's
+  parameters), exclude_input_in_output (bool), apply_chat_template (bool: wrap text_input as the
+  user turn of the SmolLM2 chat template), system_prompt (string, with apply_chat_template).
+  Outputs: text_output, finish_reason ("stop" | "length" | "cancelled" | "deadline"; "" until the
+  last response), num_input_tokens, num_output_tokens, output_token_ids.
+Streaming sends one response per step with the new text; the last one carries the finish reason
+and the FINAL flag. Non-streaming sends one FINAL response with the whole text.
+Errors: bad input -> INVALID_ARG (HTTP 400) naming the problem; a full wait queue -> UNAVAILABLE
+(HTTP 503). Cancelled requests and lost streams end at the next step and free their KV blocks.
+"""
+import itertools
+import json
+import os
+import threading
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+from tokenizers import Tokenizer
+
+from serving.generation import metrics as gm
+from serving.generation.chat import render_chat_prompt
+from serving.generation.detokenize import IncrementalDetokenizer
+from serving.generation.engine import DecoderGraph, GenerationEngine, StepResult
+from serving.generation.errors import InvalidGenerationRequest, WaitQueueFull
+from serving.generation.kv_store import KvStore
+from serving.generation.requests import build_request, parse_sampling_parameters
+from serving.generation.scheduler import FinishReason, Policy, Scheduler, SchedulerConfig
+from serving.generation.sizing import KvLayout
+
+FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+
+
+def _input(request, name):
+    tensor = pb_utils.get_input_tensor_by_name(request, name)
+    return None if tensor is None else tensor.as_numpy().reshape(-1)
+
+
+def _text(value, name):
+    item = value[0]
+    if isinstance(item, str):
+        return item
+    try:
+        return bytes(item).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidGenerationRequest(f"{name} is not valid UTF-8 ({exc.reason} at byte {exc.start}); send UTF-8 text.") from None
+
+
+class _Pending:
+    """Response state of one request while it generates."""
+
+    def __init__(self, request, sender, stream, prefix_text, detokenizer, num_input_tokens):
+        self.request, self.sender, self.stream = request, sender, stream
+        self.prefix_text, self.detokenizer, self.num_input_tokens = prefix_text, detokenizer, num_input_tokens
+        self.last_token_at = None
+        #: Streaming: text and tokens of the step that also finished the sequence (sent with FINAL).
+        self.delta, self.last_tokens = "", []
+
+
+class _Metrics:
+    def __init__(self, labels):
+        has_histogram = hasattr(pb_utils.MetricFamily, "HISTOGRAM")
+        kinds = {"gauge": pb_utils.MetricFamily.GAUGE, "counter": pb_utils.MetricFamily.COUNTER}
+        self.families, self.metrics = {}, {}
+        for d in gm.ALL_METRICS:
+            if d.kind == "histogram" and not has_histogram:
+                continue
+            kind = pb_utils.MetricFamily.HISTOGRAM if d.kind == "histogram" else kinds[d.kind]
+            self.families[d.name] = pb_utils.MetricFamily(name=d.name, description=d.help, kind=kind)
+        self.labels, self.buckets = labels, {d.name: list(d.buckets) for d in gm.ALL_METRICS if d.buckets}
+
+    def create_all(self, finish_reasons, reject_reasons):
+        """Every series from the start (at 0), so dashboards and alerts see the model before its first request."""
+        for d in gm.ALL_METRICS:
+            if d is gm.REQUESTS_FINISHED:
+                for reason in finish_reasons:
+                    self.metric(d, reason=reason)
+            elif d is gm.REQUESTS_REJECTED:
+                for reason in reject_reasons:
+                    self.metric(d, reason=reason)
+            else:
+                self.metric(d)
+
+    def metric(self, d, **extra):
+        key = (d.name, tuple(sorted(extra.items())))
+        if key not in self.metrics and d.name in self.families:
+            kwargs = {"labels": {**self.labels, **extra}}
+            if d.name in self.buckets:
+                kwargs["buckets"] = self.buckets[d.name]
+            self.metrics[key] = self.families[d.name].Metric(**kwargs)
+        return self.metrics.get(key)
+
+    def set(self, d, value, **extra):
+        m = self.metric(d, **extra)
+        if m is not None:
+            m.set(value)
+
+    def add(self, d, value, **extra):
+        m = self.metric(d, **extra)
+        if m is not None and value:
+            m.increment(value)
+
+    def observe(self, d, value):
+        m = self.metric(d)
+        if m is not None:
+            m.observe(value)
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        config = json.loads(args["model_config"])
+        if not pb_utils.using_decoupled_model_transaction_policy(config):
+            raise pb_utils.TritonModelException(f"model '{args['model_name']}' must be decoupled (model_transaction_policy).")
+        params = {k: v.get("string_value", "") for k, v in config.get("parameters", {}).items()}
+        version_dir = os.path.join(args["model_repository"], args["model_version"])
+        spec = json.loads(open(os.path.join(version_dir, params["spec_file"])).read())
+        facts = spec["facts"]
+        self.tokenizer = Tokenizer.from_file(os.path.join(version_dir, params["tokenizer_file"]))
+        self.system_prompt = spec["system_prompt"]
+        self.max_context = int(params["max_context"])
+        self.default_priority = int(params.get("default_priority", "2"))
+        layout = KvLayout(facts["layers"], facts["kv_heads"], facts["hidden"] // facts["heads"], int(params["block_size"]), params["kv_dtype"])
+        threads = int(params.get("intra_op_num_threads", "0") or 0) or int(os.environ.get("SERVING_INTRA_OP_THREADS", "0") or 0)
+        graph = DecoderGraph(os.path.join(version_dir, params["graph_file"]), threads=threads)
+        waiting = {int(k): int(v) for k, v in (item.split(":") for item in params["max_waiting"].split(","))}
+        scheduler = Scheduler(SchedulerConfig(
+            num_blocks=int(params["num_blocks"]), block_size=layout.block_size, max_running=int(params["max_running"]),
+            max_context=self.max_context, prefill_chunk_tokens=int(params["prefill_chunk_tokens"]), max_waiting=waiting,
+            policy=Policy(params.get("policy", "continuous")), prefix_sharing=params.get("prefix_sharing", "true") == "true",
+            eos_token_ids=tuple(spec["eos_token_ids"])))
+        self.engine = GenerationEngine(graph, scheduler, KvStore(layout, scheduler.config.num_blocks))
+        self.metrics = _Metrics({"model": args["model_name"], "version": args["model_version"]})
+        self.metrics.create_all(finish_reasons=[r.value for r in FinishReason], reject_reasons=["invalid", "queue_full"])
+        self.pending, self.ids, self.published = {}, itertools.count(), {}
+        self.wake, self.stopping = threading.Event(), False
+        self._warm_up()
+        self._publish(StepResult())  # the gauges' true values (blocks free, ...) before the first request
+        self.thread = threading.Thread(target=self._loop, name="generation-loop", daemon=True)
+        self.thread.start()
+        pb_utils.Logger.log_info(f"model '{args['model_name']}': {scheduler.config.num_blocks} KV blocks x {layout.block_size} tokens "
+                                 f"({layout.dtype.value}), {scheduler.config.max_running} slots, policy {scheduler.config.policy.value}, "
+                                 f"prefix sharing {scheduler.config.prefix_sharing}, {threads or 'default'} threads")
+
+    def _warm_up(self):
+        """One short generation before serving, so the first request does not pay ORT's first-run cost."""
+        from serving.generation.requests import GenerationRequest, SamplingParams
+
+        self.engine.submit(GenerationRequest("warmup", (1, 2, 3), SamplingParams(max_tokens=2), self.default_priority))
+        self.engine.run_until_idle()
+
+    # ------------------------------------------------------------------ intake (Triton's threads)
+    def execute(self, requests):
+        for request in requests:
+            self._accept(request)
+        return None
+
+    def _parse(self, request):
+        raw = _input(request, "text_input")
+        text = _text(raw, "text_input") if raw is not None and raw.size else ""
+        stream = bool(_input(request, "stream")[0]) if _input(request, "stream") is not None else False
+        exclude = _input(request, "exclude_input_in_output")
+        prepend = (not bool(exclude[0])) if exclude is not None else not stream
+        if prepend and stream:
+            raise InvalidGenerationRequest("exclude_input_in_output = false is not allowed with stream = true.")
+        sampling = _input(request, "sampling_parameters")
+        fields = parse_sampling_parameters(_text(sampling, "sampling_parameters") if sampling is not None else request.parameters())
+        chat = _input(request, "apply_chat_template")
+        system = _input(request, "system_prompt")
+        if text == "":
+            raise InvalidGenerationRequest("text_input is empty: send at least one character of prompt text.")
+        prompt_text = text
+        if chat is not None and bool(chat[0]):
+            prompt_text = render_chat_prompt(text, _text(system, "system_prompt") if system is not None else self.system_prompt)
+        return text, prompt_text, stream, prepend, fields
+
+    def _accept(self, request):
+        sender = request.get_response_sender()
+        try:
+            text, prompt_text, stream, prepend, fields = self._parse(request)
+            ids = tuple(self.tokenizer.encode(prompt_text, add_special_tokens=False).ids)
+            request_id = f"r{next(self.ids)}"
+            generation = build_request(request_id, ids, fields, self.max_context, self.default_priority, stream)
+            decode = lambda tokens: self.tokenizer.decode(list(tokens), skip_special_tokens=True)
+            self.pending[request_id] = _Pending(request, sender, stream, text if prepend else "", IncrementalDetokenizer(decode), len(ids))
+            try:
+                self.engine.submit(generation)
+            except Exception:
+                self.pending.pop(request_id, None)
+                raise
+        except InvalidGenerationRequest as exc:
+            self.metrics.add(gm.REQUESTS_REJECTED, 1, reason="invalid")
+            sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc), pb_utils.TritonError.INVALID_ARG)), flags=FINAL)
+            return
+        except WaitQueueFull as exc:
+            self.metrics.add(gm.REQUESTS_REJECTED, 1, reason="queue_full")
+            sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc), pb_utils.TritonError.UNAVAILABLE)), flags=FINAL)
+            return
+        except Exception as exc:  # a bug, not the caller's fault: answer it (a decoupled request must get a FINAL)
+            sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(f"internal error: {exc!r}", pb_utils.TritonError.INTERNAL)), flags=FINAL)
+            return
+        self.wake.set()
+
+    # ------------------------------------------------------------------ the scheduler loop (one thread)
+    def _loop(self):
+        while not self.stopping:
+            if self.engine.idle:
+                self.wake.wait(0.05)
+                self.wake.clear()
+                continue
+            for request_id, pending in list(self.pending.items()):
+                if pending.request.is_cancelled():
+                    self.engine.cancel(request_id)
+            try:
+                result = self.engine.step()
+            except Exception as exc:  # never let the loop die: fail what is running, keep serving
+                pb_utils.Logger.log_error(f"generation step failed: {exc!r}")
+                self._fail_all(str(exc))
+                continue
+            self._respond(result)
+            self._publish(result)
+
+    def _fail_all(self, message):
+        for sequence in list(self.engine.scheduler.all_sequences()):
+            self.engine.cancel(sequence.request_id)
+        try:
+            self.engine.step()  # a step with everything cancelled computes nothing: it only frees the blocks
+        except Exception as exc:
+            pb_utils.Logger.log_error(f"generation: freeing after a failed step failed too: {exc!r}")
+        for request_id, pending in list(self.pending.items()):
+            self.pending.pop(request_id)
+            error = pb_utils.TritonError(f"generation failed: {message}", pb_utils.TritonError.INTERNAL)
+            self._send(pending, pb_utils.InferenceResponse(error=error), FINAL)
+
+    def _respond(self, result):
+        now = time.monotonic()
+        new_tokens = {}
+        for sequence, token in result.tokens:
+            new_tokens.setdefault(sequence.request_id, (sequence, []))[1].append(token)
+        finished = {s.request_id: s for s in result.finished}
+        for request_id, (sequence, tokens) in new_tokens.items():
+            pending = self.pending.get(request_id)
+            if pending is None:
+                continue
+            self._observe_latency(pending, sequence, now)
+            delta = "".join(pending.detokenizer.push(t) for t in tokens)
+            if pending.stream and request_id not in finished:
+                self._send(pending, self._response(delta, "", pending, tokens), 0)
+            elif pending.stream:
+                pending.delta, pending.last_tokens = delta, tokens
+        for request_id, sequence in finished.items():
+            pending = self.pending.pop(request_id, None)
+            if pending is None:
+                continue
+            reason = sequence.finish_reason.value
+            self.metrics.add(gm.REQUESTS_FINISHED, 1, reason=reason)
+            if pending.stream:
+                response = self._response(pending.delta + pending.detokenizer.flush(), reason, pending, pending.last_tokens)
+            else:
+                response = self._response(pending.prefix_text + pending.detokenizer.text, reason, pending, sequence.generated)
+            self._send(pending, response, FINAL)
+
+    def _observe_latency(self, pending, sequence, now):
+        if pending.last_token_at is None:
+            self.metrics.observe(gm.TIME_TO_FIRST_TOKEN, now - sequence.arrival)
+        else:
+            self.metrics.observe(gm.INTER_TOKEN_LATENCY, now - pending.last_token_at)
+        pending.last_token_at = now
+
+    def _response(self, text, reason, pending, tokens):
+        return pb_utils.InferenceResponse(output_tensors=[
+            pb_utils.Tensor("text_output", np.array([text.encode("utf-8")], dtype=object)),
+            pb_utils.Tensor("finish_reason", np.array([reason.encode("utf-8")], dtype=object)),
+            pb_utils.Tensor("num_input_tokens", np.array([pending.num_input_tokens], dtype=np.uint32)),
+            pb_utils.Tensor("num_output_tokens", np.array([len(tokens)], dtype=np.uint32)),
+            pb_utils.Tensor("output_token_ids", np.asarray(list(tokens), dtype=np.int64)),
+        ])
+
+    @staticmethod
+    def _send(pending, response, flags):
+        try:
+            pending.sender.send(response, flags=flags)
+        except Exception as exc:  # the client went away: nothing to deliver, the blocks are freed already
+            pb_utils.Logger.log_verbose(f"response not delivered: {exc!r}")
+
+    def _publish(self, result):
+        scheduler = self.engine.scheduler
+        self.metrics.set(gm.SEQUENCES_RUNNING, len(scheduler.running))
+        self.metrics.set(gm.SEQUENCES_WAITING, scheduler.num_waiting)
+        self.metrics.set(gm.KV_BLOCKS_USED, scheduler.allocator.num_used)
+        self.metrics.set(gm.KV_BLOCKS_FREE, scheduler.allocator.num_free)
+        stats = scheduler.prefix_cache.stats
+        self._counter_to(gm.PREFIX_LOOKUP_TOKENS, stats.looked_up_tokens)
+        self._counter_to(gm.PREFIX_HIT_TOKENS, stats.hit_tokens)
+        self.metrics.add(gm.TOKENS_GENERATED, len(result.tokens))
+
+    def _counter_to(self, definition, total):
+        """Counters only increment: add what the cumulative statistic grew by since the last step."""
+        self.metrics.add(definition, total - self.published.get(definition.name, 0))
+        self.published[definition.name] = total
+
+    def finalize(self):
+        self.stopping = True
+        self.wake.set()
+        self.thread.join(timeout=10)

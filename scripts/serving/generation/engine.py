@@ -1,0 +1,144 @@
+"""Run the scheduler's steps: ONNX Runtime computes, the project's block pool holds the KV cache.
+
+`DecoderGraph` is the thin ONNX Runtime wrapper around the exported decoder-step graph
+(build/model_build/llm_graph.py documents its tensors). `GenerationEngine` does one scheduler step
+per `step()` call: all decoding sequences
+share one batched graph call (padded to the longest past, masked by `past_length`); the step's prefill chunks
+share another (padded to the longest chunk). New K/V go
+into the sequences' blocks, a token is sampled for every sequence whose feed reached its end, and
+the scheduler records the results. `step()` returns what happened, for streaming and metrics.
+
+Threading: `submit` and `cancel` may be called from any thread (Triton's request threads); the
+lock covers the scheduler's bookkeeping only, never a graph call, so intake stays responsive
+while a step computes.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from serving.generation.kv_store import KvStore
+from serving.generation.requests import GenerationRequest
+from serving.generation.sampling import new_rng, sample_token
+from serving.generation.scheduler import Scheduler, Sequence
+
+
+class DecoderGraph:
+    """The decoder-step graph in an ONNX Runtime session (CPU, or CUDA where asked and present)."""
+
+    def __init__(self, onnx_path: str, threads: int = 0, provider: str = "auto") -> None:
+        import onnxruntime as ort
+
+        if provider == "auto":  # onnxruntime-gpu on a GPU host: the same graph on the CUDA provider
+            provider = "CUDAExecutionProvider" if "CUDAExecutionProvider" in ort.get_available_providers() else "CPUExecutionProvider"
+        self.provider = provider
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        self.session = ort.InferenceSession(onnx_path, options, providers=[provider])
+
+    def run(self, input_ids, position_ids, past_key, past_value, past_length, last_index):
+        feeds = {"input_ids": input_ids, "position_ids": position_ids, "past_key": past_key, "past_value": past_value,
+                 "past_length": past_length, "last_index": last_index}
+        return self.session.run(["logits", "new_key", "new_value"], feeds)
+
+
+@dataclass
+class StepResult:
+    tokens: list[tuple[Sequence, int]] = field(default_factory=list)
+    finished: list[Sequence] = field(default_factory=list)
+    decode_batch: int = 0
+    prefill_tokens: int = 0
+    seconds: float = 0.0
+
+
+class GenerationEngine:
+    def __init__(self, graph: DecoderGraph, scheduler: Scheduler, store: KvStore,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.graph = graph
+        self.scheduler = scheduler
+        self.store = store
+        self.clock = clock
+        self.lock = threading.Lock()
+        self._rngs: dict[str, np.random.Generator] = {}
+
+    def submit(self, request: GenerationRequest) -> Sequence:
+        with self.lock:
+            sequence = self.scheduler.submit(request, self.clock())
+        self._rngs[request.request_id] = new_rng(request.sampling)
+        return sequence
+
+    def cancel(self, request_id: str) -> bool:
+        with self.lock:
+            return self.scheduler.cancel(request_id)
+
+    @property
+    def idle(self) -> bool:
+        return not self.scheduler.running and not self.scheduler.num_waiting
+
+    def step(self) -> StepResult:
+        started = self.clock()
+        with self.lock:
+            plan = self.scheduler.plan_step(started)
+        sampled: dict[str, int] = {}
+        if plan.prefill:
+            for chunk, logits in zip(plan.prefill, self._prefill(plan.prefill)):
+                if chunk.reaches_end:
+                    sampled[chunk.sequence.request_id] = self._sample(chunk.sequence, logits)
+        if plan.decode:
+            for sequence, logits in zip(plan.decode, self._decode(plan.decode)):
+                sampled[sequence.request_id] = self._sample(sequence, logits)
+        with self.lock:
+            tokens, finished = self.scheduler.complete_step(plan, sampled, self.clock())
+        finished = [*plan.finished, *finished]
+        for sequence in finished:
+            self._rngs.pop(sequence.request_id, None)
+        return StepResult(tokens, finished, len(plan.decode), sum(c.count for c in plan.prefill), self.clock() - started)
+
+    def _sample(self, sequence: Sequence, logits: np.ndarray) -> int:
+        return sample_token(logits, sequence.request.sampling, self._rngs[sequence.request_id])
+
+    def _prefill(self, chunks) -> np.ndarray:
+        """All prefill chunks of the step in one graph call, right-padded to the longest chunk (padding
+        sits after each row's real tokens, so causal attention keeps it out of them; its K/V are dropped)."""
+        width = max(c.count for c in chunks)
+        input_ids = np.zeros((len(chunks), width), dtype=np.int64)
+        positions = np.zeros((len(chunks), width), dtype=np.int64)
+        for row, chunk in enumerate(chunks):
+            input_ids[row, :chunk.count] = chunk.sequence.tokens[chunk.start:chunk.start + chunk.count]
+            positions[row] = np.arange(chunk.start, chunk.start + width)
+        starts = [c.start for c in chunks]
+        past_key, past_value, _ = self.store.gather([c.sequence.table.blocks for c in chunks], starts)
+        logits, new_key, new_value = self.graph.run(input_ids, positions, past_key, past_value, np.asarray(starts, dtype=np.int64),
+                                                    np.asarray([c.count - 1 for c in chunks], dtype=np.int64))
+        for row, chunk in enumerate(chunks):
+            self.store.write(chunk.sequence.table.blocks, chunk.start, new_key[:, row, :, :chunk.count], new_value[:, row, :, :chunk.count])
+        return logits
+
+    def _decode(self, sequences: tuple[Sequence, ...]) -> np.ndarray:
+        lengths = [s.table.num_tokens for s in sequences]
+        past_key, past_value, _ = self.store.gather([s.table.blocks for s in sequences], lengths)
+        input_ids = np.asarray([[s.tokens[n]] for s, n in zip(sequences, lengths)], dtype=np.int64)
+        positions = np.asarray(lengths, dtype=np.int64)[:, None]
+        logits, new_key, new_value = self.graph.run(input_ids, positions, past_key, past_value,
+                                                    np.asarray(lengths, dtype=np.int64), np.zeros(len(sequences), dtype=np.int64))
+        for row, (sequence, length) in enumerate(zip(sequences, lengths)):
+            self.store.write(sequence.table.blocks, length, new_key[:, row], new_value[:, row])
+        return logits
+
+    def run_until_idle(self, max_steps: int = 1_000_000) -> list[StepResult]:
+        """Step until nothing runs or waits (offline use: the build's checks, benchmarks, tests)."""
+        results = []
+        for _ in range(max_steps):
+            if self.idle:
+                break
+            results.append(self.step())
+        return results
+
+

@@ -1,0 +1,35 @@
+"""The generation model's custom metrics: names, help texts and histogram buckets, in one place.
+
+The Triton model creates them through the Python backend's `pb_utils.MetricFamily`; the alert rules
+(scripts/operations/alert_rules.py) and the Grafana dashboard read the same names from here, so a
+renamed metric cannot silently break an alert. Each carries Triton's `model` / `version` labels.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class MetricDef:
+    name: str
+    kind: str  # "gauge" | "counter" | "histogram"
+    help: str
+    buckets: tuple[float, ...] = ()
+
+
+SEQUENCES_RUNNING = MetricDef("llm_sequences_running", "gauge", "Sequences in the running batch (prefilling or decoding)")
+SEQUENCES_WAITING = MetricDef("llm_sequences_waiting", "gauge", "Requests in the wait queue (all priority levels)")
+KV_BLOCKS_USED = MetricDef("llm_kv_blocks_used", "gauge", "KV cache blocks referenced by sequences")
+KV_BLOCKS_FREE = MetricDef("llm_kv_blocks_free", "gauge", "KV cache blocks free or evictable (cached prefix, unreferenced)")
+PREFIX_LOOKUP_TOKENS = MetricDef("llm_prefix_cache_lookup_tokens_total", "counter", "Prompt tokens looked up in the prefix cache")
+PREFIX_HIT_TOKENS = MetricDef("llm_prefix_cache_hit_tokens_total", "counter", "Prompt tokens served from shared prefix blocks")
+TOKENS_GENERATED = MetricDef("llm_generated_tokens_total", "counter", "Output tokens generated")
+REQUESTS_FINISHED = MetricDef("llm_requests_finished_total", "counter", "Finished requests, by finish reason (label `reason`)")
+REQUESTS_REJECTED = MetricDef("llm_requests_rejected_total", "counter", "Rejected requests, by reason (label `reason`: invalid, queue_full)")
+TIME_TO_FIRST_TOKEN = MetricDef("llm_time_to_first_token_seconds", "histogram", "Arrival to first output token",
+                                (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0))
+INTER_TOKEN_LATENCY = MetricDef("llm_inter_token_latency_seconds", "histogram", "Time between consecutive output tokens of a sequence",
+                                (0.01, 0.025, 0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2))
+
+ALL_METRICS = (SEQUENCES_RUNNING, SEQUENCES_WAITING, KV_BLOCKS_USED, KV_BLOCKS_FREE, PREFIX_LOOKUP_TOKENS, PREFIX_HIT_TOKENS,
+               TOKENS_GENERATED, REQUESTS_FINISHED, REQUESTS_REJECTED, TIME_TO_FIRST_TOKEN, INTER_TOKEN_LATENCY)

@@ -1,0 +1,126 @@
+"""What a generation request asks for, validated before it reaches the scheduler.
+
+`sampling_parameters` is a JSON object, as in Triton's vLLM backend. Accepted fields are listed in
+`SAMPLING_FIELDS`; anything else is rejected by name (a typo must not silently fall back to a
+default). `priority` and `deadline_ms` are this server's additions: 1 = realtime (admitted first),
+2 = batch (the default); `deadline_ms` ends the sequence that many milliseconds after arrival and
+returns the tokens so far with finish reason "deadline".
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from serving.generation.errors import InvalidGenerationRequest
+
+#: field -> (type, description of the allowed values)
+SAMPLING_FIELDS: dict[str, tuple[type | tuple[type, ...], str]] = {
+    "max_tokens": (int, "an integer >= 1"),
+    "temperature": ((int, float), "a number >= 0 (0 = greedy)"),
+    "top_p": ((int, float), "a number in (0, 1]"),
+    "top_k": (int, "an integer >= 0 (0 = no limit)"),
+    "seed": (int, "an integer >= 0"),
+    "ignore_eos": (bool, "true or false"),
+    "priority": (int, "1 (realtime) or 2 (batch)"),
+    "deadline_ms": ((int, float), "a number of milliseconds > 0"),
+}
+DEFAULT_MAX_TOKENS = 16
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    max_tokens: int = DEFAULT_MAX_TOKENS
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int | None = None
+    ignore_eos: bool = False
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0 or self.top_k == 1
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """A validated request: token ids, sampling, priority level and deadline (seconds from arrival)."""
+
+    request_id: str
+    prompt: tuple[int, ...]
+    sampling: SamplingParams
+    priority: int
+    deadline_s: float | None = None
+    stream: bool = False
+
+
+def _check(name: str, value: Any) -> Any:
+    types, allowed = SAMPLING_FIELDS[name]
+    ok = isinstance(value, types) and not (isinstance(value, bool) and types is not bool)
+    if ok and isinstance(value, float) and not math.isfinite(value):
+        ok = False
+    if ok:
+        if name == "max_tokens":
+            ok = value >= 1
+        elif name in ("temperature",):
+            ok = value >= 0
+        elif name == "top_p":
+            ok = 0 < value <= 1
+        elif name in ("top_k", "seed"):
+            ok = value >= 0
+        elif name == "priority":
+            ok = value in (1, 2)
+        elif name == "deadline_ms":
+            ok = value > 0
+    if not ok:
+        raise InvalidGenerationRequest(f"sampling_parameters `{name}` = {value!r}: expected {allowed}.")
+    return value
+
+
+def parse_sampling_parameters(text: str | bytes | None) -> dict[str, Any]:
+    """The JSON object of `sampling_parameters`, each field checked; "" or None is {}."""
+    if text is None:
+        return {}
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InvalidGenerationRequest(f"sampling_parameters is not valid UTF-8 (byte {exc.start}).") from None
+    if not text.strip():
+        return {}
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidGenerationRequest(f"sampling_parameters is not valid JSON ({exc.msg} at {exc.pos}): expected an object such as "
+                                       '{"max_tokens": 32, "temperature": 0}.') from None
+    if not isinstance(data, dict):
+        raise InvalidGenerationRequest(f"sampling_parameters must be a JSON object, got {type(data).__name__}.")
+    unknown = sorted(set(data) - set(SAMPLING_FIELDS))
+    if unknown:
+        raise InvalidGenerationRequest(f"sampling_parameters has unknown fields {unknown}; allowed: {sorted(SAMPLING_FIELDS)}.")
+    return {name: _check(name, value) for name, value in data.items()}
+
+
+def build_request(request_id: str, prompt: tuple[int, ...], fields: Mapping[str, Any], max_context: int,
+                  default_priority: int = 2, stream: bool = False) -> GenerationRequest:
+    """Check the prompt and max_tokens against the context; the first error names the limit."""
+    if not prompt:
+        raise InvalidGenerationRequest("text_input is empty: send at least one character of prompt text.")
+    if len(prompt) >= max_context:
+        raise InvalidGenerationRequest(
+            f"the prompt is {len(prompt)} tokens; the model's context is {max_context} tokens, so at most "
+            f"{max_context - 1} prompt tokens (leaving room for one output token) are accepted.")
+    max_tokens = int(fields.get("max_tokens", DEFAULT_MAX_TOKENS))
+    room = max_context - len(prompt)
+    if max_tokens > room:
+        raise InvalidGenerationRequest(
+            f"sampling_parameters `max_tokens` = {max_tokens}: the prompt is {len(prompt)} tokens and the context "
+            f"{max_context}, so at most {room} output tokens fit; lower max_tokens or shorten the prompt.")
+    sampling = SamplingParams(
+        max_tokens=max_tokens, temperature=float(fields.get("temperature", 0.0)), top_p=float(fields.get("top_p", 1.0)),
+        top_k=int(fields.get("top_k", 0)), seed=fields.get("seed"), ignore_eos=bool(fields.get("ignore_eos", False)),
+    )
+    deadline = fields.get("deadline_ms")
+    return GenerationRequest(request_id, tuple(prompt), sampling, int(fields.get("priority", default_priority)),
+                             None if deadline is None else float(deadline) / 1000.0, stream)

@@ -1,0 +1,54 @@
+"""Render the decoupled Triton config of a generation model, with the vLLM backend's tensor names.
+
+Why those names: existing Triton LLM clients (the vLLM backend's samples, `generate` /
+`generate_stream` callers, genai-perf) send `text_input`, `stream`, `sampling_parameters` and
+`exclude_input_in_output` and read `text_output`; they work unchanged. Extra outputs carry the
+finish reason, token counts and the token ids; the extra inputs `apply_chat_template` and
+`system_prompt` are optional, so a plain vLLM-style request never needs them.
+
+`max_batch_size: 0` and `decoupled: true`: Triton hands each request over as it arrives and the
+model's own scheduler batches (continuous batching); a request gets any number of responses.
+One instance: the instance owns the KV cache and runs the scheduler loop.
+"""
+from __future__ import annotations
+
+from typing import Mapping
+
+from serving.model_config import render_parameters
+from serving.spec import ModelSpec
+
+#: (name, Triton type, dims, optional)
+GENERATION_INPUTS = (
+    ("text_input", "TYPE_STRING", (1,), False),
+    ("stream", "TYPE_BOOL", (1,), True),
+    ("sampling_parameters", "TYPE_STRING", (1,), True),
+    ("exclude_input_in_output", "TYPE_BOOL", (1,), True),
+    ("apply_chat_template", "TYPE_BOOL", (1,), True),
+    ("system_prompt", "TYPE_STRING", (1,), True),
+)
+GENERATION_OUTPUTS = (
+    ("text_output", "TYPE_STRING", (-1,)),
+    ("finish_reason", "TYPE_STRING", (-1,)),
+    ("num_input_tokens", "TYPE_UINT32", (1,)),
+    ("num_output_tokens", "TYPE_UINT32", (-1,)),
+    ("output_token_ids", "TYPE_INT64", (-1,)),
+)
+
+
+def _dims(dims) -> str:
+    return "[ " + ", ".join(str(d) for d in dims) + " ]"
+
+
+def render_generation_config(model: ModelSpec, parameters: Mapping[str, str]) -> str:
+    lines = [f'name: "{model.name}"', 'backend: "python"', "max_batch_size: 0",
+             "model_transaction_policy { decoupled: true }", "input ["]
+    for i, (name, dtype, dims, optional) in enumerate(GENERATION_INPUTS):
+        sep = "," if i < len(GENERATION_INPUTS) - 1 else ""
+        flag = " optional: true" if optional else ""
+        lines.append(f'  {{ name: "{name}" data_type: {dtype} dims: {_dims(dims)}{flag} }}{sep}')
+    lines += ["]", "output ["]
+    for i, (name, dtype, dims) in enumerate(GENERATION_OUTPUTS):
+        sep = "," if i < len(GENERATION_OUTPUTS) - 1 else ""
+        lines.append(f'  {{ name: "{name}" data_type: {dtype} dims: {_dims(dims)} }}{sep}')
+    lines += ["]", "instance_group [ { count: 1 kind: KIND_CPU } ]", *render_parameters(parameters)]
+    return "\n".join(lines) + "\n"

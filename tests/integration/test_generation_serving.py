@@ -1,0 +1,207 @@
+"""The decoupled LLM model `smollm2_chat` on a real tritonserver: streaming over HTTP and gRPC,
+continuous batching correctness, priorities, the bounded wait queue, deadlines, cancellation and
+bad input. Short prompts and few tokens keep it fast (greedy, so every result is exact)."""
+from __future__ import annotations
+
+import re
+import threading
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+from model_client.errors import OverloadedError, RequestRejectedError
+from model_client.generate import GenerationSettings, generate
+
+pytestmark = pytest.mark.server
+MODEL = "smollm2_chat"
+PROMPTS = ["The capital of France is", "Write a haiku about the sea.", "List three primary colors:", "def fibonacci(n):",
+           "Once upon a time", "The boiling point of water is", "Why is the sky blue?", "My favourite fruit is"]
+
+
+def run(server, protocol, prompt, stream=True, **settings):
+    """(text, token ids, finish reason, chunk count) of one request."""
+    chunks = list(generate(server.url(protocol), protocol, prompt, GenerationSettings(**settings), stream, MODEL))
+    return "".join(c.text for c in chunks), [t for c in chunks for t in c.token_ids], chunks[-1].finish_reason, len(chunks)
+
+
+def metric(server, name):
+    text = urllib.request.urlopen(server.metrics_url, timeout=10).read().decode()
+    base, _, label = name.partition("{")
+    label = label.rstrip(",")
+    values = [float(m.group(2)) for m in re.finditer(rf'^{base}{{([^}}]*)}} (\S+)$', text, flags=re.M)
+              if f'model="{MODEL}"' in m.group(1) and (not label or label in m.group(1))]
+    return sum(values) if values else None
+
+
+def wait_idle(server, timeout_s=30.0):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if metric(server, "llm_kv_blocks_used") == 0 and metric(server, "llm_sequences_running") == 0:
+            return
+        time.sleep(0.2)
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_streamed_chunks_concatenate_to_the_non_streamed_text(triton_server, protocol):
+    streamed = run(triton_server, protocol, PROMPTS[0], stream=True, max_tokens=12, ignore_eos=True)
+    whole = run(triton_server, protocol, PROMPTS[0], stream=False, max_tokens=12, ignore_eos=True)
+    assert streamed[0] == whole[0] and streamed[1] == whole[1] and len(streamed[1]) == 12
+    assert streamed[2] == whole[2] == "length" and streamed[3] > 1 and whole[3] == 1
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_async_clients_stream_the_same_tokens_as_the_sync_ones(triton_server, protocol):
+    import asyncio
+
+    from model_client.generate import generate_async
+
+    async def collect(stream):
+        chunks = [chunk async for chunk in generate_async(triton_server.url(protocol), protocol, PROMPTS[2],
+                                                          GenerationSettings(max_tokens=10, ignore_eos=True, priority=1), stream, MODEL)]
+        return [t for c in chunks for t in c.token_ids], chunks[-1].finish_reason
+
+    expected = run(triton_server, protocol, PROMPTS[2], max_tokens=10, ignore_eos=True)[1]
+    assert asyncio.run(collect(True)) == (expected, "length")
+    assert asyncio.run(collect(False)) == (expected, "length")
+
+
+def test_greedy_tokens_under_concurrent_load_equal_each_requests_solo_run(triton_server):
+    solo = [run(triton_server, "grpc", p, max_tokens=16, ignore_eos=True)[1] for p in PROMPTS]
+    jobs = [(PROMPTS[i % len(PROMPTS)], ("http", "grpc")[i % 2], 4 + (i * 5) % 13) for i in range(24)]
+    with ThreadPoolExecutor(max_workers=12) as pool:
+        results = list(pool.map(lambda job: run(triton_server, job[1], job[0], max_tokens=job[2], ignore_eos=True), jobs))
+    for (prompt, _, max_tokens), (_, tokens, reason, _) in zip(jobs, results):
+        assert tokens == solo[PROMPTS.index(prompt)][:max_tokens] and reason == "length"
+
+
+def test_chat_requests_share_the_system_prompt_blocks(triton_server):
+    before = metric(triton_server, "llm_prefix_cache_hit_tokens_total") or 0
+    for question in ("What is 2 plus 2?", "Name a color."):
+        run(triton_server, "http", question, max_tokens=4, chat=True)
+    assert metric(triton_server, "llm_prefix_cache_hit_tokens_total") - before >= 16  # at least one full shared block
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_deadline_returns_the_tokens_so_far_with_finish_reason_deadline(triton_server, protocol):
+    text, tokens, reason, _ = run(triton_server, protocol, PROMPTS[4], max_tokens=400, ignore_eos=True, deadline_ms=800)
+    assert reason == "deadline" and 0 < len(tokens) < 400 and text
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_a_cancelled_or_disconnected_stream_ends_at_once_and_frees_its_blocks(triton_server, protocol):
+    wait_idle(triton_server)
+    cancelled_before = metric(triton_server, 'llm_requests_finished_total{reason="cancelled"') or 0
+    stream = generate(triton_server.url(protocol), protocol, PROMPTS[4], GenerationSettings(max_tokens=900, ignore_eos=True), True, MODEL)
+    for n, _ in enumerate(stream):
+        if n == 2:
+            break
+    stream.close()  # gRPC: cancels the stream; HTTP: closes the connection of generate_stream
+    started = time.monotonic()
+    wait_idle(triton_server, timeout_s=20)
+    assert metric(triton_server, "llm_kv_blocks_used") == 0 and time.monotonic() - started < 20  # not 900 tokens later
+    assert (metric(triton_server, 'llm_requests_finished_total{reason="cancelled"') or 0) == cancelled_before + 1
+
+
+def _bad_requests():
+    return [
+        ("", {}, "text_input is empty"),
+        ("word " * 1200, {}, "the model's context is 1024 tokens"),
+        ("hi", {"max_tokens": 0}, r"`max_tokens` = 0: expected an integer >= 1"),
+        ("hi", {"max_tokens": 10**9}, r"`max_tokens` = 1000000000: .* output tokens fit"),
+        ("hi", {"extra": {"beam_width": 2}}, r"unknown fields \['beam_width'\]"),
+    ]
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_bad_input_gets_a_clear_error_while_other_requests_keep_generating(triton_server, protocol):
+    expected = run(triton_server, protocol, PROMPTS[1], max_tokens=24, ignore_eos=True)[1]
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        background = pool.submit(run, triton_server, protocol, PROMPTS[1], max_tokens=24, ignore_eos=True)
+        for prompt, settings, message in _bad_requests():
+            with pytest.raises(RequestRejectedError, match=message):
+                run(triton_server, protocol, prompt, **settings)
+        assert background.result(timeout=120)[1] == expected
+
+
+def test_non_utf8_prompt_gets_invalid_argument_over_grpc(triton_server):
+    import tritonclient.grpc as grpc
+    from tritonclient.utils import InferenceServerException
+
+    errors = []
+    with grpc.InferenceServerClient(triton_server.grpc_url) as client:
+        done = threading.Event()
+        client.start_stream(callback=lambda result, error: (errors.append(error), done.set()))
+        wire = grpc.InferInput("text_input", [1], "BYTES")
+        wire.set_data_from_numpy(np.array([b"ab\xff\xfe"], dtype=object))
+        client.async_stream_infer(MODEL, [wire])
+        assert done.wait(30)
+        client.stop_stream()
+    assert isinstance(errors[0], InferenceServerException)
+    assert "text_input is not valid UTF-8 (invalid start byte at byte 2)" in errors[0].message()
+
+
+def _hold_slots(server, count, stop):
+    """`count` long streams that occupy the running batch until `stop` is set (then abandoned)."""
+    def one():
+        for _ in generate(server.grpc_url, "grpc", "Count slowly:", GenerationSettings(max_tokens=900, ignore_eos=True, priority=2), True, MODEL):
+            if stop.is_set():
+                return  # closing the iterator cancels the request on the server
+    threads = [threading.Thread(target=one, daemon=True) for _ in range(count)]
+    for thread in threads:
+        thread.start()
+    return threads
+
+
+def test_a_full_realtime_queue_answers_unavailable_and_realtime_is_admitted_first(triton_server):
+    stop = threading.Event()
+    holders = _hold_slots(triton_server, 8, stop)
+    try:
+        deadline = time.monotonic() + 60
+        while (metric(triton_server, "llm_sequences_running") or 0) < 8 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        with ThreadPoolExecutor(max_workers=26) as pool:
+            batch = pool.submit(run, triton_server, "http", "Batch request", max_tokens=2, priority=2)
+            time.sleep(0.3)
+            realtime = [pool.submit(run, triton_server, "http", f"Realtime {i}", max_tokens=2, priority=1) for i in range(24)]
+            time.sleep(1.0)
+            with pytest.raises(OverloadedError, match="wait queue of priority 1 is full"):
+                run(triton_server, "http", "One too many", max_tokens=2, priority=1)
+            stop.set()  # the holders cancel: slots free up, realtime goes first
+            finished_at = {}
+            for i, future in enumerate(realtime):
+                future.result(timeout=120)
+                finished_at[i] = time.monotonic()
+            batch.result(timeout=120)
+            batch_done = time.monotonic()
+        assert max(finished_at.values()) <= batch_done
+    finally:
+        stop.set()
+        for thread in holders:
+            thread.join(timeout=60)
+
+
+@pytest.mark.slow
+def test_blocks_in_use_return_to_zero_after_1000_mixed_requests_with_cancellations(triton_server):
+    def one(i):
+        protocol = ("http", "grpc")[i % 2]
+        settings = GenerationSettings(max_tokens=1 + i % 4, ignore_eos=True, priority=1 + (i % 5 == 0), chat=i % 3 == 0)
+        stream = generate(triton_server.url(protocol), protocol, PROMPTS[i % len(PROMPTS)], settings, True, MODEL)
+        try:
+            for n, _ in enumerate(stream):
+                if i % 7 == 0 and n == 0:
+                    stream.close()  # cancelled (gRPC) / disconnected (HTTP) after the first chunk
+                    return "cancelled"
+            return "done"
+        except OverloadedError:
+            return "rejected"
+
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        outcomes = list(pool.map(one, range(1000)))
+    assert outcomes.count("done") > 700
+    wait_idle(triton_server)
+    assert metric(triton_server, "llm_kv_blocks_used") == 0
+    assert metric(triton_server, "llm_sequences_running") == 0 and metric(triton_server, "llm_sequences_waiting") == 0
+    assert run(triton_server, "grpc", PROMPTS[0], max_tokens=16, ignore_eos=True)[2] == "length"  # still serving

@@ -1,0 +1,42 @@
+"""model_client.generate's pure parts: what goes on the wire and how responses are read."""
+from __future__ import annotations
+
+import json
+
+from model_client.errors import OverloadedError, RequestRejectedError
+from model_client.generate import GenerationSettings, _chunk_from_json, _classify, _http_body
+from model_client.generate_cli import add_generate_command
+
+
+def test_sampling_parameters_carry_priority_max_tokens_and_deadline_only_when_set():
+    assert json.loads(GenerationSettings().sampling_parameters()) == {"max_tokens": 64, "temperature": 0.0}
+    fields = json.loads(GenerationSettings(max_tokens=8, priority=1, deadline_ms=1500, seed=3).sampling_parameters())
+    assert fields == {"max_tokens": 8, "temperature": 0.0, "priority": 1, "deadline_ms": 1500, "seed": 3}
+
+
+def test_http_body_uses_the_vllm_tensor_names():
+    body = json.loads(_http_body("hi", GenerationSettings(chat=True, system_prompt="Be brief."), stream=True))
+    assert body["text_input"] == "hi" and body["stream"] is True and body["exclude_input_in_output"] is True
+    assert body["apply_chat_template"] is True and body["system_prompt"] == "Be brief."
+    assert json.loads(body["sampling_parameters"])["max_tokens"] == 64
+
+
+def test_a_generate_event_becomes_a_chunk():
+    chunk = _chunk_from_json({"text_output": " Paris", "finish_reason": "length", "num_input_tokens": 5, "output_token_ids": [7, 8]})
+    assert chunk.text == " Paris" and chunk.token_ids == (7, 8) and chunk.finish_reason == "length" and chunk.num_input_tokens == 5
+
+
+def test_errors_map_to_retryable_and_not_retryable():
+    assert isinstance(_classify("the wait queue of priority 1 is full", "", "u", "m"), OverloadedError)
+    assert isinstance(_classify("busy", "503", "u", "m"), OverloadedError)
+    assert isinstance(_classify("text_input is empty", "400", "u", "m"), RequestRejectedError)
+
+
+def test_generate_command_has_priority_max_tokens_deadline_async_and_protocol():
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    add_generate_command(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["generate", "--prompt", "x", "--protocol", "grpc", "--async", "--priority", "1",
+                              "--max-tokens", "9", "--deadline-ms", "500"])
+    assert (args.protocol, args.use_async, args.priority, args.max_tokens, args.deadline_ms) == ("grpc", True, 1, 9, 500.0)

@@ -1,0 +1,187 @@
+"""The scheduler's rules (serving.generation.scheduler), driven without a model: a fake step
+'samples' token 7 (or EOS where a test asks for it) for every sequence whose feed reached its end."""
+from __future__ import annotations
+
+import pytest
+
+from serving.generation.errors import GenerationError, WaitQueueFull
+from serving.generation.requests import GenerationRequest, SamplingParams
+from serving.generation.scheduler import FinishReason, Policy, Scheduler, SchedulerConfig
+
+EOS = 2
+
+
+def make(num_blocks=64, **kwargs):
+    settings = dict(num_blocks=num_blocks, block_size=4, max_running=2, max_context=64, prefill_chunk_tokens=8,
+                    max_waiting={1: 2, 2: 4}, eos_token_ids=(EOS,))
+    settings.update(kwargs)
+    return Scheduler(SchedulerConfig(**settings))
+
+
+def request(rid, prompt_len=5, max_tokens=3, priority=2, deadline_s=None, prompt=None):
+    return GenerationRequest(rid, tuple(prompt or range(10, 10 + prompt_len)), SamplingParams(max_tokens=max_tokens), priority, deadline_s)
+
+
+def step(scheduler, now=0.0, token=7, eos_for=()):
+    plan = scheduler.plan_step(now)
+    fed = [c.sequence for c in plan.prefill if c.reaches_end] + list(plan.decode)
+    sampled = {s.request_id: (EOS if s.request_id in eos_for else token) for s in fed}
+    emitted, finished = scheduler.complete_step(plan, sampled, now)
+    return plan, emitted, [*plan.finished, *finished]
+
+
+def run_all(scheduler, limit=200):
+    done = []
+    for i in range(limit):
+        if not scheduler.running and not scheduler.num_waiting:
+            break
+        done += step(scheduler, now=float(i))[2]
+    return done
+
+
+def test_config_rejects_too_few_blocks_for_one_full_context_sequence():
+    with pytest.raises(GenerationError, match="cannot hold one sequence of the full context"):
+        SchedulerConfig(num_blocks=3, block_size=4, max_context=64)
+
+
+def test_a_request_generates_max_tokens_and_frees_its_blocks():
+    scheduler = make()
+    sequence = scheduler.submit(request("a", max_tokens=3), 0.0)
+    finished = run_all(scheduler)
+    assert finished == [sequence] and sequence.finish_reason is FinishReason.LENGTH
+    assert sequence.generated == [7, 7, 7]
+    assert scheduler.allocator.num_used == 0
+
+
+def test_eos_ends_with_stop_and_is_not_part_of_the_output():
+    scheduler = make()
+    sequence = scheduler.submit(request("a", max_tokens=10), 0.0)
+    step(scheduler)  # prefill + first token
+    _, emitted, finished = step(scheduler, eos_for={"a"})
+    assert finished == [sequence] and sequence.finish_reason is FinishReason.STOP
+    assert emitted == [] and sequence.generated == [7]
+
+
+def test_long_prompts_are_prefilled_in_chunks():
+    scheduler = make(prefill_chunk_tokens=8)
+    scheduler.submit(request("a", prompt_len=20), 0.0)
+    counts = [sum(c.count for c in step(scheduler)[0].prefill) for _ in range(3)]
+    assert counts == [8, 8, 4]
+
+
+def test_continuous_batching_admits_a_waiting_request_as_soon_as_a_slot_frees():
+    scheduler = make(max_running=2)
+    scheduler.submit(request("short", max_tokens=1), 0.0)
+    scheduler.submit(request("long", max_tokens=10), 0.0)
+    scheduler.submit(request("next", max_tokens=2), 0.0)
+    step(scheduler)  # both prefill; "short" finishes after its first token
+    plan, _, _ = step(scheduler)
+    assert "next" in {c.sequence.request_id for c in plan.prefill}  # admitted while "long" still runs
+
+
+def test_static_batching_admits_only_after_the_batch_has_drained():
+    scheduler = make(max_running=2, policy=Policy.STATIC)
+    scheduler.submit(request("short", max_tokens=1), 0.0)
+    scheduler.submit(request("long", max_tokens=4), 0.0)
+    scheduler.submit(request("next", max_tokens=2), 0.0)
+    admitted_at = {}
+    for i in range(12):
+        plan, _, _ = step(scheduler, now=float(i))
+        for chunk in plan.prefill:
+            admitted_at.setdefault(chunk.sequence.request_id, i)
+    assert admitted_at["next"] > 3  # waited until "long" finished its 4 tokens
+
+
+def test_one_at_a_time_runs_a_single_sequence():
+    scheduler = make(max_running=4, policy=Policy.ONE_AT_A_TIME)
+    for rid in "abc":
+        scheduler.submit(request(rid), 0.0)
+    for i in range(20):
+        step(scheduler, now=float(i))
+        assert len(scheduler.running) <= 1
+
+
+def test_realtime_priority_is_admitted_before_earlier_batch_requests():
+    scheduler = make(max_running=1)
+    scheduler.submit(request("batch", priority=2), 0.0)
+    scheduler.submit(request("realtime", priority=1), 1.0)
+    plan, _, _ = step(scheduler, now=1.0)
+    assert [c.sequence.request_id for c in plan.prefill] == ["realtime"]
+
+
+def test_a_full_wait_queue_raises_wait_queue_full_per_priority_level():
+    scheduler = make(max_waiting={1: 1, 2: 1})
+    scheduler.submit(request("a", priority=2), 0.0)
+    with pytest.raises(WaitQueueFull, match="priority 2 is full"):
+        scheduler.submit(request("b", priority=2), 0.0)
+    scheduler.submit(request("c", priority=1), 0.0)  # the realtime queue still has room
+
+
+def test_cancellation_ends_a_running_sequence_and_frees_its_blocks():
+    scheduler = make()
+    sequence = scheduler.submit(request("a", max_tokens=10), 0.0)
+    step(scheduler)
+    step(scheduler)
+    assert scheduler.cancel("a")
+    _, _, finished = step(scheduler)
+    assert finished == [sequence] and sequence.finish_reason is FinishReason.CANCELLED
+    assert sequence.generated == [7, 7] and scheduler.allocator.num_used == 0
+
+
+def test_a_waiting_request_can_be_cancelled_too():
+    scheduler = make(max_running=1)
+    scheduler.submit(request("a", max_tokens=10), 0.0)
+    waiting = scheduler.submit(request("b"), 0.0)
+    scheduler.cancel("b")
+    _, _, finished = step(scheduler)
+    assert waiting in finished and scheduler.num_waiting == 0
+
+
+def test_deadline_returns_the_tokens_so_far_with_finish_reason_deadline():
+    scheduler = make()
+    sequence = scheduler.submit(request("a", max_tokens=50, deadline_s=2.5), 0.0)
+    for now in (0.0, 1.0, 2.0):
+        step(scheduler, now=now)
+    _, _, finished = step(scheduler, now=3.0)
+    assert finished == [sequence] and sequence.finish_reason is FinishReason.DEADLINE
+    assert len(sequence.generated) == 3
+
+
+def test_context_limit_ends_with_length():
+    scheduler = make(max_context=12)
+    sequence = scheduler.submit(request("a", prompt_len=10, max_tokens=50), 0.0)
+    run_all(scheduler)
+    assert sequence.finish_reason is FinishReason.LENGTH and len(sequence.tokens) == 12
+
+
+def test_shared_system_prompt_blocks_are_reused_by_the_next_request():
+    scheduler = make(max_running=1)
+    system = list(range(100, 112))  # three full blocks of 4
+    first = scheduler.submit(request("a", prompt=system + [1, 2]), 0.0)
+    run_all(scheduler)
+    second = scheduler.submit(request("b", prompt=system + [3, 4, 5]), 10.0)
+    plan, _, _ = step(scheduler, now=10.0)
+    assert second.cached_prompt_tokens == 12
+    assert plan.prefill[0].start == 12 and plan.prefill[0].count == 3
+    assert first.finish_reason is FinishReason.LENGTH
+
+
+def test_out_of_blocks_preempts_the_newest_batch_sequence_and_recomputes_it():
+    scheduler = make(num_blocks=16, max_running=3, max_context=64, prefill_chunk_tokens=64)
+    sequences = [scheduler.submit(request(rid, prompt_len=15, max_tokens=12), 0.0) for rid in "abc"]
+    finished = run_all(scheduler)
+    assert {s.request_id for s in finished} == {"a", "b", "c"}
+    assert all(s.generated == [7] * 12 for s in sequences)
+    assert sum(s.preemptions for s in sequences) >= 1
+    assert scheduler.allocator.num_used == 0
+
+
+def test_many_mixed_requests_leave_no_block_in_use():
+    scheduler = make(num_blocks=40, max_running=4, max_waiting={1: 200, 2: 200})
+    for i in range(300):
+        scheduler.submit(request(f"r{i}", prompt_len=3 + i % 13, max_tokens=1 + i % 7, priority=1 + i % 2,
+                                 prompt=[1, 2, 3, 4, 5, 6, 7, 8] + [i % 5] * (i % 9 + 1)), 0.0)
+        if i % 3 == 0:
+            scheduler.cancel(f"r{i}")
+    done = run_all(scheduler, limit=5000)
+    assert len(done) == 300 and scheduler.allocator.num_used == 0
