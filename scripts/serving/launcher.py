@@ -109,7 +109,7 @@ def partition_server_process(installation: TritonInstallation, plan: PartitionPl
     the MPS environment on a GPU."""
     env = partition.environment()
     pin = None
-    if plan.mechanism in (Mechanism.CPU_SETS, Mechanism.CPU_SHARES):
+    if plan.mechanism.pins or plan.mechanism is Mechanism.CPU_SHARES:
         pin = partition.cpus
     else:
         env.update(mps_environment(layout))

@@ -9,6 +9,8 @@ a memory cap and its own ports. What a share *means* depends on the host (the me
   backend (one source of truth: no thread count is typed anywhere else).
 - CPU sets (`[placement] cpu = "cpu_sets"`): the share becomes a set of whole cores the process is
   pinned to, and the thread budget is the size of that set.
+- Elastic CPU sets (`"elastic"`, the default): the same home cores, lent by an idle partition to
+  the busy ones while it stays idle (serving.elastic_cpus, applied by the supervisor).
 - CUDA MPS (NVIDIA GPU): the share becomes CUDA_MPS_ACTIVE_THREAD_PERCENTAGE and the memory cap
   CUDA_MPS_PINNED_DEVICE_MEM_LIMIT; the CPU set is still derived (host threads) but not pinned.
 
@@ -37,9 +39,15 @@ PARTITION_ENV = "SERVING_PARTITION"
 class Mechanism(str, Enum):
     """How a partition's compute share is enforced."""
 
+    ELASTIC_CPU_SETS = "elastic_cpu_sets"
     CPU_SHARES = "cpu_shares"
     CPU_SETS = "cpu_sets"
     CUDA_MPS = "cuda_mps"
+
+    @property
+    def pins(self) -> bool:
+        """Partitions are pinned to CPU sets (their home cores; elastic sets may lend them)."""
+        return self in (Mechanism.CPU_SETS, Mechanism.ELASTIC_CPU_SETS)
 
 
 @dataclass(frozen=True)
@@ -140,7 +148,7 @@ class PartitionPlan:
                 f"partition ports {clashes} are used twice: every partition needs its own HTTP, gRPC and metrics "
                 f"ports (set [server] partition_port_stride >= 3 or give distinct ports)."
             )
-        if self.mechanism is Mechanism.CPU_SETS:
+        if self.mechanism.pins:
             used = [c for part in self.partitions for c in part.cpus]
             if len(used) != len(set(used)):
                 raise ConfigError(f"CPU sets overlap: {[(p.name, p.cpus) for p in self.partitions]}; allowed disjoint sets.")
@@ -201,7 +209,9 @@ def plan_partitions(
             f"allowed at most {cpu_count} partitions of at least one core each with `placement.cpu = \"cpu_sets\"`; "
             f"lower the shares, merge partitions or use `placement.cpu = \"shares\"`."
         )
-    mechanism = Mechanism.CUDA_MPS if gpu_present else (Mechanism.CPU_SHARES if shared else Mechanism.CPU_SETS)
+    mechanism = Mechanism.CUDA_MPS if gpu_present else (
+        Mechanism.CPU_SHARES if shared else Mechanism.ELASTIC_CPU_SETS if placement is CpuPlacement.ELASTIC
+        else Mechanism.CPU_SETS)
     server = spec.server
     planned = []
     next_cpu = 0

@@ -176,19 +176,21 @@ class ServerEndpoints:
 class CpuPlacement(str, Enum):
     """How partitions share the CPU cores (docs/partitions.md).
 
-    SHARES: every partition may use every core; `compute_share` is its weight when partitions
-    compete (cgroup cpu weight, or niceness where cgroups are not writable). CPU_SETS: each
-    partition is pinned to its own whole cores (hard isolation, idle cores stay idle)."""
+    ELASTIC (default): each partition is pinned to its own whole cores and lends them to the busy
+    partitions while it is idle (serving.elastic_cpus). CPU_SETS: pinned, never lent (idle cores
+    stay idle). SHARES: every partition may use every core; `compute_share` is its weight when
+    partitions compete (cgroup cpu weight, or niceness where cgroups are not writable)."""
 
-    SHARES = "shares"
+    ELASTIC = "elastic"
     CPU_SETS = "cpu_sets"
+    SHARES = "shares"
 
 
 @dataclass(frozen=True)
 class Placement:
     """`[placement]`: how partitions are laid out on the host."""
 
-    cpu: CpuPlacement = CpuPlacement.SHARES
+    cpu: CpuPlacement = CpuPlacement.ELASTIC
 
     def __post_init__(self) -> None:
         if not isinstance(self.cpu, CpuPlacement):

@@ -48,6 +48,7 @@ from typing import Any, Sequence
 
 from serving.errors import ConfigError
 from serving.cpu_shares import CpuWeight, create_cpu_groups, remove_cpu_groups
+from serving.elastic_cpus import Activity, ActivityTracker, cpu_seconds, group_members, lend_idle_cores, pin_threads
 from serving.launcher import (
     RunLayout, build_manifest, partition_server_process, plan_cpu_weights_for_this_host, start_mps_daemon,
     stop_mps_daemon, with_server_overrides,
@@ -214,6 +215,11 @@ class Supervisor:
         self.metrics: SupervisorMetricsServer | None = None
         #: CPU shares plans: each partition's cgroup or niceness (serving.cpu_shares), set up by `run`.
         self.cpu_weights: dict[str, CpuWeight] = {}
+        #: Elastic CPU sets (serving.elastic_cpus): who is busy, and the cores each may use now.
+        self.activity = ActivityTracker()
+        self.cpus_now: dict[str, tuple[int, ...]] = {p.name: p.cpus for p in plan.partitions}
+        self.last_repin = 0.0
+        self.members: dict[str, list[int]] = {}
         self.installation = find_tritonserver()
         self.parts = {p.name: SupervisedPartition(p, stubs=PartitionStubWatch(
             p.name, policy.liveness_interval_s, policy.stub_reload_timeout_s, policy.max_restarts, policy.window_s))
@@ -233,7 +239,8 @@ class Supervisor:
         now = time.monotonic()
         return {"supervisor_pid": os.getpid(), "status": self.status, "error": self.error,
                 "mechanism": self.plan.mechanism.value, "mps_started": self.mps_started,
-                "partitions": {n: sp.summary(self.policy, now) for n, sp in self.parts.items()}, "updated_at": time.time()}
+                "partitions": {n: {**sp.summary(self.policy, now), "cpus_now": list(self.cpus_now.get(n, ()))}
+                               for n, sp in self.parts.items()}, "updated_at": time.time()}
 
     def write_state(self) -> None:
         state = self.state_dict()
@@ -336,9 +343,37 @@ class Supervisor:
         sp.consecutive_failures, sp.in_crash_loop = 0, False
         return True
 
+    def _lend_idle_cores(self, now: float) -> bool:
+        """Elastic CPU sets: re-pin partitions when one became busy or idle (and every 2 s, so
+        threads and stubs started since are pinned too). True when the cores moved."""
+        if self.plan.mechanism is not Mechanism.ELASTIC_CPU_SETS:
+            return False
+        activity, refresh = {}, now - self.last_repin >= 2.0
+        for name, sp in self.parts.items():
+            running = sp.state is PartitionState.READY and sp.process is not None and sp.process.process.poll() is None
+            if running and (refresh or name not in self.members):
+                self.members[name] = group_members(sp.process.pid)
+            activity[name] = self.activity.update(name, cpu_seconds(self.members.get(name, ())), now,
+                                                  len(sp.partition.cpus)) if running else Activity.BUSY
+            if not running:  # starting or restarting: it keeps its home cores, lends nothing
+                self.activity.forget(name)
+                self.members.pop(name, None)
+        home = {p.name: p.cpus for p in self.plan.partitions}
+        wanted = lend_idle_cores(home, {p.name: p.compute_share for p in self.plan.partitions}, activity)
+        moved = wanted != self.cpus_now
+        if moved:
+            log.info("elastic CPU sets: %s", "; ".join(
+                f"{n} {activity[n].value} -> cpus {list(c)}" for n, c in wanted.items()))
+        if moved or refresh:
+            for name, cpus in wanted.items():
+                if name in self.members:
+                    pin_threads(self.members[name], cpus)
+            self.cpus_now, self.last_repin = wanted, now
+        return moved
+
     def tick(self, now: float) -> bool:
         """Advance every partition's state machine once; True if anything changed."""
-        changed = False
+        changed = self._lend_idle_cores(now)
         for sp in self.parts.values():
             if sp.state in (PartitionState.STARTING, PartitionState.READY):
                 code = sp.process.process.poll()

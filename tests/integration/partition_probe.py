@@ -24,7 +24,7 @@ QUIET_MODEL, NOISY_MODEL = "digit_classifier_small", "digit_classifier"
 NOISE_THREADS, NOISE_MAX_REQUESTS, NOISE_MAX_SECONDS = 8, 50_000, 60
 
 
-def two_partition_config(ports: Sequence[int], max_queue_delay_us: int) -> str:
+def two_partition_config(ports: Sequence[int], max_queue_delay_us: int, placement: str | None = None) -> str:
     """serving.toml text: `noisy` and `quiet`, half the cores each, on the six given ports
     (noisy's also serve as the [server] defaults), plus the supervisor's metrics port (a 7th)."""
     http, grpc, metrics, supervisor = ports[:3] + ports[6:7]
@@ -43,6 +43,9 @@ def two_partition_config(ports: Sequence[int], max_queue_delay_us: int) -> str:
         grpc_port = {grpc}
         metrics_port = {metrics}
         supervisor_metrics_port = {supervisor}
+        {"cond_wait_cap_us = " + os.environ["TEST_COND_WAIT_CAP_US"] if os.environ.get("TEST_COND_WAIT_CAP_US") else ""}
+
+        {f'[placement]{chr(10)}        cpu = "{placement}"' if placement else ""}
 
         [batching]
         max_queue_delay_microseconds = {max_queue_delay_us}

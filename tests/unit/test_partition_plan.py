@@ -117,7 +117,7 @@ def test_the_committed_configuration_plans_on_this_two_core_machine():
     spec = load_serving_spec(SERVING_CONFIG)
     plan = plan_partitions(spec, cpu_count=2, gpu_present=False)
     assert sorted(m for p in plan.partitions for m in p.models) == sorted(m.name for m in spec.models)
-    if plan.mechanism is Mechanism.CPU_SETS:
+    if plan.mechanism.pins:  # home cores: disjoint (elastic sets lend them while a partition is idle)
         cpus = [c for p in plan.partitions for c in p.cpus]
         assert len(cpus) == len(set(cpus)) <= 2
     else:  # shares: every partition may use both cores (its share is its weight)
@@ -139,9 +139,9 @@ def test_cpu_shares_allow_more_partitions_than_cores():
     assert [p.cpus for p in plan.partitions] == [(0, 1)] * 3
 
 
-def test_shares_are_the_default_placement_and_an_override_wins():
+def test_elastic_cpu_sets_are_the_default_placement_and_an_override_wins():
     spec = serving_spec_from_dict({"models": {"a": {"recipe": "digit_cnn"}}})
-    assert plan_partitions(spec, 4, False).mechanism is Mechanism.CPU_SHARES
+    assert plan_partitions(spec, 4, False).mechanism is Mechanism.ELASTIC_CPU_SETS
     from serving.spec import CpuPlacement
 
     plan = plan_partitions(spec, 4, False, placement=CpuPlacement.CPU_SETS)
@@ -149,5 +149,11 @@ def test_shares_are_the_default_placement_and_an_override_wins():
 
 
 def test_an_unknown_cpu_placement_is_rejected_naming_what_is_allowed():
-    with pytest.raises(ConfigError, match=r"`placement.cpu` = 'pinned' is not a CPU placement: allowed 'shares', 'cpu_sets'"):
+    with pytest.raises(ConfigError, match=r"`placement.cpu` = 'pinned' is not a CPU placement: allowed 'elastic', 'cpu_sets', 'shares'"):
         spec_with(TWO, cpu="pinned")
+
+
+def test_elastic_cpu_sets_plan_disjoint_home_cores_like_cpu_sets():
+    plan = plan_partitions(spec_with(TWO, cpu="elastic"), cpu_count=2, gpu_present=False)
+    assert plan.mechanism is Mechanism.ELASTIC_CPU_SETS and plan.mechanism.pins
+    assert [p.cpus for p in plan.partitions] == [(0,), (1,)]
