@@ -144,7 +144,7 @@ class PartitionPlan:
     cpu_count: int
     partitions: tuple[PlannedPartition, ...]
     #: `[server] cond_wait_cap_us`, for every partition's server (serving.native).
-    cond_wait_cap_us: int = 2000
+    cond_wait_cap_us: int = 10000
 
     def __post_init__(self) -> None:
         ports = [p for part in self.partitions for p in (part.http_port, part.grpc_port, part.metrics_port)]

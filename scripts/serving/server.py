@@ -159,7 +159,7 @@ class ServerSettings:
     #: Cap (microseconds) on Triton's long condition-variable waits, through the preloaded
     #: serving/native/cond_wait_cap.c: a lost batcher wake-up then costs at most this instead of
     #: 500 ms (docs/triton-batcher-stall.md). 0 = off. Environment, not a flag (Triton has none).
-    cond_wait_cap_us: int = 2000
+    cond_wait_cap_us: int = 10000
 
     def to_args_list(self) -> list[str]:
         args = [

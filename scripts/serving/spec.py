@@ -128,7 +128,7 @@ class ServerEndpoints:
     #: Longest a lost wake-up of Triton 2.51's dynamic batcher may hold queued requests, in
     #: microseconds (serving/native/cond_wait_cap.c; docs/triton-batcher-stall.md). 0 = off (then
     #: up to 500 ms with priority levels or queue policies).
-    cond_wait_cap_us: int = 2000
+    cond_wait_cap_us: int = 10000
 
     #: Binding anywhere but loopback is an explicit choice (here or `serve --allow-non-loopback`);
     #: the launcher logs a warning when it is made. Admin APIs stay locked by the key either way.

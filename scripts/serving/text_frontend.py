@@ -86,7 +86,9 @@ class TextFrontEnd:
             except ValueError as exc:
                 decoded.append(str(exc))
         all_texts = [t for texts in decoded if isinstance(texts, list) for t in texts]
-        encodings = self.tokenizer.encode_batch(all_texts) if all_texts else []
+        # one text: encode it here (encode_batch would hand it to the Rust thread pool and back)
+        encodings = ([self.tokenizer.encode(all_texts[0])] if len(all_texts) == 1
+                     else self.tokenizer.encode_batch(all_texts) if all_texts else [])
         tensors, problems, start = [], [], 0
         for texts in decoded:
             if isinstance(texts, str):

@@ -13,8 +13,9 @@ def test_a_saturated_partition_borrows_the_idle_ones_cores_and_the_idle_one_keep
     assert lend_idle_cores(HOME, SHARES, {"main": IDLE, "fallback": SATURATED}) == {"main": (0,), "fallback": (0, 1)}
 
 
-def test_a_busy_but_unsaturated_partition_borrows_nothing_and_a_busy_one_lends_nothing():
-    assert lend_idle_cores(HOME, SHARES, {"main": BUSY, "fallback": IDLE}) == HOME
+def test_a_busy_partition_borrows_too_and_a_busy_one_lends_nothing():
+    assert lend_idle_cores(HOME, SHARES, {"main": BUSY, "fallback": IDLE}) == {"main": (0, 1), "fallback": (1,)}
+    assert lend_idle_cores(HOME, SHARES, {"main": BUSY, "fallback": IDLE}, frozenset({SATURATED})) == HOME
     assert lend_idle_cores(HOME, SHARES, {"main": SATURATED, "fallback": BUSY}) == HOME
     assert lend_idle_cores(HOME, SHARES, {"main": IDLE, "fallback": IDLE}) == HOME
 
@@ -26,13 +27,30 @@ def test_spare_cores_go_to_the_saturated_partitions_in_proportion_to_their_share
 
 
 def test_activity_is_set_at_once_and_cleared_only_after_a_quiet_spell():
-    tracker = ActivityTracker(busy_fraction=0.05, saturated_fraction=0.85, idle_after_s=2.0)
+    tracker = ActivityTracker(busy_fraction=0.05, burst_fraction=0.25, saturated_fraction=0.85, idle_after_s=2.0)
     assert tracker.update("p", 10.0, now=0.0) is IDLE              # first sample: no rate yet
-    assert tracker.update("p", 10.1, now=0.2) is BUSY              # 0.5 of a core
+    assert tracker.update("p", 10.1, now=0.2) is BUSY              # 0.5 of a core in one tick
     assert tracker.update("p", 10.3, now=0.4) is SATURATED         # 1.0 of its one core
     assert tracker.update("p", 10.3, now=1.0) is SATURATED         # quiet, but not for 2 s yet
-    assert tracker.update("p", 10.3, now=2.5) is IDLE              # 2.1 s since it was last busy
-    assert tracker.update("p", 10.301, now=2.7) is IDLE            # 0.005 of a core: below the threshold
+    assert tracker.update("p", 10.3, now=2.5) is BUSY              # the 1 s window at 1.0 still held the work
+    assert tracker.update("p", 10.3, now=3.1) is IDLE              # 2.1 s since it was last busy
+    assert tracker.update("p", 10.301, now=3.3) is IDLE            # 0.005 of a core: below the threshold
+
+
+def test_housekeeping_spikes_do_not_make_a_partition_busy_but_steady_light_work_does():
+    tracker = ActivityTracker(busy_fraction=0.05, burst_fraction=0.25, window_s=1.0)
+    cpu, now = 0.0, 0.0
+    for step in range(10):  # a 20 ms spike once a second: 2% of a core
+        now += 0.2
+        cpu += 0.02 if step % 5 == 0 else 0.0
+        assert tracker.update("idle", cpu, now) is IDLE
+    cpu, now = 0.0, 0.0
+    states = []
+    for _ in range(10):  # 8% of a core, steadily: below the burst level, above the window's
+        now += 0.2
+        cpu += 0.016
+        states.append(tracker.update("light", cpu, now))
+    assert states[0] is IDLE and states[-1] is BUSY
 
 
 def test_saturation_is_relative_to_the_partitions_home_cores():

@@ -41,6 +41,7 @@ bucket), and the outputs are put back in request order. Every input must be [bat
 no output may have a sequence axis. Why: padding a mixed batch to its longest text wastes most of
 a transformer's work (serving/sequence_buckets.py, scripts/serving/padding_report.py).
 """
+import contextlib
 import json
 import os
 import time
@@ -54,12 +55,24 @@ from serving.backend_checks import model_file_in_version_dir
 from serving.backend_metrics import BackendMetrics, batch_observations
 from serving.batch_execution import BatchLayout, execute_batch
 from serving.input_contract import contract_from_onnx
+from serving.instance_activity import InstanceActivity
 from serving.sequence_buckets import (
     BUCKETS_PARAMETER,
     LENGTH_INPUT_PARAMETER,
     parse_bucket_boundaries,
 )
 from serving.text_frontend import TextFrontEnd
+
+
+def _session(onnx_path, threads):
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    # Instances of several models share the cores: a thread that spins waiting for work steals a
+    # core from another instance's compute, so idle threads sleep instead.
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    return ort.InferenceSession(onnx_path, options, providers=["CPUExecutionProvider"])
 
 
 def instance_threads(config, params):
@@ -102,14 +115,16 @@ class TritonPythonModel:
             raise pb_utils.TritonModelException(
                 f"model '{name}': ONNX file {onnx_path} does not exist; run `make build-engines`."
             )
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = instance_threads(config, params)
-        options.inter_op_num_threads = 1
-        # Instances of several models share the cores: a thread that spins waiting for work steals a
-        # core from another instance's compute, so idle threads sleep instead.
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        self.session = ort.InferenceSession(onnx_path, options, providers=["CPUExecutionProvider"])
+        threads = instance_threads(config, params)
+        self.session = _session(onnx_path, threads)
+        # Instances are separate processes: a wide session (one thread per reachable core) for a
+        # batch that computes alone, a 1-thread one while a sibling instance computes too
+        # (serving/instance_activity.py has the measurements).
+        instances = sum(int(g.get("count", 1)) for g in config.get("instance_group", [])) or 1
+        self.narrow, self.activity = None, None
+        if threads > 1 and instances > 1 and params.get("adaptive_threads", "true").strip().lower() != "false":
+            self.narrow = _session(onnx_path, 1)
+            self.activity = InstanceActivity(name, args.get("model_instance_name", name))
         self.request_inputs = [t["name"] for t in config["input"]]
         self.frontend = self._text_frontend(name, version_dir, config, params)
         # the framework's feeds: the config's inputs, or the graph's own when text is tokenized here
@@ -205,13 +220,17 @@ class TritonPythonModel:
         return buckets, length_input
 
     def _run(self, feeds):
-        return self.session.run(self.output_names, feeds)
+        session = self.narrow if self.narrow is not None and self.activity.others_busy() else self.session
+        return session.run(self.output_names, feeds)
 
     def execute(self, requests):
         started = time.perf_counter()
         arrays, problems = self._request_feeds(requests)
         valid = [i for i, p in enumerate(problems) if p is None]
-        answers, stats = execute_batch(self._run, self.layout, [arrays[i] for i in valid]) if valid else ([], None)
+        answers, stats = [], None
+        if valid:
+            with self.activity.computing() if self.activity else contextlib.nullcontext():
+                answers, stats = execute_batch(self._run, self.layout, [arrays[i] for i in valid])
         by_request = dict(zip(valid, answers))
         responses = []
         for i, problem in enumerate(problems):
@@ -228,3 +247,7 @@ class TritonPythonModel:
         self.metrics.record(batch_observations(stats, time.perf_counter() - started, len(requests) - len(valid),
                                                self.layout.buckets))
         return responses
+
+    def finalize(self):
+        if self.activity is not None:
+            self.activity.close()
