@@ -25,7 +25,7 @@ help: ## List the targets
 
 setup: $(STAMP) ## Create .venv with the pinned dependencies (a second run does nothing)
 
-$(STAMP): scripts/serving/native/cond_wait_cap.c requirements/serve.txt requirements/build.txt requirements/test.txt requirements/k8s.txt requirements/no_deps.txt requirements/constraints.txt pyproject.toml
+$(STAMP): scripts/serving/runtime/native/cond_wait_cap.c requirements/serve.txt requirements/build.txt requirements/test.txt requirements/k8s.txt requirements/no_deps.txt requirements/constraints.txt pyproject.toml
 	@bash scripts/setup_system_packages.sh
 	@test -x $(PY) || $(PYTHON_BOOT) -m venv $(VENV)
 	$(PIP_INSTALL) -r requirements/test.txt
@@ -129,7 +129,7 @@ size-batches: setup ## Measure memory per batch size of built models, re-render 
 .PHONY: padding-report
 
 padding-report: setup ## Padding efficiency before/after sequence-length bucketing on the held-out text mix (after build-engines); reports/serving/
-	$(PY) -m serving.padding_report
+	$(PY) -m perf_sweep.padding_report
 
 .PHONY: benchmark-precision
 benchmark-precision: setup ## FP32 vs INT8-mixed (latency b32, size, budget) + stratified vs random calibration; reports/build/benchmark.md

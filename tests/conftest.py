@@ -15,7 +15,7 @@ ARTIFACTS = PROJECT_ROOT / "artifacts"
 
 
 def free_ports(count: int) -> list[int]:
-    from serving.server import free_loopback_ports
+    from serving.runtime.server import free_loopback_ports
 
     return free_loopback_ports(count)
 
@@ -26,14 +26,14 @@ class RunningServer:
     grpc_url: str
     metrics_url: str
     log_path: Path
-    process: object  # serving.server.TritonServerProcess
+    process: object  # serving.runtime.server.TritonServerProcess
 
     def url(self, protocol: str) -> str:
         return self.http_url if protocol == "http" else self.grpc_url
 
 
 def start_test_server(workdir: Path, models: tuple[str, ...], repository: Path = REPOSITORY, **settings):
-    from serving.server import ServerSettings, TritonServerProcess, find_tritonserver, prepare_backend_dir
+    from serving.runtime.server import ServerSettings, TritonServerProcess, find_tritonserver, prepare_backend_dir
 
     missing = [m for m in models if not (repository / m / "config.pbtxt").exists()]
     if missing:
@@ -87,7 +87,7 @@ def client(request, triton_server):
 
 @pytest.fixture(scope="session")
 def serving_spec():
-    from serving.spec import load_serving_spec
+    from contracts.serving_spec import load_serving_spec
 
     return load_serving_spec(SERVING_CONFIG)
 
@@ -118,6 +118,6 @@ def pytest_runtest_makereport(item, call):
     if report.when == "call" and report.failed and "triton_server" in getattr(item, "fixturenames", ()):
         server = item.funcargs.get("triton_server")
         if server is not None:
-            from serving.server import log_tail
+            from serving.runtime.server import log_tail
 
             report.sections.append(("tritonserver log (tail)", log_tail(server.log_path, 60)))

@@ -5,14 +5,14 @@ import argparse
 import sys
 from pathlib import Path
 
-from model_build.batch_sizes import apply_measured_batch_size, cmd_size_batches
+from model_build.sizing.batch_sizes import apply_measured_batch_size, cmd_size_batches
 from model_build.errors import BuildError
 from model_build.pipeline import BuildPaths, build_model
-from model_build.recipes import recipe_for
-from model_build.report import write_build_report
-from serving.errors import ServingError
-from serving.partition_plan import plan_for_this_host
-from serving.spec import load_serving_spec
+from model_build.recipes.registry import recipe_for
+from model_build.reports.build_report import write_build_report
+from contracts.errors import ServingError
+from contracts.partition_plan import plan_for_this_host
+from contracts.serving_spec import load_serving_spec
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
@@ -35,7 +35,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         state = "built" if rebuilt else "up to date (no work done)"
         print(f"[build] {model.name}: {state}; served variant {model.variant.value}; installed {', '.join(installed)}")
         records.append(record)
-    from model_build.tensorrt import run_tensorrt_step  # GPU engines: one line and no file without a GPU
+    from model_build.engines.tensorrt import run_tensorrt_step  # GPU engines: one line and no file without a GPU
 
     engine_section, skipped = run_tensorrt_step(records, serving, paths.artifacts)
     report = write_build_report(records, paths.reports, skipped=skipped, extra_sections=[engine_section] if engine_section else [])
@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     sizes.add_argument("--models", nargs="*", help="only these models (default: all)")
     sizes.add_argument("--force", action="store_true", help="measure again even if cached measurements match")
     sizes.set_defaults(func=cmd_size_batches)
-    from model_build.benchmark import add_benchmark_parser  # FP32 vs INT8-mixed, calibration study
+    from model_build.reports.benchmark import add_benchmark_parser  # FP32 vs INT8-mixed, calibration study
 
     add_benchmark_parser(sub, PROJECT_ROOT)
     args = parser.parse_args(argv)

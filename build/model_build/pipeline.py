@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from model_build.errors import BuildError
-from serving.file_digest import sha256_file
-from serving.spec import ModelSpec, ServingSpec
+from contracts.file_digest import sha256_file
+from contracts.serving_spec import ModelSpec, ServingSpec
 
 PACKAGE_DIR = Path(__file__).parent
 #: Library versions that change what a build produces.
@@ -68,33 +68,49 @@ def _package_versions() -> dict[str, str]:
     return versions
 
 
+def module_path(module: str, package_dir: Path | None = None) -> Path | None:
+    """The source file of a model_build module (`model_build.int8.qdq` -> int8/qdq.py), or None."""
+    package_dir = PACKAGE_DIR if package_dir is None else package_dir
+    parts = module.split(".")[1:]
+    if not parts:
+        return None
+    for candidate in (package_dir.joinpath(*parts).with_suffix(".py"), package_dir.joinpath(*parts, "__init__.py")):
+        if candidate.exists():
+            return candidate
+    return None
+
+
 def _imported_model_build_modules(source: Path) -> set[str]:
-    """Names of the model_build modules `source` imports, anywhere in it (lazy imports included)."""
+    """Dotted names of the model_build modules `source` imports, anywhere in it (lazy imports
+    included): `import model_build.x.y`, `from model_build.x import y` (module or name) and
+    `from model_build import x`."""
     found = set()
     for node in ast.walk(ast.parse(source.read_text(), filename=str(source))):
         if isinstance(node, ast.Import):
-            found |= {a.name.split(".")[1] for a in node.names if a.name.startswith("model_build.")}
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            if node.module.startswith("model_build."):
-                found.add(node.module.split(".")[1])
-            elif node.module == "model_build":  # `from model_build import recipe_text as text`
-                found |= {a.name for a in node.names}
-    return {name for name in found if (PACKAGE_DIR / f"{name}.py").exists()}
+            found |= {a.name for a in node.names if a.name.startswith("model_build.")}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and (
+                node.module == "model_build" or node.module.startswith("model_build.")):
+            found.add(node.module)
+            found |= {f"{node.module}.{a.name}" for a in node.names}  # `from package import module`
+    return {name for name in found if module_path(name) is not None}
 
 
 def recipe_sources(recipe: Recipe) -> tuple[Path, ...]:
-    """The model_build source files a recipe's build and install can run: the modules defining them
-    and everything they import from model_build, transitively. Derived from the code itself, so
-    editing the text recipe does not rebuild the digit models (and vice versa)."""
-    pending = {fn.__module__.split(".")[-1] for fn in (recipe.build, recipe.install)}
+    """The model_build source files a recipe's BUILD can run: the module defining its build
+    function and everything it imports from model_build, transitively. Derived from the code
+    itself, so editing the text recipe does not rebuild the digit models (and vice versa), and
+    installing (rendering configs, copying files: cheap, re-run every time) is not part of it."""
+    pending = {recipe.build.__module__}
     seen: set[str] = set()
     while pending:
         name = pending.pop()
         if name in seen:
             continue
         seen.add(name)
-        pending |= _imported_model_build_modules(PACKAGE_DIR / f"{name}.py") - seen
-    return tuple(sorted(PACKAGE_DIR / f"{name}.py" for name in seen))
+        path = module_path(name)
+        if path is not None:
+            pending |= _imported_model_build_modules(path) - seen
+    return tuple(sorted({module_path(name) for name in seen} - {None}))
 
 
 def build_fingerprint(recipe: Recipe, model: ModelSpec) -> str:
@@ -102,7 +118,7 @@ def build_fingerprint(recipe: Recipe, model: ModelSpec) -> str:
     the recipe's own sources (`recipe_sources`), the model's settings and the library versions."""
     digest = hashlib.sha256()
     for source in recipe_sources(recipe):
-        digest.update(source.name.encode())
+        digest.update(source.relative_to(PACKAGE_DIR).as_posix().encode())
         digest.update(source.read_bytes())
     build_inputs = {
         "recipe": recipe.name,

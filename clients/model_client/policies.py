@@ -266,8 +266,8 @@ class PriorityLimits:
 
     @classmethod
     def from_serving_config(cls, path: str | Path = DEFAULT_SERVING_CONFIG) -> "PriorityLimits":
-        from serving.errors import ServingError  # lazy: the client library works without it
-        from serving.spec import load_serving_spec
+        from contracts.errors import ServingError  # lazy: the client library works without it
+        from contracts.serving_spec import load_serving_spec
 
         try:
             spec = load_serving_spec(path)

@@ -24,8 +24,8 @@ def main(argv: list[str] | None = None) -> int:
     render.add_argument("--check", action="store_true", help="only report files that differ from the rendering")
     sub.add_parser("validate", help="check the rendered tree with kubectl, kubernetes-validate, CRD schemas, promtool")
     args = parser.parse_args(argv)
-    from serving.errors import ServingError
-    from serving.spec import load_serving_spec
+    from contracts.errors import ServingError
+    from contracts.serving_spec import load_serving_spec
 
     try:
         spec = load_serving_spec(args.config)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from serving.partition_plan import PlannedPartition
+from contracts.partition_plan import PlannedPartition
 
 from k8s_deploy.errors import DeployConfigError
 from k8s_deploy.workload import CONTAINER, DeployPlan, container_env, container_resources, resource_name, server_args

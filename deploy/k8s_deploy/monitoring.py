@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from operations.alert_rules import AlertThresholds, render_alert_rules
-from serving.spec import ServingSpec
+from contracts.serving_spec import ServingSpec
 
 from k8s_deploy.errors import DeployConfigError
 from k8s_deploy.workload import PART_OF

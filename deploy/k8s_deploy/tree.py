@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from operations.alert_rules import AlertThresholds
-from serving.spec import ServingSpec
+from contracts.serving_spec import ServingSpec
 
 from k8s_deploy.gpu import render_device_plugin_config, render_gpu_patch, uses_mps
 from k8s_deploy.monitoring import QUEUE_METRIC, render_adapter_values, render_prometheus_rule, render_service_monitor

@@ -34,7 +34,7 @@ KUBERNETES_VERSIONS = ("1.30", "1.37")
 OVERLAYS = ("kustomize/overlays/cpu", "kustomize/overlays/gpu")
 PROMTOOL = "promtool"
 #: Where `make setup` installs requirements/k8s.txt (`pip --target`): outside the venv's
-#: site-packages, whose package docs are the text embedder's corpus (model_build.text_corpus).
+#: site-packages, whose package docs are the text embedder's corpus (model_build.data.text_corpus).
 TOOLS_DIR = Path(os.environ.get("K8S_TOOLS_DIR") or Path(sys.prefix) / "k8s-tools")
 TOOLS_HINT = "run `make setup` (it installs requirements/k8s.txt into .venv/k8s-tools)."
 
@@ -186,7 +186,7 @@ def validate_all(root: Path = DEPLOY_ROOT, spec=None) -> list[str]:
     """Run every check; returns OK lines, raises ValidationFailed listing every error found."""
     import yaml
 
-    from serving.spec import load_serving_spec
+    from contracts.serving_spec import load_serving_spec
 
     spec = spec or load_serving_spec(root.parent / "model_repository" / "serving.toml")
     report, errors = [], stale_files(render_files(spec), root)

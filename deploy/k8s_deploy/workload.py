@@ -1,6 +1,6 @@
 """One partition -> its pods: Deployment, Services, PodDisruptionBudget, HorizontalPodAutoscaler.
 
-Pure functions of the parsed serving.toml and the partition plan `serving.partition_plan` makes
+Pure functions of the parsed serving.toml and the partition plan `contracts.partition_plan` makes
 for one node of `[kubernetes] node_cpus` CPUs, so a partition gets the same whole cores, ONNX
 Runtime threads, ports and (on a GPU) MPS limits in a pod as on a host. The tritonserver arguments
 come from the launcher's own `partition_server_settings`; only the admin key differs: a placeholder
@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
 
-from serving.launcher import partition_server_settings, with_server_overrides
-from serving.partition_plan import PartitionPlan, PlannedPartition, plan_partitions
-from serving.security import ADMIN_KEY_ENV, AdminKey
-from serving.spec import CpuPlacement, ServingSpec
-from serving.supervisor import RestartPolicy
+from serving.runtime.launcher import partition_server_settings, with_server_overrides
+from contracts.partition_plan import PartitionPlan, PlannedPartition, plan_partitions
+from serving.runtime.security import ADMIN_KEY_ENV, AdminKey
+from contracts.serving_spec import CpuPlacement, ServingSpec
+from serving.runtime.supervisor import RestartPolicy
 
 #: NVIDIA's container for Triton 2.51.0 (the release this project pins: nvidia-pytriton 0.7.0's server).
 TRITON_IMAGE = "nvcr.io/nvidia/tritonserver:24.10-py3"

@@ -52,7 +52,7 @@ class AlertThresholds:
     kv_usage_fraction: float = 0.90
     kv_usage_for: str = "2m"
     job: str = "triton"
-    #: The supervisor's own endpoint (serving.supervisor_metrics): restarts and crash loops.
+    #: The supervisor's own endpoint (serving.runtime.supervisor_metrics): restarts and crash loops.
     supervisor_job: str = "serving_supervisor"
     #: A partition restarted this often within `restart_window` is unstable (warning).
     restart_warning_count: int = 2
@@ -151,7 +151,7 @@ def render_alert_rules(t: AlertThresholds, supervisor: bool = True) -> dict[str,
 
 
 def batching_rules(t: AlertThresholds) -> list[dict[str, Any]]:
-    """Alerts on the onnxruntime_cpu backend's own batch metrics (serving/backend_metrics.py)."""
+    """Alerts on the onnxruntime_cpu backend's own batch metrics (serving/backend/metrics.py)."""
     real = f"sum by ({MODEL_LABELS}) (rate(serving_batch_real_tokens_total[{t.padding_window}]))"
     computed = f"sum by ({MODEL_LABELS}) (rate(serving_batch_computed_tokens_total[{t.padding_window}]))"
     return [

@@ -1,7 +1,7 @@
 """A Grafana dashboard for the Triton partitions Prometheus scrapes (`python -m operations.dashboard`).
 
 Latency percentiles come from Triton's latency summaries (`--metrics-config=summary_latencies=true`,
-set by serving.server.ServerSettings); averages, queue time and batch size are ratios of Triton's
+set by serving.runtime.server.ServerSettings); averages, queue time and batch size are ratios of Triton's
 counters (batch size = inferences / executions, see Triton's metrics docs). Every query selects by
 the `$datasource` and `$model` template variables, so the JSON imports into any Grafana.
 """
@@ -60,7 +60,7 @@ PANELS: tuple[tuple[str, str, list[tuple[str, str]]], ...] = (
      [("nv_cpu_memory_used_bytes / nv_cpu_memory_total_bytes", "host {{partition}}"),
       ("nv_gpu_memory_used_bytes / nv_gpu_memory_total_bytes", "GPU {{gpu_uuid}}")]),
     ("Scrape health (1 = up)", "short", [('up{job="triton"}', "{{partition}} {{instance}}")]),
-    # The onnxruntime_cpu backend's own batch metrics (serving/backend_metrics.py): batch fill and
+    # The onnxruntime_cpu backend's own batch metrics (serving/backend/metrics.py): batch fill and
     # scheduling overhead, as the field reports ask.
     ("Executed batch size: requests and rows per execution (backend histograms)", "short",
      [(f"histogram_quantile(0.5, sum by (partition, model, le) (rate(serving_batch_requests_bucket{_M}{_RATE})))", "{{model}} p50 requests"),

@@ -22,8 +22,8 @@ from typing import Any, Mapping
 
 from operations.alert_rules import RULES_PATH, AlertThresholds, alert_rules_yaml
 from operations.errors import MonitorConfigError, MonitorStartError, OperationsError
-from serving.manifest import MANIFEST_PATH, RUN_DIR as SERVING_RUN_DIR
-from serving.server import free_loopback_ports
+from contracts.manifest import MANIFEST_PATH, RUN_DIR as SERVING_RUN_DIR
+from serving.runtime.server import free_loopback_ports
 
 RUN_DIR = SERVING_RUN_DIR / "prometheus"
 JOB = AlertThresholds.job
@@ -139,7 +139,7 @@ def _ready(url: str) -> bool:
 
 def start_prometheus(settings: PrometheusSettings, log_path: Path, timeout: float = 30.0) -> subprocess.Popen:
     """Start Prometheus in its own session and return once /-/ready answers 200."""
-    from serving.server import log_tail, stop_pid
+    from serving.runtime.server import log_tail, stop_pid
 
     command = [str(find_prometheus()), *settings.to_args_list()]
     with open(log_path, "ab") as log:
@@ -160,7 +160,7 @@ def start_prometheus(settings: PrometheusSettings, log_path: Path, timeout: floa
 def start_monitoring(manifest_path: Path = MANIFEST_PATH, run_dir: Path = RUN_DIR, port: int | None = None,
                      scrape_interval: str = "5s", sla_ms: float | None = None, timeout: float = 30.0) -> dict[str, Any]:
     """Write prometheus.yml for the manifest's partitions, start Prometheus, record its pid and URL."""
-    from serving.server import pid_alive
+    from serving.runtime.server import pid_alive
 
     run_dir = Path(run_dir).resolve()
     state_path = run_dir / "state.json"
@@ -191,7 +191,7 @@ def start_monitoring(manifest_path: Path = MANIFEST_PATH, run_dir: Path = RUN_DI
 
 def stop_monitoring(run_dir: Path = RUN_DIR) -> bool:
     """Stop the Prometheus that `start_monitoring` recorded; False if none was running."""
-    from serving.server import pid_alive, stop_pid
+    from serving.runtime.server import pid_alive, stop_pid
 
     state_path = Path(run_dir) / "state.json"
     if not state_path.exists():

@@ -55,7 +55,7 @@ def extra_variant_files(artifacts: Path, model: str) -> dict[str, Path]:
         record = json.loads((artifacts / model / "build.json").read_text())
     except FileNotFoundError:
         return {}
-    from serving.spec import Variant  # only precisions the CPU path serves (not e.g. GPU-only graphs)
+    from contracts.serving_spec import Variant  # only precisions the CPU path serves (not e.g. GPU-only graphs)
 
     served = record.get("served_file")
     return {label: artifacts / model / v["file"] for label, v in record.get("variants", {}).items()

@@ -122,7 +122,7 @@ def ensemble_steps(model_configs) -> set[str]:
 
 
 def fetch_model_config(http_url: str, model: str) -> dict[str, Any]:
-    from serving.model_readiness import served_model_config
+    from serving.runtime.model_readiness import served_model_config
 
     host, _, port = http_url.rpartition(":")
     try:
@@ -299,8 +299,8 @@ def host_description() -> str:
 
 
 def run_campaign(opts: CampaignOptions, progress: Progress = print) -> Path:
-    from serving.manifest import read_manifest
-    from serving.spec import load_serving_spec
+    from contracts.manifest import read_manifest
+    from contracts.serving_spec import load_serving_spec
 
     spec = load_serving_spec(opts.config)
     endpoints = served = endpoints_from_manifest(read_manifest(opts.manifest))

@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"perf_sweep: error: {exc}", file=sys.stderr)
         return 1
     except Exception as exc:  # serving's errors (config, server start) carry their own message
-        from serving.errors import ServingError
+        from contracts.errors import ServingError
 
         if isinstance(exc, ServingError):
             print(f"perf_sweep: error: {exc}", file=sys.stderr)

@@ -21,7 +21,7 @@ import platform
 import subprocess
 import threading
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from perf_sweep.generate_workload import LONG_SYSTEM_PROMPT, RequestTiming, Sla, poisson_workload, summarise

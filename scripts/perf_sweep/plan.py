@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from perf_sweep.errors import SweepPlanError
-from serving.spec import Protocol
+from contracts.serving_spec import Protocol
 
 #: Inputs perf_analyzer generates itself (not production-like; the report says so).
 SYNTHETIC_INPUTS = ("random", "zero")

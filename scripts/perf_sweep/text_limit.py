@@ -5,7 +5,7 @@ text front-end; `plan_fused_text_pipeline`). The ensemble form (`plan_text_pipel
 Python `text_tokenizer` (tokenizers'
 `encode_batch`, truncation at `max_length`) feeds the ONNX `text_encoder`, whose `onnxruntime_cpu`
 backend right-pads the batch's rows with `pad_value` and, when `sequence_buckets` is set, runs one
-ONNX Runtime call per length bucket (serving.sequence_buckets). perf_analyzer sends one text per
+ONNX Runtime call per length bucket (contracts.sequence_buckets). perf_analyzer sends one text per
 request, so all cross-row padding is the encoder backend's.
 
 The limit does the same work on the same texts in this process: every setting is read from the
@@ -170,8 +170,8 @@ def plan_text_pipeline(ensemble: Mapping[str, Any], steps: Mapping[str, Mapping[
             raise SweepPlanError(f"{name}: input {tensor['name']!r} of {enc_name} is not fed by {tok_name}.")
         feeds.append((tensor["name"], source))
     tok_params, enc_params = _parameters(tok_cfg), _parameters(enc_cfg)
-    from serving.errors import ServingError
-    from serving.sequence_buckets import BUCKETS_PARAMETER, LENGTH_INPUT_PARAMETER, parse_bucket_boundaries
+    from contracts.errors import ServingError
+    from contracts.sequence_buckets import BUCKETS_PARAMETER, LENGTH_INPUT_PARAMETER, parse_bucket_boundaries
 
     try:
         buckets = parse_bucket_boundaries(enc_params.get(BUCKETS_PARAMETER, ""))
@@ -195,8 +195,8 @@ def plan_fused_text_pipeline(config: Mapping[str, Any], repository: Path) -> Tex
     `onnxruntime_cpu` backend with a `tokenizer_file`: the fused `text_embedder`)."""
     import onnx
 
-    from serving.errors import ServingError
-    from serving.sequence_buckets import BUCKETS_PARAMETER, LENGTH_INPUT_PARAMETER, parse_bucket_boundaries
+    from contracts.errors import ServingError
+    from contracts.sequence_buckets import BUCKETS_PARAMETER, LENGTH_INPUT_PARAMETER, parse_bucket_boundaries
 
     name = config.get("name", "model")
     params = _parameters(config)
@@ -256,7 +256,7 @@ def decode_texts(samples: Any) -> list[bytes]:
 
 def embed_batch(tokenizer, run, pipeline: TextPipeline, raw_texts: Sequence[bytes]):
     """Decode, tokenize, pad and run one batch as the served ensemble does (buckets included)."""
-    from serving.sequence_buckets import run_in_length_buckets
+    from contracts.sequence_buckets import run_in_length_buckets
 
     encodings = tokenizer.encode_batch([t.decode("utf-8") for t in raw_texts])
     feeds = encoder_feeds(encodings, pipeline.feeds, pipeline.pad_value)

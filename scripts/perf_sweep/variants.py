@@ -2,7 +2,7 @@
 
 Variants (no batching, a static batch size, each batching delay of the delay sweep, INT8) are
 served side by side by ONE temporary tritonserver on free ports, each under its own model name,
-from a temporary model repository whose configs are rendered by `serving.model_config` from the
+from a temporary model repository whose configs are rendered by `contracts.model_config` from the
 served model's `ModelSpec` with one setting changed. The shared serving.toml is never touched.
 
 "No batching" is `max_batch_size: 1`: every request runs alone, through the same queue and
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Sequence
 
 from perf_sweep.errors import SweepPlanError, SweepRunError
-from serving.spec import ModelSpec, ServingSpec, check_name
+from contracts.serving_spec import ModelSpec, ServingSpec, check_name
 
 
 @dataclass(frozen=True)
@@ -85,7 +85,7 @@ def variant_model_spec(base: ModelSpec, variant: ServedVariant) -> ModelSpec:
 
 def write_variant_repository(spec: ServingSpec, model: str, variants: Sequence[ServedVariant], dest: Path) -> Path:
     """dest/<served_name>/{config.pbtxt, 1/model.onnx (hard link or copy)} for every variant."""
-    from serving.model_config import render_onnx_cpu_config, tensor_specs_from_onnx, write_model_config
+    from contracts.model_config import render_onnx_cpu_config, tensor_specs_from_onnx, write_model_config
 
     base = spec.model(model)
     for variant in variants:
@@ -110,8 +110,8 @@ def start_variant_server(repository: Path, workdir: Path, models: Sequence[str],
                          intra_op_threads: int = 0, timeout: float = 180.0):
     """Start our own tritonserver on free loopback ports, pinned to `cpus` (the served model's
     partition) with the same ONNX Runtime thread count; returns (process, http, grpc, metrics URL)."""
-    from serving.partition_plan import INTRA_OP_THREADS_ENV
-    from serving.server import (
+    from contracts.partition_plan import INTRA_OP_THREADS_ENV
+    from serving.runtime.server import (
         ServerSettings, TritonServerProcess, find_tritonserver, free_loopback_ports, prepare_backend_dir,
     )
 
@@ -127,7 +127,7 @@ def start_variant_server(repository: Path, workdir: Path, models: Sequence[str],
         process.wait_ready(timeout=timeout)
         wait_models_ready(f"127.0.0.1:{http}", models, timeout=30.0)
     except Exception as exc:
-        from serving.server import log_tail
+        from serving.runtime.server import log_tail
 
         process.stop()
         raise SweepRunError(f"the A/B server did not serve every variant: {exc}\n{log_tail(process.log_path, 15)}") from None

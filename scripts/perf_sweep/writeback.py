@@ -2,7 +2,7 @@
 
 Only on request (`perf_sweep run --write-back` or `perf_sweep write-back`): the edit is one line in
 one `[models.<name>]` table, leaving comments and layout alone, and the result is re-validated by
-`serving.spec` before it is written.
+`contracts.serving_spec` before it is written.
 """
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def set_model_queue_delay(toml_text: str, model: str, delay_us: int) -> str:
             insert_at -= 1  # keep the blank line(s) before the next table
         lines.insert(insert_at, new_line)
     text = "".join(lines)
-    from serving.spec import serving_spec_from_dict
+    from contracts.serving_spec import serving_spec_from_dict
 
     spec = serving_spec_from_dict(tomllib.loads(text))  # raises ConfigError if the edit broke anything
     if spec.model(model).max_queue_delay_microseconds != delay_us:

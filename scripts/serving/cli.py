@@ -1,6 +1,6 @@
 """`python -m serving serve|stop|status`: one tritonserver per partition, under a supervisor.
 
-`serve` plans the partitions (serving.partition_plan), starts the supervisor in the background
+`serve` plans the partitions (contracts.partition_plan), starts the supervisor in the background
 (pid in run/supervisor.pid) and returns once every partition is ready (or fails with the logs'
 tails); the supervisor restarts a crashed partition. `stop` stops the supervisor first (it stops
 its servers), then anything left behind. `status` shows every partition. `supervise` is the
@@ -13,15 +13,15 @@ import json
 import sys
 from pathlib import Path
 
-from serving.errors import ServingError
-from serving.launcher import RunLayout, with_server_overrides
-from serving.model_readiness import check_models_loaded
-from serving.manifest import PROJECT_ROOT, RUN_DIR
-from serving.partition_plan import Mechanism, plan_for_this_host
-from serving.server import http_ready, pid_alive, stop_pid
-from serving.security import RESTRICTED_APIS, check_bind_host, create_admin_key_file, load_admin_key
-from serving.spec import load_serving_spec
-from serving.supervisor import RestartPolicy, read_supervisor_state, run_supervisor, start_supervisor, stop_supervisor
+from contracts.errors import ServingError
+from serving.runtime.launcher import RunLayout, with_server_overrides
+from serving.runtime.model_readiness import check_models_loaded
+from contracts.manifest import PROJECT_ROOT, RUN_DIR
+from contracts.partition_plan import Mechanism, plan_for_this_host
+from serving.runtime.server import http_ready, pid_alive, stop_pid
+from serving.runtime.security import RESTRICTED_APIS, check_bind_host, create_admin_key_file, load_admin_key
+from contracts.serving_spec import load_serving_spec
+from serving.runtime.supervisor import RestartPolicy, read_supervisor_state, run_supervisor, start_supervisor, stop_supervisor
 
 DEFAULT_CONFIG = PROJECT_ROOT / "model_repository" / "serving.toml"
 #: Written by the single-server launcher before partitions existed; still honoured by `stop`.
@@ -177,8 +177,8 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_build_native(args: argparse.Namespace) -> int:
-    """`make setup`: compile serving/native/cond_wait_cap.c into the environment (one line either way)."""
-    from serving.native import build_cond_wait_cap
+    """`make setup`: compile serving/runtime/native/cond_wait_cap.c into the environment (one line either way)."""
+    from serving.runtime.native import build_cond_wait_cap
 
     path, what = build_cond_wait_cap()
     print(f"[setup] condition-wait cap: {what}" if path else f"[setup] WARNING: {what}")

@@ -49,8 +49,8 @@ def measure(manifest: dict, pinned: bool) -> str:
 
 
 def main(rounds: int = 2) -> None:
-    from serving.launcher import RunLayout
-    from serving.supervisor import start_supervisor, stop_supervisor
+    from serving.runtime.launcher import RunLayout
+    from serving.runtime.supervisor import start_supervisor, stop_supervisor
 
     run_dir = Path(tempfile.mkdtemp(prefix="partition-isolation-"))
     config = run_dir / "serving.toml"

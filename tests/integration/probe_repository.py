@@ -3,7 +3,7 @@
 The real models answer in about a millisecond, so their queues cannot be filled on purpose. The
 probe (tests/integration/models/batch_probe/1/model.py) sleeps a fixed time per batch and reports
 each request's execution, so queue sizes, timeouts and priorities can be tested exactly. Each
-probe's config.pbtxt is rendered by serving.model_config from a validated ServingSpec, the same
+probe's config.pbtxt is rendered by contracts.model_config from a validated ServingSpec, the same
 path the served models take (dynamic batcher, two priority levels, REJECT queue policies).
 """
 from __future__ import annotations
@@ -12,8 +12,8 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from serving.model_config import TensorSpec, render_python_model_config, write_model_config
-from serving.spec import ServingSpec, serving_spec_from_dict
+from contracts.model_config import TensorSpec, render_python_model_config, write_model_config
+from contracts.serving_spec import ServingSpec, serving_spec_from_dict
 
 PROBE_MODEL_PY = Path(__file__).parent / "models" / "batch_probe" / "1" / "model.py"
 PROBE_INPUTS = (TensorSpec("tag", "TYPE_FP32", (1,)),)

@@ -29,7 +29,7 @@ GRPC_STATUS = {"invalid": "StatusCode.INVALID_ARGUMENT", "not_found": "StatusCod
 @pytest.fixture(scope="module")
 def expected(digits_test_split):
     """In-process ONNX Runtime answers for the whole test split (the reference for good requests)."""
-    from model_build.export import onnxruntime_session
+    from model_build.onnx_export.export import onnxruntime_session
 
     from conftest import REPOSITORY
 
@@ -224,7 +224,7 @@ def test_nan_request_batched_with_good_ones_fails_alone(triton_server, expected,
 @pytest.mark.parametrize("megabytes", [16, 64])
 def test_large_http_bodies_get_an_error_not_a_crash(triton_server, expected, digits_test_split, megabytes):
     """Triton 2.51 needs ~2x a body's size of thread stack (upstream issue #5840): with the default
-    8 MiB stack a 4 MiB body killed the server. The launcher raises RLIMIT_STACK (serving.server)."""
+    8 MiB stack a 4 MiB body killed the server. The launcher raises RLIMIT_STACK (serving.runtime.server)."""
     size = megabytes << 20
     header = json.dumps({"inputs": [{"name": "image", "shape": [size // 256, 1, 8, 8], "datatype": "FP32",
                                      "parameters": {"binary_data_size": size}}]}).encode()

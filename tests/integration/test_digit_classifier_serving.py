@@ -13,7 +13,7 @@ MODEL = "digit_classifier"
 
 
 def in_process_probabilities(images: np.ndarray) -> np.ndarray:
-    from model_build.export import onnxruntime_session
+    from model_build.onnx_export.export import onnxruntime_session
 
     from conftest import REPOSITORY
 

@@ -21,8 +21,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from serving.security import AdminKey, restricted_api_flags
-from serving.server import pid_alive
+from serving.runtime.security import AdminKey, restricted_api_flags
+from serving.runtime.server import pid_alive
 from conftest import poll_until
 from supervision import partition_pid, serving_cli, supervised_server, write_serving_config
 
@@ -84,7 +84,7 @@ def fault_server(tmp_path_factory, admin_key):
 
 
 def expected_probabilities(images: np.ndarray) -> np.ndarray:
-    from model_build.export import onnxruntime_session
+    from model_build.onnx_export.export import onnxruntime_session
 
     from conftest import REPOSITORY
 
@@ -100,7 +100,7 @@ def host_port(url: str) -> tuple[str, int]:
 
 def test_missing_and_corrupt_model_files_fail_alone_and_the_good_model_is_served(fault_server, admin_key, digits_test_split):
     from model_client.client import TritonModelClient
-    from serving.model_readiness import check_models_loaded, model_ready
+    from serving.runtime.model_readiness import check_models_loaded, model_ready
 
     host, port = host_port(fault_server.http_url)
     assert model_ready(host, port, GOOD) and model_ready(host, port, RAISING)
@@ -233,10 +233,10 @@ def test_a_dead_backend_stub_gives_explicit_errors_until_the_model_is_reloaded(f
     The model stays READY but every request gets "Stub process ... is not healthy" until it is
     reloaded through the (key-protected) repository API; no request hangs. A plain load reloads it
     here only because its stub wrote __pycache__ into the version directory (Triton reloads a model
-    whose files changed); the supervisor sends a config override instead (serving.stub_watch)."""
+    whose files changed); the supervisor sends a config override instead (serving.runtime.stub_watch)."""
     from tritonclient.utils import InferenceServerException
 
-    from serving.model_readiness import model_ready
+    from serving.runtime.model_readiness import model_ready
 
     module, client = raw_client(fault_server, "http")
     host, port = host_port(fault_server.http_url)
@@ -422,10 +422,10 @@ def test_the_supervisor_reloads_a_model_whose_backend_stub_died(supervised, digi
     key it started the server with. Then every request is answered correctly by the same server (no
     partition restart), the supervisor log and run/supervisor.json record the reload, and the replaced
     instance's surviving stub, which Triton 2.51 never finalizes once requests reached the dead one,
-    is gone within the supervisor's grace (serving.stub_watch.LEFTOVER_GRACE_S)."""
+    is gone within the supervisor's grace (serving.runtime.stub_watch.LEFTOVER_GRACE_S)."""
     from model_client.client import TritonModelClient
     from model_client.errors import RequestRejectedError
-    from serving.stub_watch import LEFTOVER_GRACE_S, scan_stubs
+    from serving.runtime.stub_watch import LEFTOVER_GRACE_S, scan_stubs
 
     run_dir = supervised["manifest"].parent
     log_path = run_dir / "logs" / "supervisor.log"

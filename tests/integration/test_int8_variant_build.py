@@ -9,8 +9,8 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    from model_build.recipe_digits import build_digit_cnn
-    from serving.spec import ModelSpec
+    from model_build.recipes.digits import build_digit_cnn
+    from contracts.serving_spec import ModelSpec
 
     workdir = tmp_path_factory.mktemp("digits_int8")
     model = ModelSpec(name="digit_classifier", recipe="digit_cnn", variant="int8_mixed",
@@ -19,7 +19,7 @@ def built(tmp_path_factory):
 
 
 def test_int8_mixed_classifier_is_served_and_within_its_budget(built):
-    from model_build.recipe_digits import digits_test_accuracy
+    from model_build.recipes.digits import digits_test_accuracy
 
     record, workdir = built
     int8 = record["variants"]["int8_mixed"]
@@ -34,7 +34,7 @@ def test_int8_mixed_classifier_is_served_and_within_its_budget(built):
 def test_plan_lists_every_layer_and_both_graphs_follow_it(built):
     import onnx
 
-    from model_build.qdq import qdq_summary
+    from model_build.int8.qdq import qdq_summary
 
     record, workdir = built
     plan = json.loads((workdir / "precision_plan.json").read_text())

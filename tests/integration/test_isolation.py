@@ -154,8 +154,8 @@ def test_every_broken_rule_is_refused_alone_while_its_batch_mates_get_their_solo
 def doubling_model_server(tmp_path_factory):
     """A real ONNX model (ids doubled, then looked up in a 10-row table) served by onnxruntime_cpu:
     ids >= 5 make ONNX Runtime fail, and the contract cannot see it (Mul is not a pass-through)."""
-    from serving.model_config import TensorSpec, render_onnx_cpu_ragged_config, write_model_config
-    from serving.spec import serving_spec_from_dict
+    from contracts.model_config import TensorSpec, render_onnx_cpu_ragged_config, write_model_config
+    from contracts.serving_spec import serving_spec_from_dict
     from tiny_onnx_models import WIDTH, masked_embedding_model, save
 
     from conftest import start_test_server

@@ -42,8 +42,8 @@ def render_test_repository(config, repository):
     its 500 ms idle wait (seen here on 0-3% of sequential requests, with or without partitions),
     which would swamp any P99 and make the neighbour comparison meaningless.
     """
-    from serving.model_config import render_onnx_cpu_config, tensor_specs_from_onnx, write_model_config
-    from serving.spec import load_serving_spec
+    from contracts.model_config import render_onnx_cpu_config, tensor_specs_from_onnx, write_model_config
+    from contracts.serving_spec import load_serving_spec
 
     spec = load_serving_spec(config)
     for model in spec.models:
@@ -59,9 +59,9 @@ def render_test_repository(config, repository):
 
 @pytest.fixture(scope="module")
 def partitions(tmp_path_factory):
-    from serving.launcher import RunLayout
-    from serving.spec import load_serving_spec
-    from serving.supervisor import start_supervisor, stop_supervisor
+    from serving.runtime.launcher import RunLayout
+    from contracts.serving_spec import load_serving_spec
+    from serving.runtime.supervisor import start_supervisor, stop_supervisor
 
     from conftest import SERVING_CONFIG
 
@@ -171,7 +171,7 @@ def test_kill_9_partition_is_restarted_and_clients_recover(partitions):
     from model_client.errors import ClientError
     from model_client.policies import RetryPolicy
     from model_client.resilient import ResilientClient
-    from serving.supervisor import triton_shm_regions
+    from serving.runtime.supervisor import triton_shm_regions
 
     layout, manifest = partitions
     old_pid = _state(layout)["partitions"]["quiet"]["pid"]
@@ -239,8 +239,8 @@ def test_sigstopped_partition_is_declared_hung_killed_and_restarted(partitions):
     the policy's worst case (8 s)."""
     from model_client.client import TritonModelClient
     from partition_probe import group_stat_fields
-    from serving.server import pid_alive
-    from serving.supervisor import RestartPolicy, triton_shm_regions
+    from serving.runtime.server import pid_alive
+    from serving.runtime.supervisor import RestartPolicy, triton_shm_regions
 
     layout, _ = partitions
     policy = RestartPolicy()  # what `serving supervise` runs with
@@ -296,8 +296,8 @@ def test_sigstopped_partition_is_declared_hung_killed_and_restarted(partitions):
 @pytest.mark.gpu
 def test_mps_control_daemon_starts_and_stops_under_the_run_dir(tmp_path):
     """The GPU branch of the launcher, for real: only where an NVIDIA GPU and MPS exist."""
-    from serving.launcher import RunLayout, start_mps_daemon, stop_mps_daemon
-    from serving.partition_plan import detect_nvidia_gpu
+    from serving.runtime.launcher import RunLayout, start_mps_daemon, stop_mps_daemon
+    from contracts.partition_plan import detect_nvidia_gpu
 
     gpu = detect_nvidia_gpu()
     if not gpu.present or shutil.which("nvidia-cuda-mps-control") is None:

@@ -20,7 +20,7 @@ from model_client.aio import AsyncResilientClient, AsyncTritonModelClient, Infer
 from model_client.errors import ClientError, OverloadedError, QueueTimeoutError
 from model_client.policies import NO_RETRY, FallbackPolicy, RetryPolicy
 from probe_repository import ProbeModel, write_probe_repository
-from serving.starvation import lowest_priority_progress_bound
+from contracts.starvation import lowest_priority_progress_bound
 
 pytestmark = pytest.mark.server
 

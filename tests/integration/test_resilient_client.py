@@ -17,7 +17,7 @@ MODEL, SMALL = "digit_classifier", "digit_classifier_small"
 
 
 def in_process_probabilities(model: str, images: np.ndarray) -> np.ndarray:
-    from model_build.export import onnxruntime_session
+    from model_build.onnx_export.export import onnxruntime_session
 
     from conftest import REPOSITORY
 

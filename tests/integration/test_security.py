@@ -10,7 +10,7 @@ import urllib.request
 import numpy as np
 import pytest
 
-from serving.security import AdminKey, restricted_api_flags
+from serving.runtime.security import AdminKey, restricted_api_flags
 from conftest import settled_model_stats
 
 pytestmark = pytest.mark.server
@@ -205,8 +205,8 @@ def test_every_endpoint_listens_on_loopback_only(locked_server):
 
 
 def test_non_loopback_host_in_configuration_is_refused_unless_explicit():
-    from serving.errors import ConfigError
-    from serving.spec import ServerEndpoints
+    from contracts.errors import ConfigError
+    from contracts.serving_spec import ServerEndpoints
 
     with pytest.raises(ConfigError, match=r"`server.host` = '0.0.0.0' is not a loopback address"):
         ServerEndpoints(host="0.0.0.0")
@@ -215,7 +215,7 @@ def test_non_loopback_host_in_configuration_is_refused_unless_explicit():
 
 def test_infer_still_correct_after_refused_admin_calls(locked_server, digits_test_split):
     """The refusals above changed nothing: answers equal in-process ONNX Runtime."""
-    from model_build.export import onnxruntime_session
+    from model_build.onnx_export.export import onnxruntime_session
 
     from conftest import REPOSITORY
     from model_client.client import TritonModelClient

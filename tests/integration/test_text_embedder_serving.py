@@ -28,8 +28,8 @@ ATOL = 1e-5
 def reference():
     """Embed texts in-process with the served files (tokenizer.json + model.onnx)."""
     from conftest import REPOSITORY
-    from model_build.export import onnxruntime_session
-    from model_build.recipe_text import embed_texts_onnxruntime, load_text_tokenizer
+    from model_build.onnx_export.export import onnxruntime_session
+    from model_build.recipes.text import embed_texts_onnxruntime, load_text_tokenizer
 
     tokenizer = load_text_tokenizer(REPOSITORY / "text_tokenizer" / "1" / "tokenizer.json")
     session = onnxruntime_session(REPOSITORY / ENCODER / "1" / "model.onnx")

@@ -54,7 +54,7 @@ def as_ensemble(spec):
 
 def install(repository, model_name, spec):
     from conftest import ARTIFACTS
-    from model_build.recipes import recipe_for
+    from model_build.recipes.registry import recipe_for
 
     model = spec.model(model_name)
     record = json.loads((ARTIFACTS / model_name / "build.json").read_text())
@@ -86,7 +86,7 @@ def server(tmp_path_factory, repository):
 
 def concurrent_outcomes(url: str, protocol: str, model: str, priority: int) -> list[str]:
     """Send CONCURRENT one-text requests at once; 'ok' or 'overloaded' for each (anything else fails)."""
-    from model_build.recipe_text import load_text_tokenizer, tokenize_texts
+    from model_build.recipes.text import load_text_tokenizer, tokenize_texts
 
     if model == ENSEMBLE:
         inputs = {"TEXT": np.array([[b"A short realtime text."]], dtype=object)}

@@ -16,14 +16,14 @@ Behaviour (the config.pbtxt is rendered by scripts/serving/model_config.py):
 * Bytes that are not valid UTF-8 get an INVALID_ARG error naming the row and the byte offset; the
   other requests of the batch are still answered.
 * Every request of a dynamic batch is tokenized in one `encode_batch` call (Rust, parallel); the
-  rules live in serving/text_frontend.py, shared with the fused `text_embedder`.
+  rules live in serving/backend/text_frontend.py, shared with the fused `text_embedder`.
 """
 import json
 import os
 
 import triton_python_backend_utils as pb_utils
 
-from serving.text_frontend import SUPPORTED_OUTPUTS, TextFrontEnd
+from serving.backend.text_frontend import SUPPORTED_OUTPUTS, TextFrontEnd
 
 
 class TritonPythonModel:

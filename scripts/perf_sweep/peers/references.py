@@ -10,7 +10,7 @@ texts; dynamic INT8 scales would see the padding). The limit reuses perf_sweep.l
 perf_sweep.text_limit, threads = cores, unpinned, at batch sizes up to the highest concurrency (a
 dynamic batcher fed by at most 32 clients never executes more than 32 items); the text limit is
 the best of padding each batch to its longest text, the served encoder's own `sequence_buckets`
-and the default length buckets (serving.sequence_buckets), so a ceiling, not a strawman.
+and the default length buckets (contracts.sequence_buckets), so a ceiling, not a strawman.
 """
 from __future__ import annotations
 
@@ -101,7 +101,7 @@ def measure_limits(files: ServedFiles, inputs: SuiteInputs, threads: int, max_ba
     """One measurement of each model's in-process limit: {model: [LimitPoint dicts, with `how`]}."""
     from perf_sweep.limits import limit_batch_sizes, measure_in_process_limit
     from perf_sweep.text_limit import measure_text_limit
-    from serving.sequence_buckets import default_bucket_boundaries
+    from contracts.sequence_buckets import default_bucket_boundaries
 
     sizes = limit_batch_sizes(max_batch)
     out: dict[str, list[dict]] = {}

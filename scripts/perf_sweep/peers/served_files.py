@@ -28,7 +28,7 @@ class ServedFiles:
     tokenizer_json: Path
     max_length: int = DEFAULT_MAX_LENGTH
     text_layout: str = "ensemble text_tokenizer -> text_encoder"
-    #: The served encoder's `sequence_buckets` (serving.sequence_buckets), () when it pads to the longest.
+    #: The served encoder's `sequence_buckets` (contracts.sequence_buckets), () when it pads to the longest.
     served_buckets: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
@@ -86,8 +86,8 @@ def _served_file(repository: Path, model: str, name: str) -> Path:
 
 
 def _buckets(config, model: str) -> tuple[int, ...]:
-    from serving.errors import ServingError
-    from serving.sequence_buckets import BUCKETS_PARAMETER, parse_bucket_boundaries
+    from contracts.errors import ServingError
+    from contracts.sequence_buckets import BUCKETS_PARAMETER, parse_bucket_boundaries
 
     try:
         return parse_bucket_boundaries(_parameter(config, BUCKETS_PARAMETER))

@@ -139,7 +139,7 @@ def ports_free(ports: Sequence[int]) -> bool:
 def free_port_bases(count: int, partitions: int, stride: int, attempts: int = 50) -> list[int]:
     """`count` base ports such that base + i * stride is free for every partition i (this project's
     partitions listen at the base ports + i * partition_port_stride)."""
-    from serving.server import free_loopback_ports
+    from serving.runtime.server import free_loopback_ports
 
     for _ in range(attempts):
         bases = free_loopback_ports(count)
@@ -203,6 +203,6 @@ def stop_target(running: RunningTarget) -> None:
     if running.launch.stop_argv:
         subprocess.run(running.launch.stop_argv, capture_output=True, text=True, timeout=120)
     if running.pid is not None:
-        from serving.server import stop_pid
+        from serving.runtime.server import stop_pid
 
         stop_pid(running.pid)

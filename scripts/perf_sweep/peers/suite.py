@@ -20,7 +20,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from perf_sweep.errors import SweepPlanError, SweepRunError
 from perf_sweep.peers import codec, machine, references, servers
@@ -109,8 +109,8 @@ def infinity_model_dir(peers_python: Path) -> Path:
 
 
 def _launch(target: TargetKind, opts: PeerSuiteOptions, files: ServedFiles, run_dir: Path) -> servers.Launch:
-    from serving.server import free_loopback_ports
-    from serving.spec import load_serving_spec
+    from serving.runtime.server import free_loopback_ports
+    from contracts.serving_spec import load_serving_spec
 
     if target is TargetKind.MINIMAL:
         return servers.plan_minimal(opts.peers_python, files, free_loopback_ports(1)[0], opts.threads)

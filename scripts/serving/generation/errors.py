@@ -1,7 +1,7 @@
 """Errors of the generation runtime: one root, a few kinds a caller acts on differently."""
 from __future__ import annotations
 
-from serving.errors import ServingError
+from contracts.errors import ServingError
 
 
 class GenerationError(ServingError):

@@ -1,4 +1,4 @@
-"""How many KV blocks a served model gets: the 70% rule of `serving.batch_sizing`, applied to KV.
+"""How many KV blocks a served model gets: the 70% rule of `model_build.sizing.batch_sizing`, applied to KV.
 
 The model's budget is 70% of its even share of its partition's `memory_mb` (the same rule that
 sizes every other model's max_batch_size). From it come the engine's own resident memory
@@ -16,7 +16,7 @@ from enum import Enum
 from serving.generation.errors import GenerationError
 from serving.generation.kv_blocks import blocks_for_tokens
 
-MEMORY_BUDGET_FRACTION = 0.70  # the same rule as serving.batch_sizing.MEMORY_BUDGET_FRACTION
+MEMORY_BUDGET_FRACTION = 0.70  # the same rule as model_build.sizing.batch_sizing.MEMORY_BUDGET_FRACTION
 
 
 class KvDtype(str, Enum):

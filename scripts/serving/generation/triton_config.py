@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from serving.model_config import render_parameters
-from serving.spec import ModelSpec
+from contracts.model_config import render_parameters
+from contracts.serving_spec import ModelSpec
 
 #: (name, Triton type, dims, optional)
 GENERATION_INPUTS = (

@@ -1,0 +1,2 @@
+"""The offline data sets: scikit-learn's digits and the text corpus from installed docs.
+"""

@@ -1,0 +1,2 @@
+"""TensorRT engines, where a GPU exists.
+"""

@@ -1,0 +1,232 @@
+"""TensorRT engines from the GPU graphs: strongly typed FP16 and INT8-mixed, where a GPU exists.
+
+TensorRT 10 deprecated implicit INT8 calibration and per-layer precision flags, so precision lives
+in the ONNX graphs (`fp16_gpu.onnx`: all FP16; `int8_mixed_gpu.onnx`: Q/DQ on the plan's INT8
+layers, FP16 elsewhere) and the engines are built STRONGLY TYPED from them: TensorRT keeps every
+tensor's type as written. Each engine gets one optimization profile (batch 1..max_batch_size,
+sequence 1..max length) and the model's timing cache is loaded and saved, so rebuilds are fast.
+
+Planning is pure (`plan_engine_builds`, `trtexec_command`, `polygraphy_command`,
+`render_tensorrt_config`) and runs everywhere; the commands go into the build report so users of
+NVIDIA's container can reproduce the engines. `detect_tensorrt` looks for a real GPU (nvidia-smi,
+libcuda) and a TensorRT that can create a builder; without one `run_tensorrt_step` prints ONE line
+saying what was skipped and why, and writes no file of any kind.
+"""
+from __future__ import annotations
+
+import ctypes
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from model_build.errors import BuildError
+
+GPU_GRAPHS = {"fp16": "fp16_gpu.onnx", "int8_mixed": "int8_mixed_gpu.onnx"}
+TIMING_CACHE = "tensorrt_timing.cache"
+ENGINE_DIR = "tensorrt"
+
+
+@dataclass(frozen=True)
+class TensorRTAvailability:
+    available: bool
+    reason: str
+
+
+def detect_tensorrt() -> TensorRTAvailability:
+    """Real detection, cheapest check first: a GPU the driver lists, libcuda, then a TensorRT builder."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return TensorRTAvailability(False, "no NVIDIA GPU (nvidia-smi is not on PATH)")
+    try:
+        listed = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return TensorRTAvailability(False, f"nvidia-smi failed ({exc})")
+    if listed.returncode != 0 or "GPU" not in listed.stdout:
+        return TensorRTAvailability(False, f"nvidia-smi lists no GPU (exit {listed.returncode})")
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError as exc:
+        return TensorRTAvailability(False, f"the CUDA driver library does not load ({exc})")
+    try:
+        import tensorrt as trt
+    except ImportError:
+        return TensorRTAvailability(False, "the `tensorrt` Python package is not installed")
+    try:
+        builder = trt.Builder(trt.Logger(trt.Logger.ERROR))
+    except Exception as exc:  # TensorRT raises plain exceptions (TypeError/RuntimeError) here
+        return TensorRTAvailability(False, f"TensorRT {trt.__version__} cannot create a builder ({exc})")
+    if builder is None:
+        return TensorRTAvailability(False, f"TensorRT {trt.__version__} cannot create a builder")
+    return TensorRTAvailability(True, f"TensorRT {trt.__version__}; {listed.stdout.strip().splitlines()[0]}")
+
+
+@dataclass(frozen=True)
+class InputProfile:
+    name: str
+    minimum: tuple[int, ...]
+    optimum: tuple[int, ...]
+    maximum: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        if not (len(self.minimum) == len(self.optimum) == len(self.maximum)):
+            raise BuildError(f"profile for `{self.name}`: min/opt/max shapes must have the same rank.")
+        if any(not (a <= b <= c) for a, b, c in zip(self.minimum, self.optimum, self.maximum)):
+            raise BuildError(f"profile for `{self.name}`: need min <= opt <= max per axis, got {self.minimum}/{self.optimum}/{self.maximum}.")
+
+
+@dataclass(frozen=True)
+class EngineBuild:
+    """One strongly typed engine to build from one GPU graph."""
+
+    model: str
+    precision: str  # "fp16" | "int8_mixed"
+    onnx_path: Path
+    engine_path: Path
+    timing_cache: Path
+    profiles: tuple[InputProfile, ...]
+
+    def __post_init__(self) -> None:
+        if self.precision not in GPU_GRAPHS:
+            raise BuildError(f"engine precision {self.precision!r}: allowed {sorted(GPU_GRAPHS)}.")
+
+
+def plan_engine_builds(model: str, workdir: Path, inputs: Sequence[Any], max_batch_size: int, max_length: int | None) -> tuple[EngineBuild, ...]:
+    """An EngineBuild per GPU graph present in `workdir`. `inputs` are serving TensorSpecs (dims
+    without the batch axis, -1 = the sequence axis, which runs 1..max_length)."""
+    profiles = []
+    for spec in inputs:
+        if any(d < 0 for d in spec.dims) and not max_length:
+            raise BuildError(f"{model}: input `{spec.name}` has a dynamic axis but no max length is known.")
+        lo = [1] + [1 if d < 0 else d for d in spec.dims]
+        hi = [max_batch_size] + [max_length if d < 0 else d for d in spec.dims]
+        opt = [max(1, max_batch_size // 2)] + [max(1, (max_length or 2) // 2) if d < 0 else d for d in spec.dims]
+        profiles.append(InputProfile(spec.name, tuple(lo), tuple(opt), tuple(hi)))
+    workdir = Path(workdir)
+    return tuple(
+        EngineBuild(model, precision, workdir / graph, workdir / ENGINE_DIR / f"{model}_{precision}" / "1" / "model.plan",
+                    workdir / ENGINE_DIR / TIMING_CACHE, tuple(profiles))
+        for precision, graph in GPU_GRAPHS.items() if (workdir / graph).exists()
+    )
+
+
+def _shapes(build: EngineBuild, which: str, sep: str = "x", brackets: bool = False) -> str:
+    parts = []
+    for p in build.profiles:
+        dims = getattr(p, which)
+        parts.append(f"{p.name}:[{','.join(map(str, dims))}]" if brackets else f"{p.name}:{sep.join(map(str, dims))}")
+    return ("," if not brackets else " ").join(parts)
+
+
+def _relative(build: EngineBuild, path: Path) -> str:
+    """Paths in commands are relative to the model's artifacts directory (where the graphs are)."""
+    try:
+        return str(path.relative_to(build.onnx_path.parent))
+    except ValueError:
+        return str(path)
+
+
+def trtexec_command(build: EngineBuild) -> str:
+    return (f"trtexec --onnx={build.onnx_path.name} --saveEngine={_relative(build, build.engine_path)} --stronglyTyped "
+            f"--minShapes={_shapes(build, 'minimum')} --optShapes={_shapes(build, 'optimum')} "
+            f"--maxShapes={_shapes(build, 'maximum')} --timingCacheFile={_relative(build, build.timing_cache)}")
+
+
+def polygraphy_command(build: EngineBuild) -> str:
+    cache = _relative(build, build.timing_cache)
+    return (f"polygraphy convert {build.onnx_path.name} --convert-to trt -o {_relative(build, build.engine_path)} --strongly-typed "
+            f"--trt-min-shapes {_shapes(build, 'minimum', brackets=True)} --trt-opt-shapes {_shapes(build, 'optimum', brackets=True)} "
+            f"--trt-max-shapes {_shapes(build, 'maximum', brackets=True)} "
+            f"--load-timing-cache {cache} --save-timing-cache {cache}")
+
+
+def render_tensorrt_config(name: str, max_batch_size: int, inputs, outputs, dynamic_batching: Sequence[str] = ()) -> str:
+    """Triton config for a TensorRT plan on the GPU (`platform: "tensorrt_plan"`, KIND_GPU)."""
+    from contracts.model_config import _tensor_block  # the same tensor rendering as the CPU configs
+
+    return "\n".join([
+        f'name: "{name}"', 'platform: "tensorrt_plan"', f"max_batch_size: {max_batch_size}",
+        *_tensor_block("input", inputs), *_tensor_block("output", outputs), *dynamic_batching,
+        "instance_group [ { count: 1 kind: KIND_GPU } ]", 'default_model_filename: "model.plan"',
+    ]) + "\n"
+
+
+def run_engine_build(build: EngineBuild) -> Path:
+    """Build one strongly typed engine with the TensorRT Python API (GPU hosts only)."""
+    import tensorrt as trt
+
+    logger = trt.Logger(trt.Logger.WARNING)
+    builder = trt.Builder(logger)
+    network = builder.create_network(1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED))
+    parser = trt.OnnxParser(network, logger)
+    if not parser.parse_from_file(str(build.onnx_path)):
+        errors = "; ".join(str(parser.get_error(i)) for i in range(parser.num_errors))
+        raise BuildError(f"TensorRT could not parse {build.onnx_path}: {errors}")
+    config = builder.create_builder_config()
+    profile = builder.create_optimization_profile()
+    for p in build.profiles:
+        profile.set_shape(p.name, p.minimum, p.optimum, p.maximum)
+    config.add_optimization_profile(profile)
+    cache_bytes = build.timing_cache.read_bytes() if build.timing_cache.exists() else b""
+    config.set_timing_cache(config.create_timing_cache(cache_bytes), ignore_mismatch=False)
+    serialized = builder.build_serialized_network(network, config)
+    if serialized is None:
+        raise BuildError(f"TensorRT failed to build {build.engine_path.name} from {build.onnx_path}; see the log above.")
+    build.engine_path.parent.mkdir(parents=True, exist_ok=True)
+    build.engine_path.write_bytes(bytes(serialized))
+    build.timing_cache.write_bytes(bytes(config.get_timing_cache().serialize()))
+    return build.engine_path
+
+
+def engine_plans(records: Sequence[Mapping[str, Any]], specs: Mapping[str, Any], artifacts: Path) -> dict[str, tuple[EngineBuild, ...]]:
+    """Engine builds for every built model that has GPU graphs (pure apart from reading ONNX headers)."""
+    from contracts.model_config import tensor_specs_from_onnx
+
+    plans = {}
+    for record in records:
+        workdir = Path(artifacts) / record["model"]
+        built = {v.get("file") for v in record.get("variants", {}).values()}  # not stale files of an older build
+        graphs = [workdir / g for g in GPU_GRAPHS.values() if g in built and (workdir / g).exists()]
+        if not graphs:
+            continue
+        inputs, _ = tensor_specs_from_onnx(graphs[0])
+        plans[record["model"]] = plan_engine_builds(record["model"], workdir, inputs, specs[record["model"]].max_batch_size,
+                                                    record.get("max_length"))
+    return plans
+
+
+def engine_report_section(plans: Mapping[str, Sequence[EngineBuild]], availability: TensorRTAvailability) -> str:
+    lines = ["## TensorRT engines", "",
+             ("Built here: " + availability.reason) if availability.available else
+             f"Not built here: {availability.reason}. On a GPU host (e.g. NVIDIA's Triton container), from artifacts/<model>/:",
+             ""]
+    for model, builds in plans.items():
+        for b in builds:
+            lines += [f"- {model} {b.precision}:", f"  - `{trtexec_command(b)}`", f"  - `{polygraphy_command(b)}`"]
+    return "\n".join(lines)
+
+
+def run_tensorrt_step(records, serving, artifacts: Path) -> tuple[str, list[str]]:
+    """Build the engines where possible. Returns (report section, skipped lines for the report)."""
+    plans = engine_plans(records, {m.name: m for m in serving.models}, artifacts)
+    availability = detect_tensorrt()
+    if not plans:
+        return "", []
+    if not availability.available:
+        line = (f"TensorRT engines (FP16, INT8-mixed) for {', '.join(plans)} skipped: {availability.reason}; "
+                "their trtexec/polygraphy commands are in the build report")
+        print(f"[tensorrt] {line}")
+        return engine_report_section(plans, availability), [line]
+    from contracts.model_config import render_dynamic_batching, tensor_specs_from_onnx, write_model_config
+
+    specs = {m.name: m for m in serving.models}
+    for model, builds in plans.items():
+        for build in builds:
+            run_engine_build(build)
+            inputs, outputs = tensor_specs_from_onnx(build.onnx_path)
+            write_model_config(build.engine_path.parent.parent, render_tensorrt_config(
+                build.engine_path.parent.parent.name, specs[model].max_batch_size, inputs, outputs,
+                render_dynamic_batching(specs[model], serving)))
+            print(f"[tensorrt] {model} {build.precision}: {build.engine_path}")
+    return engine_report_section(plans, availability), []

@@ -1,0 +1,2 @@
+"""INT8 variants: calibration, Q/DQ graphs, quantization, layer sensitivity.
+"""

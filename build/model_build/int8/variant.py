@@ -1,0 +1,273 @@
+"""Build the `int8_mixed` variant of any ONNX model: calibrate, measure, plan, derive, validate.
+
+A recipe supplies the model-specific parts in `Int8Inputs` (training-only calibration batches,
+evaluation batches, the metric and its budget); everything else is generic:
+
+1. calibrate once (ONNX Runtime's calibrator, method from the settings) on the calibration set;
+2. choose the CPU scheme by timing each candidate with every layer in INT8 (or take the setting);
+3. measure each layer's sensitivity (that layer alone in INT8, fake-quantized) under the CPU scheme
+   and under TensorRT's scheme; cached on disk;
+4. keep the fewest most-sensitive layers in higher precision so the REAL graph meets the budget,
+   separately for the CPU graph (INT8 + FP32) and the GPU graph (INT8 + FP16);
+5. write the precision plan and both graphs (plus the all-FP16 GPU graph), validate each against
+   FP32 with Polygraphy (a budget miss fails the build), and time FP32 vs INT8 at batch 1 and 32.
+"""
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from model_build.int8.calibration import CalibrationSet, Sampling
+from model_build.errors import BuildError
+from model_build.reports.latency import median_latencies
+from model_build.int8.quant_types import ActivationScheme, CalibrationMethod, LayerKind, find_quantizable_layers
+from model_build.int8.quantize import choose_cpu_scheme, compute_activation_ranges, cpu_graph, cpu_session, fp16_graph, gpu_graph, simulated_graph
+from model_build.int8.sensitivity import (
+    Budget, Measurement, SensitivityCache, choose_fewest_high_precision, measure_sensitivities,
+    plan_from_selection, rank_by_sensitivity, sensitivity_key,
+)
+from model_build.onnx_export.validate import validate_variant
+
+INT8_CPU_ONNX = "int8_mixed.onnx"
+INT8_GPU_ONNX = "int8_mixed_gpu.onnx"
+FP16_GPU_ONNX = "fp16_gpu.onnx"
+PRECISION_PLAN = "precision_plan.json"
+RANGES_CACHE = "calibration_ranges.json"
+SENSITIVITY_CACHE = "sensitivity_cache.json"
+CPU_SCHEME_CACHE = "cpu_scheme_choice.json"
+VALIDATION_DIR = "validation"
+
+
+@dataclass(frozen=True)
+class Int8Settings:
+    """INT8 options a model may set in serving.toml's `options` (all optional)."""
+
+    calibration_method: CalibrationMethod = CalibrationMethod.MINMAX
+    calibration_sampling: Sampling = Sampling.STRATIFIED
+    calibration_size: int = 256
+    calibration_seed: int = 0
+    #: "auto" times the candidates on this machine; or one of ActivationScheme's CPU values.
+    cpu_scheme: str = "auto"
+
+    def __post_init__(self) -> None:
+        for name, enum in (("calibration_method", CalibrationMethod), ("calibration_sampling", Sampling)):
+            value = getattr(self, name)
+            if not isinstance(value, enum):
+                try:
+                    object.__setattr__(self, name, enum(value))
+                except ValueError:
+                    raise BuildError(f"`options.{name}` = {value!r}: allowed {[e.value for e in enum]}.") from None
+        allowed = ["auto", ActivationScheme.DYNAMIC_UINT8.value, ActivationScheme.STATIC_UINT8.value]
+        if self.cpu_scheme not in allowed:
+            raise BuildError(f"`options.cpu_scheme` = {self.cpu_scheme!r}: allowed {allowed}.")
+        if not isinstance(self.calibration_size, int) or self.calibration_size < 1:
+            raise BuildError(f"`options.calibration_size` = {self.calibration_size!r} must be a positive integer.")
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any]) -> "Int8Settings":
+        return cls(**{k: v for k, v in options.items() if k in cls.__dataclass_fields__})
+
+
+@dataclass(frozen=True)
+class Int8Inputs:
+    """What a recipe hands over; batches are lists of feed dicts."""
+
+    model: str
+    workdir: Path
+    fp32_path: Path
+    calibration: CalibrationSet
+    calibration_batches: Sequence[Mapping[str, np.ndarray]]  # training data only
+    eval_batches: Sequence[Mapping[str, np.ndarray]]  # test / held-out data
+    measure: Callable[[np.ndarray, np.ndarray], Measurement]  # (candidate outputs, FP32 outputs)
+    budget: Budget
+    latency_feeds: Mapping[int, Mapping[str, np.ndarray]]  # batch size -> feeds
+    #: Polygraphy's element-wise tolerance (median abs error), recorded not enforced.
+    atol: float
+    #: A smaller evaluation set for the per-layer search (default: eval_batches).
+    sensitivity_batches: Sequence[Mapping[str, np.ndarray]] | None = None
+    latency_repeats: int = 5
+    fp32_extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+def _digest_batches(batches) -> str:
+    digest = hashlib.sha256()
+    for batch in batches:
+        for name in sorted(batch):
+            digest.update(name.encode())
+            digest.update(np.ascontiguousarray(batch[name]).tobytes())
+    return digest.hexdigest()
+
+
+def _outputs(session, batches) -> np.ndarray:
+    return np.concatenate([session.run(None, dict(b))[0] for b in batches])
+
+
+def _cpu_scheme_by_measurement(inputs: Int8Inputs, settings: Int8Settings, layers, model_digest: str, measure_session):
+    """`choose_cpu_scheme` (speed and fidelity of each candidate with every layer INT8), remembered
+    per (graph, CPU model, ONNX Runtime version, calibration) in the workdir."""
+    import json
+    import platform
+
+    import onnxruntime
+
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else platform.processor()
+    key = sensitivity_key(model=model_digest, cpu=cpu, ort=onnxruntime.__version__, method=settings.calibration_method.value)
+    path = Path(inputs.workdir) / CPU_SCHEME_CACHE
+    cached = json.loads(path.read_text()) if path.exists() else {}
+    if "batch_invariance_error" not in cached.get(key, {}):
+        scheme, seconds, metric, invariance = choose_cpu_scheme(
+            Path(inputs.fp32_path), layers, settings.calibration_method, Path(inputs.workdir) / RANGES_CACHE,
+            inputs.latency_feeds[max(inputs.latency_feeds)], lambda session: measure_session(session).value, inputs.budget)
+        cached[key] = {"scheme": scheme.value, "seconds": seconds, "metric": metric, "batch_invariance_error": invariance, "cpu": cpu}
+        path.write_text(json.dumps(cached, indent=1))
+    entry = cached[key]
+    return ActivationScheme(entry["scheme"]), {"seconds_b32_all_int8": entry["seconds"], "metric_all_int8": entry["metric"],
+                                               "batch_invariance_error": entry["batch_invariance_error"]}
+
+
+@dataclass(frozen=True)
+class Int8Result:
+    variants: dict[str, dict[str, Any]]
+    #: FP32 latency measured in the same run as the INT8 one (ratios are only fair within a run).
+    fp32_latency_ms: dict[str, float]
+    files: list[str]
+    report_section: str
+
+
+def build_int8_mixed(inputs: Int8Inputs, settings: Int8Settings) -> Int8Result:
+    import onnx
+
+    started = time.perf_counter()
+    workdir, fp32_path = Path(inputs.workdir), Path(inputs.fp32_path)
+    fp32_model = onnx.load(str(fp32_path))
+    layers = find_quantizable_layers(fp32_model)
+    if not layers:
+        raise BuildError(f"{inputs.model}: the graph has no quantizable layer (Conv/Gemm/MatMul with weights).")
+    by_name = {l.name: l for l in layers}
+    compute = [l for l in layers if l.kind is LayerKind.COMPUTE]
+
+    ranges = compute_activation_ranges(fp32_path, layers, inputs.calibration_batches, settings.calibration_method, workdir / RANGES_CACHE)
+    fp32_session = cpu_session(fp32_path)
+    reference = _outputs(fp32_session, inputs.eval_batches)
+    sens_batches = list(inputs.sensitivity_batches or inputs.eval_batches)
+    sens_reference = _outputs(fp32_session, sens_batches)
+
+    def evaluate(model, batches, ref, optimize=True) -> Measurement:
+        return inputs.measure(_outputs(cpu_session(model, optimize=optimize), batches), ref)
+
+    model_digest = hashlib.sha256(fp32_model.SerializeToString()).hexdigest()
+    if settings.cpu_scheme == "auto":
+        cpu_scheme, scheme_timings = _cpu_scheme_by_measurement(
+            inputs, settings, layers, model_digest, lambda session: inputs.measure(_outputs(session, inputs.eval_batches), reference))
+    else:
+        cpu_scheme, scheme_timings = ActivationScheme(settings.cpu_scheme), {}
+
+    cache = SensitivityCache(workdir / SENSITIVITY_CACHE)
+    key = sensitivity_key(model=model_digest, ranges=ranges,
+                          data=_digest_batches(sens_batches), metric=inputs.budget.metric,
+                          scheme=ActivationScheme.STATIC_INT8_SYMMETRIC.value)
+    sens_started = time.perf_counter()
+    results, measured = measure_sensitivities(
+        layers, lambda l: evaluate(simulated_graph(fp32_model, [l], ActivationScheme.STATIC_INT8_SYMMETRIC, ranges),
+                                   sens_batches, sens_reference, optimize=False),
+        cache, key)
+    scores = {r.layer: r for r in results}
+    sens_seconds = time.perf_counter() - sens_started
+
+    what = f"{inputs.model} int8_mixed"
+    ranked = [s.layer for s in rank_by_sensitivity(results, inputs.budget)]
+    ranked_cpu = ranked
+    ranked_gpu = [n for n in ranked if by_name[n].kind is LayerKind.COMPUTE]
+    graphs: dict[str, Any] = {}
+
+    def eval_cpu(high):
+        graphs["cpu"] = cpu_graph(fp32_path, [by_name[n] for n in ranked_cpu if n not in high], cpu_scheme,
+                                  settings.calibration_method, workdir / RANGES_CACHE)
+        return evaluate(graphs["cpu"], inputs.eval_batches, reference)
+
+    def eval_gpu(high):
+        graphs["gpu"] = gpu_graph(fp32_model, [by_name[n] for n in ranked_gpu if n not in high], ranges)
+        return evaluate(graphs["gpu"], inputs.eval_batches, reference)
+
+    cpu_sel = choose_fewest_high_precision(ranked_cpu, eval_cpu, inputs.budget, f"{what} (CPU graph)")
+    gpu_sel = choose_fewest_high_precision(ranked_gpu, eval_gpu, inputs.budget, f"{what} (GPU graph)")
+    plan = plan_from_selection(inputs.model, inputs.budget, layers, scores, cpu_sel.high_precision,
+                               gpu_sel.high_precision, cpu_scheme, {"method": settings.calibration_method.value, **inputs.calibration.describe()})
+    plan.write(workdir / PRECISION_PLAN)
+    onnx.save(graphs["cpu"], str(workdir / INT8_CPU_ONNX))
+    onnx.save(graphs["gpu"], str(workdir / INT8_GPU_ONNX))
+    onnx.save(fp16_graph(fp32_model), str(workdir / FP16_GPU_ONNX))
+
+    vdir = workdir / VALIDATION_DIR
+    checks = {
+        "int8_mixed": validate_variant(inputs.model, "int8_mixed", fp32_path, workdir / INT8_CPU_ONNX, inputs.eval_batches,
+                                       inputs.measure, inputs.budget, vdir, inputs.atol, save_reference=True),
+        "int8_mixed_gpu_graph": validate_variant(inputs.model, "int8_mixed_gpu_graph", fp32_path, workdir / INT8_GPU_ONNX,
+                                                 inputs.eval_batches, inputs.measure, inputs.budget, vdir, inputs.atol, save_reference=False),
+        "fp16_gpu_graph": validate_variant(inputs.model, "fp16_gpu_graph", fp32_path, workdir / FP16_GPU_ONNX,
+                                           inputs.eval_batches, inputs.measure, inputs.budget, vdir, inputs.atol, save_reference=False),
+    }
+    int8_session = cpu_session(workdir / INT8_CPU_ONNX)
+    latency = {b: median_latencies({"fp32": fp32_session, "int8_mixed": int8_session}, feeds, inputs.latency_repeats)
+               for b, feeds in sorted(inputs.latency_feeds.items())}
+    calibration = {"method": settings.calibration_method.value, **inputs.calibration.describe()}
+    files = {"int8_mixed": INT8_CPU_ONNX, "int8_mixed_gpu_graph": INT8_GPU_ONNX, "fp16_gpu_graph": FP16_GPU_ONNX}
+    variants: dict[str, dict[str, Any]] = {}
+    for name, check in checks.items():
+        record = {
+            "file": files[name], "size_bytes": (workdir / files[name]).stat().st_size, "metric": inputs.budget.metric,
+            "value": check.measurement.value, "validation": check.to_dict(),
+        }
+        if name == "int8_mixed":
+            record.update({
+                "runtime": "onnxruntime CPU", "cpu_scheme": cpu_scheme.value, "cpu_scheme_choice": scheme_timings,
+                "latency_ms": {f"batch_{b}": round(t["int8_mixed"] * 1e3, 3) for b, t in latency.items()},
+                "fp32_latency_ms_same_run": {f"batch_{b}": round(t["fp32"] * 1e3, 3) for b, t in latency.items()},
+                "high_precision_layers": list(cpu_sel.high_precision), "int8_layers": len(plan.int8_layers("cpu")),
+                "selection_trials": [list(t) for t in cpu_sel.trials], "calibration": calibration,
+            })
+        elif name == "int8_mixed_gpu_graph":
+            record.update({"runtime": "TensorRT (validated here in ONNX Runtime CPU, FP16 emulated)",
+                           "high_precision_layers": list(gpu_sel.high_precision), "int8_layers": len(plan.int8_layers("gpu")),
+                           "selection_trials": [list(t) for t in gpu_sel.trials], "calibration": calibration})
+        else:
+            record["runtime"] = "TensorRT (validated here in ONNX Runtime CPU, FP16 emulated)"
+        variants[name] = record
+    fp32_latency = {f"batch_{b}": round(t["fp32"] * 1e3, 3) for b, t in latency.items()}
+    summary = {"layers": len(layers), "sensitivity_measured": measured, "sensitivity_cached": len(layers) - measured,
+               "sensitivity_seconds": round(sens_seconds, 1), "int8_build_seconds": round(time.perf_counter() - started, 1)}
+    variants["int8_mixed"]["sensitivity"] = summary
+    return Int8Result(variants, fp32_latency, [INT8_CPU_ONNX, INT8_GPU_ONNX, FP16_GPU_ONNX, PRECISION_PLAN, RANGES_CACHE,
+                                 f"{VALIDATION_DIR}/reference_inputs.json", f"{VALIDATION_DIR}/reference_outputs_fp32.json"],
+                      render_int8_section(inputs.model, plan, variants, summary))
+
+
+def render_int8_section(model: str, plan, variants: Mapping[str, Any], summary: Mapping[str, Any]) -> str:
+    cpu, gpu = variants["int8_mixed"], variants["int8_mixed_gpu_graph"]
+    ranked = sorted(plan.layers, key=lambda l: (plan.budget.degradation(l.sensitivity.value), l.sensitivity.error), reverse=True)[:5]
+    lines = [
+        f"## {model}: int8_mixed precision plan",
+        "",
+        f"Budget {plan.budget.describe()}. Sensitivity: {plan.method}; {summary['layers']} quantizable layers, "
+        f"{summary['sensitivity_measured']} scores measured this build ({summary['sensitivity_seconds']} s), the rest from the cache.",
+        f"CPU graph: scheme `{plan.cpu_scheme.value}` (every candidate built with all layers INT8: ms at the largest "
+        f"latency batch { {k: round(v * 1e3, 2) for k, v in cpu['cpu_scheme_choice'].get('seconds_b32_all_int8', {}).items()} }, "
+        f"{plan.budget.metric} { {k: round(v, 4) for k, v in cpu['cpu_scheme_choice'].get('metric_all_int8', {}).items()} }, "
+        f"max output change when re-batched { {k: float(f'{v:.2g}') for k, v in cpu['cpu_scheme_choice'].get('batch_invariance_error', {}).items()} }; "
+        "the fastest batch-invariant scheme within budget wins), "
+        f"kept in FP32: {cpu['high_precision_layers'] or 'none'}; {plan.budget.metric} = {cpu['value']:.4f}.",
+        f"GPU graph (TensorRT scheme, rest FP16): kept in FP16: {gpu['high_precision_layers'] or 'none'}; "
+        f"{plan.budget.metric} = {gpu['value']:.4f}.",
+        f"Calibration: {cpu['calibration']}.",
+        "",
+        "| most sensitive layers (alone in INT8) | metric | output error |",
+        "|---|---:|---:|",
+    ]
+    lines += [f"| {l.name} | {l.sensitivity.value:.4f} | {l.sensitivity.error:.3g} |" for l in ranked]
+    return "\n".join(lines)

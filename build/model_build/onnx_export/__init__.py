@@ -1,0 +1,2 @@
+"""From a framework model to a checked ONNX graph.
+"""

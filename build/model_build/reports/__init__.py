@@ -1,0 +1,2 @@
+"""What a build reports: the build report, the precision benchmark, latency measurements.
+"""

@@ -1,0 +1,62 @@
+"""Build step between `build` and `install`: measure memory per batch size and set max_batch_size.
+
+The rule and the probe live in `model_build.sizing.batch_sizing`; this applies them to what a recipe built
+(its record's `served_file`) so the config.pbtxt the recipe then renders carries the measured
+max_batch_size. Measurements are cached in artifacts/<model>/batch_sizing.json.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any, Mapping
+
+from model_build.pipeline import BuildPaths
+from model_build.sizing.batch_sizing import served_model_spec, size_model_batches, sizing_path
+from contracts.partition_plan import PartitionPlan
+from contracts.serving_spec import ModelSpec, ServingSpec
+
+
+def apply_measured_batch_size(
+    model: ModelSpec, serving: ServingSpec, plan: PartitionPlan, record: Mapping[str, Any], paths: BuildPaths,
+    force: bool = False,
+) -> tuple[ModelSpec, ServingSpec]:
+    """(model, serving) with the model's max_batch_size replaced by the measured choice.
+
+    Models whose record names no ONNX file (e.g. a Python-only step) keep their cap and say so.
+    """
+    served = str(record.get("served_file", ""))
+    onnx = paths.workdir(model.name) / served
+    if not served.endswith(".onnx") or not onnx.is_file():
+        print(f"[size-batches] {model.name}: no served ONNX file in its build record; max_batch_size stays at its "
+              f"cap {model.max_batch_size}")
+        return model, serving
+    decision = size_model_batches(model, serving, plan, onnx, sizing_path(paths.artifacts, model.name), force=force)
+    sized = served_model_spec(model, decision)
+    return sized, replace(serving, models=tuple(sized if m.name == model.name else m for m in serving.models))
+
+
+def cmd_size_batches(args) -> int:
+    """`python -m model_build size-batches`: (re)measure built models and re-render their configs."""
+    import json
+
+    from model_build.cli import PROJECT_ROOT
+    from model_build.errors import BuildError
+    from model_build.recipes.registry import recipe_for
+    from contracts.partition_plan import plan_for_this_host
+    from contracts.serving_spec import load_serving_spec
+
+    serving = load_serving_spec(args.config)
+    paths = BuildPaths(PROJECT_ROOT)
+    plan, gpu = plan_for_this_host(serving)
+    if not gpu.present:
+        print(f"[size-batches] {gpu.detail}: engine device memory not measured; sizing from ONNX Runtime CPU memory")
+    wanted = set(args.models or [m.name for m in serving.models])
+    for model in serving.models:
+        if model.name not in wanted:
+            continue
+        record_path = paths.workdir(model.name) / "build.json"
+        if not record_path.exists():
+            raise BuildError(f"{model.name} is not built ({record_path} is missing): run `make build-engines` first.")
+        record = json.loads(record_path.read_text())
+        sized, sized_serving = apply_measured_batch_size(model, serving, plan, record, paths, force=args.force)
+        recipe_for(model.recipe).install(sized, sized_serving, record, paths.workdir(model.name), paths.repository)
+    return 0

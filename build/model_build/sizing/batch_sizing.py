@@ -1,0 +1,187 @@
+"""The max_batch_size memory rule: the largest batch whose *measured* memory fits 70% of the budget.
+
+A model's budget is its partition's memory cap (`memory_mb`) split evenly between the partition's
+models; 70% of it may be used by one batch's working set, the other 30% is headroom (allocator
+fragmentation, concurrent requests' inputs, the server's own buffers). The model's `max_batch_size`
+in serving.toml is the *cap* (an upper bound chosen for latency); the served value is
+
+    max { b in candidates(cap) : measured_memory(b') <= 0.70 * budget for every candidate b' <= b }
+
+where candidates are the powers of two up to the cap, plus the cap. Memory is measured, one fresh
+process per batch size (`model_build.sizing.memory_probe`): ONNX Runtime's resident-set growth on CPU, device
+memory on a GPU. Measurements and the choice are written to artifacts/<model>/batch_sizing.json,
+which the build reads when it renders config.pbtxt; they are reused while the ONNX file, thread
+count and probe settings are unchanged.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from contracts.errors import ConfigError, ServingError
+from contracts.file_digest import sha256_file
+from contracts.partition_plan import Mechanism, PartitionPlan
+from contracts.serving_spec import ModelSpec, ServingSpec
+
+#: Share of a model's memory budget one batch may use; the rest is headroom.
+MEMORY_BUDGET_FRACTION = 0.70
+SIZING_FILE = "batch_sizing.json"
+#: Length used for variable (sequence) axes while measuring, unless the model's options give
+#: `max_sequence_length` or `max_length`: memory is sized for the longest input the model accepts.
+DEFAULT_MEASURE_SEQUENCE_LENGTH = 128
+PROBE_TIMEOUT_S = 120
+
+
+@dataclass(frozen=True)
+class BatchMeasurement:
+    batch_size: int
+    memory_bytes: int
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1 or self.memory_bytes < 0:
+            raise ConfigError(f"measurement {self}: batch_size must be >= 1 and memory_bytes >= 0.")
+
+
+@dataclass(frozen=True)
+class BatchSizingDecision:
+    model: str
+    partition: str
+    budget_bytes: int
+    cap: int
+    measurements: tuple[BatchMeasurement, ...]
+    chosen: int
+    #: "memory" when the budget stopped the choice below the cap, else "cap".
+    bound_by: str
+
+
+def candidate_batch_sizes(cap: int) -> tuple[int, ...]:
+    """Powers of two up to the cap, and the cap itself."""
+    if cap < 1:
+        raise ConfigError(f"max_batch_size cap = {cap}: allowed >= 1.")
+    sizes = {1 << i for i in range(cap.bit_length()) if 1 << i <= cap}
+    return tuple(sorted(sizes | {cap}))
+
+
+def model_memory_budget_bytes(memory_mb: int, models_in_partition: int, instances: int = 1) -> int:
+    """70% of the model's even share of its partition's memory cap, split over its instances
+    (each Triton model instance holds its own ONNX Runtime session and buffers)."""
+    if models_in_partition < 1:
+        raise ConfigError(f"models_in_partition = {models_in_partition}: allowed >= 1.")
+    if instances < 1:
+        raise ConfigError(f"instances = {instances}: allowed >= 1.")
+    return int(memory_mb * 1024 * 1024 * MEMORY_BUDGET_FRACTION / models_in_partition / instances)
+
+
+def choose_max_batch_size(model: str, partition: str, measurements: Sequence[BatchMeasurement],
+                          budget_bytes: int, cap: int) -> BatchSizingDecision:
+    """Apply the rule to measurements (any order); every candidate up to the choice must fit."""
+    ordered = sorted(measurements, key=lambda m: m.batch_size)
+    if not ordered or ordered[0].batch_size != 1:
+        raise ConfigError(f"{model}: the measurements must include batch size 1, got {[m.batch_size for m in ordered]}.")
+    if ordered[0].memory_bytes > budget_bytes:
+        raise ConfigError(
+            f"model {model!r} needs {ordered[0].memory_bytes / 2**20:.1f} MiB at batch size 1 but its budget in "
+            f"partition {partition!r} is {budget_bytes / 2**20:.1f} MiB ({MEMORY_BUDGET_FRACTION:.0%} of its share "
+            f"of `partitions.{partition}.memory_mb`): raise memory_mb or move the model."
+        )
+    chosen = 1
+    for m in ordered:
+        if m.batch_size > cap or m.memory_bytes > budget_bytes:
+            break
+        chosen = m.batch_size
+    return BatchSizingDecision(model, partition, budget_bytes, cap, tuple(ordered), chosen,
+                               "cap" if chosen == cap else "memory")
+
+
+def served_model_spec(model: ModelSpec, decision: BatchSizingDecision) -> ModelSpec:
+    """The model as rendered into config.pbtxt: max_batch_size is the measured choice."""
+    if decision.model != model.name:
+        raise ConfigError(f"batch sizing for {decision.model!r} applied to model {model.name!r}.")
+    return replace(model, max_batch_size=decision.chosen)
+
+
+def sizing_path(artifacts: Path, model: str) -> Path:
+    return Path(artifacts) / model / SIZING_FILE
+
+
+def read_sizing_decision(path: Path) -> BatchSizingDecision | None:
+    try:
+        data = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        return None
+    return BatchSizingDecision(
+        model=data["model"], partition=data["partition"], budget_bytes=data["budget_bytes"], cap=data["cap"],
+        measurements=tuple(BatchMeasurement(m["batch_size"], m["memory_bytes"]) for m in data["measurements"]),
+        chosen=data["chosen_max_batch_size"], bound_by=data["bound_by"],
+    )
+
+
+def probe_batch_memory(onnx_path: Path, batch: int, threads: int, variable_dim: int, device: str) -> dict[str, Any]:
+    """Run one measurement in a fresh interpreter (see model_build.sizing.memory_probe)."""
+    command = [sys.executable, "-m", "model_build.sizing.memory_probe", "--onnx", str(onnx_path), "--batch", str(batch),
+               "--threads", str(threads), "--variable-dim", str(variable_dim), "--device", device]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S)
+    if done.returncode != 0:
+        raise ServingError(f"memory probe failed for {onnx_path} at batch {batch}: {done.stderr.strip()[-400:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def size_model_batches(
+    model: ModelSpec, spec: ServingSpec, plan: PartitionPlan, onnx_path: Path, out_path: Path,
+    force: bool = False, log: Callable[[str], None] = print,
+    probe: Callable[..., dict[str, Any]] = probe_batch_memory,
+) -> BatchSizingDecision:
+    """Measure (or reuse) memory per candidate batch size, choose, and write `out_path`."""
+    partition = plan.partition_of(model.name)
+    budget = model_memory_budget_bytes(partition.memory_mb, len(partition.models), model.instance_count)
+    device = "cuda" if plan.mechanism is Mechanism.CUDA_MPS else "cpu"
+    variable_dim = int(model.options.get("max_sequence_length", model.options.get("max_length", DEFAULT_MEASURE_SEQUENCE_LENGTH)))
+    probe_key = {"onnx_sha256": sha256_file(onnx_path), "threads": partition.intra_op_threads,
+                 "variable_dim": variable_dim, "device": device}
+    cached: dict[int, dict[str, Any]] = {}
+    if not force and out_path.exists():
+        previous = json.loads(out_path.read_text())
+        if previous.get("probe") == probe_key:
+            cached = {m["batch_size"]: m for m in previous["measurements"]}
+    measurements, raw, measured_now = [], [], 0
+    for batch in candidate_batch_sizes(model.max_batch_size):
+        result = cached.get(batch)
+        if result is None:
+            result = probe(onnx_path, batch, partition.intra_op_threads, variable_dim, device)
+            if "skipped" in result and device == "cuda":
+                log(f"[size-batches] {model.name}: device memory not measured ({result['skipped']}); using CPU memory")
+                device = probe_key["device"] = "cpu"
+                result = probe(onnx_path, batch, partition.intra_op_threads, variable_dim, device)
+            measured_now += 1
+            result = {"batch_size": batch,
+                      "memory_bytes": result.get("device_memory_bytes", result.get("peak_rss_growth_bytes")),
+                      "probe": result}
+        raw.append(result)
+        measurements.append(BatchMeasurement(batch, result["memory_bytes"]))
+        if result["memory_bytes"] > budget:
+            break  # larger batches need at least as much: no need to measure them
+    decision = choose_max_batch_size(model.name, partition.name, measurements, budget, model.max_batch_size)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    document = {
+        "model": model.name, "partition": partition.name, "memory_mb": partition.memory_mb,
+        "models_in_partition": len(partition.models), "instances": model.instance_count, "budget_fraction": MEMORY_BUDGET_FRACTION,
+        "budget_bytes": budget, "cap": model.max_batch_size, "onnx": str(onnx_path), "probe": probe_key,
+        "measurement": "peak resident-set growth of a fresh process running one ONNX Runtime session" if device == "cpu"
+        else "device memory of a fresh process running one ONNX Runtime CUDA session",
+        "measurements": raw, "chosen_max_batch_size": decision.chosen, "bound_by": decision.bound_by,
+        "written_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    tmp = out_path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(document, indent=2, sort_keys=True))
+    tmp.replace(out_path)
+    reused = "measured " + str(measured_now) if measured_now else "reused cached measurements"
+    log(f"[size-batches] {model.name}: max_batch_size {decision.chosen} (cap {decision.cap}, bound by {decision.bound_by}; "
+        f"budget {budget / 2**20:.1f} MiB = {MEMORY_BUDGET_FRACTION:.0%} of {partition.memory_mb} MiB / "
+        f"{len(partition.models)} model(s) in {partition.name} / {model.instance_count} instance(s); {reused})")
+    return decision
+

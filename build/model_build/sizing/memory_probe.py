@@ -1,0 +1,114 @@
+"""Measure the memory one ONNX Runtime session needs to run one batch, in a fresh process.
+
+`python -m model_build.sizing.memory_probe --onnx M --batch B --threads T [--variable-dim L] [--device cpu|cuda]`
+prints one JSON line. Run once per batch size by `model_build.sizing.batch_sizing` so no measurement sees
+another's allocator state (ONNX Runtime's arena never shrinks).
+
+CPU: the growth of the process's resident set from just before the session is created to its
+peak (VmHWM, reset first) after running the batch: weights, arena, activations, inputs, outputs.
+CUDA: device memory this process holds after the run, as nvidia-smi reports it for its pid.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+#: ONNX tensor element type -> numpy dtype name, for synthetic inputs.
+_ONNX_NUMPY = {"tensor(float)": "float32", "tensor(float16)": "float16", "tensor(double)": "float64",
+               "tensor(int64)": "int64", "tensor(int32)": "int32", "tensor(int8)": "int8",
+               "tensor(uint8)": "uint8", "tensor(bool)": "bool"}
+
+
+def _status_kib(field_name: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field_name + ":"):
+            return int(line.split()[1])
+    raise RuntimeError(f"/proc/self/status has no {field_name}")
+
+
+def _reset_peak_rss() -> bool:
+    """Linux resets VmHWM to the current RSS when 5 is written to clear_refs (since 4.0)."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        return True
+    except OSError:
+        return False
+
+
+def synthetic_feeds(session, batch: int, variable_dim: int):
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    feeds = {}
+    for arg in session.get_inputs():
+        dtype = _ONNX_NUMPY.get(arg.type)
+        if dtype is None:
+            raise SystemExit(f"memory_probe: input {arg.name} has type {arg.type}; supported {sorted(_ONNX_NUMPY)}")
+        dims = [batch] + [d if isinstance(d, int) and d > 0 else variable_dim for d in arg.shape[1:]]
+        if dtype.startswith("float"):
+            feeds[arg.name] = rng.standard_normal(dims).astype(dtype)
+        else:  # token ids / masks: ones are valid everywhere
+            feeds[arg.name] = np.ones(dims, dtype=dtype)
+    return feeds
+
+
+def _cuda_used_bytes(pid: int) -> int | None:
+    import subprocess
+
+    out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+                         capture_output=True, text=True, timeout=20)
+    for line in out.stdout.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) == 2 and parts[0] == str(pid):
+            return int(parts[1]) * 1024 * 1024
+    return None
+
+
+def measure(onnx: str, batch: int, threads: int, variable_dim: int, device: str, runs: int = 2) -> dict:
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    providers = ["CPUExecutionProvider"]
+    if device == "cuda":
+        if "CUDAExecutionProvider" not in ort.get_available_providers():
+            return {"skipped": "onnxruntime has no CUDAExecutionProvider here (install onnxruntime-gpu on the GPU host)"}
+        providers = ["CUDAExecutionProvider"]
+    rss_before = _status_kib("VmRSS") * 1024
+    peak_reset = _reset_peak_rss()
+    started = time.perf_counter()
+    session = ort.InferenceSession(onnx, options, providers=providers)
+    feeds = synthetic_feeds(session, batch, variable_dim)
+    for _ in range(runs):
+        session.run(None, feeds)
+    seconds = (time.perf_counter() - started) / runs
+    result = {"batch_size": batch, "threads": threads, "variable_dim": variable_dim, "device": device,
+              "peak_rss_growth_bytes": _status_kib("VmHWM") * 1024 - rss_before, "peak_reset": peak_reset,
+              "seconds_per_run_incl_load": round(seconds, 4)}
+    if device == "cuda":
+        used = _cuda_used_bytes(os.getpid())
+        if used is None:
+            return {"skipped": "nvidia-smi listed no device memory for this process"}
+        result["device_memory_bytes"] = used
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="model_build.sizing.memory_probe", description=__doc__)
+    parser.add_argument("--onnx", required=True)
+    parser.add_argument("--batch", type=int, required=True)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--variable-dim", type=int, default=128)
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    args = parser.parse_args(argv)
+    print(json.dumps(measure(args.onnx, args.batch, args.threads, args.variable_dim, args.device)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

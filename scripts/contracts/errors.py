@@ -1,0 +1,21 @@
+"""The serving side's error types: one root, a few subclasses.
+
+Only command-line entry points catch these to print and exit; library code raises them with a
+message that names what was wrong and what was expected.
+"""
+
+
+class ServingError(Exception):
+    """Root of every error raised by the `serving` package."""
+
+
+class ConfigError(ServingError, ValueError):
+    """The serving configuration (serving.toml) names an invalid field or value."""
+
+
+class ServerStartError(ServingError, RuntimeError):
+    """tritonserver could not be found, prepared or brought to readiness."""
+
+
+class SecurityError(ServingError):
+    """The admin key or bind address is unsafe or unusable (see serving.runtime.security)."""

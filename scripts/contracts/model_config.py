@@ -1,0 +1,354 @@
+"""Render Triton `config.pbtxt` files from the serving configuration and the ONNX model itself.
+
+Input and output names, data types and shapes are read from the ONNX graph (the one source of
+truth for a model's interface); batching, priorities and queue policies come from `ServingSpec`.
+Rendering is pure (text out); only `write_model_config` touches the disk.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Collection, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from contracts.errors import ConfigError
+from contracts.sequence_buckets import LENGTH_INPUT_PARAMETER
+from contracts.serving_spec import ModelSpec, ServingSpec
+
+#: ONNX TensorProto element type name -> Triton data type.
+ONNX_TO_TRITON_DTYPE = {
+    "FLOAT": "TYPE_FP32",
+    "FLOAT16": "TYPE_FP16",
+    "DOUBLE": "TYPE_FP64",
+    "INT64": "TYPE_INT64",
+    "INT32": "TYPE_INT32",
+    "INT8": "TYPE_INT8",
+    "UINT8": "TYPE_UINT8",
+    "BOOL": "TYPE_BOOL",
+    "STRING": "TYPE_STRING",
+}
+
+#: Triton data type -> numpy dtype name (for clients and warmup data).
+TRITON_TO_NUMPY_DTYPE = {
+    "TYPE_FP32": "float32",
+    "TYPE_FP16": "float16",
+    "TYPE_FP64": "float64",
+    "TYPE_INT64": "int64",
+    "TYPE_INT32": "int32",
+    "TYPE_INT8": "int8",
+    "TYPE_UINT8": "uint8",
+    "TYPE_BOOL": "bool",
+    "TYPE_STRING": "object",
+}
+
+
+#: Integer inputs whose names end like this are 0/1 masks (Hugging Face naming); one rule for the
+#: backend's input contract (serving/backend/input_contract.py) and the warmup data rendered here.
+MASK_SUFFIX = "mask"
+
+
+def is_mask_input(name: str, mask_inputs: Iterable[str] = ()) -> bool:
+    """The 0/1-mask naming rule: named by the backend's `sequence_length_input`, or ending in `mask`."""
+    return name in set(mask_inputs) or name.lower().endswith(MASK_SUFFIX)
+
+
+INTEGER_TYPES = frozenset({"TYPE_INT64", "TYPE_INT32", "TYPE_INT8", "TYPE_UINT8", "TYPE_BOOL"})
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """A model input or output as Triton sees it: dims exclude the batch axis; -1 is variable."""
+
+    name: str
+    data_type: str
+    dims: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        if self.data_type not in TRITON_TO_NUMPY_DTYPE:
+            raise ConfigError(f"tensor `{self.name}` has data type {self.data_type!r}; allowed {sorted(TRITON_TO_NUMPY_DTYPE)}.")
+
+    @property
+    def numpy_dtype(self) -> str:
+        return TRITON_TO_NUMPY_DTYPE[self.data_type]
+
+
+def tensor_specs_from_onnx(onnx_path: str | Path) -> tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...]]:
+    """Read (inputs, outputs) from an ONNX file; the first axis of every tensor must be the batch."""
+    import onnx  # lazy: rendering configs from known specs needs no onnx
+
+    model = onnx.load(str(onnx_path), load_external_data=False)
+    initializer_names = {init.name for init in model.graph.initializer}
+
+    def convert(value_info) -> TensorSpec:
+        tensor_type = value_info.type.tensor_type
+        dtype_name = onnx.TensorProto.DataType.Name(tensor_type.elem_type)
+        if dtype_name not in ONNX_TO_TRITON_DTYPE:
+            raise ConfigError(f"{onnx_path}: tensor `{value_info.name}` has unsupported type {dtype_name}.")
+        dims = [d.dim_value if d.HasField("dim_value") else -1 for d in tensor_type.shape.dim]
+        if not dims or dims[0] not in (-1, 0):
+            raise ConfigError(
+                f"{onnx_path}: tensor `{value_info.name}` has shape {dims}; expected a dynamic first (batch) axis."
+            )
+        return TensorSpec(value_info.name, ONNX_TO_TRITON_DTYPE[dtype_name], tuple(dims[1:]))
+
+    inputs = tuple(convert(v) for v in model.graph.input if v.name not in initializer_names)
+    outputs = tuple(convert(v) for v in model.graph.output)
+    return inputs, outputs
+
+
+def _dims(dims: Sequence[int]) -> str:
+    return "[ " + ", ".join(str(d) for d in dims) + " ]"
+
+
+def _tensor_block(kind: str, tensors: Sequence[TensorSpec], ragged: bool = False) -> list[str]:
+    """`input [...]` / `output [...]`; with `ragged`, `allow_ragged_batch` on every tensor that has a
+    variable axis (see `render_onnx_cpu_ragged_config`)."""
+    lines = [f"{kind} ["]
+    for i, t in enumerate(tensors):
+        sep = "," if i < len(tensors) - 1 else ""
+        flag = " allow_ragged_batch: true" if ragged and any(d < 0 for d in t.dims) else ""
+        lines.append(f'  {{ name: "{t.name}" data_type: {t.data_type} dims: {_dims(t.dims)}{flag} }}{sep}')
+    lines.append("]")
+    return lines
+
+
+def render_dynamic_batching(model: ModelSpec, serving: ServingSpec) -> list[str]:
+    delay = model.max_queue_delay_microseconds
+    if delay is None:
+        delay = serving.batching.max_queue_delay_microseconds
+    lines = ["dynamic_batching {", f"  max_queue_delay_microseconds: {delay}"]
+    if serving.priorities:
+        lines.append(f"  priority_levels: {len(serving.priorities)}")
+        lines.append(f"  default_priority_level: {serving.default_priority_level}")
+        default_policy = serving.priority(serving.batching.default_priority).queue
+        lines += _queue_policy("default_queue_policy", default_policy)
+        for level in serving.priorities:
+            lines.append("  priority_queue_policy {")
+            lines.append(f"    key: {level.level}")
+            lines += ["  " + line for line in _queue_policy("value", level.queue)]
+            lines.append("  }")
+    lines.append("}")
+    return lines
+
+
+def _queue_policy(key: str, policy) -> list[str]:
+    return [
+        f"  {key} {{",
+        "    timeout_action: REJECT",
+        f"    default_timeout_microseconds: {policy.default_timeout_microseconds}",
+        f"    allow_timeout_override: {'true' if policy.allow_timeout_override else 'false'}",
+        f"    max_queue_size: {policy.max_queue_size}",
+        "  }",
+    ]
+
+
+#: Warmup data files (in `<model>/warmup/`, where Triton looks for `input_data_file`) holding ones:
+#: `ones_<TYPE>_<count>`. `write_model_config` writes every such file a config names.
+ONES_FILE = re.compile(r'input_data_file: "(ones_(TYPE_[A-Z0-9]+)_(\d+))"')
+
+
+def render_warmup(inputs: Sequence[TensorSpec], batch_sizes: Sequence[int], variable_dim: int = 16,
+                  ones_inputs: Collection[str] = ()) -> list[str]:
+    """`model_warmup` entries, so the first real request is not the slow one: zero data, except
+    ones for 0/1 masks (`ones_inputs`). Why: warmup samples must be VALID requests; an all-zero
+    mask is refused by the backend's input contract, and Triton 2.51 crashes (SIGSEGV) when a
+    warmup sample is answered with an error (docs/operations.md)."""
+    lines: list[str] = []
+    for batch in batch_sizes:
+        lines.append("model_warmup {")
+        lines.append(f'  name: "warmup_batch_{batch}"')
+        lines.append(f"  batch_size: {batch}")
+        for t in inputs:
+            dims = [variable_dim if d < 0 else d for d in t.dims]
+            if t.name in ones_inputs:
+                count = 1
+                for d in dims:
+                    count *= d
+                data = f'input_data_file: "ones_{t.data_type}_{count}"'
+            else:
+                data = 'zero_data: true' if t.data_type != "TYPE_STRING" else 'random_data: true'
+            lines.append(f'  inputs {{ key: "{t.name}" value {{ data_type: {t.data_type} dims: {_dims(dims)} {data} }} }}')
+        lines.append("}")
+    return lines
+
+
+def render_parameters(parameters: Mapping[str, str]) -> list[str]:
+    return [
+        f'parameters {{ key: "{key}" value {{ string_value: "{value}" }} }}' for key, value in sorted(parameters.items())
+    ]
+
+
+def render_onnx_cpu_config(
+    model: ModelSpec,
+    serving: ServingSpec,
+    inputs: Sequence[TensorSpec],
+    outputs: Sequence[TensorSpec],
+    onnx_file: str = "model.onnx",
+    extra_parameters: Mapping[str, str] | None = None,
+    ragged_inputs: bool = False,
+) -> str:
+    """Config for a model run by the `onnxruntime_cpu` Python-based backend (see triton_backends/)."""
+    parameters = {"onnx_file": onnx_file, "intra_op_num_threads": str(model.intra_op_threads)}
+    parameters.update(extra_parameters or {})
+    return _render_batched_model("onnxruntime_cpu", model, serving, inputs, outputs, parameters, ragged_inputs)
+
+
+def _render_batched_model(backend: str, model: ModelSpec, serving: ServingSpec, inputs: Sequence[TensorSpec],
+                          outputs: Sequence[TensorSpec], parameters: Mapping[str, str], ragged_inputs: bool = False) -> str:
+    """What every batched model's config holds: the dynamic batcher with the priority levels and
+    queue policies, the instances, the backend's parameters and warmup at batch 1 and the max."""
+    length_input = parameters.get(LENGTH_INPUT_PARAMETER, "")
+    masks = [t.name for t in inputs if t.data_type in INTEGER_TYPES and is_mask_input(t.name, [length_input])]
+    lines = [
+        f'name: "{model.name}"',
+        f'backend: "{backend}"',
+        f"max_batch_size: {model.max_batch_size}",
+        *_tensor_block("input", inputs, ragged=ragged_inputs),
+        *_tensor_block("output", outputs),
+        *render_dynamic_batching(model, serving),
+        f"instance_group [ {{ count: {model.instance_count} kind: KIND_CPU }} ]",
+        *render_parameters(parameters),
+        *render_warmup(inputs, sorted({1, model.max_batch_size}), ones_inputs=masks),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def write_model_config(model_dir: str | Path, text: str) -> Path:
+    """Write config.pbtxt (only if it changed) and the warmup data files it names."""
+    path = Path(model_dir) / "config.pbtxt"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.exists() or path.read_text() != text:
+        path.write_text(text)
+    for file_name, data_type, count in ONES_FILE.findall(text):
+        data = np.ones(int(count), dtype=TRITON_TO_NUMPY_DTYPE[data_type]).tobytes()
+        warmup = Path(model_dir) / "warmup" / file_name
+        if not warmup.exists() or warmup.read_bytes() != data:
+            warmup.parent.mkdir(exist_ok=True)
+            warmup.write_bytes(data)
+    return path
+
+
+# ------------------------------------------------------------------ Python models, ragged inputs, ensembles
+#: A text model's string input: one UTF-8 text per batch row (clients send shape [N, 1]).
+TEXT_INPUT = TensorSpec("TEXT", "TYPE_STRING", (1,))
+
+
+def tokenizer_tensor_specs(
+    encoder_inputs: Sequence[TensorSpec], text_input: TensorSpec = TEXT_INPUT
+) -> tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...]]:
+    """(inputs, outputs) of a tokenizer model that feeds `encoder_inputs`: its outputs ARE the
+    encoder's inputs (names, types, dims read from the encoder's ONNX graph), so they cannot drift."""
+    for tensor in encoder_inputs:
+        if tensor.data_type not in ("TYPE_INT64", "TYPE_INT32") or tensor.dims != (-1,):
+            raise ConfigError(
+                f"encoder input `{tensor.name}` is {tensor.data_type} {list(tensor.dims)}; a tokenizer can only "
+                "feed integer token inputs of dims [-1] (one variable sequence axis)."
+            )
+    if not encoder_inputs:
+        raise ConfigError("the encoder has no inputs for the tokenizer to feed.")
+    return (text_input,), tuple(encoder_inputs)
+
+
+def render_python_model_config(
+    model: ModelSpec,
+    serving: ServingSpec,
+    inputs: Sequence[TensorSpec],
+    outputs: Sequence[TensorSpec],
+    parameters: Mapping[str, str] | None = None,
+) -> str:
+    """Config for a model whose own model.py runs in Triton's Python backend (e.g. a tokenizer),
+    with the same dynamic batcher, priority levels and queue policies as every other model."""
+    return _render_batched_model("python", model, serving, inputs, outputs, parameters or {})
+
+
+def render_onnx_cpu_ragged_config(
+    model: ModelSpec,
+    serving: ServingSpec,
+    inputs: Sequence[TensorSpec],
+    outputs: Sequence[TensorSpec],
+    onnx_file: str = "model.onnx",
+    extra_parameters: Mapping[str, str] | None = None,
+) -> str:
+    """`render_onnx_cpu_config` for variable-length inputs (token ids): `allow_ragged_batch: true`.
+
+    Why: Triton's dynamic batcher only merges requests whose variable-sized inputs have EQUAL
+    shapes unless the input allows ragged batches, so texts of different lengths would each run
+    alone. The `onnxruntime_cpu` backend receives requests separately and pads (or buckets) them
+    itself, so ragged batches are safe for it.
+    """
+    return render_onnx_cpu_config(model, serving, inputs, outputs, onnx_file, extra_parameters, ragged_inputs=True)
+
+
+@dataclass(frozen=True)
+class EnsembleStep:
+    """One step of a Triton ensemble: which model, and how its tensors map to ensemble tensors.
+
+    `input_map`/`output_map` pairs are (the step model's tensor name, the ensemble tensor name).
+    """
+
+    model_name: str
+    input_map: tuple[tuple[str, str], ...]
+    output_map: tuple[tuple[str, str], ...]
+
+    def __post_init__(self) -> None:
+        if not self.input_map or not self.output_map:
+            raise ConfigError(f"ensemble step `{self.model_name}` needs at least one input and one output mapping.")
+
+
+def text_ensemble_steps(
+    tokenizer: str, encoder: str, encoder_inputs: Sequence[TensorSpec], encoder_outputs: Sequence[TensorSpec],
+    text_input: TensorSpec = TEXT_INPUT,
+) -> tuple[EnsembleStep, EnsembleStep]:
+    """TEXT -> tokenizer -> (the encoder's inputs) -> encoder -> (the encoder's outputs)."""
+    token_names = tuple((t.name, t.name) for t in encoder_inputs)
+    return (
+        EnsembleStep(tokenizer, ((text_input.name, text_input.name),), token_names),
+        EnsembleStep(encoder, token_names, tuple((t.name, t.name) for t in encoder_outputs)),
+    )
+
+
+def render_ensemble_config(
+    model: ModelSpec,
+    inputs: Sequence[TensorSpec],
+    outputs: Sequence[TensorSpec],
+    steps: Sequence[EnsembleStep],
+    step_max_batch_sizes: Mapping[str, int],
+) -> str:
+    """Config for `platform: "ensemble"`. An ensemble has no dynamic batcher of its own: each step
+    batches and applies its priority levels and queue policies; the request's priority and timeout
+    are passed to every step by Triton's ensemble scheduler."""
+    available = {t.name for t in inputs}
+    for step in steps:
+        if step.model_name not in step_max_batch_sizes:
+            raise ConfigError(f"ensemble `{model.name}`: step model `{step.model_name}` is not a served model.")
+        if model.max_batch_size > step_max_batch_sizes[step.model_name]:
+            raise ConfigError(
+                f"`models.{model.name}.max_batch_size` = {model.max_batch_size} exceeds its step "
+                f"`{step.model_name}`'s max_batch_size {step_max_batch_sizes[step.model_name]}: allowed <= that."
+            )
+        missing = [ensemble_name for _, ensemble_name in step.input_map if ensemble_name not in available]
+        if missing:
+            raise ConfigError(f"ensemble `{model.name}`: step `{step.model_name}` reads {missing}, which no earlier step produces.")
+        available |= {ensemble_name for _, ensemble_name in step.output_map}
+    unproduced = [t.name for t in outputs if t.name not in available]
+    if unproduced:
+        raise ConfigError(f"ensemble `{model.name}`: outputs {unproduced} are produced by no step.")
+    lines = [
+        f'name: "{model.name}"',
+        'platform: "ensemble"',
+        f"max_batch_size: {model.max_batch_size}",
+        *_tensor_block("input", inputs),
+        *_tensor_block("output", outputs),
+        "ensemble_scheduling {",
+    ]
+    for step in steps:
+        lines.append("  step {")
+        lines.append(f'    model_name: "{step.model_name}"')
+        lines.append("    model_version: -1")
+        lines += [f'    input_map {{ key: "{k}" value: "{v}" }}' for k, v in step.input_map]
+        lines += [f'    output_map {{ key: "{k}" value: "{v}" }}' for k, v in step.output_map]
+        lines.append("  }")
+    lines.append("}")
+    return "\n".join(lines) + "\n"

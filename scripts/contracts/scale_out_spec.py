@@ -1,0 +1,130 @@
+"""The scale-out part of serving.toml: replicas per partition and the Kubernetes target.
+
+`[partitions.<name>.autoscaling]` says how many copies of a partition may run and when to add
+one (the average queue time per request, Triton's `nv_inference_queue_duration_us` over
+`nv_inference_request_success`, that a HorizontalPodAutoscaler holds each pod to);
+`[kubernetes]` says what the cluster's nodes look like. Both only feed `k8s_deploy` (deploy/),
+which renders the manifests; `make serve` ignores them. Frozen and validated like the rest of
+`contracts.serving_spec`: an error names the field, the value and what is allowed.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from contracts.errors import ConfigError
+
+#: A Kubernetes namespace is a DNS-1123 label.
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+#: An OCI image reference without spaces or shell characters: [registry/]path[:tag][@digest].
+IMAGE_REF = re.compile(r"^[a-z0-9][a-z0-9._/-]*(:[A-Za-z0-9_][A-Za-z0-9._-]{0,127})?(@sha256:[a-f0-9]{64})?$")
+#: Extended resource names the NVIDIA device plugin advertises: whole or MPS-shared GPUs, MIG slices.
+GPU_RESOURCE = re.compile(r"^nvidia\.com/(gpu|mig-[0-9]+g\.[0-9]+gb)$")
+#: The HPA's stabilisation window may be at most one hour (autoscaling/v2 validation).
+MAX_STABILIZATION_S = 3600
+
+
+def _int_in(field_name: str, value: Any, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ConfigError(f"`{field_name}` = {value!r}: allowed an integer between {low} and {high}.")
+    return value
+
+
+@dataclass(frozen=True)
+class Autoscaling:
+    """How many replicas of one partition may run, and the queue time that adds one.
+
+    The HPA's desired count is ceil(current x average queue time per request / target_queue_us),
+    clamped to [min_replicas, max_replicas]; scale-down waits `scale_down_stabilization_s` (the
+    highest recommendation in that window wins), scale-up acts at once.
+    """
+
+    min_replicas: int = 1
+    max_replicas: int = 4
+    #: Average queue time per request (microseconds) each pod is held to. It must exceed the
+    #: batching window of the partition's models: a lightly loaded server already holds each
+    #: request up to that window (measured here: ~10 ms per request at 10 ms windows, 19-23 ms saturated).
+    target_queue_us: int = 15_000
+    scale_down_stabilization_s: int = 300
+    #: Set by `ServingSpec` for messages: which partition this belongs to.
+    partition: str = "<partition>"
+
+    def __post_init__(self) -> None:
+        where = f"partitions.{self.partition}.autoscaling"
+        _int_in(f"{where}.min_replicas", self.min_replicas, 1, 1000)
+        _int_in(f"{where}.max_replicas", self.max_replicas, 1, 1000)
+        if self.max_replicas < self.min_replicas:
+            raise ConfigError(
+                f"`{where}.max_replicas` = {self.max_replicas} is below `min_replicas` = {self.min_replicas}: "
+                f"allowed max_replicas >= min_replicas."
+            )
+        _int_in(f"{where}.target_queue_us", self.target_queue_us, 1, 60_000_000)
+        _int_in(f"{where}.scale_down_stabilization_s", self.scale_down_stabilization_s, 0, MAX_STABILIZATION_S)
+
+
+_AUTOSCALING_KEYS = {"min_replicas", "max_replicas", "target_queue_us", "scale_down_stabilization_s"}
+
+
+@dataclass(frozen=True)
+class KubernetesSettings:
+    """The cluster the partitions are deployed to (see docs/scale-out.md)."""
+
+    namespace: str = "triton-serving"
+    #: Whole CPUs one node can give these pods (its allocatable CPUs): a partition's compute_share
+    #: becomes whole CPUs of it, as on a host (contracts.partition_plan), so requests == limits are
+    #: integers and the static CPU manager pins each pod to exclusive cores.
+    node_cpus: int = 8
+    #: Container memory = the partition's memory_mb (its models' budget) + this: tritonserver itself,
+    #: one Python-backend stub process per model instance, and the memory-backed /dev/shm.
+    memory_overhead_mb: int = 1024
+    #: How long a pod may take to load its models before the startup probe gives up.
+    startup_allowance_s: int = 300
+    #: The image an init container copies the built model repository (and the Python backend's
+    #: packages) from; deploy/image/Dockerfile builds it.
+    model_repository_image: str = "triton-model-serving/model-repository:0.1.0"
+    #: What a GPU partition requests (gpu overlay): `nvidia.com/gpu` = one MPS replica of a GPU
+    #: shared by the NVIDIA device plugin; `nvidia.com/mig-<g>g.<m>gb` = one MIG slice.
+    gpu_resource: str = "nvidia.com/gpu"
+    #: The `release` label the Prometheus Operator's Prometheus selects ServiceMonitors and rules by.
+    prometheus_release: str = "kube-prometheus-stack"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.namespace, str) or not DNS_LABEL.match(self.namespace):
+            raise ConfigError(f"`kubernetes.namespace` = {self.namespace!r}: allowed a DNS-1123 label "
+                              f"(lowercase letters, digits and '-', at most 63 characters).")
+        _int_in("kubernetes.node_cpus", self.node_cpus, 1, 1024)
+        _int_in("kubernetes.memory_overhead_mb", self.memory_overhead_mb, 0, 1 << 20)
+        _int_in("kubernetes.startup_allowance_s", self.startup_allowance_s, 10, 3600)
+        if not isinstance(self.model_repository_image, str) or not IMAGE_REF.match(self.model_repository_image):
+            raise ConfigError(f"`kubernetes.model_repository_image` = {self.model_repository_image!r}: allowed an "
+                              f"image reference like 'registry.example.com/team/model-repository:1.0'.")
+        if not isinstance(self.gpu_resource, str) or not GPU_RESOURCE.match(self.gpu_resource):
+            raise ConfigError(f"`kubernetes.gpu_resource` = {self.gpu_resource!r}: allowed 'nvidia.com/gpu' (MPS "
+                              f"replica) or a MIG slice such as 'nvidia.com/mig-3g.40gb'.")
+        if not isinstance(self.prometheus_release, str) or not DNS_LABEL.match(self.prometheus_release):
+            raise ConfigError(f"`kubernetes.prometheus_release` = {self.prometheus_release!r}: allowed a label value "
+                              f"(lowercase letters, digits and '-').")
+
+
+_KUBERNETES_KEYS = {"namespace", "node_cpus", "memory_overhead_mb", "startup_allowance_s", "model_repository_image",
+                    "gpu_resource", "prometheus_release"}
+
+
+def autoscaling_from_table(partition: str, table: Any) -> Autoscaling:
+    if not isinstance(table, dict):
+        raise ConfigError(f"`partitions.{partition}.autoscaling` = {table!r}: allowed a table.")
+    unknown = set(table) - _AUTOSCALING_KEYS
+    if unknown:
+        raise ConfigError(f"`partitions.{partition}.autoscaling` has unknown keys {sorted(unknown)}; "
+                          f"allowed: {sorted(_AUTOSCALING_KEYS)}.")
+    return Autoscaling(partition=partition, **table)
+
+
+def kubernetes_from_table(table: Any) -> KubernetesSettings:
+    if not isinstance(table, dict):
+        raise ConfigError(f"`kubernetes` = {table!r}: allowed a table.")
+    unknown = set(table) - _KUBERNETES_KEYS
+    if unknown:
+        raise ConfigError(f"`kubernetes` has unknown keys {sorted(unknown)}; allowed: {sorted(_KUBERNETES_KEYS)}.")
+    return KubernetesSettings(**table)

@@ -1,0 +1,483 @@
+"""The serving configuration: one source of truth for what is served and how.
+
+`model_repository/serving.toml` is parsed into frozen dataclasses that validate themselves, so a
+bad setting fails before any process starts, with an error naming the field, the value and what is
+allowed. Everything else (Triton `config.pbtxt` files, launcher flags, build targets) is derived
+from these objects; nothing here touches the file system except `load_serving_spec`.
+"""
+from __future__ import annotations
+
+import ipaddress
+import re
+import tomllib
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any, Mapping
+
+from contracts.errors import ConfigError
+from contracts.scale_out_spec import Autoscaling, KubernetesSettings, autoscaling_from_table, kubernetes_from_table
+
+#: Model and partition names become directory names and URL path segments: keep them boring.
+NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+
+
+class Variant(str, Enum):
+    """Which precision variant of a model is served."""
+
+    FP32 = "fp32"
+    INT8_MIXED = "int8_mixed"
+
+
+class Protocol(str, Enum):
+    HTTP = "http"
+    GRPC = "grpc"
+
+
+def is_loopback_host(host: str) -> bool:
+    """127.0.0.0/8, ::1 or `localhost`: the only addresses servers bind to unless told otherwise."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_name(field_name: str, value: str) -> str:
+    """Reject names that could escape the model repository or break a URL."""
+    if not isinstance(value, str) or not NAME_PATTERN.match(value):
+        raise ConfigError(
+            f"`{field_name}` = {value!r} is not a valid name: expected lowercase letters, digits and "
+            f"underscores, starting with a letter, at most 64 characters (pattern {NAME_PATTERN.pattern})."
+        )
+    return value
+
+
+#: Option keys that name a file or folder; their values must stay inside the model's directory.
+PATH_OPTION_SUFFIXES = ("_file", "_path", "_dir")
+
+
+def check_relative_path(field_name: str, value: Any) -> str:
+    """Reject a configured path that could leave the folder it is relative to (path traversal)."""
+    parts = value.split("/") if isinstance(value, str) else []
+    if (not isinstance(value, str) or not value or "\x00" in value or "\\" in value or value.startswith(("/", "~"))
+            or any(part in ("", ".", "..") for part in parts)):
+        raise ConfigError(
+            f"`{field_name}` = {value!r} is not a safe relative path: expected a non-empty path like "
+            f"'tokenizer/vocab.txt' without a leading '/' or '~', '.' or '..' components, backslashes or NUL."
+        )
+    return value
+
+
+def _check_int_range(field_name: str, value: Any, low: int, high: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"`{field_name}` = {value!r} must be an integer.")
+    if value < low or (high is not None and value > high):
+        allowed = f">= {low}" if high is None else f"between {low} and {high}"
+        raise ConfigError(f"`{field_name}` = {value} is out of range: allowed {allowed}.")
+    return value
+
+
+@dataclass(frozen=True)
+class QueuePolicy:
+    """Triton's per-priority-level queue policy.
+
+    A full queue (`max_queue_size`) answers HTTP 503 / gRPC UNAVAILABLE at once; a request that
+    waits longer than its timeout is rejected rather than served stale.
+    """
+
+    max_queue_size: int
+    default_timeout_microseconds: int
+    allow_timeout_override: bool = True
+
+    def __post_init__(self) -> None:
+        _check_int_range("max_queue_size", self.max_queue_size, 1)
+        _check_int_range("default_timeout_microseconds", self.default_timeout_microseconds, 1)
+
+
+@dataclass(frozen=True)
+class PriorityLevel:
+    name: str
+    level: int
+    queue: QueuePolicy
+    #: Items (batch size) one request at this level may carry. Triton does not enforce it; it is the
+    #: callers' side of the starvation guarantee (docs/priorities.md), which `model_client` keeps
+    #: (it splits lowest-level work into requests of this size and refuses larger ones above it).
+    max_request_batch_size: int = 1
+
+    def __post_init__(self) -> None:
+        check_name("priorities.<name>", self.name)
+        _check_int_range(f"priorities.{self.name}.level", self.level, 1, 16)
+        _check_int_range(f"priorities.{self.name}.max_request_batch_size", self.max_request_batch_size, 1, 4096)
+
+
+@dataclass(frozen=True)
+class Batching:
+    """Dynamic-batcher settings shared by every model unless a model overrides them."""
+
+    #: 5-20 ms: long enough to gather a batch at moderate load, short enough to keep P99 low.
+    max_queue_delay_microseconds: int = 10_000
+    default_priority: str = "batch"
+
+    def __post_init__(self) -> None:
+        _check_int_range("batching.max_queue_delay_microseconds", self.max_queue_delay_microseconds, 0, 1_000_000)
+
+
+@dataclass(frozen=True)
+class ServerEndpoints:
+    """Where a tritonserver listens. Loopback unless told otherwise."""
+
+    host: str = "127.0.0.1"
+    http_port: int = 8000
+    grpc_port: int = 8001
+    metrics_port: int = 8002
+    #: Partition i listens on the base ports above + i * this stride (unless it names its ports).
+    partition_port_stride: int = 10
+    #: The supervisor's own Prometheus endpoint (restarts, crash loops: serving.runtime.supervisor_metrics).
+    supervisor_metrics_port: int = 8090
+    #: Longest a lost wake-up of Triton 2.51's dynamic batcher may hold queued requests, in
+    #: microseconds (serving/runtime/native/cond_wait_cap.c; docs/triton-batcher-stall.md). 0 = off (then
+    #: up to 500 ms with priority levels or queue policies).
+    cond_wait_cap_us: int = 10000
+
+    #: Binding anywhere but loopback is an explicit choice (here or `serve --allow-non-loopback`);
+    #: the launcher logs a warning when it is made. Admin APIs stay locked by the key either way.
+    allow_non_loopback: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.host, str) or not re.fullmatch(r"[A-Za-z0-9.:_-]{1,253}", self.host):
+            raise ConfigError(f"`server.host` = {self.host!r} is not a host name or IP address.")
+        if not isinstance(self.allow_non_loopback, bool):
+            raise ConfigError(f"`server.allow_non_loopback` = {self.allow_non_loopback!r} must be true or false.")
+        if not is_loopback_host(self.host) and not self.allow_non_loopback:
+            raise ConfigError(
+                f"`server.host` = {self.host!r} is not a loopback address: servers listen on 127.0.0.1 unless told "
+                f"otherwise; set `server.allow_non_loopback = true` (or pass --allow-non-loopback) to bind there."
+            )
+        for name in ("http_port", "grpc_port", "metrics_port", "supervisor_metrics_port"):
+            _check_int_range(f"server.{name}", getattr(self, name), 1, 65535)
+        _check_int_range("server.partition_port_stride", self.partition_port_stride, 3, 1000)
+        _check_int_range("server.cond_wait_cap_us", self.cond_wait_cap_us, 0, 100_000)
+        if len({self.http_port, self.grpc_port, self.metrics_port, self.supervisor_metrics_port}) != 4:
+            raise ConfigError(
+                f"`server` ports must differ: http {self.http_port}, grpc {self.grpc_port}, "
+                f"metrics {self.metrics_port}, supervisor_metrics {self.supervisor_metrics_port}."
+            )
+
+    @property
+    def http_url(self) -> str:
+        return f"{self.host}:{self.http_port}"
+
+    @property
+    def grpc_url(self) -> str:
+        return f"{self.host}:{self.grpc_port}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://{self.host}:{self.metrics_port}/metrics"
+
+    @property
+    def supervisor_metrics_url(self) -> str:
+        return f"http://{self.host}:{self.supervisor_metrics_port}/metrics"
+
+
+class CpuPlacement(str, Enum):
+    """How partitions share the CPU cores (docs/partitions.md).
+
+    ELASTIC (default): each partition is pinned to its own whole cores and lends them to the busy
+    partitions while it is idle (serving.runtime.elastic_cpus). CPU_SETS: pinned, never lent (idle cores
+    stay idle). SHARES: every partition may use every core; `compute_share` is its weight when
+    partitions compete (cgroup cpu weight, or niceness where cgroups are not writable)."""
+
+    ELASTIC = "elastic"
+    CPU_SETS = "cpu_sets"
+    SHARES = "shares"
+
+
+@dataclass(frozen=True)
+class Placement:
+    """`[placement]`: how partitions are laid out on the host."""
+
+    cpu: CpuPlacement = CpuPlacement.ELASTIC
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.cpu, CpuPlacement):
+            try:
+                object.__setattr__(self, "cpu", CpuPlacement(self.cpu))
+            except ValueError:
+                allowed = ", ".join(repr(v.value) for v in CpuPlacement)
+                raise ConfigError(f"`placement.cpu` = {self.cpu!r} is not a CPU placement: allowed {allowed}.") from None
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One served model: what builds it, which variant is served, how it is batched."""
+
+    name: str
+    #: Name of the recipe in `model_build` that produces this model (e.g. "digit_cnn").
+    recipe: str
+    variant: Variant = Variant.FP32
+    max_batch_size: int = 64
+    instance_count: int = 1
+    #: ONNX Runtime intra-op threads inside the Python backend; 0 lets ONNX Runtime decide.
+    intra_op_threads: int = 0
+    max_queue_delay_microseconds: int | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
+    #: Which `[partitions.<name>]` serves this model; None: the first partition declared.
+    partition: str | None = None
+
+    def __post_init__(self) -> None:
+        check_name("models.<name>", self.name)
+        check_name(f"models.{self.name}.recipe", self.recipe)
+        for key, value in dict(self.options).items():
+            if str(key).endswith(PATH_OPTION_SUFFIXES):
+                check_relative_path(f"models.{self.name}.options.{key}", value)
+        if self.partition is not None:
+            check_name(f"models.{self.name}.partition", self.partition)
+        if not isinstance(self.variant, Variant):
+            try:
+                object.__setattr__(self, "variant", Variant(self.variant))
+            except ValueError:
+                allowed = ", ".join(v.value for v in Variant)
+                raise ConfigError(
+                    f"`models.{self.name}.variant` = {self.variant!r} is not a known variant: allowed {allowed}."
+                ) from None
+        _check_int_range(f"models.{self.name}.max_batch_size", self.max_batch_size, 1, 4096)
+        _check_int_range(f"models.{self.name}.instance_count", self.instance_count, 1, 64)
+        _check_int_range(f"models.{self.name}.intra_op_threads", self.intra_op_threads, 0, 256)
+        if self.max_queue_delay_microseconds is not None:
+            _check_int_range(
+                f"models.{self.name}.max_queue_delay_microseconds", self.max_queue_delay_microseconds, 0, 1_000_000
+            )
+
+
+#: Memory budget of the implicit `default` partition when serving.toml declares none.
+DEFAULT_PARTITION_MEMORY_MB = 4096
+
+
+@dataclass(frozen=True)
+class PartitionSpec:
+    """One tritonserver process with a share of the machine (see docs/partitions.md).
+
+    `compute_share` is a percentage: of the CPU cores (a pinned CPU set) on CPU, of the GPU's
+    SMs (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE) under MPS. `memory_mb` caps the partition's model
+    memory: pinned device memory under MPS, and the budget of the max_batch_size rule everywhere.
+    Ports left unset are derived from `[server]`'s base ports (see `contracts.partition_plan`).
+    """
+
+    name: str
+    compute_share: int
+    memory_mb: int
+    http_port: int | None = None
+    grpc_port: int | None = None
+    metrics_port: int | None = None
+    #: Replicas on Kubernetes (`[partitions.<name>.autoscaling]`); None: the defaults.
+    autoscaling: Autoscaling | None = None
+
+    def __post_init__(self) -> None:
+        check_name("partitions.<name>", self.name)
+        if self.autoscaling is None:
+            object.__setattr__(self, "autoscaling", Autoscaling(partition=self.name))
+        _check_int_range(f"partitions.{self.name}.compute_share", self.compute_share, 1, 100)
+        _check_int_range(f"partitions.{self.name}.memory_mb", self.memory_mb, 16, 1 << 24)
+        for port in ("http_port", "grpc_port", "metrics_port"):
+            if getattr(self, port) is not None:
+                _check_int_range(f"partitions.{self.name}.{port}", getattr(self, port), 1, 65535)
+
+
+@dataclass(frozen=True)
+class ServingSpec:
+    models: tuple[ModelSpec, ...]
+    priorities: tuple[PriorityLevel, ...]
+    batching: Batching = Batching()
+    server: ServerEndpoints = ServerEndpoints()
+    #: Declared partitions; empty means one implicit `default` partition with every model.
+    partitions: tuple[PartitionSpec, ...] = ()
+    placement: Placement = Placement()
+    #: The cluster `k8s_deploy` renders manifests for (`[kubernetes]`); `make serve` ignores it.
+    kubernetes: KubernetesSettings = KubernetesSettings()
+
+    def __post_init__(self) -> None:
+        if not self.models:
+            raise ConfigError("`models` is empty: at least one [models.<name>] table is required.")
+        names = [m.name for m in self.models]
+        if len(set(names)) != len(names):
+            raise ConfigError(f"`models` names must be unique, got {names}.")
+        self._check_partitions()
+        levels = sorted(p.level for p in self.priorities)
+        if levels != list(range(1, len(levels) + 1)):
+            raise ConfigError(
+                f"`priorities.*.level` must be 1..N without gaps (1 is served first), got {levels}."
+            )
+        if self.priorities and self.batching.default_priority not in {p.name for p in self.priorities}:
+            raise ConfigError(
+                f"`batching.default_priority` = {self.batching.default_priority!r} is not one of the "
+                f"priorities {[p.name for p in self.priorities]}."
+            )
+        for model in self.models:
+            self.check_lowest_priority_progress(model)
+
+    def check_autoscaling_targets(self) -> None:
+        """For a cluster deployment (deploy/, `make k8s-validate`): a queue-time target at or below
+        the batching window would scale out an idle-ish partition, since a lightly loaded server
+        already holds each request up to `max_queue_delay_microseconds`. Not checked when the spec
+        is loaded: a local run (a test holding a window open) never autoscales."""
+        for part in self.effective_partitions:
+            windows = {m.name: m.max_queue_delay_microseconds if m.max_queue_delay_microseconds is not None
+                       else self.batching.max_queue_delay_microseconds for m in self.models_in_partition(part.name)}
+            widest = max(windows.values(), default=0)
+            if part.autoscaling.target_queue_us <= widest:
+                raise ConfigError(
+                    f"`partitions.{part.name}.autoscaling.target_queue_us` = {part.autoscaling.target_queue_us} is not "
+                    f"above the batching window of its models ({widest} us, {windows}): a lightly loaded server already "
+                    f"queues each request up to that window, so the autoscaler would never scale in; allowed > {widest}."
+                )
+
+    def check_lowest_priority_progress(self, model: ModelSpec) -> None:
+        """The starvation invariant (docs/priorities.md), for `model` as configured or as served.
+
+        With queue policies Triton forms each batch when an instance is idle, from the queue in
+        priority order. The levels above the lowest can then hold at most
+        sum(max_queue_size * max_request_batch_size) items, so if that plus one lowest-level
+        request fits in `max_batch_size`, every batch formed under any higher-priority load still
+        takes at least one lowest-level request: the lowest level keeps making progress.
+        """
+        if len(self.priorities) < 2:
+            return
+        *higher, lowest = sorted(self.priorities, key=lambda p: p.level)
+        higher_items = sum(p.queue.max_queue_size * p.max_request_batch_size for p in higher)
+        needed = higher_items + lowest.max_request_batch_size
+        if needed > model.max_batch_size:
+            terms = " + ".join(f"{p.queue.max_queue_size} x {p.max_request_batch_size} ({p.name})" for p in higher)
+            raise ConfigError(
+                f"`models.{model.name}.max_batch_size` = {model.max_batch_size} cannot guarantee progress for "
+                f"`priorities.{lowest.name}`: the higher levels may queue {terms} = {higher_items} items "
+                f"(max_queue_size x max_request_batch_size) and a {lowest.name} request carries up to "
+                f"{lowest.max_request_batch_size}; allowed: {higher_items} + {lowest.max_request_batch_size} = "
+                f"{needed} <= max_batch_size. Lower those queue or request sizes, or raise max_batch_size "
+                f"(see docs/priorities.md)."
+            )
+
+    def _check_partitions(self) -> None:
+        names = [p.name for p in self.partitions]
+        if len(set(names)) != len(names):
+            raise ConfigError(f"`partitions` names must be unique, got {names}.")
+        total = sum(p.compute_share for p in self.partitions)
+        if total > 100:
+            shares = {p.name: p.compute_share for p in self.partitions}
+            raise ConfigError(
+                f"`partitions.*.compute_share` = {shares} sums to {total}%: allowed at most 100% in total."
+            )
+        declared = set(names)
+        for model in self.models:
+            if model.partition is not None and self.partitions and model.partition not in declared:
+                raise ConfigError(
+                    f"`models.{model.name}.partition` = {model.partition!r} is not a declared partition: "
+                    f"allowed {sorted(declared)}."
+                )
+            if model.partition not in (None, "default") and not self.partitions:
+                raise ConfigError(
+                    f"`models.{model.name}.partition` = {model.partition!r} but serving.toml declares no "
+                    f"[partitions.<name>] tables: allowed only 'default' (or declare the partition)."
+                )
+        empty = [p.name for p in self.partitions if not self.models_in_partition(p.name)]
+        if empty:
+            raise ConfigError(f"partitions {empty} serve no model: every [partitions.<name>] needs a model naming it.")
+
+    @property
+    def effective_partitions(self) -> tuple[PartitionSpec, ...]:
+        """The declared partitions, or the implicit `default` one (all cores, every model)."""
+        if self.partitions:
+            return self.partitions
+        return (PartitionSpec(name="default", compute_share=100, memory_mb=DEFAULT_PARTITION_MEMORY_MB),)
+
+    def partition_of(self, model: ModelSpec) -> str:
+        return model.partition or self.effective_partitions[0].name
+
+    def models_in_partition(self, partition: str) -> tuple[ModelSpec, ...]:
+        return tuple(m for m in self.models if self.partition_of(m) == partition)
+
+    def model(self, name: str) -> ModelSpec:
+        for spec in self.models:
+            if spec.name == name:
+                return spec
+        raise ConfigError(f"no model named {name!r} in the serving configuration; known: {[m.name for m in self.models]}.")
+
+    def priority(self, name: str) -> PriorityLevel:
+        for level in self.priorities:
+            if level.name == name:
+                return level
+        raise ConfigError(f"no priority named {name!r}; known: {[p.name for p in self.priorities]}.")
+
+    @property
+    def default_priority_level(self) -> int:
+        return self.priority(self.batching.default_priority).level if self.priorities else 0
+
+
+_MODEL_KEYS = {"recipe", "variant", "max_batch_size", "instance_count", "intra_op_threads", "max_queue_delay_microseconds", "options", "partition"}
+_PARTITION_KEYS = {"compute_share", "memory_mb", "http_port", "grpc_port", "metrics_port", "autoscaling"}
+
+
+def _only_keys(table_name: str, table: Mapping[str, Any], allowed: set[str]) -> None:
+    unknown = set(table) - allowed
+    if unknown:
+        raise ConfigError(f"`{table_name}` has unknown keys {sorted(unknown)}; allowed: {sorted(allowed)}.")
+
+
+def serving_spec_from_dict(data: Mapping[str, Any]) -> ServingSpec:
+    """Build a validated `ServingSpec` from the parsed TOML document."""
+    _only_keys("<top level>", data, {"models", "priorities", "batching", "server", "partitions", "placement", "kubernetes"})
+    models = []
+    for name, table in data.get("models", {}).items():
+        _only_keys(f"models.{name}", table, _MODEL_KEYS)
+        models.append(ModelSpec(name=name, **table))
+    priorities = []
+    for name, table in data.get("priorities", {}).items():
+        _only_keys(f"priorities.{name}", table, {"level", "max_queue_size", "default_timeout_microseconds", "allow_timeout_override", "max_request_batch_size"})
+        level = table.get("level")
+        queue = QueuePolicy(**{k: v for k, v in table.items() if k not in ("level", "max_request_batch_size")})
+        priorities.append(PriorityLevel(name=name, level=level, queue=queue, max_request_batch_size=table.get("max_request_batch_size", 1)))
+    batching_table = data.get("batching", {})
+    _only_keys("batching", batching_table, {"max_queue_delay_microseconds", "default_priority"})
+    server_table = data.get("server", {})
+    _only_keys("server", server_table, {"host", "http_port", "grpc_port", "metrics_port", "partition_port_stride",
+                                        "allow_non_loopback", "supervisor_metrics_port", "cond_wait_cap_us"})
+    partitions = []
+    for name, table in data.get("partitions", {}).items():
+        _only_keys(f"partitions.{name}", table, _PARTITION_KEYS)
+        missing = {"compute_share", "memory_mb"} - set(table)
+        if missing:
+            raise ConfigError(f"`partitions.{name}` is missing {sorted(missing)}: each partition needs a compute share (%) and a memory cap (MB).")
+        if "autoscaling" in table:
+            table = {**table, "autoscaling": autoscaling_from_table(name, table["autoscaling"])}
+        partitions.append(PartitionSpec(name=name, **table))
+    try:
+        return ServingSpec(
+            models=tuple(models),
+            priorities=tuple(sorted(priorities, key=lambda p: p.level)),
+            batching=Batching(**batching_table),
+            server=ServerEndpoints(**server_table),
+            partitions=tuple(partitions),
+            kubernetes=kubernetes_from_table(data.get("kubernetes", {})),
+            placement=Placement(**_placement_table(data)),
+        )
+    except TypeError as exc:  # a required key is missing
+        raise ConfigError(f"incomplete serving configuration: {exc}") from None
+
+
+def _placement_table(data: Mapping[str, Any]) -> dict[str, Any]:
+    table = data.get("placement", {})
+    _only_keys("placement", table, {"cpu"})
+    return dict(table)
+
+
+def load_serving_spec(path: str | Path) -> ServingSpec:
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"serving configuration {path} does not exist.") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"serving configuration {path} is not valid TOML: {exc}") from None
+    return serving_spec_from_dict(data)

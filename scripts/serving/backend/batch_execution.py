@@ -1,0 +1,146 @@
+"""Run the requests of one dynamic batch as few framework calls as possible, without letting one
+request fail the others.
+
+The `onnxruntime_cpu` backend concatenates a batch's requests along the batch axis (right-padding
+variable axes), optionally splits the rows into sequence-length buckets (contracts.sequence_buckets),
+and makes one ONNX Runtime call per bucket. If ONNX Runtime still fails on a batch, something the
+input contract (serving.backend.input_contract) could not foresee is wrong with one or more requests: the
+batch is split in halves and each half re-run, recursively, until the failing requests stand
+alone. Only those are answered with an error; every other request gets the answer it would have
+had on its own. A batch of n requests with one bad request costs at most 2 log2(n) extra calls.
+
+Pure apart from the `run` callable it is given (an ONNX Runtime session's `run`, in production and
+in the unit tests): no Triton here. Also returns what the batch cost (`BatchStats`): rows, real vs
+computed tokens (padding efficiency), framework calls and time, for the backend's metrics.
+"""
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, Sequence, TypeVar
+
+import numpy as np
+
+from contracts.sequence_buckets import real_lengths, run_in_length_buckets
+
+#: A framework call: feeds by input name -> outputs (rows on axis 0), in the model's output order.
+RunFeeds = Callable[[dict[str, np.ndarray]], Sequence[np.ndarray]]
+T = TypeVar("T")
+
+
+def run_isolating_failures(run_group: Callable[[Sequence[int]], Sequence[T]], indices: Sequence[int]) -> dict[int, T | Exception]:
+    """{index: result, or the exception that index alone raised}: `run_group(indices)` runs those
+    items as one call and returns one result per index; a failed group is re-run in halves."""
+    indices = list(indices)
+    if not indices:
+        return {}
+    try:
+        return dict(zip(indices, run_group(indices)))
+    except Exception as exc:  # noqa: BLE001 - any framework failure is isolated, then reported per request
+        if len(indices) == 1:
+            return {indices[0]: exc}
+        middle = len(indices) // 2
+        return {**run_isolating_failures(run_group, indices[:middle]), **run_isolating_failures(run_group, indices[middle:])}
+
+
+def _pad_to(array: np.ndarray, shape: Sequence[int], pad_value: int) -> np.ndarray:
+    if tuple(array.shape) == tuple(shape):
+        return array
+    padded = np.full(shape, pad_value, dtype=array.dtype)
+    padded[tuple(slice(0, n) for n in array.shape)] = array
+    return padded
+
+
+def concat_padded(arrays: Sequence[np.ndarray], pad_value: int = 0) -> np.ndarray:
+    """Concatenate along axis 0, right-padding every other axis to the largest size seen."""
+    if len(arrays) == 1:
+        return arrays[0]
+    target = [max(a.shape[axis] for a in arrays) for axis in range(1, arrays[0].ndim)]
+    return np.concatenate([_pad_to(a, (a.shape[0], *target), pad_value) for a in arrays], axis=0)
+
+
+@dataclass(frozen=True)
+class BatchLayout:
+    """How a batch's requests become framework feeds."""
+
+    input_names: tuple[str, ...]
+    pad_value: int = 0
+    #: Sequence-length bucket boundaries; () = one call for the whole batch.
+    buckets: tuple[int, ...] = ()
+    #: The 0/1 mask whose real lengths pick buckets and count real tokens; None for fixed shapes.
+    length_input: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.buckets and self.length_input not in self.input_names:
+            raise ValueError(f"bucketing needs `length_input` among the inputs {list(self.input_names)}, got {self.length_input!r}.")
+
+
+@dataclass(frozen=True)
+class BatchStats:
+    """What one executed batch cost: its fill, its padding and its framework time."""
+
+    requests: int
+    rows: int
+    real_tokens: int
+    computed_tokens: int
+    framework_calls: int
+    framework_s: float
+    failed_requests: int
+    #: framework calls by padded width (tokens; 0 for models without a sequence axis)
+    calls_by_width: Mapping[int, int] = field(default_factory=dict)
+
+    @property
+    def padding_efficiency(self) -> float:
+        """Real tokens / tokens computed (1.0 for models without a sequence axis)."""
+        return self.real_tokens / self.computed_tokens if self.computed_tokens else 1.0
+
+
+class _Meter:
+    """Wraps the framework call to count calls, time and tokens (bisection re-runs included)."""
+
+    def __init__(self, run: RunFeeds, length_input: str | None):
+        self.run, self.length_input = run, length_input
+        self.calls, self.seconds, self.real, self.computed = 0, 0.0, 0, 0
+        self.widths: Counter = Counter()
+
+    def __call__(self, feeds: dict[str, np.ndarray]) -> Sequence[np.ndarray]:
+        start = time.perf_counter()
+        try:
+            return self.run(feeds)
+        finally:
+            self.seconds += time.perf_counter() - start
+            self.calls += 1
+            if self.length_input is not None:
+                mask = feeds[self.length_input]
+                self.computed += int(mask.shape[0] * mask.shape[1])
+                self.real += int(real_lengths(mask).sum())
+                self.widths[int(mask.shape[1])] += 1
+            else:
+                self.widths[0] += 1
+
+
+def execute_batch(run: RunFeeds, layout: BatchLayout, requests: Sequence[Mapping[str, np.ndarray]]
+                  ) -> tuple[list[list[np.ndarray] | Exception], BatchStats]:
+    """Per request: its outputs (split back from the batch) or the exception it alone caused."""
+    meter = _Meter(run, layout.length_input)
+    sizes = [int(r[layout.input_names[0]].shape[0]) for r in requests]
+
+    def run_group(indices: Sequence[int]) -> list[list[np.ndarray]]:
+        feeds = {name: concat_padded([requests[i][name] for i in indices], layout.pad_value) for name in layout.input_names}
+        if layout.buckets:
+            outputs = run_in_length_buckets(meter, feeds, layout.length_input, layout.buckets)
+        else:
+            outputs = meter(feeds)
+        results, start = [], 0
+        for i in indices:
+            results.append([out[start:start + sizes[i]] for out in outputs])
+            start += sizes[i]
+        return results
+
+    by_index = run_isolating_failures(run_group, range(len(requests)))
+    answers = [by_index[i] for i in range(len(requests))]
+    failed = sum(isinstance(a, Exception) for a in answers)
+    stats = BatchStats(len(requests), sum(sizes), meter.real, meter.computed, meter.calls, meter.seconds, failed,
+                       dict(meter.widths))
+    return answers, stats

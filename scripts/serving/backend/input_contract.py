@@ -1,0 +1,221 @@
+"""What one request to a served ONNX model must look like, derived from the model itself.
+
+Why: Triton checks names, data types and the fixed dims of every input, but not the VALUES, and
+not whether the variable-length inputs of one request agree. ONNX Runtime then fails the whole
+dynamic batch on one bad request (a token id outside the vocabulary makes the embedding `Gather`
+fail), or, worse, answers it: a request whose `input_ids` and `attention_mask` disagree in length
+is padded to its batch-mates' length and gets an answer that depends on who it was batched with.
+So the `onnxruntime_cpu` backend checks every request against this contract BEFORE the batch is
+formed into one framework call, and answers a bad request alone with INVALID_ARG (HTTP 400 /
+gRPC INVALID_ARGUMENT); its batch-mates are computed exactly as if it had not been sent.
+
+Where each rule comes from (one source of truth: the graph, not a typed copy):
+- integer id ranges: every integer graph input that reaches the indices of a `Gather` (directly or
+  through Cast/Identity/Reshape/Squeeze/Unsqueeze/Flatten) whose data is a constant table accepts
+  ids in [0, rows - 1] of the smallest such table (the word-embedding table for `input_ids`: 30,522
+  rows for MiniLM). Negative ids, which ONNX Runtime would silently read from the end, are refused.
+- 0/1 masks: the input named by the backend's `sequence_length_input` parameter and every integer
+  input whose name ends in `mask` (the Hugging Face convention) hold only 0 and 1, with at least one
+  1 per row (an all-zero mask has no token to pool: the "embedding" would be all zeros).
+- variable-length agreement: all inputs with a variable (-1) axis must have the same shape within
+  one request (one mask entry per token), and that axis must hold at least one element and at most
+  `max_sequence_length` (the length the model was exported and validated with), when known.
+- floating-point inputs must be finite (serving.backend.checks).
+
+Pure: numpy and (lazily) onnx; nothing here touches Triton, so it is tested without a server.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Mapping, Sequence
+
+import numpy as np
+
+from contracts.model_config import is_mask_input
+from serving.backend.checks import INVALID_INPUT_PREFIX, non_finite_error
+
+#: Ops that carry an index tensor on unchanged (values kept; shape or type may change).
+INDEX_PASSTHROUGH_OPS = frozenset({"Cast", "Identity", "Reshape", "Squeeze", "Unsqueeze", "Flatten"})
+
+
+@dataclass(frozen=True)
+class IdRange:
+    """Inclusive range of ids an integer input may hold, and the graph fact it was derived from."""
+
+    low: int
+    high: int
+    source: str
+
+    def __post_init__(self) -> None:
+        if self.low > self.high:
+            raise ValueError(f"empty id range [{self.low}, {self.high}] from {self.source}.")
+
+
+@dataclass(frozen=True)
+class InputRule:
+    """One input as the backend receives it: dims exclude the batch axis, -1 is variable."""
+
+    name: str
+    dims: tuple[int, ...]
+    ids: IdRange | None = None
+    binary_mask: bool = False
+
+    @property
+    def variable(self) -> bool:
+        return any(d < 0 for d in self.dims)
+
+
+@dataclass(frozen=True)
+class InputContract:
+    """Every rule one request must meet; `problem` names the first one it breaks."""
+
+    inputs: tuple[InputRule, ...]
+    max_sequence_length: int | None = None
+    reject_non_finite: bool = True
+
+    def __post_init__(self) -> None:
+        if self.max_sequence_length is not None and self.max_sequence_length < 1:
+            raise ValueError(f"max_sequence_length = {self.max_sequence_length}: allowed >= 1 or None.")
+
+    def problem(self, arrays: Mapping[str, np.ndarray]) -> str | None:
+        """None when the request may be batched; else a one-line message for the caller."""
+        for check in (self._shape_problem, self._value_problem):
+            message = check(arrays)
+            if message:
+                return message
+        return None
+
+    def _shape_problem(self, arrays: Mapping[str, np.ndarray]) -> str | None:
+        for rule in self.inputs:
+            shape = tuple(arrays[rule.name].shape)
+            if not shape or shape[0] == 0:
+                return f"{INVALID_INPUT_PREFIX} '{rule.name}': shape {list(shape)} carries no rows; expected at least one."
+            empty = [axis for axis, d in enumerate(rule.dims, start=1) if d < 0 and shape[axis] == 0]
+            if empty:
+                return (f"{INVALID_INPUT_PREFIX} '{rule.name}': shape {list(shape)} has an empty sequence axis; "
+                        f"expected at least 1 element (token) per row.")
+        variable = [r for r in self.inputs if r.variable]
+        shapes = {r.name: tuple(arrays[r.name].shape) for r in variable}
+        if len(set(shapes.values())) > 1:
+            listed = ", ".join(f"'{n}' {list(s)}" for n, s in shapes.items())
+            return (f"{INVALID_INPUT_PREFIX}: the variable-length inputs of one request disagree in shape ({listed}); "
+                    f"expected the same shape for all of them (one entry per token in each).")
+        if self.max_sequence_length is not None:
+            for rule in variable:
+                shape = shapes[rule.name]
+                longest = max(shape[axis] for axis, d in enumerate(rule.dims, start=1) if d < 0)
+                if longest > self.max_sequence_length:
+                    return (f"{INVALID_INPUT_PREFIX} '{rule.name}': {longest} tokens per row; expected at most "
+                            f"{self.max_sequence_length} (the model's maximum sequence length: truncate or split the input).")
+        return None
+
+    def _value_problem(self, arrays: Mapping[str, np.ndarray]) -> str | None:
+        for rule in self.inputs:
+            array = arrays[rule.name]
+            message = (id_range_problem(rule.name, array, rule.ids) if rule.ids else None) \
+                or (mask_problem(rule.name, array) if rule.binary_mask else None) \
+                or (non_finite_error(rule.name, array) if self.reject_non_finite else None)
+            if message:
+                return message
+        return None
+
+
+def id_range_problem(name: str, array: np.ndarray, ids: IdRange) -> str | None:
+    if array.dtype.kind not in "iub" or array.size == 0:
+        return None
+    outside = (array < ids.low) | (array > ids.high)
+    if not outside.any():
+        return None
+    first = tuple(int(i) for i in np.argwhere(outside)[0])
+    return (f"{INVALID_INPUT_PREFIX} '{name}': {int(outside.sum())} of {array.size} values outside [{ids.low}, {ids.high}] "
+            f"(first: {int(array[first])} at {list(first)}); expected ids in that range ({ids.source}).")
+
+
+def mask_problem(name: str, array: np.ndarray) -> str | None:
+    if array.size == 0:
+        return None
+    not_binary = (array != 0) & (array != 1)
+    if not_binary.any():
+        first = tuple(int(i) for i in np.argwhere(not_binary)[0])
+        return (f"{INVALID_INPUT_PREFIX} '{name}': {int(not_binary.sum())} values are neither 0 nor 1 (first: "
+                f"{array[first].item()} at {list(first)}); expected a 0/1 mask (1 = real token, 0 = padding).")
+    rows = array.reshape(array.shape[0], -1)
+    empty = np.flatnonzero(~rows.any(axis=1))
+    if empty.size:
+        return (f"{INVALID_INPUT_PREFIX} '{name}': row {int(empty[0])} has no 1; expected at least one real token "
+                f"(mask value 1) per row.")
+    return None
+
+
+# ------------------------------------------------------------------ derivation from the ONNX graph
+def gather_id_ranges(model) -> dict[str, IdRange]:
+    """{graph input: the ids its Gather tables allow}, for inputs that index a constant table.
+
+    `model` is an `onnx.ModelProto` (loaded without external data: only initializer dims are read).
+    """
+    graph = model.graph
+    tables = {init.name: tuple(init.dims) for init in graph.initializer}
+    for node in graph.node:
+        if node.op_type == "Constant" and node.attribute and node.attribute[0].HasField("t"):
+            tables[node.output[0]] = tuple(node.attribute[0].t.dims)
+    consumers: dict[str, list] = {}
+    for node in graph.node:
+        for slot, name in enumerate(node.input):
+            consumers.setdefault(name, []).append((node, slot))
+    ranges = {}
+    for graph_input in graph.input:
+        if graph_input.name in tables:
+            continue
+        rows = [(count, table) for count, table in _gathered_tables(graph_input.name, consumers, tables)]
+        if rows:
+            count, table = min(rows)
+            ranges[graph_input.name] = IdRange(0, count - 1, f"the model's lookup table '{table}' has {count} rows")
+    return ranges
+
+
+def _gathered_tables(start: str, consumers, tables) -> Iterable[tuple[int, str]]:
+    """(rows, table name) of every constant table that `start` indexes, following pass-through ops."""
+    frontier, seen = [start], {start}
+    while frontier:
+        name = frontier.pop()
+        for node, slot in consumers.get(name, ()):
+            if node.op_type == "Gather" and slot == 1 and node.input[0] in tables:
+                axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+                shape = tables[node.input[0]]
+                if shape and -len(shape) <= axis < len(shape) and shape[axis] > 0:
+                    yield shape[axis], node.input[0]
+            elif node.op_type in INDEX_PASSTHROUGH_OPS and slot == 0:
+                for out in node.output:
+                    if out not in seen:
+                        seen.add(out)
+                        frontier.append(out)
+
+
+def contract_from_onnx(
+    model, inputs: Sequence[tuple[str, Sequence[int]]], mask_inputs: Iterable[str] = (),
+    max_sequence_length: int | None = None, reject_non_finite: bool = True,
+) -> InputContract:
+    """The contract for a served ONNX model.
+
+    `inputs` are the config's (name, dims) pairs (what Triton delivers); `mask_inputs` names inputs
+    known to be masks (e.g. the backend's `sequence_length_input`) on top of the `*mask` naming rule.
+    """
+    ranges = gather_id_ranges(model)
+    elem_types = {v.name: v.type.tensor_type.elem_type for v in model.graph.input}
+    masks = set(mask_inputs)
+    rules = []
+    for name, dims in inputs:
+        integer = _is_integer_onnx_type(elem_types.get(name))
+        rules.append(InputRule(
+            name=name, dims=tuple(int(d) for d in dims), ids=ranges.get(name),
+            binary_mask=integer and is_mask_input(name, masks),
+        ))
+    return InputContract(tuple(rules), max_sequence_length, reject_non_finite)
+
+
+def _is_integer_onnx_type(elem_type: int | None) -> bool:
+    import onnx
+
+    return elem_type in {onnx.TensorProto.INT64, onnx.TensorProto.INT32, onnx.TensorProto.INT16, onnx.TensorProto.INT8,
+                         onnx.TensorProto.UINT8, onnx.TensorProto.UINT16, onnx.TensorProto.UINT32, onnx.TensorProto.UINT64,
+                         onnx.TensorProto.BOOL}

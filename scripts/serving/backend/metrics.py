@@ -1,0 +1,118 @@
+"""What each executed batch looked like, published through the Python backend's metrics API.
+
+Why: Triton's own metrics say how many requests and executions there were, not how well the
+batches were filled, how much of their compute was padding, or how much time the backend spent
+outside the framework call. The field reports ask for exactly those (batch fill efficiency,
+scheduling overhead share), so the `onnxruntime_cpu` backend publishes, per model and version, on
+the partition's Triton metrics endpoint (beside `nv_*`):
+
+| metric | kind | what |
+|---|---|---|
+| `serving_batch_requests` | histogram | requests per execution (Triton's dynamic batch) |
+| `serving_batch_rows` | histogram | rows (items) per execution |
+| `serving_batch_real_tokens_total`, `serving_batch_computed_tokens_total` | counter | real vs computed (padded) tokens; their rate ratio is the padding efficiency |
+| `serving_batch_bucket_calls_total{bucket}` | counter | framework calls per sequence-length bucket |
+| `serving_batch_framework_seconds` | histogram | time inside ONNX Runtime per execution |
+| `serving_batch_overhead_seconds` | histogram | time in `execute` outside ONNX Runtime (decode, checks, padding, responses) |
+| `serving_rejected_requests_total{reason}` | counter | requests refused before batching (input contract, text) or isolated after a framework failure |
+
+`batch_observations` is pure (a batch's `BatchStats` in, (metric, labels, value) out) and tested
+without Triton; `BackendMetrics` registers the families with `triton_python_backend_utils` and
+applies the observations.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from serving.backend.batch_execution import BatchStats
+
+#: Histogram buckets: requests/rows per batch (powers of two up to a max_batch_size of 128).
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)
+#: Histogram buckets in seconds: 0.1 ms .. 2 s.
+SECONDS_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0)
+
+#: name -> (kind, description, histogram buckets or None, extra label names)
+FAMILIES: dict[str, tuple[str, str, tuple[float, ...] | None, tuple[str, ...]]] = {
+    "serving_batch_requests": ("histogram", "Requests per execution (the dynamic batch).", BATCH_BUCKETS, ()),
+    "serving_batch_rows": ("histogram", "Rows (items) per execution.", BATCH_BUCKETS, ()),
+    "serving_batch_real_tokens_total": ("counter", "Real (unpadded) tokens computed.", None, ()),
+    "serving_batch_computed_tokens_total": ("counter", "Tokens computed, padding included.", None, ()),
+    "serving_batch_bucket_calls_total": ("counter", "Framework calls per sequence-length bucket.", None, ("bucket",)),
+    "serving_batch_framework_seconds": ("histogram", "Time inside ONNX Runtime per execution.", SECONDS_BUCKETS, ()),
+    "serving_batch_overhead_seconds": ("histogram", "Time in execute outside ONNX Runtime per execution.", SECONDS_BUCKETS, ()),
+    "serving_rejected_requests_total": ("counter", "Requests refused before batching or isolated after a framework failure.", None, ("reason",)),
+}
+
+
+def exposed_metric_names() -> set[str]:
+    """The sample names these families show on the metrics endpoint (histograms as _bucket/_sum/_count)."""
+    names = set()
+    for name, (kind, _, _, _) in FAMILIES.items():
+        names |= {f"{name}_bucket", f"{name}_sum", f"{name}_count"} if kind == "histogram" else {name}
+    return names
+
+
+@dataclass(frozen=True)
+class Observation:
+    metric: str
+    labels: tuple[tuple[str, str], ...]
+    value: float
+
+
+def bucket_of(width: int, boundaries: Sequence[int]) -> str:
+    """The bucket label of a call padded to `width` tokens: its boundary, or `all` without buckets."""
+    for boundary in boundaries:
+        if width <= boundary:
+            return str(boundary)
+    return str(boundaries[-1]) if boundaries else "all"
+
+
+def batch_observations(stats: BatchStats | None, execute_s: float, refused: int, boundaries: Sequence[int] = ()) -> list[Observation]:
+    """Everything one `execute` call adds to the metrics. `stats` is None when no request of the
+    batch reached the framework (all refused)."""
+    out = [Observation("serving_rejected_requests_total", (("reason", "invalid_input"),), refused)] if refused else []
+    if stats is None:
+        return out
+    out += [
+        Observation("serving_batch_requests", (), stats.requests + refused),
+        Observation("serving_batch_rows", (), stats.rows),
+        Observation("serving_batch_framework_seconds", (), stats.framework_s),
+        Observation("serving_batch_overhead_seconds", (), max(0.0, execute_s - stats.framework_s)),
+    ]
+    if stats.computed_tokens:
+        out += [Observation("serving_batch_real_tokens_total", (), stats.real_tokens),
+                Observation("serving_batch_computed_tokens_total", (), stats.computed_tokens)]
+    for width, calls in sorted(stats.calls_by_width.items()):
+        out.append(Observation("serving_batch_bucket_calls_total", (("bucket", bucket_of(width, boundaries)),), calls))
+    if stats.failed_requests:
+        out.append(Observation("serving_rejected_requests_total", (("reason", "framework_failure"),), stats.failed_requests))
+    return out
+
+
+class BackendMetrics:
+    """The families above for one model instance, registered with the Python backend (`pb_utils`)."""
+
+    def __init__(self, pb_utils: Any, model: str, version: str):
+        self.pb_utils, self.labels = pb_utils, {"model": model, "version": str(version)}
+        kinds = {"counter": pb_utils.MetricFamily.COUNTER, "histogram": pb_utils.MetricFamily.HISTOGRAM}
+        # the families must outlive their metrics (Triton refuses to observe after a family is gone)
+        self.families = {name: pb_utils.MetricFamily(name=name, description=text, kind=kinds[kind])
+                         for name, (kind, text, _, _) in FAMILIES.items()}
+        self.metrics: dict[tuple[str, tuple[tuple[str, str], ...]], Any] = {}
+
+    def _metric(self, name: str, labels: tuple[tuple[str, str], ...]):
+        key = (name, labels)
+        if key not in self.metrics:
+            buckets = FAMILIES[name][2]
+            kwargs = {"buckets": list(buckets)} if buckets else {}
+            self.metrics[key] = self.families[name].Metric(labels={**self.labels, **dict(labels)}, **kwargs)
+        return self.metrics[key]
+
+    def record(self, observations: Sequence[Observation]) -> None:
+        for o in observations:
+            metric = self._metric(o.metric, o.labels)
+            if FAMILIES[o.metric][0] == "histogram":
+                metric.observe(o.value)
+            elif o.value:
+                metric.increment(o.value)

@@ -1,0 +1,253 @@
+"""`onnxruntime_cpu`: a Triton Python-based backend that runs a model's ONNX file in ONNX Runtime.
+
+Triton's own onnxruntime backend is not on any package registry for a CPU-only machine, so on CPU
+every ONNX model is served by this one model.py (Triton looks it up as
+`<backend-directory>/onnxruntime_cpu/model.py` for configs with `backend: "onnxruntime_cpu"`).
+
+Each call to `execute` receives every request of one dynamic batch. They are concatenated along
+the batch axis and run as ONE ONNX Runtime call, then the outputs are split back per request:
+batching only pays if the framework sees the batch. Inputs with a variable axis (token ids) are
+right-padded to the longest request in the batch with the `pad_value` parameter.
+
+Config parameters (all strings): `onnx_file` (default model.onnx, in the version directory),
+`intra_op_num_threads` (0 = the partition's per-instance count from $SERVING_INTRA_OP_THREADS, set
+by the partition launcher from the cores it may run on; ONNX Runtime's default when unset),
+`pad_value` (default 0).
+`reject_non_finite` (default true): answer a request holding NaN/Inf with INVALID_ARG instead of
+computing it. `max_sequence_length` (default: none): the longest variable axis a request may have.
+
+Isolation (docs/operations.md, "One request never hurts another"): every request is checked on its
+own against the model's input contract before the batch is formed (serving/backend/input_contract.py:
+token-id ranges read from the graph's Gather tables, 0/1 masks, variable-length inputs agreeing,
+finite floats); a bad one is answered alone with INVALID_ARG naming the input, the problem and the
+expected form. If ONNX Runtime still fails on the batch, it is re-run in halves until the failing
+request(s) stand alone (serving/backend/batch_execution.py); only those get the error. Every error response
+gets its OWN `TritonError`: Triton 2.51's Python backend writes a response's error into shared
+memory once per response and frees the previous copy, so one error object shared by several
+responses leaves the server reading freed memory (wrong codes, empty messages, then SIGSEGV).
+
+Text front-end (off unless `tokenizer_file` is set): the model's one input is TEXT (TYPE_STRING
+[1]); each request's rows are tokenized (serving/backend/text_frontend.py: `tokenizer_file` in the version
+directory, `max_length` truncation, [PAD] id `pad_value`) into the ONNX graph's own inputs, then
+batched like any token input. This is the fused `text_embedder`: one execution per batch for
+tokenizer and encoder, so a request pays one batching decision and one stub round trip.
+
+Sequence-length bucketing (off unless `sequence_buckets` is set; fixed-shape models leave it off):
+`sequence_buckets` = increasing token-count boundaries, e.g. "16,32,64,128", and
+`sequence_length_input` = the input whose non-zero entries mark real tokens (the attention mask).
+Then the gathered rows of the batch are grouped by real length into those buckets, each bucket is
+trimmed to its own longest real row and run as one ONNX Runtime call (at most one call per
+bucket), and the outputs are put back in request order. Every input must be [batch, sequence] and
+no output may have a sequence axis. Why: padding a mixed batch to its longest text wastes most of
+a transformer's work (contracts/sequence_buckets.py, scripts/serving/padding_report.py).
+"""
+import contextlib
+import json
+import os
+import time
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import triton_python_backend_utils as pb_utils
+
+from serving.backend.checks import model_file_in_version_dir
+from serving.backend.metrics import BackendMetrics, batch_observations
+from serving.backend.batch_execution import BatchLayout, execute_batch
+from serving.backend.input_contract import contract_from_onnx
+from serving.backend.instance_activity import InstanceActivity
+from contracts.sequence_buckets import (
+    BUCKETS_PARAMETER,
+    LENGTH_INPUT_PARAMETER,
+    parse_bucket_boundaries,
+)
+from serving.backend.text_frontend import TextFrontEnd
+
+
+def _session(onnx_path, threads):
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    # Instances of several models share the cores: a thread that spins waiting for work steals a
+    # core from another instance's compute, so idle threads sleep instead.
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    return ort.InferenceSession(onnx_path, options, providers=["CPUExecutionProvider"])
+
+
+def instance_threads(config, params):
+    """ONNX Runtime intra-op threads of ONE instance: the config's `intra_op_num_threads`, or the
+    partition's per-instance count ($SERVING_INTRA_OP_THREADS: the cores it may run on; why one
+    per core even with two instances: contracts.partition_plan.PlannedPartition.intra_op_threads);
+    0 = ORT's default."""
+    explicit = int(params.get("intra_op_num_threads", "0") or 0)
+    if explicit:
+        return explicit
+    return int(os.environ.get("SERVING_INTRA_OP_THREADS", "0") or 0)
+
+
+def error_response(message, code):
+    """A response with a NEW TritonError: never share one error object between responses (see above)."""
+    return pb_utils.InferenceResponse(error=pb_utils.TritonError(message, code))
+
+
+def framework_error_response(exc):
+    """The answer to a request that made ONNX Runtime fail on its own (after isolation)."""
+    first_line = str(exc).strip().splitlines()[0][:400] if str(exc).strip() else type(exc).__name__
+    invalid = type(exc).__name__ in ("InvalidArgument", "InvalidGraph") or "INVALID_ARGUMENT" in first_line
+    code = pb_utils.TritonError.INVALID_ARG if invalid else pb_utils.TritonError.INTERNAL
+    return error_response(
+        f"this request's inputs made ONNX Runtime fail ({first_line}); it was run alone and the other "
+        f"requests of its batch were answered.", code)
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        config = json.loads(args["model_config"])
+        params = {k: v.get("string_value", "") for k, v in config.get("parameters", {}).items()}
+        name = args["model_name"]
+        version_dir = os.path.join(args["model_repository"], args["model_version"])
+        try:
+            onnx_path = model_file_in_version_dir(version_dir, params.get("onnx_file", "model.onnx"))
+        except ValueError as exc:
+            raise pb_utils.TritonModelException(f"model '{name}': parameter onnx_file: {exc}") from None
+        if not os.path.exists(onnx_path):
+            raise pb_utils.TritonModelException(
+                f"model '{name}': ONNX file {onnx_path} does not exist; run `make build-engines`."
+            )
+        threads = instance_threads(config, params)
+        self.session = _session(onnx_path, threads)
+        # Instances are separate processes: a wide session (one thread per reachable core) for a
+        # batch that computes alone, a 1-thread one while a sibling instance computes too
+        # (serving/backend/instance_activity.py has the measurements).
+        instances = sum(int(g.get("count", 1)) for g in config.get("instance_group", [])) or 1
+        self.narrow, self.activity = None, None
+        if threads > 1 and instances > 1 and params.get("adaptive_threads", "true").strip().lower() != "false":
+            self.narrow = _session(onnx_path, 1)
+            self.activity = InstanceActivity(name, args.get("model_instance_name", name))
+        self.request_inputs = [t["name"] for t in config["input"]]
+        self.frontend = self._text_frontend(name, version_dir, config, params)
+        # the framework's feeds: the config's inputs, or the graph's own when text is tokenized here
+        self.input_names = [i.name for i in self.session.get_inputs()] if self.frontend else self.request_inputs
+        self.output_names = [t["name"] for t in config["output"]]
+        self.output_dtypes = {
+            t["name"]: pb_utils.triton_string_to_numpy(t["data_type"]) for t in config["output"]
+        }
+        if self.frontend:  # the graph's own inputs: symbolic axes are variable (-1)
+            feed_dims = {i.name: [d if isinstance(d, int) else -1 for d in i.shape[1:]] for i in self.session.get_inputs()}
+        else:
+            feed_dims = {t["name"]: [int(d) for d in t.get("dims", [])] for t in config["input"]}
+        buckets, length_input = self._bucketing_settings(name, feed_dims, config, params)
+        self.layout = BatchLayout(tuple(self.input_names), int(params.get("pad_value", "0") or 0), buckets,
+                                  length_input or params.get(LENGTH_INPUT_PARAMETER) or None)
+        if self.layout.length_input not in (None, *self.input_names):
+            raise pb_utils.TritonModelException(
+                f"model '{name}': `{LENGTH_INPUT_PARAMETER}` = {self.layout.length_input!r} is not one of the inputs {self.input_names}.")
+        self.contract = None if self.frontend else self._input_contract(name, onnx_path, config, params)
+        if buckets:
+            pb_utils.Logger.log_info(
+                f"model '{name}': sequence-length bucketing on, boundaries {list(buckets)}, "
+                f"real lengths from '{length_input}'"
+            )
+        self.metrics = BackendMetrics(pb_utils, name, args["model_version"])
+        pb_utils.Logger.log_info(f"model '{name}': " + (f"text front-end feeding {self.input_names}" if self.frontend
+                                                         else f"input contract {self.contract}"))
+
+    def _text_frontend(self, name, version_dir, config, params):
+        """The tokenizer front-end when `tokenizer_file` is set (one TYPE_STRING input), else None."""
+        tokenizer_file = params.get("tokenizer_file", "").strip()
+        if not tokenizer_file:
+            return None
+        if [t["data_type"] for t in config["input"]] != ["TYPE_STRING"]:
+            raise pb_utils.TritonModelException(
+                f"model '{name}': `tokenizer_file` needs exactly one TYPE_STRING input, got {config['input']}.")
+        try:
+            path = model_file_in_version_dir(version_dir, tokenizer_file)
+            return TextFrontEnd(path, int(params.get("max_length", "0") or 0), int(params.get("pad_value", "0") or 0),
+                                [i.name for i in self.session.get_inputs()])
+        except (ValueError, OSError, Exception) as exc:  # tokenizers raises its own Exception type
+            raise pb_utils.TritonModelException(f"model '{name}': text front-end: {exc}") from None
+
+    def _request_feeds(self, requests):
+        """(per request: its feeds by input name or None, per request: the problem or None)."""
+        if self.frontend:
+            tokenized = self.frontend.tokenize(
+                [pb_utils.get_input_tensor_by_name(r, self.request_inputs[0]).as_numpy() for r in requests])
+            return list(tokenized.tensors), list(tokenized.problems)
+        arrays = [
+            {name: pb_utils.get_input_tensor_by_name(request, name).as_numpy() for name in self.input_names}
+            for request in requests
+        ]
+        return arrays, [self.contract.problem(a) for a in arrays]
+
+    def _input_contract(self, name, onnx_path, config, params):
+        max_length = params.get("max_sequence_length", "").strip()
+        try:
+            return contract_from_onnx(
+                onnx.load(onnx_path, load_external_data=False),
+                [(t["name"], [int(d) for d in t.get("dims", [])]) for t in config["input"]],
+                mask_inputs=[self.layout.length_input] if self.layout.length_input else [],
+                max_sequence_length=int(max_length) if max_length else None,
+                reject_non_finite=params.get("reject_non_finite", "true").strip().lower() != "false",
+            )
+        except ValueError as exc:
+            raise pb_utils.TritonModelException(f"model '{name}': input contract: {exc}") from None
+
+    @staticmethod
+    def _bucketing_settings(model_name, inputs, config, params):
+        """(boundaries, length input name) when bucketing is configured and possible, else ((), None).
+        `inputs` = {feed name: dims without the batch axis}."""
+        try:
+            buckets = parse_bucket_boundaries(params.get(BUCKETS_PARAMETER, ""))
+        except ValueError as exc:
+            raise pb_utils.TritonModelException(f"model '{model_name}': {exc}") from None
+        if not buckets:
+            return (), None
+        length_input = params.get(LENGTH_INPUT_PARAMETER, "")
+        problems = []
+        if length_input not in inputs:
+            problems.append(f"`{LENGTH_INPUT_PARAMETER}` = {length_input!r} is not one of the inputs {sorted(inputs)}")
+        problems += [f"input '{n}' has dims {d}, expected [-1] (one sequence axis)" for n, d in inputs.items() if d != [-1]]
+        problems += [
+            f"output '{t['name']}' has a variable axis {[int(d) for d in t.get('dims', [])]}"
+            for t in config["output"] if any(int(d) < 0 for d in t.get("dims", []))
+        ]
+        if problems:
+            raise pb_utils.TritonModelException(
+                f"model '{model_name}': `{BUCKETS_PARAMETER}` = {params[BUCKETS_PARAMETER]!r} cannot be used: "
+                + "; ".join(problems) + "."
+            )
+        return buckets, length_input
+
+    def _run(self, feeds):
+        session = self.narrow if self.narrow is not None and self.activity.others_busy() else self.session
+        return session.run(self.output_names, feeds)
+
+    def execute(self, requests):
+        started = time.perf_counter()
+        arrays, problems = self._request_feeds(requests)
+        valid = [i for i, p in enumerate(problems) if p is None]
+        answers, stats = [], None
+        if valid:
+            with self.activity.computing() if self.activity else contextlib.nullcontext():
+                answers, stats = execute_batch(self._run, self.layout, [arrays[i] for i in valid])
+        by_request = dict(zip(valid, answers))
+        responses = []
+        for i, problem in enumerate(problems):
+            if problem is not None:
+                responses.append(error_response(problem, pb_utils.TritonError.INVALID_ARG))
+            elif isinstance(by_request[i], Exception):
+                responses.append(framework_error_response(by_request[i]))
+            else:
+                tensors = [
+                    pb_utils.Tensor(name, np.ascontiguousarray(out).astype(self.output_dtypes[name], copy=False))
+                    for name, out in zip(self.output_names, by_request[i])
+                ]
+                responses.append(pb_utils.InferenceResponse(output_tensors=tensors))
+        self.metrics.record(batch_observations(stats, time.perf_counter() - started, len(requests) - len(valid),
+                                               self.layout.buckets))
+        return responses
+
+    def finalize(self):
+        if self.activity is not None:
+            self.activity.close()

@@ -1,0 +1,2 @@
+"""Running the servers: tritonserver processes, partitions, the supervisor, CPU placement, security.
+"""

@@ -1,0 +1,424 @@
+"""Heal a model whose Python-backend stub process died: find it, reload the model, bound the tries.
+
+Each instance of a model on a Python-based backend (`onnxruntime_cpu`, the Python tokenizer) is one
+`triton_python_backend_stub` process in its server's process group. When one dies (native crash,
+OOM kill), Triton 2.51 keeps the model READY but fails every request that instance gets ("Stub
+process '<instance>' is not healthy") until the model is reloaded; health endpoints say nothing.
+- Detection, every liveness interval: the live stubs of the group, each named by its cmdline
+  (argv[1] = `<repository>/<model>/<version>/model.py`). The first scan after the server is ready
+  is each model's *generation*; the model lost a stub when a pid of it is gone (or a zombie), or
+  when it has fewer stubs than the served config's instances (`GET /v2/models/<m>/config`). New
+  stubs (a load in progress) trigger nothing; a generation wholly replaced by enough new stubs was
+  reloaded by someone else, and the new pids are adopted.
+- Action: reload through the key-protected repository API within a timeout. Triton 2.51 ignores a
+  load of an unchanged model (200 in 3 ms, dead stub left), so the served config goes back as an
+  override with the parameter `serving_stub_reload` = attempt number (backends ignore it). The old
+  instances answer until the new ones are loaded (~2 s for digit_classifier here). Once requests
+  have reached the dead stub, Triton never finalizes the old version: its surviving stubs are
+  SIGKILLed after LEFTOVER_GRACE_S, and stopping that server waits Triton's exit timeout.
+- Bounds: max_restarts reloads per model in window_s (RestartPolicy). Past that the model is left
+  alone (`gave_up`, one error line), so a crash-looping model does not take its partition's other
+  models down with repeated restarts. A reload that fails restarts the partition (usual path and
+  budget). A model Triton reports not ready (unloaded by an operator) is left until its stubs run.
+- Key: the header each server was started with (from its restricted-API flag, so a one-off key
+  works too); without one, one line says what to do (`no_key`).
+`observe`, `after_reload`, `stale_leftovers` are the pure decisions on frozen `ModelStubs`;
+`PartitionStubWatch` is the supervisor's per-partition bookkeeping; `scan_stubs`, `reload_model`
+touch /proc and the server.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import Executor, Future
+from dataclasses import dataclass, field, replace
+from enum import Enum
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping
+
+from contracts.errors import ConfigError
+from serving.runtime.model_readiness import model_ready, served_model_config
+
+log = logging.getLogger("serving.runtime.supervisor")
+STUB_PROGRAM = "triton_python_backend_stub"
+#: Config parameter that makes each reload's config differ from the served one (Triton skips a
+#: load whose config and files are unchanged). Backends ignore parameters they do not read.
+RELOAD_MARKER_PARAMETER = "serving_stub_reload"
+#: The replaced instances' stubs normally exit 1.5-2.5 s after a reload (measured here). Once
+#: requests have reached the dead stub, Triton 2.51 never finalizes the old version: its other stubs
+#: keep running (and holding their model's memory) until the server stops. Past this grace the
+#: supervisor SIGKILLs them.
+LEFTOVER_GRACE_S = 10.0
+
+
+# --- which processes are stubs, and of which model ---------------------------------------------
+
+@dataclass(frozen=True)
+class StubProcess:
+    """One live Python-backend stub of a server's process group."""
+
+    pid: int
+    model: str
+    #: Triton's instance name ("digit_classifier_0_1"), for log lines; "" when not on the command line.
+    instance: str = ""
+
+
+def parse_stub(pid: int, stat: str, cmdline: bytes) -> tuple[int, StubProcess | None]:
+    """(process group, the stub) from /proc/<pid>/stat and /proc/<pid>/cmdline; the stub is None
+    for another program and for a dead stub (zombie: its cmdline is empty, its state Z)."""
+    fields = stat.rsplit(")", 1)[-1].split()  # the command name in parentheses may hold spaces
+    state, pgid = fields[0], int(fields[2])
+    argv = [a.decode(errors="replace") for a in cmdline.split(b"\0")]
+    if state in ("Z", "X") or len(argv) < 2 or Path(argv[0]).name != STUB_PROGRAM or not argv[1].endswith(".py"):
+        return pgid, None
+    model = Path(argv[1]).parent.parent.name  # <repository>/<model>/<version>/model.py
+    return pgid, StubProcess(pid, model, argv[8] if len(argv) > 8 else "")
+
+
+def scan_stubs(process_group: int, proc: Path = Path("/proc")) -> tuple[StubProcess, ...]:
+    """The live stubs in `process_group` (a partition server is its group's leader)."""
+    found = []
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            pgid, stub = parse_stub(int(entry.name), (entry / "stat").read_text(), (entry / "cmdline").read_bytes())
+        except (OSError, ValueError, IndexError):  # gone meanwhile, or unreadable
+            continue
+        if stub is not None and pgid == process_group:
+            found.append(stub)
+    return tuple(sorted(found, key=lambda s: s.pid))
+
+
+def pids_of(model: str, stubs: Iterable[StubProcess]) -> frozenset[int]:
+    return frozenset(s.pid for s in stubs if s.model == model)
+
+
+# --- how many stubs a model should have ----------------------------------------------------------
+
+def python_based_backends(backends_dir: Path) -> frozenset[str]:
+    """Backends whose models run in stubs: `python`, and every backend directory with a model.py."""
+    found = {"python"}
+    if Path(backends_dir).is_dir():
+        found |= {d.name for d in Path(backends_dir).iterdir() if (d / "model.py").is_file()}
+    return frozenset(found)
+
+
+def expected_stub_count(config: Mapping[str, Any], python_backends: Iterable[str]) -> int:
+    """Stubs a loaded model runs, from its served config (Triton's JSON): one per instance of a
+    Python-based backend; 0 for an ensemble or a native backend. A KIND_GPU group has `count`
+    instances on each of its GPUs."""
+    if config.get("platform") == "ensemble" or config.get("backend") not in set(python_backends):
+        return 0
+    total = 0
+    for group in config.get("instance_group") or [{"count": 1}]:
+        count = int(group.get("count", 1))
+        gpus = group.get("gpus") or []
+        total += count * (len(gpus) if group.get("kind") == "KIND_GPU" and gpus else 1)
+    return total
+
+
+def reload_config(config: Mapping[str, Any], attempt: int) -> dict[str, Any]:
+    """The served config with RELOAD_MARKER_PARAMETER set to `attempt` (a new dict)."""
+    parameters = dict(config.get("parameters") or {})
+    parameters[RELOAD_MARKER_PARAMETER] = {"string_value": str(attempt)}
+    return {**config, "parameters": parameters}
+
+
+def repository_api_headers(restricted: Mapping[str, str]) -> dict[str, str] | None:
+    """Headers for the server's model-repository API, from its restricted-API settings
+    (`ServerSettings.restricted`, "<apis>:<header>=<key>" as serving.runtime.security writes it): {} when
+    that API is open, None when it is locked and the key cannot be read from the setting."""
+    value = restricted.get("http_restricted_api")
+    if not value:
+        return {}
+    apis, _, header_key = value.partition(":")
+    if "model-repository" not in apis.split(","):
+        return {}
+    header, _, key = header_key.partition("=")
+    return {header: key} if header and key else None
+
+
+# --- the decisions --------------------------------------------------------------------------------
+
+class StubStatus(str, Enum):
+    WATCHING = "watching"
+    RELOADING = "reloading"
+    #: Triton said the model is not ready (an operator unloaded it?): left alone until its stubs run.
+    NOT_READY = "not_ready"
+    #: The reload budget is spent: its requests fail until an operator acts.
+    GAVE_UP = "gave_up"
+    #: The supervisor holds no key for the server's repository API.
+    NO_KEY = "no_key"
+
+
+class Action(str, Enum):
+    NONE = "none"
+    RELOAD = "reload"
+    GIVE_UP = "give_up"
+    NO_KEY = "no_key"
+    #: Someone else reloaded the model: its new stubs became the generation.
+    ADOPT = "adopt"
+    RELOADED = "reloaded"
+    NOT_READY = "not_ready"
+    #: The reload failed: the partition is restarted.
+    RESTART_PARTITION = "restart_partition"
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: Action
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class ModelStubs:
+    """Stub bookkeeping of one model in one partition (times are time.monotonic() seconds)."""
+
+    model: str
+    #: Stubs its served config asks for (instances of a Python-based backend).
+    expected: int
+    #: Pids of its current instances; empty: the next scan sets them.
+    generation: frozenset[int] = frozenset()
+    status: StubStatus = StubStatus.WATCHING
+    #: When reloads were started (the budget counts those within the window).
+    reload_times: tuple[float, ...] = ()
+    #: Reload attempts since the supervisor started (the marker's value) and successful reloads.
+    attempts: int = 0
+    reloads: int = 0
+    last_reason: str | None = None
+    #: While reloading: the model's live stubs when the reload started (not the new generation).
+    before: frozenset[int] = frozenset()
+    #: After a reload: the replaced instances' stubs still running, and since when (see LEFTOVER_GRACE_S).
+    leftovers: frozenset[int] = frozenset()
+    leftovers_since: float | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.expected, bool) or not isinstance(self.expected, int) or self.expected < 1:
+            raise ConfigError(f"model {self.model!r}: expected stubs = {self.expected!r}; allowed an integer >= 1 "
+                              f"(models without stubs are not watched).")
+
+    def summary(self) -> dict[str, Any]:
+        return {"expected": self.expected, "pids": sorted(self.generation), "status": self.status.value,
+                "reloads": self.reloads, "attempts": self.attempts, "last_reason": self.last_reason,
+                "leftover_pids": sorted(self.leftovers)}
+
+
+def observe(m: ModelStubs, live: frozenset[int], now: float, max_reloads: int, window_s: float,
+            can_reload: bool = True) -> tuple[ModelStubs, Decision]:
+    """What to do about `m` given the pids of its live stubs now."""
+    if m.status in (StubStatus.RELOADING, StubStatus.GAVE_UP, StubStatus.NO_KEY):
+        return m, Decision(Action.NONE)
+    if m.status is StubStatus.NOT_READY:
+        if len(live) < m.expected:
+            return m, Decision(Action.NONE)
+        return (replace(m, status=StubStatus.WATCHING, generation=live),
+                Decision(Action.ADOPT, f"running again with stubs {sorted(live)}"))
+    if not m.generation:  # first scan since the server (or a reload) became ready
+        m = replace(m, generation=live)
+        if len(live) >= m.expected:
+            return m, Decision(Action.NONE)
+        detail = f"has {len(live)} of its {m.expected} backend stubs"
+    else:
+        lost = sorted(m.generation - live)
+        if not lost and len(m.generation) >= m.expected:
+            return m, Decision(Action.NONE)
+        newcomers = live - m.generation
+        if lost and len(newcomers) >= m.expected:
+            return (replace(m, generation=newcomers),
+                    Decision(Action.ADOPT, f"was reloaded by someone else: stubs {sorted(newcomers)} replace {lost}"))
+        detail = (f"lost a backend stub (pid {', '.join(map(str, lost))})" if lost
+                  else f"has {len(m.generation)} of its {m.expected} backend stubs")
+    if not can_reload:
+        return replace(m, status=StubStatus.NO_KEY, last_reason=detail), Decision(Action.NO_KEY, detail)
+    recent = tuple(t for t in m.reload_times if now - t < window_s)
+    if len(recent) >= max_reloads:
+        reason = f"{detail}; {len(recent)} reloads in {window_s:.0f} s already: not reloading it again"
+        return replace(m, status=StubStatus.GAVE_UP, last_reason=reason), Decision(Action.GIVE_UP, reason)
+    return (replace(m, status=StubStatus.RELOADING, reload_times=(*recent, now), attempts=m.attempts + 1,
+                    before=live, last_reason=detail),
+            Decision(Action.RELOAD, detail))
+
+
+@dataclass(frozen=True)
+class ReloadOutcome:
+    """What `reload_model` did: "reloaded", "not_ready" (nothing sent) or "failed"."""
+
+    result: str
+    seconds: float
+    detail: str = ""
+
+    def __post_init__(self) -> None:
+        if self.result not in ("reloaded", "not_ready", "failed"):
+            raise ConfigError(f"reload result {self.result!r}: allowed reloaded, not_ready, failed.")
+
+
+def after_reload(m: ModelStubs, outcome: ReloadOutcome, live: frozenset[int], now: float) -> tuple[ModelStubs, Decision]:
+    """`m` once its reload finished; `live` are the model's live stubs right after it."""
+    if outcome.result == "reloaded":
+        # The new generation is what was not running before; the old instances' stubs still running
+        # are leftovers. No new stub (Triton did not reload): the next scan re-reads the generation.
+        new = live - m.before
+        reason = f"{m.last_reason}; reloaded in {outcome.seconds:.1f} s"
+        return (replace(m, status=StubStatus.WATCHING, generation=new, before=frozenset(), reloads=m.reloads + 1,
+                        last_reason=reason, leftovers=m.before & live if new else frozenset(), leftovers_since=now),
+                Decision(Action.RELOADED, reason))
+    if outcome.result == "not_ready":
+        reason = f"{m.last_reason}; not reloaded: {outcome.detail}"
+        return (replace(m, status=StubStatus.NOT_READY, generation=frozenset(), before=frozenset(),
+                        reload_times=m.reload_times[:-1], last_reason=reason), Decision(Action.NOT_READY, reason))
+    reason = f"{m.last_reason}; reload failed after {outcome.seconds:.1f} s: {outcome.detail}"
+    return (replace(m, status=StubStatus.WATCHING, generation=frozenset(), before=frozenset(), last_reason=reason),
+            Decision(Action.RESTART_PARTITION, reason))
+
+
+def stale_leftovers(m: ModelStubs, live: frozenset[int], now: float, grace_s: float = LEFTOVER_GRACE_S,
+                    ) -> tuple[ModelStubs, frozenset[int]]:
+    """(`m`, the leftover stubs to SIGKILL now): those still running `grace_s` after the reload."""
+    still = m.leftovers & live
+    if still and now - (m.leftovers_since or now) < grace_s:
+        return replace(m, leftovers=still), frozenset()
+    return replace(m, leftovers=frozenset(), leftovers_since=None), still
+
+
+# --- talking to the server ------------------------------------------------------------------------
+
+def served_stub_counts(host: str, http_port: int, models: Iterable[str], python_backends: Iterable[str],
+                       timeout_s: float = 2.0) -> dict[str, int]:
+    """{model: stubs} for the models that run in stubs, from each one's served config (an open API)."""
+    counts = {}
+    for model in models:
+        try:
+            config = served_model_config(host, http_port, model, timeout_s)
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            log.warning("model %s: its config could not be read (%s): its backend stubs are not watched", model, exc)
+            continue
+        if n := expected_stub_count(config, python_backends):
+            counts[model] = n
+    return counts
+
+
+def reload_model(host: str, http_port: int, model: str, attempt: int, headers: Mapping[str, str],
+                 timeout_s: float) -> ReloadOutcome:
+    """Reload `model` with its served config plus the attempt marker; never raises."""
+    start = time.monotonic()
+    if not model_ready(host, http_port, model, timeout_s=min(5.0, timeout_s)):
+        return ReloadOutcome("not_ready", time.monotonic() - start, f"Triton reports {model} not ready (unloaded?)")
+    try:
+        config = served_model_config(host, http_port, model, min(5.0, timeout_s))
+        body = json.dumps({"parameters": {"config": json.dumps(reload_config(config, attempt))}}).encode()
+        request = urllib.request.Request(f"http://{host}:{http_port}/v2/repository/models/{model}/load", data=body,
+                                         method="POST", headers={"Content-Type": "application/json", **headers})
+        remaining = max(1.0, timeout_s - (time.monotonic() - start))
+        with urllib.request.urlopen(request, timeout=remaining) as response:
+            response.read()
+    except urllib.error.HTTPError as exc:
+        text = exc.read().decode(errors="replace")[:300]
+        return ReloadOutcome("failed", time.monotonic() - start, f"HTTP {exc.code}: {text}")
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        return ReloadOutcome("failed", time.monotonic() - start, f"{type(exc).__name__}: {exc}")
+    return ReloadOutcome("reloaded", time.monotonic() - start)
+
+
+# --- the supervisor's bookkeeping for one partition ------------------------------------------------
+
+@dataclass
+class PartitionStubWatch:
+    """Stub watching for one partition (mutable, like serving.runtime.supervisor.SupervisedPartition).
+
+    `server_ready` starts it for a new server, `tick` scans every `interval_s` and runs at most one
+    reload at a time (on `executor`), `server_down` forgets the server. Counts and the budget
+    survive restarts. `scan` and `reload` are parameters so the flow is tested without a server."""
+
+    partition: str
+    interval_s: float
+    timeout_s: float
+    max_reloads: int
+    window_s: float
+    scan: Callable[[int], tuple[StubProcess, ...]] = scan_stubs
+    reload: Callable[..., ReloadOutcome] = reload_model
+    models: dict[str, ModelStubs] = field(default_factory=dict)
+    server: tuple[str, int, int] | None = None  # host, http port, pid
+    headers: dict[str, str] | None = None
+    last_scan_at: float | None = None
+    in_flight: tuple[str, Future] | None = None
+
+    def server_ready(self, host: str, http_port: int, pid: int, stub_counts: Mapping[str, int],
+                     headers: dict[str, str] | None) -> None:
+        self.server, self.headers, self.last_scan_at, self.in_flight = (host, http_port, pid), headers, None, None
+        old = self.models
+        self.models = {m: replace(old[m], expected=n, generation=frozenset(), before=frozenset(), status=StubStatus.WATCHING,
+                                  leftovers=frozenset(), leftovers_since=None)
+                       if m in old else ModelStubs(m, n) for m, n in stub_counts.items()}
+
+    def server_down(self) -> None:
+        self.server, self.in_flight = None, None  # a reload in flight ends within its timeout; ignored
+        self.models = {m: replace(s, status=StubStatus.WATCHING, before=frozenset()) if s.status is StubStatus.RELOADING
+                       else s for m, s in self.models.items()}
+
+    def tick(self, now: float, executor: Executor) -> tuple[bool, str | None]:
+        """(state changed, why the partition must be restarted or None)."""
+        if self.server is None:
+            return False, None
+        host, port, pid = self.server
+        if self.in_flight is not None:
+            model, future = self.in_flight
+            if not future.done():
+                return False, None
+            self.in_flight = None
+            error = future.exception() if not future.cancelled() else RuntimeError("cancelled")
+            outcome = future.result() if error is None else ReloadOutcome("failed", 0.0, f"{type(error).__name__}: {error}")
+            self.models[model], decision = after_reload(self.models[model], outcome, pids_of(model, self.scan(pid)), now)
+            self._log(model, decision)
+            return True, (f"model {model} {decision.detail}" if decision.action is Action.RESTART_PARTITION else None)
+        if not self.models or (self.last_scan_at is not None and now - self.last_scan_at < self.interval_s):
+            return False, None
+        self.last_scan_at = now
+        stubs, changed = self.scan(pid), False
+        for model, old in self.models.items():
+            live = pids_of(model, stubs)
+            current, stale = stale_leftovers(old, live, now)
+            self._kill_leftovers(model, stale)
+            self.models[model], decision = observe(current, live, now, self.max_reloads, self.window_s,
+                                                   can_reload=self.headers is not None)
+            self._log(model, decision)
+            changed |= self.models[model] != old  # run/supervisor.json shows the pids too
+            if decision.action is Action.RELOAD:
+                self.in_flight = (model, executor.submit(self.reload, host, port, model, self.models[model].attempts,
+                                                         self.headers, self.timeout_s))
+                break  # one reload at a time; the others are seen again next scan
+        return changed, None
+
+    def _kill_leftovers(self, model: str, pids: frozenset[int]) -> None:
+        for pid in sorted(pids):  # stubs of this server's group seen in this very scan
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                continue
+            log.warning("partition %s: model %s: SIGKILLed stub pid %d of an instance the reload replaced (Triton had "
+                        "not finalized it %.0f s after the reload)", self.partition, model, pid, LEFTOVER_GRACE_S)
+
+    def _log(self, model: str, decision: Decision) -> None:
+        where = f"partition {self.partition}: model {model}"
+        if decision.action is Action.RELOAD:
+            log.warning("%s %s; reloading it (reload %d of at most %d in %.0f s)", where, decision.detail,
+                        len(self.models[model].reload_times), self.max_reloads, self.window_s)
+        elif decision.action in (Action.RELOADED, Action.ADOPT, Action.NOT_READY):
+            log.info("%s %s", where, decision.detail)
+        elif decision.action is Action.GIVE_UP:
+            log.error("%s %s (state gave_up): its requests fail with \"Stub process ... is not healthy\"; find why its "
+                      "stub dies (partition log), then restart the partition (`make stop && make serve`)", where, decision.detail)
+        elif decision.action is Action.NO_KEY:
+            log.error("%s %s, but the supervisor holds no admin key for the model-repository API, so it cannot reload "
+                      "it: set TRITON_ADMIN_KEY or create the key file (`make admin-key`), then `make stop && make serve`",
+                      where, decision.detail)
+        elif decision.action is Action.RESTART_PARTITION:
+            log.error("%s %s: restarting the partition", where, decision.detail)
+
+    def summary(self) -> dict[str, Any]:
+        return {m: s.summary() for m, s in self.models.items()}

@@ -1,0 +1,98 @@
+"""Start and stop the supervisor (`python -m serving supervise`) as a background process, and read
+its state file (run/supervisor.json): what `make serve`, `make stop` and `make status` use.
+
+The supervisor itself (the process that owns the tritonservers) is `serving.runtime.supervisor`.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from contracts.errors import ServerStartError
+from serving.runtime.launcher import RunLayout, stop_mps_daemon
+from serving.runtime.server import log_tail, pid_alive, stop_pid
+
+
+def read_supervisor_state(layout: RunLayout) -> dict[str, Any] | None:
+    try:
+        return json.loads(layout.supervisor_state.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def start_supervisor(config: Path, repository: Path, layout: RunLayout, timeout_s: float = 180.0,
+                     extra_args: Sequence[str] = ()) -> dict[str, Any]:
+    """Start `python -m serving supervise` in its own session; return the manifest once all are ready."""
+    existing = read_supervisor_state(layout)
+    if existing and pid_alive(existing["supervisor_pid"]) and "supervise" in _cmdline(existing["supervisor_pid"]):
+        raise ServerStartError(f"a supervisor is already running (pid {existing['supervisor_pid']}); run `make stop` first.")
+    layout.logs.mkdir(parents=True, exist_ok=True)
+    layout.supervisor_state.unlink(missing_ok=True)
+    command = [sys.executable, "-m", "serving", "supervise", "--config", str(config), "--repository", str(repository),
+               "--run-dir", str(layout.run_dir), *extra_args]
+    with open(layout.supervisor_log, "ab") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                   start_new_session=True)
+    layout.supervisor_pid.write_text(f"{process.pid}\n")
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        state = read_supervisor_state(layout)
+        if state and state["status"] == "ready":
+            return json.loads(layout.manifest.read_text())
+        if process.poll() is not None or (state and state["status"] == "failed"):
+            process.wait(timeout=60)
+            raise ServerStartError(_failure_report(layout, state))
+        time.sleep(0.25)
+    stop_supervisor(layout)
+    raise ServerStartError(f"partitions were not ready within {timeout_s:.0f} s.\n" + _failure_report(layout, read_supervisor_state(layout)))
+
+
+def _failure_report(layout: RunLayout, state: dict[str, Any] | None) -> str:
+    lines = [f"supervisor: {(state or {}).get('error') or 'exited'}", f"--- {layout.supervisor_log} (tail)",
+             log_tail(layout.supervisor_log, 15)]
+    for name in (state or {}).get("partitions", {}):
+        lines += [f"--- {layout.partition_log(name)} (tail)", log_tail(layout.partition_log(name), 15)]
+    return "\n".join(lines)
+
+
+def stop_supervisor(layout: RunLayout, timeout_s: float = 60.0) -> list[str]:
+    """Stop the supervisor (it stops its servers), then anything it left behind. Returns what it did."""
+    done = []
+    try:
+        pid = int(layout.supervisor_pid.read_text().strip())
+    except (FileNotFoundError, ValueError):
+        pid = None
+    if pid and pid_alive(pid) and "supervise" in _cmdline(pid):
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        while pid_alive(pid) and "supervise" in _cmdline(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if pid_alive(pid) and "supervise" in _cmdline(pid):
+            os.kill(pid, signal.SIGKILL)
+            done.append(f"supervisor (pid {pid}) did not stop in {timeout_s:.0f} s: killed")
+        else:
+            done.append(f"stopped the supervisor (pid {pid}) and its partitions")
+    state = read_supervisor_state(layout) or {}
+    for name, part in state.get("partitions", {}).items():
+        server = part.get("pid")
+        if server and pid_alive(server) and "tritonserver" in _cmdline(server):
+            stop_pid(server)
+            done.append(f"stopped partition {name} (pid {server}) left behind")
+    if state.get("mps_started") and stop_mps_daemon(layout):
+        done.append("stopped the CUDA MPS control daemon")
+    for path in (layout.supervisor_pid, layout.manifest):
+        path.unlink(missing_ok=True)
+    return done

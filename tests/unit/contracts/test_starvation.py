@@ -1,0 +1,108 @@
+"""The starvation invariant (contracts.serving_spec) and the bound it gives (contracts.starvation)."""
+from __future__ import annotations
+
+import pytest
+
+from contracts.errors import ConfigError
+from contracts.serving_spec import ModelSpec, serving_spec_from_dict
+from contracts.starvation import ProgressBound, lowest_priority_progress_bound, served_model_facts
+
+
+def spec_with(realtime_queue=4, realtime_items=1, batch_queue=16, batch_items=2, max_batch_size=8):
+    return serving_spec_from_dict({
+        "priorities": {
+            "realtime": {"level": 1, "max_queue_size": realtime_queue, "max_request_batch_size": realtime_items,
+                         "default_timeout_microseconds": 1000},
+            "batch": {"level": 2, "max_queue_size": batch_queue, "max_request_batch_size": batch_items,
+                      "default_timeout_microseconds": 5000},
+        },
+        "batching": {"default_priority": "batch"},
+        "models": {"m": {"recipe": "digit_cnn", "max_batch_size": max_batch_size}},
+    })
+
+
+def test_realtime_queue_that_could_fill_a_whole_batch_is_rejected_naming_fields_values_and_rule():
+    with pytest.raises(ConfigError) as info:
+        spec_with(realtime_queue=8, realtime_items=1, batch_items=1, max_batch_size=8)
+    message = str(info.value)
+    assert "`models.m.max_batch_size` = 8 cannot guarantee progress for `priorities.batch`" in message
+    assert "8 x 1 (realtime) = 8 items" in message and "allowed: 8 + 1 = 9 <= max_batch_size" in message
+
+
+def test_request_sizes_count_toward_the_invariant():
+    spec_with(realtime_queue=2, realtime_items=3, batch_items=2, max_batch_size=8)  # 6 + 2 = 8: fits
+    with pytest.raises(ConfigError, match=r"allowed: 6 \+ 3 = 9 <= max_batch_size"):
+        spec_with(realtime_queue=2, realtime_items=3, batch_items=3, max_batch_size=8)
+
+
+def test_max_request_batch_size_must_be_positive():
+    with pytest.raises(ConfigError, match=r"`priorities.realtime.max_request_batch_size` = 0 is out of range"):
+        spec_with(realtime_items=0)
+
+
+def test_a_single_priority_level_needs_no_invariant():
+    serving_spec_from_dict({
+        "priorities": {"only": {"level": 1, "max_queue_size": 64, "default_timeout_microseconds": 1000}},
+        "batching": {"default_priority": "only"},
+        "models": {"m": {"recipe": "digit_cnn", "max_batch_size": 1}},
+    })
+
+
+def test_the_invariant_can_be_checked_for_the_served_max_batch_size():
+    spec = spec_with(realtime_queue=4, batch_items=2, max_batch_size=8)
+    smaller = ModelSpec(name="m", recipe="digit_cnn", max_batch_size=5)  # e.g. cut by the memory rule
+    with pytest.raises(ConfigError, match="`models.m.max_batch_size` = 5"):
+        spec.check_lowest_priority_progress(smaller)
+
+
+def test_bound_counts_batches_from_the_reserved_share():
+    # B=8, realtime holds <= 4, batch requests of <= 2 items: every batch without X takes >= 3 items
+    # (and >= 1 request) queued ahead of X; 15 requests (30 items) ahead -> 10 batches, X in the 11th.
+    bound = lowest_priority_progress_bound(spec_with(), "m")
+    assert (bound.reserved_items, bound.items_taken_per_batch) == (4, 3)
+    assert (bound.requests_ahead, bound.batches_ahead, bound.batches) == (15, 10, 11)
+
+
+def test_bound_is_never_more_batches_than_requests_ahead():
+    bound = lowest_priority_progress_bound(spec_with(realtime_queue=3, batch_items=5), "m")  # 8-3-5+1 = 1 item per batch
+    assert bound.items_taken_per_batch == 1 and bound.batches_ahead == bound.requests_ahead == 15
+
+
+def test_bound_for_fewer_requests_ahead_and_in_time():
+    bound = lowest_priority_progress_bound(spec_with(batch_items=1), "m", requests_ahead=7)
+    assert bound.batches == 3  # ceil(7 / 4) + 1
+    # running batch + 2 ahead + own = 4 executions of 50 ms, plus one 10 ms batching window
+    assert bound.latest_completion_s(execution_s=0.05, max_queue_delay_s=0.01) == pytest.approx(0.21)
+
+
+def test_bound_rejects_impossible_inputs():
+    with pytest.raises(ConfigError, match="requests_ahead = 99: allowed 0..15"):
+        lowest_priority_progress_bound(spec_with(), "m", requests_ahead=99)
+    with pytest.raises(ConfigError, match="no progress guarantee"):
+        ProgressBound("m", "batch", max_batch_size=4, instances=1, higher_items=4, request_items=1, requests_ahead=3)
+
+
+def test_committed_configuration_gives_every_model_a_finite_bound(serving_spec):
+    for model in serving_spec.models:
+        bound = lowest_priority_progress_bound(serving_spec, model.name)
+        assert 1 <= bound.batches <= bound.requests_ahead + 1
+
+
+def test_every_built_config_keeps_the_invariant_with_its_served_max_batch_size(serving_spec):
+    """The memory rule may serve a smaller max_batch_size than serving.toml's cap: the invariant
+    must still hold for what was rendered, and the rendered queue sizes must be serving.toml's."""
+    from dataclasses import replace
+
+    from conftest import REPOSITORY
+
+    built = [m for m in serving_spec.models if (REPOSITORY / m.name / "config.pbtxt").exists()]
+    if not built:
+        pytest.skip("no model is built yet (run `make build-engines`)")
+    expected_queues = tuple((p.level, p.queue.max_queue_size) for p in serving_spec.priorities)
+    for model in built:
+        facts = served_model_facts(REPOSITORY / model.name / "config.pbtxt")
+        if facts.is_ensemble or facts.is_decoupled:
+            continue  # no batcher of its own: an ensemble's steps are checked; a generation model schedules itself
+        assert facts.queue_sizes == expected_queues, f"{model.name}: config.pbtxt is stale; run `make build-engines`"
+        assert not facts.equal_shape_inputs, f"{model.name}: variable-shape inputs must allow ragged batches"
+        serving_spec.check_lowest_priority_progress(replace(model, max_batch_size=facts.max_batch_size))

@@ -1,0 +1,168 @@
+"""deploy/: manifests rendered from serving.toml (k8s_deploy): committed == rendered, the launcher's
+arguments, resources from the partition plan, the alert rules' generator, the HPA/adapter pair."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from k8s_deploy.errors import DeployConfigError
+from k8s_deploy.gpu import mps_replicas
+from k8s_deploy.monitoring import QUEUE_METRIC, adapter_metrics_query, render_adapter_rules, substitute_adapter_template
+from k8s_deploy.tree import render_documents, render_files, stale_files
+from k8s_deploy.workload import TRITON_IMAGE, plan_deployment, resource_name
+from operations.alert_rules import AlertThresholds, render_alert_rules
+from serving.runtime.launcher import partition_server_settings
+from contracts.partition_plan import cores_for_share
+from serving.runtime.security import AdminKey
+from serving.runtime.supervisor import RestartPolicy
+
+
+def by_kind(docs, kind):
+    return [d for d in docs if d["kind"] == kind]
+
+
+def base_docs(spec, partition):
+    return render_documents(spec)[f"kustomize/base/{resource_name(partition)}.yaml"]
+
+
+def container(deployment):
+    (c,) = deployment["spec"]["template"]["spec"]["containers"]
+    return c
+
+
+def test_committed_manifests_are_the_rendering_of_serving_toml(serving_spec):
+    assert stale_files(render_files(serving_spec)) == [], "run `make k8s-render`"
+
+
+def test_stale_files_reports_an_edited_file_and_one_nothing_renders(serving_spec, tmp_path):
+    files = render_files(serving_spec)
+    for path, text in files.items():
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(text)
+    assert stale_files(files, tmp_path) == []
+    (tmp_path / "kustomize/base/triton-main.yaml").write_text("edited by hand\n")
+    (tmp_path / "kustomize/base/extra.yaml").write_text("{}\n")
+    assert stale_files(files, tmp_path) == ["kustomize/base/triton-main.yaml: differs from the rendering",
+                                            "kustomize/base/extra.yaml: not rendered from serving.toml (stale)"]
+
+
+def test_one_deployment_per_partition_on_nvidias_2_51_image(serving_spec):
+    for part in serving_spec.effective_partitions:
+        (deployment,) = by_kind(base_docs(serving_spec, part.name), "Deployment")
+        assert deployment["metadata"]["name"] == resource_name(part.name)
+        assert container(deployment)["image"] == TRITON_IMAGE == "nvcr.io/nvidia/tritonserver:24.10-py3"
+        assert "replicas" not in deployment["spec"], "the HPA owns the replica count"
+
+
+def test_container_arguments_are_the_launchers_with_the_key_from_the_secret(serving_spec):
+    deploy = plan_deployment(serving_spec)
+    for part in deploy.plan.partitions:
+        key = AdminKey("x" * 32, "test")
+        launcher = partition_server_settings(part, "/serving/models", "/serving/backends", admin_key=key).to_args_list()
+        c = container(by_kind(base_docs(serving_spec, part.name), "Deployment")[0])
+        assert c["args"] == [a.replace(key.value, "$(TRITON_ADMIN_KEY)") for a in launcher]
+        assert "--model-control-mode=explicit" in c["args"] and f"--http-port={part.http_port}" in c["args"]
+        assert [f"--load-model={m}" for m in part.models] == [a for a in c["args"] if a.startswith("--load-model=")]
+        secret = next(e for e in c["env"] if e["name"] == "TRITON_ADMIN_KEY")["valueFrom"]["secretKeyRef"]
+        assert secret == {"name": "triton-admin-key", "key": "admin-key"}
+
+
+def test_no_configured_admin_key_ever_reaches_a_rendered_file(serving_spec, monkeypatch):
+    secret = "ThisIsTheRealAdminKeyDoNotRender0123456789"
+    monkeypatch.setenv("TRITON_ADMIN_KEY", secret)
+    assert not [path for path, text in render_files(serving_spec).items() if secret in text]
+
+
+def test_resources_are_whole_cpus_of_the_share_and_memory_of_the_partition_requests_equal_limits(serving_spec):
+    k8s = serving_spec.kubernetes
+    for part in serving_spec.effective_partitions:
+        c = container(by_kind(base_docs(serving_spec, part.name), "Deployment")[0])
+        cpus = cores_for_share(part.compute_share, k8s.node_cpus)
+        assert c["resources"]["requests"] == c["resources"]["limits"] == {
+            "cpu": str(cpus), "memory": f"{part.memory_mb + k8s.memory_overhead_mb}Mi"}
+        assert {"name": "SERVING_INTRA_OP_THREADS", "value": str(cpus)} in c["env"]
+
+
+def test_probes_give_a_startup_allowance_and_liveness_follows_the_supervisors_hang_policy(serving_spec):
+    c = container(by_kind(base_docs(serving_spec, "main"), "Deployment")[0])
+    startup, live, ready = c["startupProbe"], c["livenessProbe"], c["readinessProbe"]
+    assert startup["httpGet"]["path"] == ready["httpGet"]["path"] == "/v2/health/ready"
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= serving_spec.kubernetes.startup_allowance_s
+    policy = RestartPolicy()
+    assert live["httpGet"]["path"] == "/v2/health/live"
+    assert (live["periodSeconds"], live["timeoutSeconds"], live["failureThreshold"]) == (
+        policy.liveness_interval_s, policy.liveness_timeout_s, policy.liveness_failures)
+
+
+def test_services_and_pdb_select_the_partitions_pods(serving_spec):
+    docs = base_docs(serving_spec, "main")
+    labels = by_kind(docs, "Deployment")[0]["spec"]["template"]["metadata"]["labels"]
+    services = by_kind(docs, "Service")
+    assert sorted(p["name"] for s in services for p in s["spec"]["ports"]) == ["grpc", "http", "metrics"]
+    for selector in [s["spec"]["selector"] for s in services] + [by_kind(docs, "PodDisruptionBudget")[0]["spec"]["selector"]["matchLabels"]]:
+        assert selector.items() <= labels.items()
+
+
+def test_hpa_reads_the_adapters_metric_with_the_partitions_autoscaling_settings(serving_spec):
+    for part in serving_spec.effective_partitions:
+        (hpa,) = by_kind(base_docs(serving_spec, part.name), "HorizontalPodAutoscaler")
+        spec, scaling = hpa["spec"], part.autoscaling
+        assert (spec["minReplicas"], spec["maxReplicas"]) == (scaling.min_replicas, scaling.max_replicas)
+        assert spec["behavior"]["scaleDown"]["stabilizationWindowSeconds"] == scaling.scale_down_stabilization_s
+        assert spec["metrics"] == [{"type": "Pods", "pods": {"metric": {"name": QUEUE_METRIC}, "target": {
+            "type": "AverageValue", "averageValue": str(scaling.target_queue_us)}}}]
+        assert spec["scaleTargetRef"]["name"] == resource_name(part.name)
+    assert render_adapter_rules(serving_spec)[0]["name"]["as"] == QUEUE_METRIC
+
+
+def test_adapter_query_is_nvidias_queue_time_per_request_with_the_adapters_template():
+    assert adapter_metrics_query() == ("avg(delta(nv_inference_queue_duration_us{<<.LabelMatchers>>}[30s])"
+                                       "/(1+delta(nv_inference_request_success{<<.LabelMatchers>>}[30s]))) by (<<.GroupBy>>)")
+    filled = substitute_adapter_template(adapter_metrics_query("5s"), "ns", ["a-1", "a-2"])
+    assert filled == ('avg(delta(nv_inference_queue_duration_us{namespace="ns",pod=~"a-1|a-2"}[5s])'
+                      '/(1+delta(nv_inference_request_success{namespace="ns",pod=~"a-1|a-2"}[5s]))) by (pod)')
+    with pytest.raises(DeployConfigError, match="`pods` is empty"):
+        substitute_adapter_template(adapter_metrics_query(), "ns", [])
+
+
+def test_prometheus_rule_is_the_alert_rule_generators_output_and_the_scrape_matches_its_labels(serving_spec):
+    service_monitor, rule = render_documents(serving_spec)["kustomize/base/monitoring.yaml"]
+    assert rule["spec"] == render_alert_rules(AlertThresholds(), supervisor=False)
+    assert [g["name"] for g in rule["spec"]["groups"]] == ["triton-field-report", "serving-batching", "llm-generation"]  # no supervisor in a cluster
+    metrics = [s for s in by_kind(base_docs(serving_spec, "main"), "Service") if s["metadata"]["name"].endswith("-metrics")][0]
+    assert metrics["metadata"]["labels"][service_monitor["spec"]["jobLabel"]] == AlertThresholds().job
+    assert service_monitor["spec"]["targetLabels"] == ["partition"] and "partition" in metrics["metadata"]["labels"]
+    assert service_monitor["spec"]["selector"]["matchLabels"].items() <= metrics["metadata"]["labels"].items()
+
+
+def test_gpu_overlay_requests_one_mps_replica_with_gpu_metrics_and_the_plans_mps_limits(serving_spec):
+    files = render_documents(serving_spec)
+    (patch,) = files["kustomize/overlays/gpu/gpu-triton-main.yaml"]
+    (c,) = patch["spec"]["template"]["spec"]["containers"]
+    assert c["resources"]["limits"]["nvidia.com/gpu"] == c["resources"]["requests"]["nvidia.com/gpu"] == "1"
+    assert "--allow-gpu-metrics=true" in c["args"]
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "50" and env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=4096M"
+    assert "CUDA_MPS_PIPE_DIRECTORY" not in env, "the device plugin mounts its own MPS pipe"
+    assert "replicas: 2" in files["nvidia-device-plugin/mps-sharing.yaml"][0]["data"]["triton-mps"]
+
+
+def test_unequal_gpu_shares_are_rejected_for_mps_and_allowed_with_mig_slices(serving_spec):
+    uneven = dataclasses.replace(serving_spec, partitions=(
+        dataclasses.replace(serving_spec.partitions[0], compute_share=70),
+        dataclasses.replace(serving_spec.partitions[1], compute_share=30)))
+    with pytest.raises(DeployConfigError, match=r"`partitions.\*.compute_share` = \{'main': 70, 'fallback': 30\}.*MIG"):
+        mps_replicas(plan_deployment(uneven, gpu=True))
+    mig = dataclasses.replace(uneven, kubernetes=dataclasses.replace(uneven.kubernetes, gpu_resource="nvidia.com/mig-3g.40gb"))
+    files = render_documents(mig)
+    assert "nvidia-device-plugin/mps-sharing.yaml" not in files
+    (c,) = files["kustomize/overlays/gpu/gpu-triton-main.yaml"][0]["spec"]["template"]["spec"]["containers"]
+    assert c["resources"]["limits"]["nvidia.com/mig-3g.40gb"] == "1"
+    assert not [e for e in c["env"] if e["name"].startswith("CUDA_MPS")]
+
+
+def test_partitions_that_do_not_fit_one_node_are_rejected_naming_the_shares(serving_spec):
+    tiny = dataclasses.replace(serving_spec, kubernetes=dataclasses.replace(serving_spec.kubernetes, node_cpus=1))
+    with pytest.raises(Exception, match=r"`partitions.\*.compute_share` needs 2 cores"):
+        render_files(tiny)

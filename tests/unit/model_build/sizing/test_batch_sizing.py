@@ -1,0 +1,113 @@
+"""The max_batch_size memory rule: pure choice, plus the real probe on a small real ONNX graph."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from model_build.sizing.batch_sizing import (
+    MEMORY_BUDGET_FRACTION,
+    BatchMeasurement,
+    candidate_batch_sizes,
+    choose_max_batch_size,
+    model_memory_budget_bytes,
+    probe_batch_memory,
+    read_sizing_decision,
+    served_model_spec,
+    size_model_batches,
+)
+from contracts.errors import ConfigError
+from contracts.partition_plan import plan_partitions
+from contracts.serving_spec import serving_spec_from_dict
+
+MiB = 1024 * 1024
+
+
+def measurements(*pairs):
+    return [BatchMeasurement(b, int(mib * MiB)) for b, mib in pairs]
+
+
+def test_candidates_are_powers_of_two_up_to_the_cap_and_the_cap():
+    assert candidate_batch_sizes(64) == (1, 2, 4, 8, 16, 32, 64)
+    assert candidate_batch_sizes(48) == (1, 2, 4, 8, 16, 32, 48)
+    assert candidate_batch_sizes(1) == (1,)
+
+
+def test_budget_is_70_percent_of_the_models_even_share_of_the_partition():
+    assert MEMORY_BUDGET_FRACTION == 0.70
+    assert model_memory_budget_bytes(1000, 2) == int(1000 * MiB * 0.7 / 2)
+    assert model_memory_budget_bytes(1000, 2, instances=2) == int(1000 * MiB * 0.7 / 4)
+
+
+def test_memory_binds_below_the_cap():
+    decision = choose_max_batch_size("m", "p", measurements((1, 10), (2, 20), (4, 40), (8, 80)), 50 * MiB, cap=8)
+    assert (decision.chosen, decision.bound_by) == (4, "memory")
+
+
+def test_cap_binds_when_everything_fits():
+    decision = choose_max_batch_size("m", "p", measurements((1, 10), (2, 11), (4, 12)), 50 * MiB, cap=4)
+    assert (decision.chosen, decision.bound_by) == (4, "cap")
+
+
+def test_a_batch_that_does_not_fit_stops_the_search_even_if_a_larger_one_measured_less():
+    decision = choose_max_batch_size("m", "p", measurements((4, 10), (1, 10), (2, 60), (8, 30)), 50 * MiB, cap=8)
+    assert decision.chosen == 1 and [m.batch_size for m in decision.measurements] == [1, 2, 4, 8]
+
+
+def test_batch_one_over_budget_is_an_error_naming_the_partition_memory():
+    with pytest.raises(ConfigError, match=r"needs 90.0 MiB at batch size 1 .* raise memory_mb"):
+        choose_max_batch_size("m", "p", measurements((1, 90)), 50 * MiB, cap=8)
+
+
+def test_served_spec_carries_the_measured_choice():
+    spec = serving_spec_from_dict({"models": {"m": {"recipe": "digit_cnn", "max_batch_size": 64}}})
+    decision = choose_max_batch_size("m", "default", measurements((1, 1), (2, 1), (4, 99)), 50 * MiB, cap=64)
+    assert served_model_spec(spec.model("m"), decision).max_batch_size == 2
+
+
+@pytest.fixture(scope="module")
+def wide_matmul_onnx(tmp_path_factory):
+    """A real ONNX graph whose activations grow with the batch: [N, 512] x [512, 4096]."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    weight = numpy_helper.from_array(np.random.default_rng(0).standard_normal((512, 4096)).astype(np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"]), helper.make_node("Relu", ["y"], ["z"])], "wide",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 512])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, ["batch", 4096])], [weight])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path = tmp_path_factory.mktemp("onnx") / "wide.onnx"
+    onnx.save(model, path)
+    return path
+
+
+def test_the_probe_measures_more_memory_for_a_larger_batch_in_a_fresh_process(wide_matmul_onnx):
+    small = probe_batch_memory(wide_matmul_onnx, 1, 1, 16, "cpu")
+    large = probe_batch_memory(wide_matmul_onnx, 1024, 1, 16, "cpu")
+    # batch 1024 holds a 1024 x 4096 float32 output (16 MiB) that batch 1 does not
+    assert large["peak_rss_growth_bytes"] - small["peak_rss_growth_bytes"] > 12 * MiB
+    assert small["peak_rss_growth_bytes"] > 4 * MiB  # the 8 MiB of weights are counted
+
+
+def test_sizing_writes_measurements_and_choice_and_reuses_them(wide_matmul_onnx, tmp_path):
+    spec = serving_spec_from_dict({
+        "partitions": {"p": {"compute_share": 50, "memory_mb": 512}},
+        "models": {"m": {"recipe": "digit_cnn", "max_batch_size": 4, "partition": "p"}},
+    })
+    plan = plan_partitions(spec, cpu_count=2, gpu_present=False)
+    out = tmp_path / "batch_sizing.json"
+    decision = size_model_batches(spec.model("m"), spec, plan, wide_matmul_onnx, out, log=lambda line: None)
+    written = json.loads(out.read_text())
+    assert [m["batch_size"] for m in written["measurements"]] == [1, 2, 4]
+    assert written["chosen_max_batch_size"] == decision.chosen == 4 and written["bound_by"] == "cap"
+    assert written["probe"]["threads"] == plan.partition("p").intra_op_threads
+    assert read_sizing_decision(out) == decision
+
+    def no_probe(*args):
+        raise AssertionError("cached measurements should have been reused")
+
+    again = size_model_batches(spec.model("m"), spec, plan, wide_matmul_onnx, out, log=lambda line: None, probe=no_probe)
+    assert again == decision

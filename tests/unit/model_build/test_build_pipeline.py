@@ -1,0 +1,52 @@
+"""The build's skip rule: a model is rebuilt when its own recipe's code changes, not another's."""
+from __future__ import annotations
+
+import dataclasses
+
+from model_build import pipeline
+from model_build.recipes.registry import RECIPES
+from contracts.serving_spec import load_serving_spec
+from conftest import PROJECT_ROOT
+
+
+def names(paths) -> set[str]:
+    return {p.relative_to(pipeline.PACKAGE_DIR).as_posix() for p in paths}
+
+
+def test_recipe_sources_follow_imports_including_lazy_ones():
+    digits, text = names(pipeline.recipe_sources(RECIPES["digit_cnn"])), names(pipeline.recipe_sources(RECIPES["minilm_encoder"]))
+    assert {"recipes/digits.py", "data/digits.py", "int8/variant.py", "int8/quantize.py", "pipeline.py"} <= digits
+    # recipes/text.py imports recipes/text_int8.py inside a function: still part of the encoder's sources.
+    assert {"recipes/text.py", "recipes/text_int8.py", "data/text_corpus.py", "int8/variant.py"} <= text
+    assert not digits & {"recipes/text.py", "recipes/text_int8.py", "data/text_corpus.py"}
+    assert not text & {"recipes/digits.py", "data/digits.py"}
+    assert "cli.py" not in digits | text and "reports/benchmark.py" not in digits | text
+    # installing is not building: the text serving installs do not change the encoder's fingerprint
+    assert "recipes/text_serving.py" not in text
+
+
+def test_fingerprint_changes_with_own_sources_and_settings_only(tmp_path, monkeypatch):
+    spec = load_serving_spec(PROJECT_ROOT / "model_repository" / "serving.toml")
+    digit_model = spec.model("digit_classifier")
+    digit_recipe, text_recipe = RECIPES["digit_cnn"], RECIPES["minilm_encoder"]
+    before = pipeline.build_fingerprint(digit_recipe, digit_model)
+    assert before == pipeline.build_fingerprint(digit_recipe, digit_model)  # deterministic
+
+    # Copy the package, then edit a text-only module in the copy: the digit fingerprint is unchanged.
+    copy = tmp_path / "model_build"
+    for source in pipeline.PACKAGE_DIR.rglob("*.py"):
+        target = copy / source.relative_to(pipeline.PACKAGE_DIR)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(source.read_bytes())
+    monkeypatch.setattr(pipeline, "PACKAGE_DIR", copy)
+    assert pipeline.build_fingerprint(digit_recipe, digit_model) == before
+    text_before = pipeline.build_fingerprint(text_recipe, spec.model("text_encoder"))
+    (copy / "data" / "text_corpus.py").write_text((copy / "data" / "text_corpus.py").read_text() + "\n# edited\n")
+    assert pipeline.build_fingerprint(digit_recipe, digit_model) == before
+    assert pipeline.build_fingerprint(text_recipe, spec.model("text_encoder")) != text_before
+    (copy / "int8" / "quantize.py").write_text((copy / "int8" / "quantize.py").read_text() + "\n# edited\n")
+    assert pipeline.build_fingerprint(digit_recipe, digit_model) != before
+
+    monkeypatch.setattr(pipeline, "PACKAGE_DIR", pipeline.Path(pipeline.__file__).parent)
+    other_options = dataclasses.replace(digit_model, options={**digit_model.options, "epochs": 999})
+    assert pipeline.build_fingerprint(digit_recipe, other_options) != before

@@ -1,0 +1,71 @@
+"""Alert rules: generated == committed, field-report thresholds, and promtool proving each alert fires and stays quiet."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+import yaml
+
+from operations.alert_rules import RULES_PATH, RULES_TEST_PATH, AlertThresholds, alert_rules_yaml, render_alert_rules
+from operations.dashboard import promql_metric_names, triton_metric_names
+from operations.errors import MonitorConfigError
+
+
+def rules_by_name(thresholds: AlertThresholds = AlertThresholds()) -> dict[str, dict]:
+    return {r["alert"]: r for g in render_alert_rules(thresholds)["groups"] for r in g["rules"]}
+
+
+def test_committed_rule_file_is_the_generated_one():
+    assert RULES_PATH.read_text() == alert_rules_yaml(AlertThresholds()), "run `python -m operations.alert_rules`"
+
+
+def test_default_thresholds_are_the_field_reports():
+    rules = rules_by_name()
+    for twin in ("Gpu", "Cpu"):
+        assert rules[f"Triton{twin}UtilisationLow"]["expr"].endswith("< 0.3")
+        assert rules[f"Triton{twin}UtilisationLow"]["for"] == "5m"
+        assert rules[f"Triton{twin}MemoryHigh"]["expr"].endswith("> 0.9")
+    assert rules["TritonP99LatencyNearSla"]["expr"].endswith("/ 1e6 > 0.08")  # 80% of 100 ms, in seconds
+    assert rules["TritonErrorRateHigh"]["expr"].endswith("> 0.005")
+    assert rules["TritonErrorRateHigh"]["labels"]["severity"] == "critical"
+    assert rules["TritonQueueDepthGrowing"]["labels"]["severity"] == "critical"
+
+
+def test_sla_is_configurable():
+    rule = rules_by_name(AlertThresholds(p99_sla_ms=250))["TritonP99LatencyNearSla"]
+    assert rule["expr"].endswith("> 0.2") and "250 ms" in rule["annotations"]["summary"]
+
+
+@pytest.mark.parametrize("field, value", [
+    ("p99_sla_ms", 0), ("error_rate", 1.5), ("memory_fraction", True), ("low_utilisation_for", "5 minutes"),
+    ("queue_min_depth", 0), ("job", "bad job"),
+])
+def test_invalid_threshold_names_the_field(field, value):
+    with pytest.raises(MonitorConfigError, match=field):
+        AlertThresholds(**{field: value})
+
+
+def test_rules_select_only_real_triton_and_supervisor_metrics():
+    from serving.backend.metrics import exposed_metric_names
+    from serving.runtime.supervisor_metrics import METRIC_FAMILIES
+
+    known = triton_metric_names() | set(METRIC_FAMILIES) | exposed_metric_names() | {"up"}
+    for name, rule in rules_by_name().items():
+        assert promql_metric_names(rule["expr"]) <= known, name
+
+
+def test_every_alert_has_a_firing_and_a_quiet_promtool_case():
+    cases = [c for t in yaml.safe_load(RULES_TEST_PATH.read_text())["tests"] for c in t["alert_rule_test"]]
+    fired = {c["alertname"] for c in cases if c["exp_alerts"]}
+    quiet = {c["alertname"] for c in cases if not c["exp_alerts"]}
+    assert fired == quiet == set(rules_by_name())
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None,
+                    reason="promtool not installed (Debian package `prometheus`; scripts/setup_system_packages.sh)")
+@pytest.mark.parametrize("command", [["check", "rules", RULES_PATH.name], ["test", "rules", RULES_TEST_PATH.name]])
+def test_promtool_accepts_rules_and_their_tests(command):
+    result = subprocess.run(["promtool", *command], cwd=RULES_PATH.parent, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS" in result.stdout

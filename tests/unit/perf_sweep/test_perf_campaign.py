@@ -1,0 +1,142 @@
+"""The pure parts of a run: manifest endpoints, input kinds, knee text, variant configs."""
+import numpy as np
+import pytest
+
+from perf_sweep.campaign import describe_knee, endpoints_from_manifest, input_kind, knee_of
+from perf_sweep.errors import SweepPlanError
+from perf_sweep.plan import LoadMode
+from perf_sweep.results import PerfRecord
+from perf_sweep.variants import plan_variants, write_variant_repository
+from contracts.serving_spec import ModelSpec, PriorityLevel, QueuePolicy, ServingSpec
+
+MANIFEST = {
+    "partitions": {"default": {"http": "127.0.0.1:8000", "grpc": "127.0.0.1:8001", "metrics": "http://127.0.0.1:8002/metrics"}},
+    "models": {"digit_classifier": {"http": "127.0.0.1:8000", "grpc": "127.0.0.1:8001",
+                                    "metrics": "http://127.0.0.1:8002/metrics", "partition": "default"}},
+}
+
+
+def test_endpoints_from_manifest():
+    (endpoint,) = endpoints_from_manifest(MANIFEST)
+    assert endpoint.model == "digit_classifier" and endpoint.grpc_url == "127.0.0.1:8001"
+    assert endpoint.url("http") == "127.0.0.1:8000" and endpoint.server == "default"
+    with pytest.raises(SweepPlanError, match="no models"):
+        endpoints_from_manifest({"models": {}})
+    with pytest.raises(SweepPlanError, match="lacks"):
+        endpoints_from_manifest({"models": {"m": {"http": "x"}}})
+
+
+def test_input_kind_recognises_digit_images_and_any_string_input():
+    image = {"input": [{"name": "image", "data_type": "TYPE_FP32", "dims": ["1", "8", "8"]}]}
+    text = {"input": [{"name": "TEXT", "data_type": "TYPE_STRING", "dims": ["1"]}]}
+    other = {"input": [{"name": "a", "data_type": "TYPE_INT64", "dims": ["-1"]}, {"name": "b", "data_type": "TYPE_INT64", "dims": ["-1"]}]}
+    assert input_kind(image) == ("image", "image")
+    assert input_kind(text) == ("text", "TEXT")
+    assert input_kind(other) == ("random", "")
+
+
+def _record(load, throughput, p99, status="ok"):
+    return PerfRecord(sweep="s", model="m", variant="v", mode="concurrency", load=load, batch_size=1,
+                      status=status, command="", throughput=throughput, p99_ms=p99)
+
+
+def test_describe_knee_recommends_80_percent_and_mentions_a_failed_next_level():
+    records = [_record(1, 100, 10), _record(2, 200, 10), _record(4, 205, 20), _record(8, 0, 0, "failed")]
+    knee = knee_of(records)
+    text = describe_knee(knee, records, LoadMode.CONCURRENCY)
+    assert text.startswith("concurrency 2 (200.0 infer/s")
+    assert "160 infer/s (concurrency 1)" in text and "level (concurrency 8) failed" in text
+
+
+def test_describe_knee_not_reached_is_a_lower_bound():
+    records = [_record(1, 100, 10), _record(2, 200, 11)]
+    assert "lower bound" in describe_knee(knee_of(records), records, LoadMode.CONCURRENCY)
+
+
+def tiny_onnx(path):
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.ones((64, 10), np.float32), "W")
+    shape = numpy_helper.from_array(np.array([-1, 64], np.int64), "shape")
+    graph = helper.make_graph(
+        [helper.make_node("Reshape", ["image", "shape"], ["flat"]), helper.make_node("MatMul", ["flat", "W"], ["probabilities"])],
+        "g", [helper.make_tensor_value_info("image", TensorProto.FLOAT, ["N", 1, 8, 8])],
+        [helper.make_tensor_value_info("probabilities", TensorProto.FLOAT, ["N", 10])], [w, shape])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path
+
+
+def test_variant_repository_renders_each_variant_with_only_batching_changed(tmp_path):
+    spec = ServingSpec(models=(ModelSpec(name="digits", recipe="digit_cnn", max_batch_size=64),),
+                       priorities=(PriorityLevel("realtime", 1, QueuePolicy(4, 1000)), PriorityLevel("batch", 2, QueuePolicy(8, 1000))))
+    onnx_path = tiny_onnx(tmp_path / "m.onnx")
+    variants = plan_variants(spec, "digits", onnx_path, static_batch=8, delays_ms=(0, 2.5))
+    assert [v.label for v in variants] == ["dynamic", "dynamic_no_queue_policy", "no_batching",
+                                           "no_batching_no_queue_policy", "dynamic_0ms_no_queue_policy", "static_b8",
+                                           "delay_0ms", "delay_2.5ms"]
+    repo = write_variant_repository(spec, "digits", variants, tmp_path / "repo")
+    configs = {v.label: (repo / v.served_name / "config.pbtxt").read_text() for v in variants}
+    assert "max_batch_size: 1\n" in configs["no_batching"]
+    assert "max_batch_size: 8\n" in configs["static_b8"] and "max_queue_delay_microseconds: 0\n" in configs["static_b8"]
+    assert "max_queue_delay_microseconds: 2500\n" in configs["delay_2.5ms"]
+    assert "max_queue_delay_microseconds: 10000\n" in configs["dynamic"]
+    assert all("priority_levels: 2" in c for label, c in configs.items() if not label.endswith("_no_queue_policy"))
+    no_policy = configs["dynamic_no_queue_policy"]
+    assert "priority_levels" not in no_policy and "queue_policy" not in no_policy
+    assert "max_queue_delay_microseconds: 10000\n" in no_policy
+    zero_plain = configs["dynamic_0ms_no_queue_policy"]
+    assert "max_queue_delay_microseconds: 0\n" in zero_plain and "priority_levels" not in zero_plain
+    plain_none = configs["no_batching_no_queue_policy"]
+    assert "max_batch_size: 1\n" in plain_none and "priority_levels" not in plain_none and "queue_policy" not in plain_none
+    assert (repo / "digits_ab_dynamic" / "1" / "model.onnx").read_bytes() == onnx_path.read_bytes()
+    assert not (repo / "digits_ab_dynamic" / "1" / "model.onnx").is_symlink()
+    with pytest.raises(SweepPlanError, match="static_batch"):
+        plan_variants(spec, "digits", onnx_path, static_batch=128)
+
+
+def test_ensemble_steps_are_found_from_the_served_configs():
+    from perf_sweep.campaign import ensemble_steps
+
+    configs = [{"name": "text_embedder", "platform": "ensemble", "ensemble_scheduling": {"step": [
+        {"model_name": "text_tokenizer"}, {"model_name": "text_encoder"}]}}, {"name": "digit_classifier"}]
+    assert ensemble_steps(configs) == {"text_tokenizer", "text_encoder"}
+
+
+def test_sweep_stops_two_levels_past_a_confirmed_knee():
+    from perf_sweep.campaign import past_the_knee
+
+    rising = [_record(1, 100, 10), _record(2, 200, 10), _record(4, 400, 11)]
+    assert past_the_knee(rising) is None
+    one_past = [_record(1, 100, 10), _record(2, 200, 10), _record(4, 205, 20)]
+    assert past_the_knee(one_past) is None
+    two_past = one_past + [_record(8, 206, 40)]
+    assert "knee (load 2)" in past_the_knee(two_past)
+
+
+def test_limit_headlines_put_each_models_served_throughput_against_its_own_limit():
+    from perf_sweep.campaign import limit_headlines
+
+    def rec(model, sweep, load, throughput):
+        return PerfRecord(sweep=sweep, model=model, variant="v", mode="concurrency", load=load, batch_size=1,
+                          status="ok", command="", throughput=throughput, p99_ms=20.0)
+
+    records = [rec("digit_classifier", "digit_classifier.concurrency", 8, 1000.0),
+               rec("digit_classifier_ab_dynamic", "ab.dynamic.concurrency", 16, 1200.0),
+               rec("digit_classifier_small", "digit_classifier_small.concurrency", 8, 5000.0),  # another model
+               rec("text_embedder", "text_embedder.concurrency", 32, 90.0)]
+    results = {"knees": {"digit_classifier.concurrency": {"knee": None, "peak": {"throughput": 1000.0}},
+                         "text_embedder.concurrency": {"knee": None, "peak": {"throughput": 90.0}}},
+               "limit": {"best": {"batch_size": 32, "throughput": 50000.0, "batch_latency_ms": 0.6}},
+               "limits": {"text_embedder": {"best": {"batch_size": 16, "throughput": 180.0, "batch_latency_ms": 89.0},
+                                            "unit": "texts/s", "what": "tokenize + int8_mixed encoder as served"}}}
+    lines = limit_headlines(results, records, "digit_classifier")
+    assert len(lines) == 4
+    assert lines[0].startswith("digit_classifier: served throughput at the peak (knee not reached): 1000 items/s = 2.0%")
+    assert "1200 items/s (ab.dynamic.concurrency at 16" in lines[1]  # not digit_classifier_small's 5000
+    assert lines[2].startswith("text_embedder: served throughput at the peak (knee not reached): 90 texts/s = 50.0% "
+                               "of the in-process limit 180 texts/s (batch 16; tokenize + int8_mixed encoder as served)")
+    assert lines[3].endswith("= 50.0% of the in-process limit.")
+    assert limit_headlines({"knees": {}}, records, None) == []

@@ -1,0 +1,39 @@
+"""What one executed batch adds to the backend's custom metrics (pure)."""
+from __future__ import annotations
+
+from serving.backend.metrics import FAMILIES, Observation, batch_observations, bucket_of
+from serving.backend.batch_execution import BatchStats
+
+
+def test_a_bucketed_text_batch_reports_fill_padding_buckets_and_overhead():
+    stats = BatchStats(requests=5, rows=6, real_tokens=60, computed_tokens=80, framework_calls=2, framework_s=0.004,
+                       failed_requests=1, calls_by_width={14: 1, 40: 1})
+    observed = batch_observations(stats, execute_s=0.005, refused=2, boundaries=(16, 24, 32, 48))
+    by_name = {(o.metric, o.labels): o.value for o in observed}
+    assert by_name[("serving_batch_requests", ())] == 7  # every request of the execution, refused ones too
+    assert by_name[("serving_batch_rows", ())] == 6
+    assert by_name[("serving_batch_real_tokens_total", ())] == 60 and by_name[("serving_batch_computed_tokens_total", ())] == 80
+    assert by_name[("serving_batch_bucket_calls_total", (("bucket", "16"),))] == 1
+    assert by_name[("serving_batch_bucket_calls_total", (("bucket", "48"),))] == 1
+    assert abs(by_name[("serving_batch_overhead_seconds", ())] - 0.001) < 1e-12
+    assert by_name[("serving_rejected_requests_total", (("reason", "invalid_input"),))] == 2
+    assert by_name[("serving_rejected_requests_total", (("reason", "framework_failure"),))] == 1
+    assert all(o.metric in FAMILIES for o in observed)
+
+
+def test_a_fixed_shape_batch_has_no_token_counters_and_one_unbucketed_call():
+    stats = BatchStats(3, 4, 0, 0, 1, 0.001, 0, {0: 1})
+    observed = batch_observations(stats, 0.002, refused=0)
+    names = {o.metric for o in observed}
+    assert "serving_batch_real_tokens_total" not in names and "serving_rejected_requests_total" not in names
+    assert Observation("serving_batch_bucket_calls_total", (("bucket", "all"),), 1) in observed
+
+
+def test_a_batch_refused_entirely_only_counts_the_refusals():
+    assert batch_observations(None, 0.001, refused=3) == [
+        Observation("serving_rejected_requests_total", (("reason", "invalid_input"),), 3)]
+
+
+def test_bucket_labels_are_the_boundary_a_width_falls_into():
+    assert [bucket_of(w, (16, 32)) for w in (1, 16, 17, 32, 40)] == ["16", "16", "32", "32", "32"]
+    assert bucket_of(0, ()) == "all"

@@ -1,0 +1,108 @@
+"""Request validation, sampling, streaming text, KV sizing and the block pool's tensors."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from serving.generation.detokenize import IncrementalDetokenizer
+from serving.generation.errors import GenerationError, InvalidGenerationRequest
+from serving.generation.kv_store import KvStore
+from serving.generation.requests import build_request, parse_sampling_parameters
+from serving.generation.sampling import new_rng, sample_token
+from serving.generation.requests import SamplingParams
+from serving.generation.sizing import KvLayout, plan_kv_blocks
+from serving.generation.triton_config import render_generation_config
+from contracts.serving_spec import ModelSpec
+
+
+def test_sampling_parameters_accept_the_vllm_style_fields():
+    fields = parse_sampling_parameters('{"max_tokens": 8, "temperature": 0.7, "top_p": 0.9, "top_k": 40, "seed": 1}')
+    assert fields["max_tokens"] == 8 and fields["top_k"] == 40
+    assert parse_sampling_parameters("") == {} and parse_sampling_parameters(None) == {}
+
+
+@pytest.mark.parametrize("text, message", [
+    ('{"max_tokens": 0}', r"`max_tokens` = 0: expected an integer >= 1"),
+    ('{"max_tokens": true}', r"`max_tokens` = True"),
+    ('{"temperature": -1}', r"`temperature` = -1"),
+    ('{"beam_width": 4}', r"unknown fields \['beam_width'\]; allowed: \["),
+    ('{"priority": 3}', r"`priority` = 3: expected 1 \(realtime\) or 2 \(batch\)"),
+    ("[1, 2]", "must be a JSON object"),
+    ("{not json", "not valid JSON"),
+])
+def test_bad_sampling_parameters_name_the_field_and_the_rule(text, message):
+    with pytest.raises(InvalidGenerationRequest, match=message):
+        parse_sampling_parameters(text)
+
+
+def test_prompt_and_max_tokens_are_checked_against_the_context():
+    with pytest.raises(InvalidGenerationRequest, match="text_input is empty"):
+        build_request("a", (), {}, max_context=32)
+    with pytest.raises(InvalidGenerationRequest, match="the prompt is 40 tokens; the model's context is 32"):
+        build_request("a", tuple(range(40)), {}, max_context=32)
+    with pytest.raises(InvalidGenerationRequest, match=r"`max_tokens` = 1000000: .* at most 22 output tokens fit"):
+        build_request("a", tuple(range(10)), {"max_tokens": 1_000_000}, max_context=32)
+    request = build_request("a", (1, 2), {"max_tokens": 4, "deadline_ms": 1500, "priority": 1}, max_context=32)
+    assert request.deadline_s == 1.5 and request.priority == 1 and request.sampling.greedy
+
+
+def test_greedy_sampling_is_argmax_and_seeded_sampling_is_reproducible():
+    logits = np.array([0.1, 3.0, 2.9, -1.0], dtype=np.float32)
+    assert sample_token(logits, SamplingParams(), new_rng(SamplingParams())) == 1
+    params = SamplingParams(temperature=1.0, top_k=2, seed=5)
+    draws = [sample_token(logits, params, new_rng(params)) for _ in range(3)]
+    assert len(set(draws)) == 1 and draws[0] in (1, 2)
+
+
+def test_incremental_detokenizer_holds_back_an_incomplete_utf8_character():
+    table = {1: b"Gr", 2: b"\xc3", 3: b"\xbc", 4: b"n"}
+    decode = lambda ids: b"".join(table[i] for i in ids).decode("utf-8", errors="replace")
+    detok = IncrementalDetokenizer(decode)
+    chunks = [detok.push(1), detok.push(2), detok.push(3), detok.push(4), detok.flush()]
+    assert chunks == ["Gr", "", "ü", "n", ""] and "".join(chunks) == detok.text == "Grün"
+
+
+def test_kv_sizing_follows_the_70_percent_rule_less_the_engine():
+    layout = KvLayout(layers=30, kv_heads=3, head_dim=64, block_size=16)
+    assert layout.stored_bytes_per_block == 737_280
+    sizing = plan_kv_blocks(memory_mb=6144, models_in_partition=2, engine_bytes=1200 * 2**20, layout=layout,
+                            max_running=8, max_context=1024)
+    expected = (int(6144 * 2**20 * 0.7 / 2) - 1200 * 2**20) // (2 * 737_280)
+    assert sizing.num_blocks == min(expected, 2 * 8 * 64) and sizing.bound_by in ("memory", "cap")
+
+
+def test_int8_kv_stores_a_byte_per_value_plus_a_scale_per_head_and_token():
+    fp32 = KvLayout(30, 3, 64, 16, "fp32")
+    int8 = KvLayout(30, 3, 64, 16, "int8")
+    assert int8.stored_bytes_per_block == fp32.values_per_block + 2 * 30 * 3 * 16 * 4
+    assert int8.stored_bytes_per_block / fp32.stored_bytes_per_block < 0.27
+
+
+def test_kv_sizing_names_the_fix_when_not_even_one_sequence_fits():
+    with pytest.raises(GenerationError, match="Raise the partition's memory_mb"):
+        plan_kv_blocks(512, 2, 200 * 2**20, KvLayout(30, 3, 64), max_running=8, max_context=1024)
+
+
+def test_kv_store_gathers_what_was_written_across_blocks_fp32_and_int8():
+    rng = np.random.default_rng(0)
+    for dtype in ("fp32", "int8"):
+        layout = KvLayout(layers=2, kv_heads=3, head_dim=4, block_size=4, dtype=dtype)
+        store = KvStore(layout, num_blocks=6)
+        keys = rng.uniform(-1, 1, (2, 3, 7, 4)).astype(np.float32)
+        values = rng.uniform(-1, 1, (2, 3, 7, 4)).astype(np.float32)
+        store.write([5, 2], 0, keys[:, :, :3], values[:, :, :3])
+        store.write([5, 2], 3, keys[:, :, 3:], values[:, :, 3:])
+        past_k, past_v, past = store.gather([[5, 2], [1]], [7, 0])
+        assert past == 8 and past_k.shape == (2, 2, 3, 8, 4)  # whole blocks; position 7 and row 1 are zeros
+        tolerance = 0 if dtype == "fp32" else 1.0 / 127
+        np.testing.assert_allclose(past_k[:, 0, :, :7], keys, atol=tolerance)
+        np.testing.assert_allclose(past_v[:, 0, :, :7], values, atol=tolerance)
+        assert not past_k[:, 0, :, 7].any() and not past_k[:, 1].any() and np.isfinite(past_v).all()
+
+
+def test_generation_config_is_decoupled_with_the_vllm_tensor_names():
+    text = render_generation_config(ModelSpec(name="llm", recipe="smollm2_gguf"), {"num_blocks": "10"})
+    assert "model_transaction_policy { decoupled: true }" in text and "max_batch_size: 0" in text
+    for name in ("text_input", "stream", "sampling_parameters", "exclude_input_in_output", "text_output", "finish_reason"):
+        assert f'name: "{name}"' in text
+    assert 'key: "num_blocks"' in text

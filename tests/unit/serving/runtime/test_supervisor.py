@@ -1,0 +1,206 @@
+"""Launcher and supervisor planning: flags, pinning, MPS environment, manifest, restart policy."""
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import pytest
+
+from contracts.errors import ConfigError
+from serving.runtime.launcher import (
+    RunLayout, build_manifest, mps_environment, partition_server_process, partition_server_settings, with_server_overrides,
+)
+from contracts.partition_plan import plan_partitions
+from serving.runtime.server import TritonInstallation
+from contracts.serving_spec import serving_spec_from_dict
+from serving.runtime.supervisor import RestartPolicy, describe_exit, stop_supervisor
+
+SPEC = serving_spec_from_dict({
+    "server": {"http_port": 9000, "grpc_port": 9001, "metrics_port": 9002},
+    "partitions": {"p": {"compute_share": 50, "memory_mb": 512}, "q": {"compute_share": 50, "memory_mb": 256}},
+    "models": {"a": {"recipe": "digit_cnn", "partition": "p"}, "b": {"recipe": "digit_cnn", "partition": "q"}},
+    "placement": {"cpu": "cpu_sets"},
+})
+INSTALLATION = TritonInstallation(binary=Path("/opt/tritonserver/bin/tritonserver"), backends_dir=Path("/opt/tritonserver/backends"), bundled=False)
+
+
+def test_server_settings_for_a_partition_load_only_its_models_on_its_ports():
+    part = plan_partitions(SPEC, 2, False).partition("q")
+    args = partition_server_settings(part, Path("/repo"), Path("/backends")).to_args_list()
+    assert "--http-port=9010" in args and "--grpc-port=9011" in args and "--metrics-port=9012" in args
+    assert "--model-control-mode=explicit" in args and "--load-model=b" in args and "--load-model=a" not in args
+
+
+def test_cpu_plan_pins_the_server_and_sizes_onnx_runtime_threads(tmp_path):
+    plan = plan_partitions(SPEC, 2, False)
+    process = partition_server_process(INSTALLATION, plan, plan.partition("q"), Path("/repo"), RunLayout(tmp_path))
+    assert process.cpus == (1,)
+    assert process.extra_env["SERVING_INTRA_OP_THREADS"] == "1"
+    assert not any(k.startswith("CUDA_MPS") for k in process.extra_env)
+    assert process.log_path == tmp_path / "logs" / "tritonserver-q.log"
+
+
+def test_cpu_shares_plan_runs_on_every_core_with_its_weight(tmp_path):
+    from dataclasses import replace
+
+    from serving.runtime.cpu_shares import WeightMethod, plan_cpu_weights
+    from contracts.serving_spec import CpuPlacement, Placement
+
+    plan = plan_partitions(replace(SPEC, placement=Placement(CpuPlacement.SHARES)), 2, False)
+    weight = plan_cpu_weights({"p": 50, "q": 50}, WeightMethod.NICE, None)["q"]
+    process = partition_server_process(INSTALLATION, plan, plan.partition("q"), Path("/repo"), RunLayout(tmp_path), weight)
+    assert process.cpus == (0, 1) and process.cpu_weight is weight
+    assert process.extra_env["SERVING_INTRA_OP_THREADS"] == "2"  # the backend splits it between instances
+
+
+def test_gpu_plan_gives_mps_variables_and_the_run_dirs_pipe_instead_of_pinning(tmp_path):
+    plan = plan_partitions(SPEC, 16, True)
+    process = partition_server_process(INSTALLATION, plan, plan.partition("p"), Path("/repo"), RunLayout(tmp_path))
+    assert process.cpus is None
+    assert process.extra_env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "50"
+    assert process.extra_env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=512M"
+    assert process.extra_env["CUDA_MPS_PIPE_DIRECTORY"] == str(tmp_path / "mps" / "pipe")
+    assert mps_environment(RunLayout(tmp_path))["CUDA_MPS_LOG_DIRECTORY"] == str(tmp_path / "mps" / "log")
+
+
+def test_manifest_keeps_the_format_clients_and_monitoring_read(tmp_path):
+    plan = plan_partitions(SPEC, 2, False)
+    manifest = build_manifest(plan, RunLayout(tmp_path), {"p": {"pid": 11, "state": "ready", "restarts": 0},
+                                                          "q": {"pid": 12, "state": "ready", "restarts": 1}})
+    assert manifest["models"]["b"] == {"http": "127.0.0.1:9010", "grpc": "127.0.0.1:9011",
+                                       "metrics": "http://127.0.0.1:9012/metrics", "partition": "q"}
+    q = manifest["partitions"]["q"]
+    assert (q["pid"], q["models"], q["cpus"], q["restarts"]) == (12, ["b"], [1], 1)
+    assert q["log"] == str(tmp_path / "logs" / "tritonserver-q.log")
+
+
+def test_command_line_overrides_move_the_base_ports():
+    spec = with_server_overrides(SPEC, http_port=19000, grpc_port=19001, metrics_port=19002)
+    assert plan_partitions(spec, 2, False).partition("q").http_port == 19010
+    assert with_server_overrides(SPEC) is SPEC
+
+
+def test_backoff_doubles_and_is_capped():
+    policy = RestartPolicy(initial_backoff_s=0.5, max_backoff_s=4.0)
+    assert [policy.backoff_s(n) for n in range(1, 7)] == [0.5, 1.0, 2.0, 4.0, 4.0, 4.0]
+
+
+def test_restarts_are_bounded_within_the_window():
+    policy = RestartPolicy(max_restarts=3, window_s=60)
+    assert policy.allows_restart([0, 10], now=20)
+    assert not policy.allows_restart([0, 10, 15], now=20)
+    assert policy.allows_restart([0, 10, 15], now=70.5)  # the first two have left the window
+
+
+def test_invalid_policy_is_rejected():
+    with pytest.raises(ConfigError, match="backoff"):
+        RestartPolicy(initial_backoff_s=5, max_backoff_s=1)
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"liveness_interval_s": 0}, r"liveness_interval_s = 0: allowed > 0 seconds"),
+    ({"liveness_timeout_s": 3.0}, r"liveness_timeout_s = 3.0: allowed 0 < timeout <= liveness_interval_s \(2.0\)"),
+    ({"liveness_timeout_s": -1.0}, r"liveness_timeout_s = -1.0: allowed 0 < timeout"),
+    ({"liveness_failures": 0}, r"liveness_failures = 0: allowed an integer >= 1"),
+    ({"liveness_failures": 2.5}, r"liveness_failures = 2.5: allowed an integer >= 1"),
+])
+def test_invalid_liveness_settings_are_rejected_naming_field_value_and_what_is_allowed(fields, message):
+    with pytest.raises(ConfigError, match=message):
+        RestartPolicy(**fields)
+
+
+def test_liveness_defaults_act_on_a_hang_within_8_s():
+    policy = RestartPolicy()
+    assert (policy.liveness_interval_s, policy.liveness_timeout_s, policy.liveness_failures) == (2.0, 2.0, 3)
+    assert policy.hang_detection_s == 8.0
+
+
+def test_exit_descriptions_name_the_signal():
+    assert describe_exit(-signal.SIGKILL) == "killed by SIGKILL"
+    assert describe_exit(3) == "exited with code 3"
+
+
+def test_stop_with_nothing_running_does_nothing(tmp_path):
+    assert stop_supervisor(RunLayout(tmp_path)) == []
+
+
+def test_status_shows_what_the_supervisor_did_to_a_partition():
+    from serving.cli import partition_history_lines
+
+    assert partition_history_lines({"last_exit": None, "stubs": {"m": {"reloads": 0, "status": "watching"}}}) == []
+    lines = partition_history_lines({
+        "last_exit": "hung: /v2/health/live unanswered 3 times in a row",
+        "stubs": {"a": {"reloads": 0, "status": "watching"},
+                  "b": {"reloads": 2, "status": "watching", "last_reason": "lost a backend stub (pid 7)"},
+                  "c": {"reloads": 5, "status": "gave_up", "last_reason": "reload budget spent"}},
+    })
+    assert lines == [
+        "    last exit: hung: /v2/health/live unanswered 3 times in a row",
+        "    model b: backend stub reloads 2, watching; last: lost a backend stub (pid 7)",
+        "    model c: backend stub reloads 5, gave_up; last: reload budget spent",
+    ]
+
+
+def test_a_spent_budget_means_a_slow_crash_loop_not_giving_up():
+    policy = RestartPolicy(max_restarts=3, window_s=600, crash_loop_backoff_s=300, initial_backoff_s=0.5)
+    assert policy.next_restart([0, 10], consecutive_failures=3, now=20) == ("backoff", 2.0)
+    assert policy.next_restart([0, 10, 15], consecutive_failures=4, now=20) == ("crash_loop", 300)
+    # once the old restarts leave the window, quick restarts are allowed again
+    assert policy.next_restart([0, 10, 15], consecutive_failures=4, now=700) == ("backoff", 4.0)
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"crash_loop_backoff_s": 1.0}, r"crash_loop_backoff_s = 1.0: allowed >= max_backoff_s \(8.0\)"),
+    ({"stable_after_s": -1}, r"stable_after_s = -1: allowed >= 0 seconds"),
+])
+def test_invalid_crash_loop_settings_are_rejected(fields, message):
+    with pytest.raises(ConfigError, match=message):
+        RestartPolicy(**fields)
+
+
+def test_status_names_a_crash_loop_and_when_the_next_attempt_comes():
+    from serving.cli import partition_restart_line
+
+    assert partition_restart_line({"state": "ready", "crash_loop": False}) is None
+    line = partition_restart_line({"state": "crash_loop", "crash_loop": True, "restarts_in_window": 5, "restart_budget": 5,
+                                   "window_s": 600.0, "next_attempt_in_s": 287.4, "crash_loops": 1})
+    assert line == ("    CRASH LOOP: restart budget spent (5 of 5 restarts in 600 s); next attempt in 287 s; "
+                    "budget spent 1 time(s); alert ServingPartitionCrashLooping")
+    assert "restarting in 2.0 s (restart 3 of 5" in partition_restart_line(
+        {"state": "backoff", "next_attempt_in_s": 2.0, "restarts_in_window": 2, "restart_budget": 5, "window_s": 600})
+
+
+def test_supervisor_metrics_expose_state_restarts_and_crash_loop():
+    from serving.runtime.supervisor_metrics import METRIC_FAMILIES, render_supervisor_metrics
+
+    text = render_supervisor_metrics({"status": "degraded", "mechanism": "cpu_sets", "partitions": {
+        "main": {"state": "crash_loop", "crash_loop": True, "restarts": 7, "restarts_in_window": 5, "restart_budget": 5,
+                 "crash_loops": 2, "stubs": {"enc": {"reloads": 1}}},
+        "fallback": {"state": "ready", "crash_loop": False, "restarts": 0}}})
+    lines = set(text.splitlines())
+    assert 'serving_partition_crash_loop{partition="main"} 1' in lines
+    assert 'serving_partition_crash_loop{partition="fallback"} 0' in lines
+    assert 'serving_partition_up{partition="main"} 0' in lines and 'serving_partition_up{partition="fallback"} 1' in lines
+    assert 'serving_partition_state{partition="main",state="crash_loop"} 1' in lines
+    assert 'serving_partition_state{partition="main",state="ready"} 0' in lines
+    assert 'serving_partition_restarts_total{partition="main"} 7' in lines
+    assert 'serving_model_stub_reloads_total{partition="main",model="enc"} 1' in lines
+    assert 'serving_supervisor_info{status="degraded",mechanism="cpu_sets"} 1' in lines
+    assert {f"# TYPE {name} {kind}" for name, (kind, _) in METRIC_FAMILIES.items()} <= lines
+
+
+def test_supervisor_metrics_pass_promtool_check_metrics():
+    """`promtool check metrics` (Prometheus's own linter) reads the exposition without a complaint."""
+    import shutil
+    import subprocess
+
+    from serving.runtime.supervisor_metrics import render_supervisor_metrics
+
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool is not installed (make setup installs Debian's prometheus package as root)")
+    text = render_supervisor_metrics({"status": "ready", "mechanism": "cpu_sets", "partitions": {
+        "p": {"state": "ready", "restarts": 1, "stubs": {"m": {"reloads": 0}}}}})
+    done = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.strip() == "" and done.stderr.strip() == "", done.stdout + done.stderr
