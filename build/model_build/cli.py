@@ -14,7 +14,7 @@ from contracts.errors import ServingError
 from contracts.partition_plan import plan_for_this_host
 from contracts.serving_spec import load_serving_spec
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
+from contracts.layout import PROJECT_ROOT
 
 
 def cmd_build(args: argparse.Namespace) -> int:

@@ -22,7 +22,7 @@ from model_client.endpoints import resolve_url
 from model_client.errors import ClientError
 from model_client.images import image_array_from_png
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
+from contracts.layout import PROJECT_ROOT
 DEFAULT_TEST_SPLIT = PROJECT_ROOT / "artifacts" / "digit_classifier" / "test_split.npz"
 
 

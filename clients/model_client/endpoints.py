@@ -12,7 +12,7 @@ from pathlib import Path
 
 from model_client.client import Protocol
 
-DEFAULT_MANIFEST = Path(__file__).resolve().parents[2] / "run" / "manifest.json"
+from contracts.layout import MANIFEST as DEFAULT_MANIFEST
 TRITON_DEFAULT_URLS = {Protocol.HTTP: "127.0.0.1:8000", Protocol.GRPC: "127.0.0.1:8001"}
 
 

@@ -24,7 +24,7 @@ from typing import Mapping, Sequence
 
 from model_client.errors import ClientError, OverloadedError, RequestRejectedError, ServerUnavailableError
 
-DEFAULT_SERVING_CONFIG = Path(__file__).resolve().parents[2] / "model_repository" / "serving.toml"
+from contracts.layout import SERVING_CONFIG as DEFAULT_SERVING_CONFIG
 #: The small classifier shipped for overload (serving.toml: digit_classifier_small).
 DIGIT_FALLBACKS = {"digit_classifier": "digit_classifier_small"}
 REALTIME_LEVEL = 1

@@ -8,8 +8,7 @@ from typing import Any, Mapping
 
 from contracts.errors import ServingError
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
-RUN_DIR = PROJECT_ROOT / "run"
+from contracts.layout import PROJECT_ROOT, RUN_DIR
 MANIFEST_PATH = RUN_DIR / "manifest.json"
 
 

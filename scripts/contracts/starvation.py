@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from contracts.errors import ConfigError, ServingError
+from contracts.layout import SERVING_CONFIG
 from contracts.serving_spec import ModelSpec, ServingSpec, load_serving_spec
 
 
@@ -182,7 +183,7 @@ def describe_served_model(spec: ServingSpec, model: ModelSpec, repository: Path,
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m contracts.starvation", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--config", type=Path, default=Path(__file__).resolve().parents[2] / "model_repository" / "serving.toml")
+    parser.add_argument("--config", type=Path, default=SERVING_CONFIG)
     parser.add_argument("--execution-ms", type=float, help="measured execution time of a full batch (for a time bound)")
     args = parser.parse_args(argv)
     try:

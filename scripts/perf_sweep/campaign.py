@@ -29,7 +29,7 @@ from perf_sweep.results import PerfRecord
 from perf_sweep.runner import RunFolder, run_sweep
 from perf_sweep.text_limit import is_fused_text_model
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
+from contracts.layout import PROJECT_ROOT
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from perf_sweep.generate_workload import LONG_SYSTEM_PROMPT, RequestTiming, Sla, poisson_workload, summarise
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
+from contracts.layout import PROJECT_ROOT
 
 
 @dataclass(frozen=True)

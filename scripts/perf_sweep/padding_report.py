@@ -38,7 +38,7 @@ from contracts.sequence_buckets import (
     run_in_length_buckets,
 )
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
+from contracts.layout import PROJECT_ROOT
 DEFAULT_WORKDIR = PROJECT_ROOT / "artifacts" / "text_encoder"
 DEFAULT_OUT = PROJECT_ROOT / "reports" / "serving"
 STRATEGIES = ("pad_to_max_length", "pad_to_longest", "bucketed")

@@ -38,7 +38,7 @@ from perf_sweep.peers.plan import (
 )
 from perf_sweep.peers.stats import LevelSummary, Outcome, accounting_line, best_closed_loop_throughput, summarize_level
 
-PROJECT_ROOT = Path(__file__).resolve().parents[3]
+from contracts.layout import PROJECT_ROOT
 Progress = Callable[[str], None]
 PEER_MODULES = ("fastapi", "uvicorn", "infinity_emb", "onnxruntime", "tokenizers")
 #: What each peer imports from the peers' environment (PyTriton runs from the main one).

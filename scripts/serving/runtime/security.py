@@ -45,7 +45,7 @@ RESTRICTED_APIS = ("model-repository", "shared-memory", "logging", "trace")
 #: URL-safe characters only: the key sits inside Triton's `<apis>:<header>=<key>` flag value, so it
 #: must not contain ',', ':', '=' or whitespace. 24+ characters (secrets.token_urlsafe(32) gives 43).
 KEY_PATTERN = re.compile(r"^[A-Za-z0-9_-]{24,256}$")
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
+from contracts.layout import PROJECT_ROOT
 
 
 @dataclass(frozen=True)

@@ -20,11 +20,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 from contracts.errors import ServerStartError
+from contracts.layout import SOURCE_DIRS
 
 #: Environment variable that names a tritonserver binary explicitly (first in the search order).
 TRITONSERVER_ENV = "TRITONSERVER"
 #: Our Python-based backends (a model.py shared by many models), installed into the backend dir.
-PROJECT_BACKENDS_DIR = Path(__file__).parent / "triton_backends"
+PROJECT_BACKENDS_DIR = Path(__file__).resolve().parents[1] / "backend" / "triton_backends"
 
 
 @dataclass(frozen=True)
@@ -122,7 +123,7 @@ def server_environment(installation: TritonInstallation, base: Mapping[str, str]
     env["PATH"] = venv_bin + ":" + env.get("PATH", "")
     # The stub embeds Python; point it at this environment's packages explicitly.
     site_paths = [p for p in sys.path if p.endswith("site-packages")]
-    project_paths = [str(Path(__file__).resolve().parents[2] / d) for d in ("build", "clients", "scripts")]
+    project_paths = [str(d) for d in SOURCE_DIRS]
     env["PYTHONPATH"] = ":".join(site_paths + project_paths + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     return env
 

@@ -1,0 +1,31 @@
+"""Where things live in a checkout: the one place that knows the folder layout.
+
+Every package finds the project root, the model repository, the run state and the source
+folders through these names instead of counting `parents[N]` from its own file (a count that
+silently breaks whenever a module moves one level). The project is installed editable
+(`make setup`), so this file sits at `<root>/scripts/contracts/layout.py`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+#: The checkout's root (holds Makefile, model_repository/, build/, clients/, scripts/, deploy/).
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+#: What is served: Triton model folders plus serving.toml.
+MODEL_REPOSITORY = PROJECT_ROOT / "model_repository"
+#: The serving plan every package reads (partitions, limits, placement).
+SERVING_CONFIG = MODEL_REPOSITORY / "serving.toml"
+#: Run-time state of `make serve`: manifest, supervisor state, logs.
+RUN_DIR = PROJECT_ROOT / "run"
+#: The manifest clients read to find the running endpoints.
+MANIFEST = RUN_DIR / "manifest.json"
+#: Build outputs too large for git (ONNX files, calibration sets, test splits).
+ARTIFACTS_DIR = PROJECT_ROOT / "artifacts"
+#: Reports written by builds and benchmarks.
+REPORTS_DIR = PROJECT_ROOT / "reports"
+#: Source folders that hold importable packages (the Triton Python stub needs them on its path).
+SOURCE_DIRS = tuple(PROJECT_ROOT / name for name in ("build", "clients", "scripts", "deploy"))
+
+if not (PROJECT_ROOT / "Makefile").is_file():  # pragma: no cover - guards a moved file
+    raise ImportError(f"contracts.layout expected the project root at {PROJECT_ROOT} (a folder with a Makefile); was the package moved?")
