@@ -2,16 +2,20 @@
 
 Input and output names, data types and shapes are read from the ONNX graph (the one source of
 truth for a model's interface); batching, priorities and queue policies come from `ServingSpec`.
-Rendering is pure (text out); only `write_model_config` touches the disk.
+Configs are built as Triton's own schema, `tritonclient.grpc.model_config_pb2.ModelConfig`
+messages (the proto Triton itself parses), and written with protobuf's `text_format`: no string
+assembly, so a name with a quote is escaped and a misspelt field fails here, not in tritonserver.
+Rendering is pure (messages out); only `write_model_config` touches the disk.
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Collection, Iterable, Mapping, Sequence
 
 import numpy as np
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2 as pb
 
 from contracts.errors import ConfigError
 from contracts.sequence_buckets import LENGTH_INPUT_PARAMETER
@@ -39,6 +43,7 @@ TRITON_TO_NUMPY_DTYPE = {
     "TYPE_INT32": "int32",
     "TYPE_INT8": "int8",
     "TYPE_UINT8": "uint8",
+    "TYPE_UINT32": "uint32",
     "TYPE_BOOL": "bool",
     "TYPE_STRING": "object",
 }
@@ -98,86 +103,77 @@ def tensor_specs_from_onnx(onnx_path: str | Path) -> tuple[tuple[TensorSpec, ...
     return inputs, outputs
 
 
-def _dims(dims: Sequence[int]) -> str:
-    return "[ " + ", ".join(str(d) for d in dims) + " ]"
+ModelConfig = pb.ModelConfig
 
 
-def _tensor_block(kind: str, tensors: Sequence[TensorSpec], ragged: bool = False) -> list[str]:
-    """`input [...]` / `output [...]`; with `ragged`, `allow_ragged_batch` on every tensor that has a
-    variable axis (see `render_onnx_cpu_ragged_config`)."""
-    lines = [f"{kind} ["]
-    for i, t in enumerate(tensors):
-        sep = "," if i < len(tensors) - 1 else ""
-        flag = " allow_ragged_batch: true" if ragged and any(d < 0 for d in t.dims) else ""
-        lines.append(f'  {{ name: "{t.name}" data_type: {t.data_type} dims: {_dims(t.dims)}{flag} }}{sep}')
-    lines.append("]")
-    return lines
+def data_type(name: str) -> int:
+    """Triton's DataType enum value of a `TYPE_*` name."""
+    return pb.DataType.Value(name)
 
 
-def render_dynamic_batching(model: ModelSpec, serving: ServingSpec) -> list[str]:
+def model_input(t: TensorSpec, ragged: bool = False, optional: bool = False) -> pb.ModelInput:
+    return pb.ModelInput(name=t.name, data_type=data_type(t.data_type), dims=list(t.dims),
+                         allow_ragged_batch=ragged and any(d < 0 for d in t.dims), optional=optional)
+
+
+def model_output(t: TensorSpec) -> pb.ModelOutput:
+    return pb.ModelOutput(name=t.name, data_type=data_type(t.data_type), dims=list(t.dims))
+
+
+def _queue_policy(policy) -> pb.ModelQueuePolicy:
+    return pb.ModelQueuePolicy(timeout_action=pb.ModelQueuePolicy.REJECT,
+                               default_timeout_microseconds=policy.default_timeout_microseconds,
+                               allow_timeout_override=policy.allow_timeout_override, max_queue_size=policy.max_queue_size)
+
+
+def render_dynamic_batching(model: ModelSpec, serving: ServingSpec) -> pb.ModelDynamicBatching:
+    """The dynamic batcher with the priority levels and per-level queue policies of serving.toml."""
     delay = model.max_queue_delay_microseconds
     if delay is None:
         delay = serving.batching.max_queue_delay_microseconds
-    lines = ["dynamic_batching {", f"  max_queue_delay_microseconds: {delay}"]
+    batching = pb.ModelDynamicBatching(max_queue_delay_microseconds=delay)
     if serving.priorities:
-        lines.append(f"  priority_levels: {len(serving.priorities)}")
-        lines.append(f"  default_priority_level: {serving.default_priority_level}")
-        default_policy = serving.priority(serving.batching.default_priority).queue
-        lines += _queue_policy("default_queue_policy", default_policy)
+        batching.priority_levels = len(serving.priorities)
+        batching.default_priority_level = serving.default_priority_level
+        batching.default_queue_policy.CopyFrom(_queue_policy(serving.priority(serving.batching.default_priority).queue))
         for level in serving.priorities:
-            lines.append("  priority_queue_policy {")
-            lines.append(f"    key: {level.level}")
-            lines += ["  " + line for line in _queue_policy("value", level.queue)]
-            lines.append("  }")
-    lines.append("}")
-    return lines
-
-
-def _queue_policy(key: str, policy) -> list[str]:
-    return [
-        f"  {key} {{",
-        "    timeout_action: REJECT",
-        f"    default_timeout_microseconds: {policy.default_timeout_microseconds}",
-        f"    allow_timeout_override: {'true' if policy.allow_timeout_override else 'false'}",
-        f"    max_queue_size: {policy.max_queue_size}",
-        "  }",
-    ]
+            batching.priority_queue_policy[level.level].CopyFrom(_queue_policy(level.queue))
+    return batching
 
 
 #: Warmup data files (in `<model>/warmup/`, where Triton looks for `input_data_file`) holding ones:
 #: `ones_<TYPE>_<count>`. `write_model_config` writes every such file a config names.
-ONES_FILE = re.compile(r'input_data_file: "(ones_(TYPE_[A-Z0-9]+)_(\d+))"')
+ONES_PREFIX = "ones_"
 
 
 def render_warmup(inputs: Sequence[TensorSpec], batch_sizes: Sequence[int], variable_dim: int = 16,
-                  ones_inputs: Collection[str] = ()) -> list[str]:
+                  ones_inputs: Collection[str] = ()) -> list[pb.ModelWarmup]:
     """`model_warmup` entries, so the first real request is not the slow one: zero data, except
     ones for 0/1 masks (`ones_inputs`). Why: warmup samples must be VALID requests; an all-zero
     mask is refused by the backend's input contract, and Triton 2.51 crashes (SIGSEGV) when a
     warmup sample is answered with an error (docs/operations.md)."""
-    lines: list[str] = []
+    samples = []
     for batch in batch_sizes:
-        lines.append("model_warmup {")
-        lines.append(f'  name: "warmup_batch_{batch}"')
-        lines.append(f"  batch_size: {batch}")
+        sample = pb.ModelWarmup(name=f"warmup_batch_{batch}", batch_size=batch)
         for t in inputs:
             dims = [variable_dim if d < 0 else d for d in t.dims]
+            entry = sample.inputs[t.name]
+            entry.data_type = data_type(t.data_type)
+            entry.dims.extend(dims)
             if t.name in ones_inputs:
-                count = 1
-                for d in dims:
-                    count *= d
-                data = f'input_data_file: "ones_{t.data_type}_{count}"'
+                entry.input_data_file = f"{ONES_PREFIX}{t.data_type}_{int(np.prod(dims))}"
+            elif t.data_type == "TYPE_STRING":
+                entry.random_data = True
             else:
-                data = 'zero_data: true' if t.data_type != "TYPE_STRING" else 'random_data: true'
-            lines.append(f'  inputs {{ key: "{t.name}" value {{ data_type: {t.data_type} dims: {_dims(dims)} {data} }} }}')
-        lines.append("}")
-    return lines
+                entry.zero_data = True
+        samples.append(sample)
+    return samples
 
 
-def render_parameters(parameters: Mapping[str, str]) -> list[str]:
-    return [
-        f'parameters {{ key: "{key}" value {{ string_value: "{value}" }} }}' for key, value in sorted(parameters.items())
-    ]
+def set_parameters(config: pb.ModelConfig, parameters: Mapping[str, str]) -> None:
+    """String parameters (what a Python-based backend reads from `model_config["parameters"]`)."""
+    for key, value in parameters.items():
+        config.parameters[key].string_value = str(value)
 
 
 def render_onnx_cpu_config(
@@ -188,7 +184,7 @@ def render_onnx_cpu_config(
     onnx_file: str = "model.onnx",
     extra_parameters: Mapping[str, str] | None = None,
     ragged_inputs: bool = False,
-) -> str:
+) -> pb.ModelConfig:
     """Config for a model run by the `onnxruntime_cpu` Python-based backend (see triton_backends/)."""
     parameters = {"onnx_file": onnx_file, "intra_op_num_threads": str(model.intra_op_threads)}
     parameters.update(extra_parameters or {})
@@ -196,37 +192,65 @@ def render_onnx_cpu_config(
 
 
 def _render_batched_model(backend: str, model: ModelSpec, serving: ServingSpec, inputs: Sequence[TensorSpec],
-                          outputs: Sequence[TensorSpec], parameters: Mapping[str, str], ragged_inputs: bool = False) -> str:
+                          outputs: Sequence[TensorSpec], parameters: Mapping[str, str], ragged_inputs: bool = False) -> pb.ModelConfig:
     """What every batched model's config holds: the dynamic batcher with the priority levels and
     queue policies, the instances, the backend's parameters and warmup at batch 1 and the max."""
     length_input = parameters.get(LENGTH_INPUT_PARAMETER, "")
     masks = [t.name for t in inputs if t.data_type in INTEGER_TYPES and is_mask_input(t.name, [length_input])]
-    lines = [
-        f'name: "{model.name}"',
-        f'backend: "{backend}"',
-        f"max_batch_size: {model.max_batch_size}",
-        *_tensor_block("input", inputs, ragged=ragged_inputs),
-        *_tensor_block("output", outputs),
-        *render_dynamic_batching(model, serving),
-        f"instance_group [ {{ count: {model.instance_count} kind: KIND_CPU }} ]",
-        *render_parameters(parameters),
-        *render_warmup(inputs, sorted({1, model.max_batch_size}), ones_inputs=masks),
-    ]
-    return "\n".join(lines) + "\n"
+    config = pb.ModelConfig(
+        name=model.name, backend=backend, max_batch_size=model.max_batch_size,
+        input=[model_input(t, ragged=ragged_inputs) for t in inputs], output=[model_output(t) for t in outputs],
+        dynamic_batching=render_dynamic_batching(model, serving),
+        instance_group=[pb.ModelInstanceGroup(count=model.instance_count, kind=pb.ModelInstanceGroup.KIND_CPU)],
+        model_warmup=render_warmup(inputs, sorted({1, model.max_batch_size}), ones_inputs=masks),
+    )
+    set_parameters(config, parameters)
+    return config
 
 
-def write_model_config(model_dir: str | Path, text: str) -> Path:
+def config_text(config: pb.ModelConfig) -> str:
+    """The config.pbtxt text of a message (protobuf's text format, map keys sorted: stable diffs)."""
+    return text_format.MessageToString(config)
+
+
+def parse_config(text: str) -> pb.ModelConfig:
+    """Parse config.pbtxt text with Triton's schema (raises on an unknown field or bad value)."""
+    return text_format.Parse(text, pb.ModelConfig())
+
+
+def read_model_config(model_dir: str | Path) -> pb.ModelConfig:
+    """`<model_dir>/config.pbtxt` as Triton's ModelConfig message: the one reader every package uses."""
+    path = Path(model_dir) / "config.pbtxt"
+    try:
+        return parse_config(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{path} does not exist: run `make build-engines` first.") from None
+    except text_format.ParseError as exc:
+        raise ConfigError(f"{path} is not a Triton model config (model_config.proto): {exc}") from None
+
+
+def config_parameters(config: pb.ModelConfig) -> dict[str, str]:
+    """The string parameters of a config (what a Python-based backend reads)."""
+    return {key: value.string_value for key, value in config.parameters.items()}
+
+
+def write_model_config(model_dir: str | Path, config: pb.ModelConfig) -> Path:
     """Write config.pbtxt (only if it changed) and the warmup data files it names."""
+    text = config_text(config)
     path = Path(model_dir) / "config.pbtxt"
     path.parent.mkdir(parents=True, exist_ok=True)
     if not path.exists() or path.read_text() != text:
         path.write_text(text)
-    for file_name, data_type, count in ONES_FILE.findall(text):
-        data = np.ones(int(count), dtype=TRITON_TO_NUMPY_DTYPE[data_type]).tobytes()
-        warmup = Path(model_dir) / "warmup" / file_name
-        if not warmup.exists() or warmup.read_bytes() != data:
-            warmup.parent.mkdir(exist_ok=True)
-            warmup.write_bytes(data)
+    for sample in config.model_warmup:
+        for entry in sample.inputs.values():
+            if not entry.input_data_file.startswith(ONES_PREFIX):
+                continue
+            type_name, count = entry.input_data_file[len(ONES_PREFIX):].rsplit("_", 1)
+            data = np.ones(int(count), dtype=TRITON_TO_NUMPY_DTYPE[type_name]).tobytes()
+            warmup = Path(model_dir) / "warmup" / entry.input_data_file
+            if not warmup.exists() or warmup.read_bytes() != data:
+                warmup.parent.mkdir(exist_ok=True)
+                warmup.write_bytes(data)
     return path
 
 
@@ -257,7 +281,7 @@ def render_python_model_config(
     inputs: Sequence[TensorSpec],
     outputs: Sequence[TensorSpec],
     parameters: Mapping[str, str] | None = None,
-) -> str:
+) -> pb.ModelConfig:
     """Config for a model whose own model.py runs in Triton's Python backend (e.g. a tokenizer),
     with the same dynamic batcher, priority levels and queue policies as every other model."""
     return _render_batched_model("python", model, serving, inputs, outputs, parameters or {})
@@ -270,7 +294,7 @@ def render_onnx_cpu_ragged_config(
     outputs: Sequence[TensorSpec],
     onnx_file: str = "model.onnx",
     extra_parameters: Mapping[str, str] | None = None,
-) -> str:
+) -> pb.ModelConfig:
     """`render_onnx_cpu_config` for variable-length inputs (token ids): `allow_ragged_batch: true`.
 
     Why: Triton's dynamic batcher only merges requests whose variable-sized inputs have EQUAL
@@ -315,7 +339,7 @@ def render_ensemble_config(
     outputs: Sequence[TensorSpec],
     steps: Sequence[EnsembleStep],
     step_max_batch_sizes: Mapping[str, int],
-) -> str:
+) -> pb.ModelConfig:
     """Config for `platform: "ensemble"`. An ensemble has no dynamic batcher of its own: each step
     batches and applies its priority levels and queue policies; the request's priority and timeout
     are passed to every step by Triton's ensemble scheduler."""
@@ -335,20 +359,9 @@ def render_ensemble_config(
     unproduced = [t.name for t in outputs if t.name not in available]
     if unproduced:
         raise ConfigError(f"ensemble `{model.name}`: outputs {unproduced} are produced by no step.")
-    lines = [
-        f'name: "{model.name}"',
-        'platform: "ensemble"',
-        f"max_batch_size: {model.max_batch_size}",
-        *_tensor_block("input", inputs),
-        *_tensor_block("output", outputs),
-        "ensemble_scheduling {",
-    ]
+    config = pb.ModelConfig(name=model.name, platform="ensemble", max_batch_size=model.max_batch_size,
+                            input=[model_input(t) for t in inputs], output=[model_output(t) for t in outputs])
     for step in steps:
-        lines.append("  step {")
-        lines.append(f'    model_name: "{step.model_name}"')
-        lines.append("    model_version: -1")
-        lines += [f'    input_map {{ key: "{k}" value: "{v}" }}' for k, v in step.input_map]
-        lines += [f'    output_map {{ key: "{k}" value: "{v}" }}' for k, v in step.output_map]
-        lines.append("  }")
-    lines.append("}")
-    return "\n".join(lines) + "\n"
+        config.ensemble_scheduling.step.append(pb.ModelEnsembling.Step(
+            model_name=step.model_name, model_version=-1, input_map=dict(step.input_map), output_map=dict(step.output_map)))
+    return config

@@ -131,13 +131,9 @@ class ServedModelFacts:
 
 def served_model_facts(config_path: str | Path) -> ServedModelFacts:
     """Read a rendered config.pbtxt (the served max_batch_size may be below the serving.toml cap)."""
-    from google.protobuf import text_format
-    from tritonclient.grpc import model_config_pb2
+    from contracts.model_config import read_model_config
 
-    try:
-        config = text_format.Parse(Path(config_path).read_text(), model_config_pb2.ModelConfig())
-    except FileNotFoundError:
-        raise ServingError(f"{config_path} does not exist: run `make build-engines` first.") from None
+    config = read_model_config(Path(config_path).parent)
     equal_shape = tuple(
         t.name for t in config.input if any(d < 0 for d in t.dims) and not t.allow_ragged_batch
     )

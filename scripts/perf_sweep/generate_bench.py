@@ -60,8 +60,9 @@ class _Runtime:
         from serving.generation.engine import DecoderGraph
 
         version = model_dir / "1"
-        config = (model_dir / "config.pbtxt").read_text()
-        self.params = dict(__import__("re").findall(r'parameters \{ key: "([^"]+)" value \{ string_value: "([^"]*)" \} \}', config))
+        from contracts.model_config import config_parameters, read_model_config
+
+        self.params = config_parameters(read_model_config(model_dir))
         self.spec = json.loads((version / self.params["spec_file"]).read_text())
         self.tokenizer = Tokenizer.from_file(str(version / self.params["tokenizer_file"]))
         self.graph = DecoderGraph(str(version / self.params["graph_file"]))

@@ -59,7 +59,7 @@ def write_probe_repository(dest: Path, probes: tuple[ProbeModel, ...]) -> Path:
         model_dir = Path(dest) / probe.name
         (model_dir / "1").mkdir(parents=True, exist_ok=True)
         shutil.copy2(PROBE_MODEL_PY, model_dir / "1" / "model.py")
-        text = render_python_model_config(spec.model(probe.name), spec, PROBE_INPUTS, PROBE_OUTPUTS,
+        config = render_python_model_config(spec.model(probe.name), spec, PROBE_INPUTS, PROBE_OUTPUTS,
                                           parameters={"sleep_ms": str(probe.sleep_ms)})
-        write_model_config(model_dir, text)
+        write_model_config(model_dir, config)
     return Path(dest)

@@ -37,15 +37,14 @@ CLIENT_TIMEOUT_S = 5.0
 TIMEOUT_SLACK_S = 2.0
 
 
-def raising_model_config() -> str:
+def raising_model_config():
     """config.pbtxt of the test model (a Python model has no ONNX graph to render it from).
     No dynamic batching: each execution holds one request, so only a trigger request fails."""
-    return "\n".join([
-        f'name: "{RAISING}"', 'backend: "python"', "max_batch_size: 8",
-        'input [ { name: "x" data_type: TYPE_FP32 dims: [ 4 ] } ]',
-        'output [ { name: "y" data_type: TYPE_FP32 dims: [ 4 ] } ]',
-        "instance_group [ { count: 1 kind: KIND_CPU } ]", "",
-    ])
+    from contracts.model_config import ModelConfig, TensorSpec, model_input, model_output
+
+    tensor = TensorSpec("x", "TYPE_FP32", (4,))
+    return ModelConfig(name=RAISING, backend="python", max_batch_size=8, input=[model_input(tensor)],
+                       output=[model_output(TensorSpec("y", "TYPE_FP32", (4,)))], instance_group=[{"count": 1, "kind": "KIND_CPU"}])
 
 
 def build_fault_repository(root: Path) -> Path:
@@ -54,13 +53,16 @@ def build_fault_repository(root: Path) -> Path:
 
     repo = root / "repository"
     shutil.copytree(REPOSITORY / GOOD, repo / GOOD)
-    config = (repo / GOOD / "config.pbtxt").read_text()
+    from contracts.model_config import read_model_config, write_model_config
+
     for name in (BROKEN, MISSING):
+        config = read_model_config(repo / GOOD)
+        config.name = name
         (repo / name / "1").mkdir(parents=True)
-        (repo / name / "config.pbtxt").write_text(config.replace(f'name: "{GOOD}"', f'name: "{name}"', 1))
+        write_model_config(repo / name, config)
     (repo / BROKEN / "1" / "model.onnx").write_bytes(np.random.default_rng(0).bytes(4096))
     shutil.copytree(TEST_MODELS / RAISING, repo / RAISING, ignore=shutil.ignore_patterns("__pycache__"))
-    (repo / RAISING / "config.pbtxt").write_text(raising_model_config())
+    write_model_config(repo / RAISING, raising_model_config())
     return repo
 
 

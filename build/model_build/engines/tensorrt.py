@@ -141,15 +141,16 @@ def polygraphy_command(build: EngineBuild) -> str:
             f"--load-timing-cache {cache} --save-timing-cache {cache}")
 
 
-def render_tensorrt_config(name: str, max_batch_size: int, inputs, outputs, dynamic_batching: Sequence[str] = ()) -> str:
+def render_tensorrt_config(name: str, max_batch_size: int, inputs, outputs, dynamic_batching=None):
     """Triton config for a TensorRT plan on the GPU (`platform: "tensorrt_plan"`, KIND_GPU)."""
-    from contracts.model_config import _tensor_block  # the same tensor rendering as the CPU configs
+    from contracts.model_config import ModelConfig, model_input, model_output
 
-    return "\n".join([
-        f'name: "{name}"', 'platform: "tensorrt_plan"', f"max_batch_size: {max_batch_size}",
-        *_tensor_block("input", inputs), *_tensor_block("output", outputs), *dynamic_batching,
-        "instance_group [ { count: 1 kind: KIND_GPU } ]", 'default_model_filename: "model.plan"',
-    ]) + "\n"
+    config = ModelConfig(name=name, platform="tensorrt_plan", max_batch_size=max_batch_size,
+                         input=[model_input(t) for t in inputs], output=[model_output(t) for t in outputs],
+                         instance_group=[{"count": 1, "kind": "KIND_GPU"}], default_model_filename="model.plan")
+    if dynamic_batching is not None:
+        config.dynamic_batching.CopyFrom(dynamic_batching)
+    return config
 
 
 def run_engine_build(build: EngineBuild) -> Path:

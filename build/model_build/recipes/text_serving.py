@@ -20,7 +20,7 @@ needs the encoder built first: serving.toml lists the encoder before them.
 from __future__ import annotations
 
 import json
-import re
+
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping
@@ -39,6 +39,7 @@ from contracts.model_config import (
     tokenizer_tensor_specs,
     write_model_config,
 )
+from contracts.errors import ConfigError
 from contracts.sequence_buckets import BUCKETS_PARAMETER, LENGTH_INPUT_PARAMETER, default_bucket_boundaries, format_bucket_boundaries
 from contracts.serving_spec import ModelSpec, ServingSpec
 
@@ -65,14 +66,12 @@ def install_text_encoder(model: ModelSpec, serving: ServingSpec, record: dict[st
 
 def installed_max_batch_size(model_dir: Path) -> int:
     """max_batch_size of an installed model's config.pbtxt: what Triton will actually enforce."""
-    config = Path(model_dir) / "config.pbtxt"
+    from contracts.model_config import read_model_config
+
     try:
-        match = re.search(r"^max_batch_size:\s*(\d+)\s*$", config.read_text(), flags=re.M)
-    except FileNotFoundError:
-        match = None
-    if match is None:
-        raise BuildError(f"{config} is missing or has no max_batch_size: install {Path(model_dir).name} first.")
-    return int(match.group(1))
+        return int(read_model_config(model_dir).max_batch_size)
+    except ConfigError as exc:
+        raise BuildError(f"{exc} (install {Path(model_dir).name} first)") from None
 
 
 def _option(model: ModelSpec, key: str) -> str:
@@ -187,8 +186,8 @@ def install_text_ensemble(model: ModelSpec, serving: ServingSpec, record: dict[s
     if served.max_batch_size < model.max_batch_size:
         print(f"[build] {model.name}: max_batch_size {served.max_batch_size} (cap {model.max_batch_size}; "
               f"an ensemble may not exceed its steps' {dict(sizes)})")
-    text = render_ensemble_config(served, (TEXT_INPUT,), encoder_outputs, steps, sizes)
+    config = render_ensemble_config(served, (TEXT_INPUT,), encoder_outputs, steps, sizes)
     model_dir = Path(repository) / model.name
     (model_dir / "1").mkdir(parents=True, exist_ok=True)  # Triton needs a version directory, even empty
-    write_model_config(model_dir, text)
+    write_model_config(model_dir, config)
     return [model.name]

@@ -52,16 +52,13 @@ class ServedFiles:
 
 def read_model_config(repository: Path, model: str):
     """`repository/<model>/config.pbtxt` as Triton's ModelConfig message."""
-    from google.protobuf import text_format
-    from tritonclient.grpc import model_config_pb2
+    from contracts.errors import ConfigError
+    from contracts.model_config import read_model_config as read_config
 
-    path = repository / model / "config.pbtxt"
     try:
-        return text_format.Parse(path.read_text(), model_config_pb2.ModelConfig())
-    except FileNotFoundError:
-        raise SweepPlanError(f"{path} does not exist: run `make build-engines` first.") from None
-    except text_format.ParseError as exc:
-        raise SweepPlanError(f"{path} is not a Triton model config: {exc}") from None
+        return read_config(repository / model)
+    except ConfigError as exc:
+        raise SweepPlanError(str(exc)) from None
 
 
 def _parameter(config, name: str, default: str = "") -> str:

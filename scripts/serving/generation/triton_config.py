@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from contracts.model_config import render_parameters
+from contracts.model_config import ModelConfig, TensorSpec, model_input, model_output, set_parameters
 from contracts.serving_spec import ModelSpec
 
 #: (name, Triton type, dims, optional)
@@ -35,20 +35,13 @@ GENERATION_OUTPUTS = (
 )
 
 
-def _dims(dims) -> str:
-    return "[ " + ", ".join(str(d) for d in dims) + " ]"
-
-
-def render_generation_config(model: ModelSpec, parameters: Mapping[str, str]) -> str:
-    lines = [f'name: "{model.name}"', 'backend: "python"', "max_batch_size: 0",
-             "model_transaction_policy { decoupled: true }", "input ["]
-    for i, (name, dtype, dims, optional) in enumerate(GENERATION_INPUTS):
-        sep = "," if i < len(GENERATION_INPUTS) - 1 else ""
-        flag = " optional: true" if optional else ""
-        lines.append(f'  {{ name: "{name}" data_type: {dtype} dims: {_dims(dims)}{flag} }}{sep}')
-    lines += ["]", "output ["]
-    for i, (name, dtype, dims) in enumerate(GENERATION_OUTPUTS):
-        sep = "," if i < len(GENERATION_OUTPUTS) - 1 else ""
-        lines.append(f'  {{ name: "{name}" data_type: {dtype} dims: {_dims(dims)} }}{sep}')
-    lines += ["]", "instance_group [ { count: 1 kind: KIND_CPU } ]", *render_parameters(parameters)]
-    return "\n".join(lines) + "\n"
+def render_generation_config(model: ModelSpec, parameters: Mapping[str, str]) -> ModelConfig:
+    config = ModelConfig(
+        name=model.name, backend="python", max_batch_size=0,
+        input=[model_input(TensorSpec(name, dtype, dims), optional=optional) for name, dtype, dims, optional in GENERATION_INPUTS],
+        output=[model_output(TensorSpec(name, dtype, dims)) for name, dtype, dims in GENERATION_OUTPUTS],
+        instance_group=[{"count": 1, "kind": "KIND_CPU"}],
+    )
+    config.model_transaction_policy.decoupled = True
+    set_parameters(config, parameters)
+    return config

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from contracts.errors import ConfigError
-from contracts.model_config import TensorSpec, render_onnx_cpu_config
+from contracts.model_config import TensorSpec, config_text, parse_config, read_model_config, render_onnx_cpu_config, write_model_config
 from serving.runtime.server import ServerSettings
 from contracts.serving_spec import ModelSpec, serving_spec_from_dict
 
@@ -19,31 +19,60 @@ SERVING = serving_spec_from_dict({
 
 def test_rendered_config_carries_batching_priorities_and_queue_policies():
     model = SERVING.model("m")
-    text = render_onnx_cpu_config(model, SERVING, [TensorSpec("x", "TYPE_FP32", (3,))], [TensorSpec("y", "TYPE_FP32", (2,))])
-    assert 'backend: "onnxruntime_cpu"' in text
-    assert "max_batch_size: 16" in text
-    assert "max_queue_delay_microseconds: 7000" in text
-    assert "priority_levels: 2" in text and "default_priority_level: 2" in text
-    assert text.count("timeout_action: REJECT") == 3  # default + one per level
-    assert "max_queue_size: 4" in text and "max_queue_size: 8" in text
-    assert 'name: "warmup_batch_16"' in text
+    config = render_onnx_cpu_config(model, SERVING, [TensorSpec("x", "TYPE_FP32", (3,))], [TensorSpec("y", "TYPE_FP32", (2,))])
+    expected = parse_config("""
+        name: "m" backend: "onnxruntime_cpu" max_batch_size: 16
+        input { name: "x" data_type: TYPE_FP32 dims: 3 }
+        output { name: "y" data_type: TYPE_FP32 dims: 2 }
+        dynamic_batching {
+          max_queue_delay_microseconds: 7000 priority_levels: 2 default_priority_level: 2
+          default_queue_policy { timeout_action: REJECT default_timeout_microseconds: 5000 allow_timeout_override: true max_queue_size: 8 }
+          priority_queue_policy { key: 1 value { timeout_action: REJECT default_timeout_microseconds: 1000 allow_timeout_override: true max_queue_size: 4 } }
+          priority_queue_policy { key: 2 value { timeout_action: REJECT default_timeout_microseconds: 5000 allow_timeout_override: true max_queue_size: 8 } }
+        }
+        instance_group { count: 1 kind: KIND_CPU }
+        parameters { key: "intra_op_num_threads" value { string_value: "1" } }
+        parameters { key: "onnx_file" value { string_value: "model.onnx" } }
+        model_warmup { name: "warmup_batch_1" batch_size: 1 inputs { key: "x" value { data_type: TYPE_FP32 dims: 3 zero_data: true } } }
+        model_warmup { name: "warmup_batch_16" batch_size: 16 inputs { key: "x" value { data_type: TYPE_FP32 dims: 3 zero_data: true } } }
+    """)
+    config.parameters["intra_op_num_threads"].string_value = "1"  # depends on the machine's cores
+    assert config == expected
+    assert parse_config(config_text(config)) == config  # what is written parses back to the same message
 
 
 def test_rendered_config_parses_as_a_triton_model_config():
-    from google.protobuf import text_format
-    from tritonclient.grpc import model_config_pb2
-
     model = SERVING.model("m")
-    text = render_onnx_cpu_config(model, SERVING, [TensorSpec("ids", "TYPE_INT64", (-1,))], [TensorSpec("y", "TYPE_FP32", (4,))])
-    config = text_format.Parse(text, model_config_pb2.ModelConfig())
+    config = parse_config(config_text(render_onnx_cpu_config(model, SERVING, [TensorSpec("ids", "TYPE_INT64", (-1,))],
+                                                             [TensorSpec("y", "TYPE_FP32", (4,))])))
     assert config.dynamic_batching.priority_queue_policy[1].max_queue_size == 4
     assert list(config.model_warmup[0].inputs["ids"].dims) == [16]  # variable dims get a concrete warmup size
 
 
 def test_per_model_queue_delay_overrides_the_default():
     model = ModelSpec(name="m", recipe="digit_cnn", max_queue_delay_microseconds=2000)
-    text = render_onnx_cpu_config(model, SERVING, [TensorSpec("x", "TYPE_FP32", (1,))], [TensorSpec("y", "TYPE_FP32", (1,))])
-    assert "max_queue_delay_microseconds: 2000" in text
+    config = render_onnx_cpu_config(model, SERVING, [TensorSpec("x", "TYPE_FP32", (1,))], [TensorSpec("y", "TYPE_FP32", (1,))])
+    assert config.dynamic_batching.max_queue_delay_microseconds == 2000
+
+
+def test_names_are_escaped_not_spliced():
+    model = ModelSpec(name="m", recipe="digit_cnn")
+    config = render_onnx_cpu_config(model, SERVING, [TensorSpec('x"y', "TYPE_FP32", (1,))], [TensorSpec("y", "TYPE_FP32", (1,))])
+    assert parse_config(config_text(config)).input[0].name == 'x"y'
+
+
+def test_written_config_names_its_warmup_ones_files(tmp_path):
+    import numpy as np
+
+    model = ModelSpec(name="m", recipe="digit_cnn", max_batch_size=4)
+    config = render_onnx_cpu_config(model, SERVING, [TensorSpec("ids", "TYPE_INT64", (-1,)), TensorSpec("attention_mask", "TYPE_INT64", (-1,))],
+                                    [TensorSpec("y", "TYPE_FP32", (1,))])
+    write_model_config(tmp_path, config)
+    assert read_model_config(tmp_path) == config
+    ones = np.frombuffer((tmp_path / "warmup" / "ones_TYPE_INT64_16").read_bytes(), dtype=np.int64)
+    assert ones.shape == (16,) and (ones == 1).all()
+    with pytest.raises(ConfigError, match="does not exist"):
+        read_model_config(tmp_path / "missing")
 
 
 def test_unknown_tensor_type_is_rejected():

@@ -34,8 +34,9 @@ ENCODER_INPUTS = (TensorSpec("input_ids", "TYPE_INT64", (-1,)), TensorSpec("atte
 ENCODER_OUTPUTS = (TensorSpec("embedding", "TYPE_FP32", (384,)),)
 
 
-def parse(text: str):
-    return text_format.Parse(text, model_config_pb2.ModelConfig())
+def parse(config):
+    """Round trip through the written text: what Triton reads is what was built."""
+    return text_format.Parse(text_format.MessageToString(config), model_config_pb2.ModelConfig())
 
 
 def test_tokenizer_outputs_are_the_encoder_inputs():

@@ -78,19 +78,19 @@ def test_variant_repository_renders_each_variant_with_only_batching_changed(tmp_
                                            "no_batching_no_queue_policy", "dynamic_0ms_no_queue_policy", "static_b8",
                                            "delay_0ms", "delay_2.5ms"]
     repo = write_variant_repository(spec, "digits", variants, tmp_path / "repo")
-    configs = {v.label: (repo / v.served_name / "config.pbtxt").read_text() for v in variants}
-    assert "max_batch_size: 1\n" in configs["no_batching"]
-    assert "max_batch_size: 8\n" in configs["static_b8"] and "max_queue_delay_microseconds: 0\n" in configs["static_b8"]
-    assert "max_queue_delay_microseconds: 2500\n" in configs["delay_2.5ms"]
-    assert "max_queue_delay_microseconds: 10000\n" in configs["dynamic"]
-    assert all("priority_levels: 2" in c for label, c in configs.items() if not label.endswith("_no_queue_policy"))
-    no_policy = configs["dynamic_no_queue_policy"]
-    assert "priority_levels" not in no_policy and "queue_policy" not in no_policy
-    assert "max_queue_delay_microseconds: 10000\n" in no_policy
-    zero_plain = configs["dynamic_0ms_no_queue_policy"]
-    assert "max_queue_delay_microseconds: 0\n" in zero_plain and "priority_levels" not in zero_plain
-    plain_none = configs["no_batching_no_queue_policy"]
-    assert "max_batch_size: 1\n" in plain_none and "priority_levels" not in plain_none and "queue_policy" not in plain_none
+    from contracts.model_config import read_model_config
+
+    configs = {v.label: read_model_config(repo / v.served_name) for v in variants}
+    sizes = {label: c.max_batch_size for label, c in configs.items()}
+    delays = {label: c.dynamic_batching.max_queue_delay_microseconds for label, c in configs.items()}
+    assert sizes["no_batching"] == 1 and sizes["no_batching_no_queue_policy"] == 1 and sizes["static_b8"] == 8
+    assert delays["static_b8"] == 0 and delays["delay_2.5ms"] == 2500 and delays["dynamic"] == 10000
+    assert delays["dynamic_no_queue_policy"] == 10000 and delays["dynamic_0ms_no_queue_policy"] == 0
+    for label, c in configs.items():
+        with_policies = not label.endswith("_no_queue_policy")
+        assert (c.dynamic_batching.priority_levels == 2) == with_policies, label
+        assert (len(c.dynamic_batching.priority_queue_policy) == 2) == with_policies, label
+        assert c.dynamic_batching.HasField("default_queue_policy") == with_policies, label
     assert (repo / "digits_ab_dynamic" / "1" / "model.onnx").read_bytes() == onnx_path.read_bytes()
     assert not (repo / "digits_ab_dynamic" / "1" / "model.onnx").is_symlink()
     with pytest.raises(SweepPlanError, match="static_batch"):

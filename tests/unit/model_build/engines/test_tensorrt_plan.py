@@ -48,10 +48,10 @@ def test_profile_rejects_min_above_max():
 
 
 def test_tensorrt_config_is_a_gpu_plan():
-    text = render_tensorrt_config("digits_int8_mixed", 64, [TensorSpec("image", "TYPE_FP32", (1, 8, 8))],
-                                  [TensorSpec("probabilities", "TYPE_FP32", (10,))])
-    assert 'platform: "tensorrt_plan"' in text and "kind: KIND_GPU" in text and "max_batch_size: 64" in text
-    assert 'name: "digits_int8_mixed"' in text
+    config = render_tensorrt_config("digits_int8_mixed", 64, [TensorSpec("image", "TYPE_FP32", (1, 8, 8))],
+                                    [TensorSpec("probabilities", "TYPE_FP32", (10,))])
+    assert config.platform == "tensorrt_plan" and config.max_batch_size == 64 and config.name == "digits_int8_mixed"
+    assert config.instance_group[0].kind == config.instance_group[0].KIND_GPU and config.default_model_filename == "model.plan"
 
 
 class _Spec:

@@ -101,8 +101,11 @@ def test_kv_store_gathers_what_was_written_across_blocks_fp32_and_int8():
 
 
 def test_generation_config_is_decoupled_with_the_vllm_tensor_names():
-    text = render_generation_config(ModelSpec(name="llm", recipe="smollm2_gguf"), {"num_blocks": "10"})
-    assert "model_transaction_policy { decoupled: true }" in text and "max_batch_size: 0" in text
-    for name in ("text_input", "stream", "sampling_parameters", "exclude_input_in_output", "text_output", "finish_reason"):
-        assert f'name: "{name}"' in text
-    assert 'key: "num_blocks"' in text
+    from contracts.model_config import config_text, parse_config
+
+    config = parse_config(config_text(render_generation_config(ModelSpec(name="llm", recipe="smollm2_gguf"), {"num_blocks": "10"})))
+    assert config.model_transaction_policy.decoupled and config.max_batch_size == 0
+    names = {t.name for t in (*config.input, *config.output)}
+    assert {"text_input", "stream", "sampling_parameters", "exclude_input_in_output", "text_output", "finish_reason"} <= names
+    assert [t.name for t in config.input if not t.optional] == ["text_input"]
+    assert config.parameters["num_blocks"].string_value == "10"
