@@ -143,7 +143,9 @@ def run_sweep(sweep: SweepSpec, folder: RunFolder, progress: Progress = print,
     latencies: dict[float, list[float]] = {}
     unit = "concurrency" if sweep.mode.value == "concurrency" else "req/s"
     fixed_from: PerfRecord | None = None  # the first level that never stabilised
-    for i, level in enumerate(sweep.levels, 1):
+    from contracts.progress import progress as progress_bar
+
+    for i, level in enumerate(progress_bar(sweep.levels, f"sweep {sweep.name}", lines=False), 1):
         started = time.monotonic()
         if fixed_from is None:
             record, level_latencies = run_level(sweep, level, folder, binary, environment)

@@ -93,7 +93,9 @@ def compute_activation_ranges(
             extra_options={"num_bins": 2048, "percentile": 99.99} if method is not CalibrationMethod.MINMAX else {},
         )
         try:
-            for batch in batches:  # one call per batch: histogram collectors cannot stack ragged sequence lengths
+            from contracts.progress import progress
+
+            for batch in progress(batches, "calibration"):  # one call per batch: histogram collectors cannot stack ragged sequence lengths
                 calibrator.collect_data(_FeedsReader([batch]))
         except ValueError as exc:  # ONNX Runtime's histogram collectors on activations of different shapes
             raise BuildError(

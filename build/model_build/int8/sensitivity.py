@@ -148,7 +148,9 @@ def measure_sensitivities(
 ) -> tuple[list[LayerSensitivity], int]:
     """Each layer quantized on its own; returns (scores, how many were measured rather than cached)."""
     results, measured = [], 0
-    for layer in layers:
+    from contracts.progress import progress
+
+    for layer in progress(layers, "sensitivity"):
         hit = cache.get(key, layer.name)
         if hit is None:
             m = evaluate_single(layer)

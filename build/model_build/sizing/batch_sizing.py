@@ -149,7 +149,9 @@ def size_model_batches(
         if previous.get("probe") == probe_key:
             cached = {m["batch_size"]: m for m in previous["measurements"]}
     measurements, raw, measured_now = [], [], 0
-    for batch in candidate_batch_sizes(model.max_batch_size):
+    from contracts.progress import progress
+
+    for batch in progress(candidate_batch_sizes(model.max_batch_size), f"size-batches {model.name}"):
         result = cached.get(batch)
         if result is None:
             result = probe(onnx_path, batch, partition.intra_op_threads, variable_dim, device)

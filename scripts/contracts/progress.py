@@ -1,0 +1,43 @@
+"""Progress of long work: a bar with an ETA on a terminal, one line per step elsewhere.
+
+Why both: a user at a terminal wants to tell work from a hang (the text encoder's sensitivity
+search runs minutes); a CI log wants short, greppable lines, not carriage-return animations.
+tqdm (pinned in requirements/base.txt) draws the bar; off a terminal each step prints
+`[<what>] <i>/<n> <item> (<elapsed> s, ETA <s> s)`.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from typing import Iterable, Iterator, Sequence, TextIO, TypeVar
+
+T = TypeVar("T")
+
+
+def _label(item: object) -> str:
+    text = str(getattr(item, "name", item))
+    return text if len(text) <= 60 else "..." + text[-57:]
+
+
+def progress(items: Sequence[T] | Iterable[T], what: str, total: int | None = None, stream: TextIO | None = None,
+             tty: bool | None = None, lines: bool = True) -> Iterator[T]:
+    """Yield `items`, showing progress on `stream` (stderr): a tqdm bar on a terminal, one line per step
+    otherwise (`lines=False`: the caller prints its own line per step, so nothing more off a terminal)."""
+    stream = stream or sys.stderr
+    if total is None and hasattr(items, "__len__"):
+        total = len(items)  # type: ignore[arg-type]
+    on_terminal = stream.isatty() if tty is None else tty
+    if on_terminal:
+        from tqdm import tqdm
+
+        yield from tqdm(items, desc=what, total=total, file=stream, unit="step", leave=False, dynamic_ncols=True)
+        return
+    if not lines:
+        yield from items
+        return
+    start = time.monotonic()
+    for i, item in enumerate(items, 1):
+        yield item
+        elapsed = time.monotonic() - start
+        eta = f", ETA {elapsed / i * (total - i):.0f} s" if total else ""
+        print(f"[{what}] {i}/{total or '?'} {_label(item)} ({elapsed:.0f} s{eta})", file=stream, flush=True)
