@@ -56,8 +56,11 @@ demo: build-engines ## Set up, build, serve, classify test images and embed text
 	done; \
 	$(PY) -m serving stop; exit $$status
 
-test: build-engines k8s-validate setup-peers-minimal ## Set up, build, validate deploy/, and run the whole test suite against real tritonserver
+test: build-engines k8s-validate setup-peers-minimal lint-imports ## Set up, build, validate deploy/, check the import layers, and run the whole test suite against real tritonserver
 	$(PY) -m pytest
+
+lint-imports: setup ## Check the package layers of pyproject.toml [tool.importlinter] (contracts at the bottom, nothing imports serving.backend)
+	$(VENV)/bin/lint-imports --no-cache
 
 test-unit: setup ## Fast tests only (no server, no build)
 	$(PY) -m pytest -m "not server and not slow and not gpu"

@@ -15,7 +15,7 @@ ARTIFACTS = PROJECT_ROOT / "artifacts"
 
 
 def free_ports(count: int) -> list[int]:
-    from serving.runtime.server import free_loopback_ports
+    from contracts.processes import free_loopback_ports
 
     return free_loopback_ports(count)
 
@@ -118,6 +118,6 @@ def pytest_runtest_makereport(item, call):
     if report.when == "call" and report.failed and "triton_server" in getattr(item, "fixturenames", ()):
         server = item.funcargs.get("triton_server")
         if server is not None:
-            from serving.runtime.server import log_tail
+            from contracts.processes import log_tail
 
             report.sections.append(("tritonserver log (tail)", log_tail(server.log_path, 60)))

@@ -8,6 +8,3 @@ class BuildError(Exception):
 class BudgetExceededError(BuildError):
     """A precision variant missed its accuracy or fidelity budget."""
 
-
-class SkippedStep(BuildError):
-    """A step that cannot run on this machine (e.g. TensorRT without a GPU); not a failure."""

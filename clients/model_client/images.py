@@ -35,13 +35,3 @@ def image_array_from_png(path: str | Path) -> np.ndarray:
     if pixels.mean() > 0.5:  # light background: invert so the ink is bright, as in training
         pixels = 1.0 - pixels
     return pixels[None, :, :]
-
-
-def png_from_image_array(image: np.ndarray, path: str | Path, scale: int = 8) -> Path:
-    """Write a [1, 8, 8] 0..1 image as a PNG (bright digit on dark), enlarged `scale` times."""
-    from PIL import Image
-
-    pixels = (np.clip(image[0], 0, 1) * 255).astype(np.uint8)
-    img = Image.fromarray(pixels, mode="L").resize((MODEL_IMAGE_SIZE * scale,) * 2, Image.Resampling.NEAREST)
-    img.save(path)
-    return Path(path)

@@ -1,26 +1,104 @@
 """run/manifest.json: which server (endpoints) serves each model. Written by `serving serve`,
-read by the clients, the perf sweeps and the monitoring stack."""
+read by the clients, the perf sweeps and the monitoring stack, all through `Manifest`.
+
+Why a typed reader: four packages read this file; each used to pick keys out of raw dicts with
+its own idea of what is optional. `Manifest.from_dict` says once what a manifest holds and what
+is wrong with a broken one (missing keys named, the expected form given).
+"""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
 from contracts.errors import ServingError
+from contracts.layout import MANIFEST as MANIFEST_PATH, RUN_DIR  # noqa: F401 (RUN_DIR re-exported)
 
-from contracts.layout import PROJECT_ROOT, RUN_DIR
-MANIFEST_PATH = RUN_DIR / "manifest.json"
+ENDPOINT_KEYS = ("http", "grpc", "metrics")
 
 
-def endpoints_entry(host: str, http_port: int, grpc_port: int, metrics_port: int) -> dict[str, str]:
-    return {
-        "http": f"{host}:{http_port}",
-        "grpc": f"{host}:{grpc_port}",
-        "metrics": f"http://{host}:{metrics_port}/metrics",
-    }
+class ManifestError(ServingError):
+    """run/manifest.json is missing or not of the form `serving serve` writes."""
+
+
+@dataclass(frozen=True)
+class ModelEndpoints:
+    """One model's entry: its partition's HTTP and gRPC `host:port` and metrics URL."""
+
+    model: str
+    http: str
+    grpc: str | None = None
+    metrics: str | None = None
+    partition: str | None = None
+
+    def url(self, protocol: str) -> str:
+        """`host:port` for protocol "http" or "grpc" (a `Protocol` enum's value works too)."""
+        return self.http if str(getattr(protocol, "value", protocol)) == "http" else self.grpc
+
+
+@dataclass(frozen=True)
+class PartitionEntry:
+    """One partition's server: endpoints, process, CPU set and thread count (the plan's entry)."""
+
+    name: str
+    http: str | None = None
+    grpc: str | None = None
+    metrics: str | None = None
+    pid: int | None = None
+    state: str = "unknown"
+    restarts: int = 0
+    cpus: tuple[int, ...] = ()
+    intra_op_threads: int = 0
+    models: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Manifest:
+    mechanism: str = "unknown"
+    models: Mapping[str, ModelEndpoints] = field(default_factory=dict)
+    partitions: Mapping[str, PartitionEntry] = field(default_factory=dict)
+    #: The supervisor's own metrics URL (restarts, crash loops), when it serves one.
+    supervisor_metrics: str | None = None
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], source: str = "the manifest") -> "Manifest":
+        if not isinstance(data, Mapping):
+            raise ManifestError(f"{source} is not a JSON object; expected {{\"models\": {{...}}, \"partitions\": {{...}}}}.")
+        models = {}
+        for name, entry in (data.get("models") or {}).items():
+            missing = [k for k in ("http",) if not isinstance(entry, Mapping) or k not in entry]
+            if missing:
+                raise ManifestError(f"{source}: model {name!r} lacks {missing}; expected keys {list(ENDPOINT_KEYS)} and `partition`.")
+            models[name] = ModelEndpoints(name, str(entry["http"]), entry.get("grpc"), entry.get("metrics"), entry.get("partition"))
+        partitions = {}
+        for name, entry in (data.get("partitions") or {}).items():
+            partitions[name] = PartitionEntry(
+                name, entry.get("http"), entry.get("grpc"), entry.get("metrics"), entry.get("pid"), str(entry.get("state", "unknown")),
+                int(entry.get("restarts") or 0), tuple(int(c) for c in entry.get("cpus") or ()), int(entry.get("intra_op_threads") or 0),
+                tuple(entry.get("models") or ()))
+        return cls(str(data.get("mechanism", "unknown")), models, partitions, (data.get("supervisor") or {}).get("metrics"))
+
+    def model(self, name: str) -> ModelEndpoints:
+        try:
+            return self.models[name]
+        except KeyError:
+            raise ManifestError(f"model {name!r} is not in the manifest; served models: {sorted(self.models)}.") from None
+
+    def partition_of(self, model: str) -> PartitionEntry:
+        """The partition serving `model` (an empty entry when the manifest names none)."""
+        name = self.model(model).partition or "default"
+        return self.partitions.get(name, PartitionEntry(name))
+
+
+def as_manifest(manifest: "Manifest | Mapping[str, Any]") -> Manifest:
+    """A `Manifest` from either a parsed document or a `Manifest` (readers accept both)."""
+    return manifest if isinstance(manifest, Manifest) else Manifest.from_dict(manifest)
 
 
 def write_manifest(manifest: Mapping[str, Any], path: Path = MANIFEST_PATH) -> Path:
+    """Write atomically (readers never see half a file); the document is checked by the reader first."""
+    Manifest.from_dict(manifest, "the manifest being written")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True))
@@ -28,18 +106,14 @@ def write_manifest(manifest: Mapping[str, Any], path: Path = MANIFEST_PATH) -> P
     return path
 
 
-def read_manifest(path: Path = MANIFEST_PATH) -> dict[str, Any]:
+def read_manifest_dict(path: Path = MANIFEST_PATH) -> dict[str, Any]:
     try:
         return json.loads(Path(path).read_text())
     except FileNotFoundError:
-        raise ServingError(f"no server manifest at {path}: start the servers with `make serve`.") from None
+        raise ManifestError(f"no server manifest at {path}: start the servers with `make serve`.") from None
+    except json.JSONDecodeError as exc:
+        raise ManifestError(f"{path} is not JSON ({exc}); `make serve` rewrites it.") from None
 
 
-def model_endpoints(model: str, path: Path = MANIFEST_PATH) -> dict[str, str]:
-    manifest = read_manifest(path)
-    try:
-        return manifest["models"][model]
-    except KeyError:
-        raise ServingError(
-            f"model {model!r} is not in {path}; served models: {sorted(manifest.get('models', {}))}."
-        ) from None
+def read_manifest(path: Path = MANIFEST_PATH) -> Manifest:
+    return Manifest.from_dict(read_manifest_dict(path), str(path))

@@ -22,8 +22,8 @@ from typing import Any, Mapping
 
 from operations.alert_rules import RULES_PATH, AlertThresholds, alert_rules_yaml
 from operations.errors import MonitorConfigError, MonitorStartError, OperationsError
-from contracts.manifest import MANIFEST_PATH, RUN_DIR as SERVING_RUN_DIR
-from serving.runtime.server import free_loopback_ports
+from contracts.manifest import MANIFEST_PATH, RUN_DIR as SERVING_RUN_DIR, ManifestError, as_manifest, read_manifest
+from contracts.processes import free_loopback_ports
 
 RUN_DIR = SERVING_RUN_DIR / "prometheus"
 JOB = AlertThresholds.job
@@ -50,10 +50,10 @@ class ScrapeTarget:
 
 def scrape_targets_from_manifest(manifest: Mapping[str, Any]) -> tuple[ScrapeTarget, ...]:
     """One target per partition (models sharing a server share its endpoint), sorted by partition."""
-    partitions = manifest.get("partitions") or {}
-    urls = {name: entry.get("metrics") for name, entry in partitions.items()}
+    document = as_manifest(manifest)
+    urls = {name: entry.metrics for name, entry in document.partitions.items()}
     if not urls:  # older manifests: only models, each naming its partition
-        urls = {e.get("partition", model): e.get("metrics") for model, e in (manifest.get("models") or {}).items()}
+        urls = {e.partition or model: e.metrics for model, e in document.models.items()}
     if not urls:
         raise MonitorConfigError("the manifest lists no partitions or models: start the servers with `make serve`.")
     missing = sorted(name for name, url in urls.items() if not url)
@@ -68,7 +68,7 @@ def scrape_targets_from_manifest(manifest: Mapping[str, Any]) -> tuple[ScrapeTar
 
 def supervisor_target_from_manifest(manifest: Mapping[str, Any]) -> ScrapeTarget | None:
     """The supervisor's own metrics endpoint (restarts, crash loops), when the manifest names one."""
-    url = (manifest.get("supervisor") or {}).get("metrics")
+    url = as_manifest(manifest).supervisor_metrics
     return ScrapeTarget.from_url("supervisor", url) if url else None
 
 
@@ -139,7 +139,7 @@ def _ready(url: str) -> bool:
 
 def start_prometheus(settings: PrometheusSettings, log_path: Path, timeout: float = 30.0) -> subprocess.Popen:
     """Start Prometheus in its own session and return once /-/ready answers 200."""
-    from serving.runtime.server import log_tail, stop_pid
+    from contracts.processes import log_tail, stop_pid
 
     command = [str(find_prometheus()), *settings.to_args_list()]
     with open(log_path, "ab") as log:
@@ -160,16 +160,16 @@ def start_prometheus(settings: PrometheusSettings, log_path: Path, timeout: floa
 def start_monitoring(manifest_path: Path = MANIFEST_PATH, run_dir: Path = RUN_DIR, port: int | None = None,
                      scrape_interval: str = "5s", sla_ms: float | None = None, timeout: float = 30.0) -> dict[str, Any]:
     """Write prometheus.yml for the manifest's partitions, start Prometheus, record its pid and URL."""
-    from serving.runtime.server import pid_alive
+    from contracts.processes import pid_alive
 
     run_dir = Path(run_dir).resolve()
     state_path = run_dir / "state.json"
     if state_path.exists() and pid_alive(json.loads(state_path.read_text())["pid"]):
         raise MonitorStartError(f"Prometheus already runs (see {state_path}); stop it with `make monitor-stop`.")
     try:
-        manifest = json.loads(Path(manifest_path).read_text())
-    except FileNotFoundError:
-        raise MonitorConfigError(f"no server manifest at {manifest_path}: start the servers with `make serve`.") from None
+        manifest = read_manifest(Path(manifest_path))
+    except ManifestError as exc:
+        raise MonitorConfigError(str(exc)) from None
     targets = scrape_targets_from_manifest(manifest)
     (run_dir / "data").mkdir(parents=True, exist_ok=True)
     rules = RULES_PATH
@@ -191,7 +191,7 @@ def start_monitoring(manifest_path: Path = MANIFEST_PATH, run_dir: Path = RUN_DI
 
 def stop_monitoring(run_dir: Path = RUN_DIR) -> bool:
     """Stop the Prometheus that `start_monitoring` recorded; False if none was running."""
-    from serving.runtime.server import pid_alive, stop_pid
+    from contracts.processes import pid_alive, stop_pid
 
     state_path = Path(run_dir) / "state.json"
     if not state_path.exists():

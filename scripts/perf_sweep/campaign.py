@@ -72,20 +72,22 @@ class CampaignOptions:
 
 def endpoints_from_manifest(manifest: Mapping[str, Any]) -> tuple[Endpoint, ...]:
     """Endpoints of every model in a run/manifest.json document (written by `serving serve`)."""
-    models = manifest.get("models")
-    if not isinstance(models, Mapping) or not models:
+    from contracts.manifest import ManifestError, as_manifest
+
+    try:
+        document = as_manifest(manifest)
+    except ManifestError as exc:
+        raise SweepPlanError(f"{exc}") from None
+    if not document.models:
         raise SweepPlanError("the server manifest lists no models: start the servers with `make serve`.")
     endpoints = []
-    for name, entry in sorted(models.items()):
-        missing = [k for k in ("http", "grpc", "metrics") if k not in entry]
+    for name, entry in sorted(document.models.items()):
+        missing = [k for k in ("http", "grpc", "metrics") if not getattr(entry, k)]
         if missing:
-            raise SweepPlanError(f"manifest entry of model {name!r} lacks {missing}; got keys {sorted(entry)}.")
-        partition = str(entry.get("partition", "default"))
-        part = manifest.get("partitions", {}).get(partition, {})
-        endpoints.append(Endpoint(model=name, http_url=entry["http"], grpc_url=entry["grpc"],
-                                  metrics_url=entry["metrics"], server=partition,
-                                  cpus=tuple(int(c) for c in part.get("cpus", ())),
-                                  intra_op_threads=int(part.get("intra_op_threads") or 0)))
+            raise SweepPlanError(f"manifest entry of model {name!r} lacks {missing}.")
+        part = document.partition_of(name)
+        endpoints.append(Endpoint(model=name, http_url=entry.http, grpc_url=entry.grpc, metrics_url=entry.metrics,
+                                  server=part.name, cpus=part.cpus, intra_op_threads=part.intra_op_threads))
     return tuple(endpoints)
 
 

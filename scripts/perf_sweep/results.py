@@ -286,6 +286,3 @@ def record_from_outputs(
         server_compute_ms=row.server_compute_ms, requests=facts.request_count or 0, **common,
     )
 
-
-def load_records(path) -> list[PerfRecord]:
-    return [PerfRecord.from_dict(d) for d in json.loads(open(path).read())]

@@ -111,9 +111,8 @@ def start_variant_server(repository: Path, workdir: Path, models: Sequence[str],
     """Start our own tritonserver on free loopback ports, pinned to `cpus` (the served model's
     partition) with the same ONNX Runtime thread count; returns (process, http, grpc, metrics URL)."""
     from contracts.partition_plan import INTRA_OP_THREADS_ENV
-    from serving.runtime.server import (
-        ServerSettings, TritonServerProcess, find_tritonserver, free_loopback_ports, prepare_backend_dir,
-    )
+    from contracts.processes import free_loopback_ports
+    from serving.runtime.server import ServerSettings, TritonServerProcess, find_tritonserver, prepare_backend_dir
 
     installation = find_tritonserver()
     backend_dir = prepare_backend_dir(installation, Path(workdir) / "backends")
@@ -127,7 +126,7 @@ def start_variant_server(repository: Path, workdir: Path, models: Sequence[str],
         process.wait_ready(timeout=timeout)
         wait_models_ready(f"127.0.0.1:{http}", models, timeout=30.0)
     except Exception as exc:
-        from serving.runtime.server import log_tail
+        from contracts.processes import log_tail
 
         process.stop()
         raise SweepRunError(f"the A/B server did not serve every variant: {exc}\n{log_tail(process.log_path, 15)}") from None

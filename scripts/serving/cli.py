@@ -16,16 +16,16 @@ from pathlib import Path
 from contracts.errors import ServingError
 from serving.runtime.launcher import RunLayout, with_server_overrides
 from serving.runtime.model_readiness import check_models_loaded
-from contracts.manifest import PROJECT_ROOT, RUN_DIR
+from contracts.layout import PROJECT_ROOT, RUN_DIR
+from contracts.manifest import Manifest, PartitionEntry, read_manifest
 from contracts.partition_plan import Mechanism, plan_for_this_host
-from serving.runtime.server import http_ready, pid_alive, stop_pid
+from contracts.processes import http_ready, pid_alive, stop_pid
 from serving.runtime.security import RESTRICTED_APIS, check_bind_host, create_admin_key_file, load_admin_key
 from contracts.serving_spec import load_serving_spec
 from serving.runtime.supervisor import RestartPolicy, read_supervisor_state, run_supervisor, start_supervisor, stop_supervisor
 
 DEFAULT_CONFIG = PROJECT_ROOT / "model_repository" / "serving.toml"
 #: Written by the single-server launcher before partitions existed; still honoured by `stop`.
-LEGACY_STATE = "servers.json"
 
 
 def _overrides(args: argparse.Namespace) -> dict:
@@ -110,13 +110,6 @@ def cmd_supervise(args: argparse.Namespace) -> int:
 def cmd_stop(args: argparse.Namespace) -> int:
     layout = RunLayout(Path(args.run_dir))
     done = stop_supervisor(layout)
-    legacy = layout.run_dir / LEGACY_STATE
-    if legacy.exists():
-        for name, server in json.loads(legacy.read_text()).get("servers", {}).items():
-            if pid_alive(server["pid"]):
-                stop_pid(server["pid"])
-                done.append(f"stopped {name} (pid {server['pid']}) started by the older single-server launcher")
-        legacy.unlink()
     for line in done or ["nothing to stop"]:
         print(f"[stop] {line}")
     return 0
@@ -153,19 +146,19 @@ def cmd_status(args: argparse.Namespace) -> int:
         last = f" (last run {state['status']}{': ' + state['error'] if state.get('error') else ''})" if state else ""
         print(f"no partitions running from `make serve`{last}")
         return 1
-    manifest = json.loads(layout.manifest.read_text()) if layout.manifest.exists() else {"partitions": {}}
+    manifest = read_manifest(layout.manifest) if layout.manifest.exists() else Manifest()
     supervisor_up = pid_alive(state["supervisor_pid"])
     print(f"supervisor pid {state['supervisor_pid']} {'running' if supervisor_up else 'NOT RUNNING'}; "
           f"status {state['status']}; mechanism {state['mechanism']}")
     healthy = supervisor_up
     for name, part in state["partitions"].items():
-        endpoints = manifest["partitions"].get(name, {})
-        host, _, port = endpoints.get("http", ":").rpartition(":")
+        endpoints = manifest.partitions.get(name, PartitionEntry(name))
+        host, _, port = (endpoints.http or ":").rpartition(":")
         ready = bool(part["pid"]) and pid_alive(part["pid"]) and bool(port) and http_ready(host, int(port))
-        unready = check_models_loaded(host, int(port), endpoints.get("models", []), None, layout.partition_log(name)) if ready else {}
+        unready = check_models_loaded(host, int(port), list(endpoints.models), None, layout.partition_log(name)) if ready else {}
         healthy &= ready and not unready
         print(f"  {name}: pid {part['pid']} {'READY' if ready else 'NOT READY'} ({part['state']}, restarts {part['restarts']}) "
-              f"http {endpoints.get('http')} grpc {endpoints.get('grpc')} cpus {endpoints.get('cpus')} models {endpoints.get('models')}")
+              f"http {endpoints.http} grpc {endpoints.grpc} cpus {list(endpoints.cpus)} models {list(endpoints.models)}")
         restart_line = partition_restart_line(part)
         if restart_line:
             print(restart_line)

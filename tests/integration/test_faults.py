@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from serving.runtime.security import AdminKey, restricted_api_flags
-from serving.runtime.server import pid_alive
+from contracts.processes import pid_alive
 from conftest import poll_until
 from supervision import partition_pid, serving_cli, supervised_server, write_serving_config
 

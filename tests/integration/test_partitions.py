@@ -239,7 +239,7 @@ def test_sigstopped_partition_is_declared_hung_killed_and_restarted(partitions):
     the policy's worst case (8 s)."""
     from model_client.client import TritonModelClient
     from partition_probe import group_stat_fields
-    from serving.runtime.server import pid_alive
+    from contracts.processes import pid_alive
     from serving.runtime.supervisor import RestartPolicy, triton_shm_regions
 
     layout, _ = partitions

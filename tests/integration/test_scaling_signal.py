@@ -26,7 +26,7 @@ from k8s_deploy.monitoring import render_adapter_rules, substitute_adapter_templ
 from k8s_deploy.workload import plan_deployment, resource_name
 from operations.monitor import PrometheusSettings, api_get, start_prometheus
 from perf_sweep.plan import find_perf_analyzer, perf_analyzer_environment
-from serving.runtime.server import free_loopback_ports, log_tail, stop_pid
+from contracts.processes import free_loopback_ports, log_tail, stop_pid
 
 pytestmark = [
     pytest.mark.server,

@@ -13,7 +13,6 @@ import numpy as np
 
 #: Pixel values in the bundled data set run 0..16; the model sees them scaled to 0..1.
 DIGITS_PIXEL_MAX = 16.0
-IMAGE_SHAPE = (1, 8, 8)
 NUM_CLASSES = 10
 INPUT_NAME = "image"
 OUTPUT_NAME = "probabilities"

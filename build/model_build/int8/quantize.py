@@ -193,10 +193,6 @@ def simulated_graph(fp32_model, int8_layers: Sequence[QuantizableLayer], scheme:
     return insert_qdq(fp32_model, list(int8_layers), scheme, ranges, fake_weights=True)
 
 
-def model_bytes(model) -> bytes:
-    return model.SerializeToString()
-
-
 def cpu_session(model_or_path, threads: int = 2, optimize: bool = True):
     """An ONNX Runtime CPU session (from a path, bytes or ModelProto), threads pinned for fair timing."""
     import onnxruntime as ort

@@ -115,13 +115,21 @@ def plan_project(python: Path, config: Path, run_dir: Path, ports: Sequence[int]
                   blocking=True, stop_argv=(str(python), "-m", "serving", "stop", *common), manifest=run_dir / "manifest.json")
 
 
+def read_manifest(path: Path):
+    from contracts.manifest import read_manifest as read
+
+    return read(path)
+
+
 def urls_from_manifest(manifest: Mapping, models: Sequence[ModelKind]) -> dict[ModelKind, str]:
     """Each model's infer URL from `serving serve`'s run/manifest.json (the partition serving it)."""
-    served = manifest.get("models") or {}
+    from contracts.manifest import as_manifest
+
+    served = as_manifest(manifest).models
     missing = [m.value for m in models if m.value not in served]
     if missing:
         raise SweepRunError(f"this project does not serve {missing}; its manifest lists {sorted(served)}.")
-    return {m: f"http://{served[m.value]['http']}/v2/models/{m.value}/infer" for m in models}
+    return {m: f"http://{served[m.value].http}/v2/models/{m.value}/infer" for m in models}
 
 
 def ports_free(ports: Sequence[int]) -> bool:
@@ -139,7 +147,7 @@ def ports_free(ports: Sequence[int]) -> bool:
 def free_port_bases(count: int, partitions: int, stride: int, attempts: int = 50) -> list[int]:
     """`count` base ports such that base + i * stride is free for every partition i (this project's
     partitions listen at the base ports + i * partition_port_stride)."""
-    from serving.runtime.server import free_loopback_ports
+    from contracts.processes import free_loopback_ports
 
     for _ in range(attempts):
         bases = free_loopback_ports(count)
@@ -183,7 +191,7 @@ def start_target(launch: Launch, log: Path, timeout_s: float = 300.0) -> Running
         if done.returncode != 0:
             stop_target(running)
             raise SweepRunError(f"{launch.target.value} did not start (exit {done.returncode}): {launch.command}\n{_log_tail(log)}")
-        running.infer_urls = urls_from_manifest(json.loads(launch.manifest.read_text()), launch.target.serves())
+        running.infer_urls = urls_from_manifest(read_manifest(launch.manifest), launch.target.serves())
         return running
     with log.open("w") as out:
         process = subprocess.Popen(launch.argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
@@ -203,6 +211,6 @@ def stop_target(running: RunningTarget) -> None:
     if running.launch.stop_argv:
         subprocess.run(running.launch.stop_argv, capture_output=True, text=True, timeout=120)
     if running.pid is not None:
-        from serving.runtime.server import stop_pid
+        from contracts.processes import stop_pid
 
         stop_pid(running.pid)

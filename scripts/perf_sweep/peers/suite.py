@@ -109,7 +109,7 @@ def infinity_model_dir(peers_python: Path) -> Path:
 
 
 def _launch(target: TargetKind, opts: PeerSuiteOptions, files: ServedFiles, run_dir: Path) -> servers.Launch:
-    from serving.runtime.server import free_loopback_ports
+    from contracts.processes import free_loopback_ports
     from contracts.serving_spec import load_serving_spec
 
     if target is TargetKind.MINIMAL:
@@ -127,7 +127,7 @@ def _launch(target: TargetKind, opts: PeerSuiteOptions, files: ServedFiles, run_
 
 def _running_project(opts: PeerSuiteOptions) -> servers.RunningTarget:
     """The servers `make serve` started (make perf): measured as they are, neither started nor stopped."""
-    manifest = json.loads(Path(opts.project_manifest).read_text())
+    manifest = servers.read_manifest(Path(opts.project_manifest))
     launch = servers.Launch(TargetKind.PROJECT, (), codec.Api.KSERVE_V2,
                             f"this project's running servers (`make serve`, {opts.project_manifest})")
     return servers.RunningTarget(launch, servers.urls_from_manifest(manifest, TargetKind.PROJECT.serves()), Path("-"))

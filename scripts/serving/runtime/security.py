@@ -85,11 +85,6 @@ def restricted_api_flags(key: AdminKey, apis: tuple[str, ...] = RESTRICTED_APIS)
     return {"http_restricted_api": value, "grpc_restricted_protocol": value}
 
 
-def redact_key(text: str, key: AdminKey | None) -> str:
-    """`text` with the key replaced by `***`, for commands and messages that get printed."""
-    return text.replace(key.value, "***") if key is not None else text
-
-
 def redact_restricted_flags(args: list[str]) -> list[str]:
     """A tritonserver argument list safe to print: the key part of restricted flags masked."""
     masked = []

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 
 from contracts.errors import ServerStartError
 from contracts.layout import SOURCE_DIRS
+from contracts.processes import free_loopback_ports, http_ready, log_tail, pid_alive, stop_pid  # noqa: F401 (re-exported)
 
 #: Environment variable that names a tritonserver binary explicitly (first in the search order).
 TRITONSERVER_ENV = "TRITONSERVER"
@@ -191,37 +192,6 @@ class ServerSettings:
         return args
 
 
-def free_loopback_ports(count: int) -> list[int]:
-    """Ports the kernel just handed out on 127.0.0.1, held open together so they are distinct."""
-    import socket
-
-    sockets = []
-    try:
-        for _ in range(count):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            sockets.append(s)
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
-
-
-def http_ready(host: str, port: int, timeout: float = 1.0) -> bool:
-    try:
-        with urllib.request.urlopen(f"http://{host}:{port}/v2/health/ready", timeout=timeout) as resp:
-            return resp.status == 200
-    except (urllib.error.URLError, ConnectionError, OSError):
-        return False
-
-
-def log_tail(path: Path, lines: int = 40) -> str:
-    try:
-        return "\n".join(Path(path).read_text(errors="replace").splitlines()[-lines:])
-    except FileNotFoundError:
-        return "(no log written)"
-
-
 if TYPE_CHECKING:
     from serving.runtime.cpu_shares import CpuWeight
 
@@ -327,31 +297,3 @@ def raise_stack_limit(target_bytes: int) -> None:
         resource.setrlimit(resource.RLIMIT_STACK, (wanted, hard))
 
 
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def stop_pid(pid: int, timeout: float = 20.0) -> None:
-    """SIGTERM the server's process group (it owns its backend stubs), then SIGKILL if it lingers."""
-    for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(pid, sig)
-        except ProcessLookupError:
-            return
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline:
-            try:
-                waited, _ = os.waitpid(pid, os.WNOHANG)
-            except ChildProcessError:
-                waited = 0
-                if not pid_alive(pid):
-                    return
-            if waited == pid:
-                return
-            time.sleep(0.1)

@@ -57,7 +57,8 @@ from serving.runtime.liveness import LivenessHistory, probe_live, worst_case_det
 from contracts.manifest import write_manifest
 from serving.runtime.model_readiness import model_ready
 from contracts.partition_plan import Mechanism, PartitionPlan, PlannedPartition, plan_for_this_host
-from serving.runtime.server import TritonServerProcess, find_tritonserver, http_ready, log_tail, prepare_backend_dir
+from contracts.processes import http_ready, log_tail
+from serving.runtime.server import TritonServerProcess, find_tritonserver, prepare_backend_dir
 from contracts.serving_spec import load_serving_spec
 from serving.runtime.supervisor_metrics import SupervisorMetricsServer, render_supervisor_metrics
 from serving.runtime.stub_watch import PartitionStubWatch, python_based_backends, repository_api_headers, served_stub_counts

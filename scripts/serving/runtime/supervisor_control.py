@@ -16,7 +16,7 @@ from typing import Any, Sequence
 
 from contracts.errors import ServerStartError
 from serving.runtime.launcher import RunLayout, stop_mps_daemon
-from serving.runtime.server import log_tail, pid_alive, stop_pid
+from contracts.processes import log_tail, pid_alive, stop_pid
 
 
 def read_supervisor_state(layout: RunLayout) -> dict[str, Any] | None:

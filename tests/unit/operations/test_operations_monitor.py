@@ -65,7 +65,7 @@ def test_stop_with_nothing_started_is_harmless(tmp_path, capsys):
 
 def test_reads_the_manifest_the_serving_launcher_writes(tmp_path):
     from serving.runtime.launcher import RunLayout, build_manifest
-    from contracts.manifest import PROJECT_ROOT
+    from contracts.layout import PROJECT_ROOT
     from contracts.partition_plan import plan_for_this_host
     from contracts.serving_spec import load_serving_spec
 

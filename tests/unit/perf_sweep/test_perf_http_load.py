@@ -24,7 +24,7 @@ def server():
     """/ok answers item i's digit (i % 10), /wrong always 0, /busy 503, /slow after 1 s."""
     from aiohttp import web
 
-    from serving.runtime.server import free_loopback_ports
+    from contracts.processes import free_loopback_ports
 
     async def ok(request):
         body = await request.json()
@@ -83,7 +83,7 @@ def test_an_answer_later_than_the_timeout_is_a_timeout_and_a_closed_port_a_conne
     level = LoadLevel(LoadMode.CLOSED, 1, warmup_s=0.0, window_s=0.1)
     slow = run_level(workload(server + "/slow"), level, timeout_s=0.3).records
     assert slow[0].outcome is Outcome.TIMEOUT and slow[0].done_s - slow[0].sent_s == pytest.approx(0.3)
-    from serving.runtime.server import free_loopback_ports
+    from contracts.processes import free_loopback_ports
 
     refused = run_level(workload(f"http://127.0.0.1:{free_loopback_ports(1)[0]}/x"), level, timeout_s=1).records
     assert refused[0].outcome is Outcome.CONNECTION_ERROR

@@ -1,0 +1,75 @@
+"""Process and port helpers every part of the project uses (servers, peers, Prometheus, tests).
+
+Why here: the serving runtime, the perf suites, the monitor and the tests all start processes on
+free loopback ports and stop them by process group; one copy keeps their semantics equal (a
+SIGTERM to the group first, then SIGKILL; ports held open together so they are distinct).
+"""
+from __future__ import annotations
+
+import os
+import signal
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+
+def free_loopback_ports(count: int) -> list[int]:
+    """Ports the kernel just handed out on 127.0.0.1, held open together so they are distinct."""
+    import socket
+
+    sockets = []
+    try:
+        for _ in range(count):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            sockets.append(s)
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def http_ready(host: str, port: int, timeout: float = 1.0) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://{host}:{port}/v2/health/ready", timeout=timeout) as resp:
+            return resp.status == 200
+    except (urllib.error.URLError, ConnectionError, OSError):
+        return False
+
+
+def log_tail(path: Path, lines: int = 40) -> str:
+    try:
+        return "\n".join(Path(path).read_text(errors="replace").splitlines()[-lines:])
+    except FileNotFoundError:
+        return "(no log written)"
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def stop_pid(pid: int, timeout: float = 20.0) -> None:
+    """SIGTERM the server's process group (it owns its backend stubs), then SIGKILL if it lingers."""
+    for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(pid, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            try:
+                waited, _ = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                waited = 0
+                if not pid_alive(pid):
+                    return
+            if waited == pid:
+                return
+            time.sleep(0.1)
