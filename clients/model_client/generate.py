@@ -66,6 +66,18 @@ def _classify(message: str, status: str, url: str, model: str) -> ClientError:
     return RequestRejectedError(f"request to {model!r} at {url} was rejected: {message}")
 
 
+def _chunk_from_sse_line(raw: bytes, url: str, model: str):
+    """One server-sent-events line of /generate_stream: a chunk, None for other lines, or the
+    server's error raised as this client's error type."""
+    line = raw.decode("utf-8").strip()
+    if not line.startswith("data:"):
+        return None
+    event = json.loads(line[5:])
+    if "error" in event:
+        raise _classify(event["error"], "", url, model)
+    return _chunk_from_json(event)
+
+
 def _chunk_from_json(event: dict) -> GenerationChunk:
     def first(name, default):
         value = event.get(name, default)
@@ -106,16 +118,11 @@ def generate_http(url: str, prompt: str, settings: GenerationSettings = Generati
             yield _chunk_from_json(json.loads(response.read()))
             return
         for raw in response:  # server-sent events: "data: {...}" lines
-            line = raw.decode("utf-8").strip()
-            if not line.startswith("data:"):
-                continue
-            event = json.loads(line[5:])
-            if "error" in event:
-                raise _classify(event["error"], "", url, model)
-            chunk = _chunk_from_json(event)
-            yield chunk
-            if chunk.finish_reason:
-                return
+            chunk = _chunk_from_sse_line(raw, url, model)
+            if chunk is not None:
+                yield chunk
+                if chunk.finish_reason:
+                    return
 
 
 def _grpc_inputs(module, prompt: str, settings: GenerationSettings, stream: bool) -> list:
@@ -192,12 +199,8 @@ async def generate_http_async(url: str, prompt: str, settings: GenerationSetting
                     yield _chunk_from_json(json.loads(await response.read()))
                     return
                 async for raw in response.content:
-                    line = raw.decode("utf-8").strip()
-                    if line.startswith("data:"):
-                        event = json.loads(line[5:])
-                        if "error" in event:
-                            raise _classify(event["error"], "", url, model)
-                        chunk = _chunk_from_json(event)
+                    chunk = _chunk_from_sse_line(raw, url, model)
+                    if chunk is not None:
                         yield chunk
                         if chunk.finish_reason:
                             return

@@ -185,7 +185,14 @@ def render_onnx_cpu_config(
     extra_parameters: Mapping[str, str] | None = None,
     ragged_inputs: bool = False,
 ) -> pb.ModelConfig:
-    """Config for a model run by the `onnxruntime_cpu` Python-based backend (see triton_backends/)."""
+    """Config for a model run by the `onnxruntime_cpu` Python-based backend (see triton_backends/).
+
+    `ragged_inputs`: `allow_ragged_batch: true` on every input with a variable axis (token ids).
+    Why: Triton's dynamic batcher only merges requests whose variable-sized inputs have EQUAL
+    shapes unless the input allows ragged batches, so texts of different lengths would each run
+    alone. The `onnxruntime_cpu` backend receives requests separately and pads (or buckets) them
+    itself, so ragged batches are safe for it.
+    """
     parameters = {"onnx_file": onnx_file, "intra_op_num_threads": str(model.intra_op_threads)}
     parameters.update(extra_parameters or {})
     return _render_batched_model("onnxruntime_cpu", model, serving, inputs, outputs, parameters, ragged_inputs)
@@ -285,24 +292,6 @@ def render_python_model_config(
     """Config for a model whose own model.py runs in Triton's Python backend (e.g. a tokenizer),
     with the same dynamic batcher, priority levels and queue policies as every other model."""
     return _render_batched_model("python", model, serving, inputs, outputs, parameters or {})
-
-
-def render_onnx_cpu_ragged_config(
-    model: ModelSpec,
-    serving: ServingSpec,
-    inputs: Sequence[TensorSpec],
-    outputs: Sequence[TensorSpec],
-    onnx_file: str = "model.onnx",
-    extra_parameters: Mapping[str, str] | None = None,
-) -> pb.ModelConfig:
-    """`render_onnx_cpu_config` for variable-length inputs (token ids): `allow_ragged_batch: true`.
-
-    Why: Triton's dynamic batcher only merges requests whose variable-sized inputs have EQUAL
-    shapes unless the input allows ragged batches, so texts of different lengths would each run
-    alone. The `onnxruntime_cpu` backend receives requests separately and pads (or buckets) them
-    itself, so ragged batches are safe for it.
-    """
-    return render_onnx_cpu_config(model, serving, inputs, outputs, onnx_file, extra_parameters, ragged_inputs=True)
 
 
 @dataclass(frozen=True)

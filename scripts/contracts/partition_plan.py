@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Sequence
 
+from contracts.devices import GpuProbe, detect_nvidia_gpu  # noqa: F401 (re-exported)
 from contracts.errors import ConfigError
 from contracts.serving_spec import CpuPlacement, ServingSpec
 
@@ -48,27 +49,6 @@ class Mechanism(str, Enum):
     def pins(self) -> bool:
         """Partitions are pinned to CPU sets (their home cores; elastic sets may lend them)."""
         return self in (Mechanism.CPU_SETS, Mechanism.ELASTIC_CPU_SETS)
-
-
-@dataclass(frozen=True)
-class GpuProbe:
-    present: bool
-    detail: str
-
-
-def detect_nvidia_gpu() -> GpuProbe:
-    """Is there an NVIDIA GPU this process can use? (`nvidia-smi -L` lists one.)"""
-    smi = shutil.which("nvidia-smi")
-    if smi is None:
-        return GpuProbe(False, "no NVIDIA GPU: nvidia-smi is not installed")
-    try:
-        out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return GpuProbe(False, f"no NVIDIA GPU: nvidia-smi -L failed ({exc})")
-    gpus = [line for line in out.stdout.splitlines() if line.startswith("GPU ")]
-    if out.returncode != 0 or not gpus:
-        return GpuProbe(False, f"no NVIDIA GPU: nvidia-smi -L exited {out.returncode} listing none")
-    return GpuProbe(True, gpus[0])
 
 
 def round_half_up(value: float) -> int:

@@ -154,7 +154,7 @@ def test_every_broken_rule_is_refused_alone_while_its_batch_mates_get_their_solo
 def doubling_model_server(tmp_path_factory):
     """A real ONNX model (ids doubled, then looked up in a 10-row table) served by onnxruntime_cpu:
     ids >= 5 make ONNX Runtime fail, and the contract cannot see it (Mul is not a pass-through)."""
-    from contracts.model_config import TensorSpec, render_onnx_cpu_ragged_config, write_model_config
+    from contracts.model_config import TensorSpec, render_onnx_cpu_config, write_model_config
     from contracts.serving_spec import serving_spec_from_dict
     from tiny_onnx_models import WIDTH, masked_embedding_model, save
 
@@ -166,8 +166,8 @@ def doubling_model_server(tmp_path_factory):
     spec = serving_spec_from_dict({"models": {"doubling": {"recipe": "tiny", "max_batch_size": 32, "instance_count": 1,
                                                            "max_queue_delay_microseconds": 10000}}, "priorities": {}})
     inputs = (TensorSpec("input_ids", "TYPE_INT64", (-1,)), TensorSpec("attention_mask", "TYPE_INT64", (-1,)))
-    write_model_config(repository / "doubling", render_onnx_cpu_ragged_config(
-        spec.model("doubling"), spec, inputs, (TensorSpec("embedding", "TYPE_FP32", (WIDTH,)),)))
+    write_model_config(repository / "doubling", render_onnx_cpu_config(
+        spec.model("doubling"), spec, inputs, (TensorSpec("embedding", "TYPE_FP32", (WIDTH,)),), ragged_inputs=True))
     server = start_test_server(workdir, ("doubling",), repository=repository)
     yield server
     server.process.stop()

@@ -36,15 +36,11 @@ class TensorRTAvailability:
 
 def detect_tensorrt() -> TensorRTAvailability:
     """Real detection, cheapest check first: a GPU the driver lists, libcuda, then a TensorRT builder."""
-    smi = shutil.which("nvidia-smi")
-    if smi is None:
-        return TensorRTAvailability(False, "no NVIDIA GPU (nvidia-smi is not on PATH)")
-    try:
-        listed = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return TensorRTAvailability(False, f"nvidia-smi failed ({exc})")
-    if listed.returncode != 0 or "GPU" not in listed.stdout:
-        return TensorRTAvailability(False, f"nvidia-smi lists no GPU (exit {listed.returncode})")
+    from contracts.devices import detect_nvidia_gpu
+
+    gpu = detect_nvidia_gpu()
+    if not gpu.present:
+        return TensorRTAvailability(False, gpu.detail)
     try:
         ctypes.CDLL("libcuda.so.1")
     except OSError as exc:

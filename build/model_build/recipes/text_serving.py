@@ -32,7 +32,6 @@ from contracts.model_config import (
     TEXT_INPUT,
     render_ensemble_config,
     render_onnx_cpu_config,
-    render_onnx_cpu_ragged_config,
     render_python_model_config,
     tensor_specs_from_onnx,
     text_ensemble_steps,
@@ -60,7 +59,7 @@ def install_text_encoder(model: ModelSpec, serving: ServingSpec, record: dict[st
         # The length the encoder was exported and validated with: longer requests are refused (400).
         "max_sequence_length": str(record["max_length"]),
     }
-    write_model_config(model_dir, render_onnx_cpu_ragged_config(model, serving, inputs, outputs, extra_parameters=parameters))
+    write_model_config(model_dir, render_onnx_cpu_config(model, serving, inputs, outputs, extra_parameters=parameters, ragged_inputs=True))
     return [model.name]
 
 

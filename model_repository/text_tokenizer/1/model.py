@@ -4,7 +4,7 @@ The first step of the `text_embedder` ensemble, so clients send plain text. It u
 Face `tokenizers` library and the tokenizer.json that `make build-engines` copies next to this
 file (the one the encoder was exported and validated with).
 
-Behaviour (the config.pbtxt is rendered by scripts/serving/model_config.py):
+Behaviour (the config.pbtxt is rendered by scripts/contracts/model_config.py):
 * Input `TEXT`, TYPE_STRING dims [1]: one text per batch row. Outputs: whichever of `input_ids`,
   `attention_mask`, `token_type_ids` the config lists (the encoder's inputs), INT64 [-1].
 * Texts longer than `max_length` tokens (parameter; 128 for all-MiniLM-L6-v2, its training
@@ -23,15 +23,14 @@ import os
 
 import triton_python_backend_utils as pb_utils
 
+from serving.backend.checks import model_arguments
 from serving.backend.text_frontend import SUPPORTED_OUTPUTS, TextFrontEnd
 
 
 class TritonPythonModel:
     def initialize(self, args):
-        config = json.loads(args["model_config"])
-        params = {k: v.get("string_value", "") for k, v in config.get("parameters", {}).items()}
+        config, params, version_dir = model_arguments(args)
         name = args["model_name"]
-        version_dir = os.path.join(args["model_repository"], args["model_version"])
         tokenizer_file = params.get("tokenizer_file", "tokenizer.json")
         path = os.path.normpath(os.path.join(version_dir, tokenizer_file))
         if os.path.dirname(path) != os.path.normpath(version_dir):

@@ -62,3 +62,13 @@ def model_file_in_version_dir(version_dir: str, file_name: str) -> str:
     if os.path.commonpath([joined, root]) != root:
         raise ValueError(f"model file {file_name!r} resolves to {joined}, outside {root} (symbolic link?).")
     return joined
+
+
+def model_arguments(args) -> tuple[dict, dict[str, str], str]:
+    """(config, string parameters, version directory) from the `args` Triton passes `initialize`:
+    the part every Python model of this project starts with."""
+    import json
+
+    config = json.loads(args["model_config"])
+    params = {k: v.get("string_value", "") for k, v in config.get("parameters", {}).items()}
+    return config, params, os.path.join(args["model_repository"], args["model_version"])

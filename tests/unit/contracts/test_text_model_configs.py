@@ -11,7 +11,7 @@ from contracts.model_config import (
     EnsembleStep,
     TensorSpec,
     render_ensemble_config,
-    render_onnx_cpu_ragged_config,
+    render_onnx_cpu_config,
     render_python_model_config,
     text_ensemble_steps,
     tokenizer_tensor_specs,
@@ -61,8 +61,8 @@ def test_python_model_config_has_the_batcher_priorities_and_queue_policies():
 
 def test_ragged_encoder_config_allows_ragged_batches_only_on_variable_inputs():
     inputs = ENCODER_INPUTS + (TensorSpec("fixed", "TYPE_FP32", (4,)),)
-    text = render_onnx_cpu_ragged_config(SERVING.model("enc"), SERVING, inputs, ENCODER_OUTPUTS,
-                                         extra_parameters={"sequence_buckets": "16,32"})
+    text = render_onnx_cpu_config(SERVING.model("enc"), SERVING, inputs, ENCODER_OUTPUTS,
+                                         extra_parameters={"sequence_buckets": "16,32"}, ragged_inputs=True)
     config = parse(text)
     assert {t.name: t.allow_ragged_batch for t in config.input} == {"input_ids": True, "attention_mask": True, "fixed": False}
     assert config.backend == "onnxruntime_cpu" and config.parameters["sequence_buckets"].string_value == "16,32"

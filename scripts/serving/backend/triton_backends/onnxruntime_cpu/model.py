@@ -51,7 +51,7 @@ import onnx
 import onnxruntime as ort
 import triton_python_backend_utils as pb_utils
 
-from serving.backend.checks import model_file_in_version_dir
+from serving.backend.checks import model_arguments, model_file_in_version_dir
 from serving.backend.metrics import BackendMetrics, batch_observations
 from serving.backend.batch_execution import BatchLayout, execute_batch
 from serving.backend.input_contract import contract_from_onnx
@@ -103,10 +103,8 @@ def framework_error_response(exc):
 
 class TritonPythonModel:
     def initialize(self, args):
-        config = json.loads(args["model_config"])
-        params = {k: v.get("string_value", "") for k, v in config.get("parameters", {}).items()}
+        config, params, version_dir = model_arguments(args)
         name = args["model_name"]
-        version_dir = os.path.join(args["model_repository"], args["model_version"])
         try:
             onnx_path = model_file_in_version_dir(version_dir, params.get("onnx_file", "model.onnx"))
         except ValueError as exc:
