@@ -65,3 +65,43 @@ def detect_nvidia_gpu(environ: Mapping[str, str] | None = None) -> GpuProbe:
         return GpuProbe(False, f"no usable NVIDIA GPU: CUDA_VISIBLE_DEVICES={environ.get('CUDA_VISIBLE_DEVICES')!r} "
                                f"hides all {len(listed)} listed")
     return GpuProbe(True, gpus[0], gpus)
+
+
+# ------------------------------------------------------------------ the CPU
+@dataclass(frozen=True)
+class CpuInfo:
+    """This host's CPU as every report states it beside a figure (model, CPUs, SIMD flags)."""
+
+    model: str
+    logical_cpus: int
+    flags: frozenset[str]
+
+    @property
+    def int8_dot_product(self) -> bool:
+        """VNNI/AMX: INT8 dot products in hardware (without them u8s8 products can saturate)."""
+        return bool({"avx512_vnni", "avx_vnni", "amx_int8"} & self.flags)
+
+    def describe(self) -> str:
+        simd = [name for flag, name in (("avx2", "AVX2"), ("avx512f", "AVX-512"), ("avx512_vnni", "AVX-512 VNNI"),
+                                        ("avx_vnni", "AVX-VNNI"), ("amx_int8", "AMX-INT8")) if flag in self.flags]
+        return f"{self.model}, {self.logical_cpus} logical CPUs, SIMD: {', '.join(simd) or 'none of AVX2/AVX-512'}"
+
+
+def cpu_info_from_text(cpuinfo: str, logical_cpus: int) -> CpuInfo:
+    """Parse /proc/cpuinfo text (pure: tested on captured text)."""
+    fields: dict[str, str] = {}
+    for line in cpuinfo.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip() not in fields:
+            fields[key.strip()] = value.strip()
+    return CpuInfo(fields.get("model name", "unknown CPU"), logical_cpus, frozenset(fields.get("flags", "").split()))
+
+
+def read_cpu_info() -> CpuInfo:
+    import platform
+
+    try:
+        text = open("/proc/cpuinfo").read()
+    except OSError:
+        return CpuInfo(platform.processor() or platform.machine(), os.cpu_count() or 1, frozenset())
+    return cpu_info_from_text(text, os.cpu_count() or 1)

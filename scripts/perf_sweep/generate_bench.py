@@ -151,14 +151,9 @@ def decode_speed(runtime: _Runtime, batches=(1, 2, 4, 8, 16), pasts=(128, 512), 
 
 
 def machine() -> str:
-    try:
-        lscpu = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
-        fields = dict(line.split(":", 1) for line in lscpu.splitlines() if ":" in line)
-        flags = fields.get("Flags", "")
-        return (f"{fields.get('Model name', '?').strip()}, {fields.get('CPU(s)', '?').strip()} CPUs, "
-                f"{'AVX2' if 'avx2' in flags else 'no AVX2'}{', AVX-512' if 'avx512f' in flags else ''}, {platform.machine()}")
-    except (OSError, subprocess.TimeoutExpired):
-        return platform.processor() or platform.machine()
+    from contracts.devices import read_cpu_info
+
+    return f"{read_cpu_info().describe()}, {platform.machine()}"
 
 
 def main(argv: list[str] | None = None) -> int:

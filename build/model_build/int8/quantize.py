@@ -36,11 +36,10 @@ def cpu_lacks_vnni() -> bool:
     CNN's static U8S8 graph lost 0.56 points of top-1 with full range and none with reduce_range.
     Applied to the static scheme only: MiniLM's dynamic graph kept a mean cosine of 0.992 with
     full-range weights (validated on the real graph like every variant)."""
-    cpuinfo = Path("/proc/cpuinfo")
-    if not cpuinfo.exists():
-        return False
-    flags = next((l.split(":", 1)[1].split() for l in cpuinfo.read_text().splitlines() if l.startswith("flags")), [])
-    return "avx2" in flags and not ({"avx512_vnni", "avx_vnni", "amx_int8"} & set(flags))
+    from contracts.devices import read_cpu_info
+
+    cpu = read_cpu_info()
+    return "avx2" in cpu.flags and not cpu.int8_dot_product
 
 
 CPU_SCHEME_CANDIDATES = (ActivationScheme.DYNAMIC_UINT8, ActivationScheme.STATIC_UINT8)

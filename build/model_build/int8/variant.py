@@ -115,8 +115,9 @@ def _cpu_scheme_by_measurement(inputs: Int8Inputs, settings: Int8Settings, layer
 
     import onnxruntime
 
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else platform.processor()
+    from contracts.devices import read_cpu_info
+
+    cpu = read_cpu_info().model
     key = sensitivity_key(model=model_digest, cpu=cpu, ort=onnxruntime.__version__, method=settings.calibration_method.value)
     path = Path(inputs.workdir) / CPU_SCHEME_CACHE
     cached = json.loads(path.read_text()) if path.exists() else {}
@@ -140,90 +141,114 @@ class Int8Result:
     report_section: str
 
 
-def build_int8_mixed(inputs: Int8Inputs, settings: Int8Settings) -> Int8Result:
+@dataclass
+class _Int8Run:
+    """What the steps of one `build_int8_mixed` share (the FP32 model, its reference outputs, ...)."""
+
+    inputs: Int8Inputs
+    settings: Int8Settings
+    fp32_model: Any
+    layers: list
+    ranges: Mapping[str, Any]
+    fp32_session: Any
+    reference: np.ndarray
+    sens_batches: list
+    sens_reference: np.ndarray
+    model_digest: str
+
+    @property
+    def workdir(self) -> Path:
+        return Path(self.inputs.workdir)
+
+    def evaluate(self, model, batches, ref, optimize=True) -> Measurement:
+        return self.inputs.measure(_outputs(cpu_session(model, optimize=optimize), batches), ref)
+
+
+def _prepare_run(inputs: Int8Inputs, settings: Int8Settings) -> _Int8Run:
+    """Steps 1 and the references: layers found, ranges calibrated, FP32 outputs computed once."""
     import onnx
 
-    started = time.perf_counter()
-    workdir, fp32_path = Path(inputs.workdir), Path(inputs.fp32_path)
+    fp32_path = Path(inputs.fp32_path)
     fp32_model = onnx.load(str(fp32_path))
     layers = find_quantizable_layers(fp32_model)
     if not layers:
         raise BuildError(f"{inputs.model}: the graph has no quantizable layer (Conv/Gemm/MatMul with weights).")
-    by_name = {l.name: l for l in layers}
-    compute = [l for l in layers if l.kind is LayerKind.COMPUTE]
-
-    ranges = compute_activation_ranges(fp32_path, layers, inputs.calibration_batches, settings.calibration_method, workdir / RANGES_CACHE)
+    ranges = compute_activation_ranges(fp32_path, layers, inputs.calibration_batches, settings.calibration_method,
+                                       Path(inputs.workdir) / RANGES_CACHE)
     fp32_session = cpu_session(fp32_path)
-    reference = _outputs(fp32_session, inputs.eval_batches)
     sens_batches = list(inputs.sensitivity_batches or inputs.eval_batches)
-    sens_reference = _outputs(fp32_session, sens_batches)
+    return _Int8Run(inputs, settings, fp32_model, layers, ranges, fp32_session, _outputs(fp32_session, inputs.eval_batches),
+                    sens_batches, _outputs(fp32_session, sens_batches), hashlib.sha256(fp32_model.SerializeToString()).hexdigest())
 
-    def evaluate(model, batches, ref, optimize=True) -> Measurement:
-        return inputs.measure(_outputs(cpu_session(model, optimize=optimize), batches), ref)
 
-    model_digest = hashlib.sha256(fp32_model.SerializeToString()).hexdigest()
-    if settings.cpu_scheme == "auto":
-        cpu_scheme, scheme_timings = _cpu_scheme_by_measurement(
-            inputs, settings, layers, model_digest, lambda session: inputs.measure(_outputs(session, inputs.eval_batches), reference))
-    else:
-        cpu_scheme, scheme_timings = ActivationScheme(settings.cpu_scheme), {}
+def _choose_scheme(run: _Int8Run) -> tuple[ActivationScheme, dict[str, Any]]:
+    """Step 2: the CPU activation scheme, measured ("auto") or as configured."""
+    if run.settings.cpu_scheme != "auto":
+        return ActivationScheme(run.settings.cpu_scheme), {}
+    return _cpu_scheme_by_measurement(run.inputs, run.settings, run.layers, run.model_digest,
+                                      lambda session: run.inputs.measure(_outputs(session, run.inputs.eval_batches), run.reference))
 
-    cache = SensitivityCache(workdir / SENSITIVITY_CACHE)
-    key = sensitivity_key(model=model_digest, ranges=ranges,
-                          data=_digest_batches(sens_batches), metric=inputs.budget.metric,
-                          scheme=ActivationScheme.STATIC_INT8_SYMMETRIC.value)
-    sens_started = time.perf_counter()
+
+def _layer_sensitivities(run: _Int8Run):
+    """Step 3: each layer alone in INT8 (fake-quantized, symmetric), cached on disk; (results, measured, seconds)."""
+    cache = SensitivityCache(run.workdir / SENSITIVITY_CACHE)
+    key = sensitivity_key(model=run.model_digest, ranges=run.ranges, data=_digest_batches(run.sens_batches),
+                          metric=run.inputs.budget.metric, scheme=ActivationScheme.STATIC_INT8_SYMMETRIC.value)
+    started = time.perf_counter()
     results, measured = measure_sensitivities(
-        layers, lambda l: evaluate(simulated_graph(fp32_model, [l], ActivationScheme.STATIC_INT8_SYMMETRIC, ranges),
-                                   sens_batches, sens_reference, optimize=False),
+        run.layers, lambda l: run.evaluate(simulated_graph(run.fp32_model, [l], ActivationScheme.STATIC_INT8_SYMMETRIC, run.ranges),
+                                           run.sens_batches, run.sens_reference, optimize=False),
         cache, key)
-    scores = {r.layer: r for r in results}
-    sens_seconds = time.perf_counter() - sens_started
+    return results, measured, time.perf_counter() - started
 
-    what = f"{inputs.model} int8_mixed"
-    ranked = [s.layer for s in rank_by_sensitivity(results, inputs.budget)]
-    ranked_cpu = ranked
-    ranked_gpu = [n for n in ranked if by_name[n].kind is LayerKind.COMPUTE]
+
+def _select_high_precision(run: _Int8Run, results, cpu_scheme: ActivationScheme):
+    """Step 4: the fewest most-sensitive layers kept out of INT8 so each REAL graph meets the budget;
+    returns (cpu selection, gpu selection, {"cpu": graph, "gpu": graph})."""
+    by_name = {l.name: l for l in run.layers}
+    what = f"{run.inputs.model} int8_mixed"
+    ranked_cpu = [s.layer for s in rank_by_sensitivity(results, run.inputs.budget)]
+    ranked_gpu = [n for n in ranked_cpu if by_name[n].kind is LayerKind.COMPUTE]
     graphs: dict[str, Any] = {}
 
     def eval_cpu(high):
-        graphs["cpu"] = cpu_graph(fp32_path, [by_name[n] for n in ranked_cpu if n not in high], cpu_scheme,
-                                  settings.calibration_method, workdir / RANGES_CACHE)
-        return evaluate(graphs["cpu"], inputs.eval_batches, reference)
+        graphs["cpu"] = cpu_graph(Path(run.inputs.fp32_path), [by_name[n] for n in ranked_cpu if n not in high], cpu_scheme,
+                                  run.settings.calibration_method, run.workdir / RANGES_CACHE)
+        return run.evaluate(graphs["cpu"], run.inputs.eval_batches, run.reference)
 
     def eval_gpu(high):
-        graphs["gpu"] = gpu_graph(fp32_model, [by_name[n] for n in ranked_gpu if n not in high], ranges)
-        return evaluate(graphs["gpu"], inputs.eval_batches, reference)
+        graphs["gpu"] = gpu_graph(run.fp32_model, [by_name[n] for n in ranked_gpu if n not in high], run.ranges)
+        return run.evaluate(graphs["gpu"], run.inputs.eval_batches, run.reference)
 
-    cpu_sel = choose_fewest_high_precision(ranked_cpu, eval_cpu, inputs.budget, f"{what} (CPU graph)")
-    gpu_sel = choose_fewest_high_precision(ranked_gpu, eval_gpu, inputs.budget, f"{what} (GPU graph)")
-    plan = plan_from_selection(inputs.model, inputs.budget, layers, scores, cpu_sel.high_precision,
-                               gpu_sel.high_precision, cpu_scheme, {"method": settings.calibration_method.value, **inputs.calibration.describe()})
-    plan.write(workdir / PRECISION_PLAN)
+    cpu_sel = choose_fewest_high_precision(ranked_cpu, eval_cpu, run.inputs.budget, f"{what} (CPU graph)")
+    gpu_sel = choose_fewest_high_precision(ranked_gpu, eval_gpu, run.inputs.budget, f"{what} (GPU graph)")
+    return cpu_sel, gpu_sel, graphs
+
+
+def _write_and_validate(run: _Int8Run, graphs: Mapping[str, Any]) -> dict[str, Any]:
+    """Step 5a: the three graphs on disk, each validated against FP32 (Polygraphy; a budget miss fails)."""
+    import onnx
+
+    workdir, inputs, fp32_path = run.workdir, run.inputs, Path(run.inputs.fp32_path)
     onnx.save(graphs["cpu"], str(workdir / INT8_CPU_ONNX))
     onnx.save(graphs["gpu"], str(workdir / INT8_GPU_ONNX))
-    onnx.save(fp16_graph(fp32_model), str(workdir / FP16_GPU_ONNX))
-
+    onnx.save(fp16_graph(run.fp32_model), str(workdir / FP16_GPU_ONNX))
     vdir = workdir / VALIDATION_DIR
-    checks = {
-        "int8_mixed": validate_variant(inputs.model, "int8_mixed", fp32_path, workdir / INT8_CPU_ONNX, inputs.eval_batches,
-                                       inputs.measure, inputs.budget, vdir, inputs.atol, save_reference=True),
-        "int8_mixed_gpu_graph": validate_variant(inputs.model, "int8_mixed_gpu_graph", fp32_path, workdir / INT8_GPU_ONNX,
-                                                 inputs.eval_batches, inputs.measure, inputs.budget, vdir, inputs.atol, save_reference=False),
-        "fp16_gpu_graph": validate_variant(inputs.model, "fp16_gpu_graph", fp32_path, workdir / FP16_GPU_ONNX,
-                                           inputs.eval_batches, inputs.measure, inputs.budget, vdir, inputs.atol, save_reference=False),
-    }
-    int8_session = cpu_session(workdir / INT8_CPU_ONNX)
-    latency = {b: median_latencies({"fp32": fp32_session, "int8_mixed": int8_session}, feeds, inputs.latency_repeats)
-               for b, feeds in sorted(inputs.latency_feeds.items())}
-    calibration = {"method": settings.calibration_method.value, **inputs.calibration.describe()}
     files = {"int8_mixed": INT8_CPU_ONNX, "int8_mixed_gpu_graph": INT8_GPU_ONNX, "fp16_gpu_graph": FP16_GPU_ONNX}
+    return {name: validate_variant(inputs.model, name, fp32_path, workdir / file, inputs.eval_batches, inputs.measure,
+                                   inputs.budget, vdir, inputs.atol, save_reference=name == "int8_mixed")
+            for name, file in files.items()}
+
+
+def _variant_records(run: _Int8Run, checks, plan, cpu_sel, gpu_sel, cpu_scheme, scheme_timings, latency) -> dict[str, dict[str, Any]]:
+    """Step 5b: the build record of each variant (file, size, metric, validation, plan facts)."""
+    calibration = {"method": run.settings.calibration_method.value, **run.inputs.calibration.describe()}
+    files = {"int8_mixed": INT8_CPU_ONNX, "int8_mixed_gpu_graph": INT8_GPU_ONNX, "fp16_gpu_graph": FP16_GPU_ONNX}
+    gpu_runtime = "TensorRT (validated here in ONNX Runtime CPU, FP16 emulated)"
     variants: dict[str, dict[str, Any]] = {}
     for name, check in checks.items():
-        record = {
-            "file": files[name], "size_bytes": (workdir / files[name]).stat().st_size, "metric": inputs.budget.metric,
-            "value": check.measurement.value, "validation": check.to_dict(),
-        }
+        record = {"file": files[name], "size_bytes": (run.workdir / files[name]).stat().st_size, "metric": run.inputs.budget.metric,
+                  "value": check.measurement.value, "validation": check.to_dict()}
         if name == "int8_mixed":
             record.update({
                 "runtime": "onnxruntime CPU", "cpu_scheme": cpu_scheme.value, "cpu_scheme_choice": scheme_timings,
@@ -233,18 +258,36 @@ def build_int8_mixed(inputs: Int8Inputs, settings: Int8Settings) -> Int8Result:
                 "selection_trials": [list(t) for t in cpu_sel.trials], "calibration": calibration,
             })
         elif name == "int8_mixed_gpu_graph":
-            record.update({"runtime": "TensorRT (validated here in ONNX Runtime CPU, FP16 emulated)",
-                           "high_precision_layers": list(gpu_sel.high_precision), "int8_layers": len(plan.int8_layers("gpu")),
-                           "selection_trials": [list(t) for t in gpu_sel.trials], "calibration": calibration})
+            record.update({"runtime": gpu_runtime, "high_precision_layers": list(gpu_sel.high_precision),
+                           "int8_layers": len(plan.int8_layers("gpu")), "selection_trials": [list(t) for t in gpu_sel.trials],
+                           "calibration": calibration})
         else:
-            record["runtime"] = "TensorRT (validated here in ONNX Runtime CPU, FP16 emulated)"
+            record["runtime"] = gpu_runtime
         variants[name] = record
+    return variants
+
+
+def build_int8_mixed(inputs: Int8Inputs, settings: Int8Settings) -> Int8Result:
+    """Steps 1-5 of the module docstring; every step is one function above."""
+    started = time.perf_counter()
+    run = _prepare_run(inputs, settings)
+    cpu_scheme, scheme_timings = _choose_scheme(run)
+    results, measured, sens_seconds = _layer_sensitivities(run)
+    cpu_sel, gpu_sel, graphs = _select_high_precision(run, results, cpu_scheme)
+    plan = plan_from_selection(inputs.model, inputs.budget, run.layers, {r.layer: r for r in results}, cpu_sel.high_precision,
+                               gpu_sel.high_precision, cpu_scheme, {"method": settings.calibration_method.value, **inputs.calibration.describe()})
+    plan.write(run.workdir / PRECISION_PLAN)
+    checks = _write_and_validate(run, graphs)
+    int8_session = cpu_session(run.workdir / INT8_CPU_ONNX)
+    latency = {b: median_latencies({"fp32": run.fp32_session, "int8_mixed": int8_session}, feeds, inputs.latency_repeats)
+               for b, feeds in sorted(inputs.latency_feeds.items())}
+    variants = _variant_records(run, checks, plan, cpu_sel, gpu_sel, cpu_scheme, scheme_timings, latency)
     fp32_latency = {f"batch_{b}": round(t["fp32"] * 1e3, 3) for b, t in latency.items()}
-    summary = {"layers": len(layers), "sensitivity_measured": measured, "sensitivity_cached": len(layers) - measured,
+    summary = {"layers": len(run.layers), "sensitivity_measured": measured, "sensitivity_cached": len(run.layers) - measured,
                "sensitivity_seconds": round(sens_seconds, 1), "int8_build_seconds": round(time.perf_counter() - started, 1)}
     variants["int8_mixed"]["sensitivity"] = summary
     return Int8Result(variants, fp32_latency, [INT8_CPU_ONNX, INT8_GPU_ONNX, FP16_GPU_ONNX, PRECISION_PLAN, RANGES_CACHE,
-                                 f"{VALIDATION_DIR}/reference_inputs.json", f"{VALIDATION_DIR}/reference_outputs_fp32.json"],
+                                               f"{VALIDATION_DIR}/reference_inputs.json", f"{VALIDATION_DIR}/reference_outputs_fp32.json"],
                       render_int8_section(inputs.model, plan, variants, summary))
 
 

@@ -49,13 +49,9 @@ def add_benchmark_parser(sub, project_root: Path) -> None:
 
 
 def _machine() -> str:
-    cpu = platform.processor()
-    if Path("/proc/cpuinfo").exists():
-        cpu = next((l.split(":", 1)[1].strip() for l in Path("/proc/cpuinfo").read_text().splitlines()
-                    if l.startswith("model name")), cpu)
-    import os
+    from contracts.devices import read_cpu_info
 
-    return f"{platform.node()} {platform.machine()} {cpu}, {os.cpu_count()} logical CPUs"
+    return f"{platform.node()} {platform.machine()} {read_cpu_info().describe()}"
 
 
 def _int8_inputs_factory(recipe: str) -> Callable:

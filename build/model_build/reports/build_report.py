@@ -14,6 +14,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from contracts.devices import read_cpu_info
+
 
 def render_build_report_markdown(report: Mapping[str, Any]) -> str:
     lines = [
@@ -83,7 +85,7 @@ def write_build_report(
     extra_sections = list(extra_sections) + ([study.read_text()] if study.exists() else [])
     report = {
         "generated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "machine": f"{platform.node()} {platform.machine()} {platform.processor() or ''}".strip(),
+        "machine": f"{platform.node()} {platform.machine()} {read_cpu_info().describe()}",
         "models": list(records),
         "skipped": list(skipped),
         "extra_sections": extra_sections,

@@ -16,3 +16,14 @@ def test_probe_on_this_machine_says_why_when_there_is_no_gpu(monkeypatch):
     monkeypatch.setenv("PATH", "/nonexistent")
     probe = detect_nvidia_gpu()
     assert not probe.present and "nvidia-smi is not installed" in probe.detail and probe.gpus == ()
+
+
+def test_cpu_info_from_proc_cpuinfo_text():
+    from contracts.devices import cpu_info_from_text
+
+    text = "processor\t: 0\nmodel name\t: AMD EPYC\nflags\t\t: fpu sse avx2 fma\n\nprocessor\t: 1\nmodel name\t: AMD EPYC\n"
+    cpu = cpu_info_from_text(text, 2)
+    assert cpu.model == "AMD EPYC" and "avx2" in cpu.flags and not cpu.int8_dot_product
+    assert cpu.describe() == "AMD EPYC, 2 logical CPUs, SIMD: AVX2"
+    vnni = cpu_info_from_text("model name: Xeon\nflags: avx2 avx512f avx512_vnni\n", 4)
+    assert vnni.int8_dot_product and "AVX-512 VNNI" in vnni.describe()
