@@ -131,7 +131,9 @@ def render_dynamic_batching(model: ModelSpec, serving: ServingSpec) -> pb.ModelD
     delay = model.max_queue_delay_microseconds
     if delay is None:
         delay = serving.batching.max_queue_delay_microseconds
-    batching = pb.ModelDynamicBatching(max_queue_delay_microseconds=delay)
+    batching = pb.ModelDynamicBatching(max_queue_delay_microseconds=delay,
+                                       # sizes above a measured (lowered) max_batch_size are dropped: Triton refuses them
+                                       preferred_batch_size=[b for b in model.preferred_batch_sizes if b <= model.max_batch_size])
     if serving.priorities:
         batching.priority_levels = len(serving.priorities)
         batching.default_priority_level = serving.default_priority_level

@@ -223,6 +223,9 @@ class ModelSpec:
     #: ONNX Runtime intra-op threads inside the Python backend; 0 lets ONNX Runtime decide.
     intra_op_threads: int = 0
     max_queue_delay_microseconds: int | None = None
+    #: Triton's `preferred_batch_size`: batch sizes the batcher tries to form (with a delay window
+    #: it holds requests until one is reached). Empty: none (the default; measured in docs/triton-batcher-stall.md).
+    preferred_batch_sizes: tuple[int, ...] = ()
     options: Mapping[str, Any] = field(default_factory=dict)
     #: Which `[partitions.<name>]` serves this model; None: the first partition declared.
     partition: str | None = None
@@ -250,6 +253,11 @@ class ModelSpec:
             _check_int_range(
                 f"models.{self.name}.max_queue_delay_microseconds", self.max_queue_delay_microseconds, 0, 1_000_000
             )
+        if not isinstance(self.preferred_batch_sizes, (list, tuple)):
+            raise ConfigError(f"`models.{self.name}.preferred_batch_sizes` = {self.preferred_batch_sizes!r}: expected a list of integers.")
+        object.__setattr__(self, "preferred_batch_sizes", tuple(self.preferred_batch_sizes))
+        for size in self.preferred_batch_sizes:
+            _check_int_range(f"models.{self.name}.preferred_batch_sizes[]", size, 1, self.max_batch_size)
 
 
 #: Memory budget of the implicit `default` partition when serving.toml declares none.

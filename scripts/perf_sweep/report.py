@@ -91,10 +91,11 @@ def plot_latency_vs_throughput(records: Sequence[PerfRecord], path: Path, title:
         ax.set_ylabel("latency (ms)")
         ax.set_yscale("log")
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7)
+        # Outside the data: with many variants an inside legend hides the curves it names.
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
     fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return path
 
@@ -120,9 +121,9 @@ def plot_latency_cdfs(samples: Mapping[str, Sequence[float]], path: Path, title:
     ax.set_ylabel("fraction of requests")
     ax.set_title(title)
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return path
 
@@ -140,48 +141,60 @@ def limit_section(title: str, limit: Mapping[str, Any]) -> list[str]:
     return out + [""]
 
 
-def render_markdown(results: Mapping[str, Any], plots: Mapping[str, str]) -> str:
-    """The report text. `results` is the run's results.json; `plots` maps titles to file names."""
-    records = [PerfRecord.from_dict(d) for d in results.get("records", [])]
+def _header_lines(results: Mapping[str, Any]) -> list[str]:
     out = [f"# perf_analyzer sweeps: {results.get('run_id', '')}", ""]
     out += [f"Command: `{results.get('command', '')}`. Host: {results.get('host', '')}.",
             "Raw outputs (CSV, per-request exports, stdout of every perf_analyzer run) are under `raw/`; "
             "every measuring command line is in `commands.sh`.", ""]
     out += ["## Headline figures (targets are recorded, not asserted)", ""]
-    for line in results.get("headlines", []):
-        out.append(f"- {line}")
-    out.append("")
+    out += [f"- {line}" for line in results.get("headlines", [])] + [""]
     if results.get("inputs"):
         out += ["## Inputs", ""]
         out += [f"- **{model}**: {text}" for model, text in sorted(results["inputs"].items())]
         out.append("")
-    sweeps = _by_sweep(records)
-    knees = results.get("knees", {})
-    out += ["## Sweeps", ""]
+    return out
+
+
+def _sweep_lines(sweeps: Mapping[str, list[PerfRecord]], knees: Mapping[str, Any]) -> list[str]:
+    out = ["## Sweeps", ""]
     for name, rows in sweeps.items():
         if name.startswith("ab."):
             continue
         first = rows[0]
         out += [f"### {name} ({first.model}, {first.variant}, {first.mode}, batch {first.batch_size})", ""]
         out += records_table(sorted(rows, key=lambda r: r.load)) + [""]
-        knee = knees.get(name)
-        if knee:
-            out += [f"Knee: {knee['text']}", ""]
+        if knees.get(name):
+            out += [f"Knee: {knees[name]['text']}", ""]
+    return out
+
+
+def _ab_lines(results: Mapping[str, Any], sweeps: Mapping[str, list[PerfRecord]]) -> list[str]:
+    out: list[str] = []
     if results.get("delay"):
-        delay = results["delay"]
-        out += ["## Batching delay (max_queue_delay) sweep", "", delay["text"], ""]
+        out += ["## Batching delay (max_queue_delay) sweep", "", results["delay"]["text"], ""]
     ab_records = {n: r for n, r in sweeps.items() if n.startswith("ab.")}
-    if ab_records or results.get("loadgen"):
-        out += ["## A/B comparisons (same run, same temporary server)", ""]
-        for line in results.get("ab_notes", []):
-            out.append(f"- {line}")
-        out.append("")
-        for name, rows in ab_records.items():
-            out += [f"### {name} ({rows[0].variant}, {rows[0].mode}, batch {rows[0].batch_size})", ""]
-            out += records_table(sorted(rows, key=lambda r: r.load)) + [""]
-        if results.get("loadgen"):
-            out += ["### Open-loop client (Poisson arrivals; static batching waits for its batch to fill)", ""]
-            out += stream_table(results["loadgen"]) + [""]
+    if not (ab_records or results.get("loadgen")):
+        return out
+    out += ["## A/B comparisons (same run, same temporary server)", ""]
+    out += [f"- {line}" for line in results.get("ab_notes", [])] + [""]
+    if results.get("candidates"):
+        c = results["candidates"]
+        out += ["### Batcher candidates (priority levels and queue policies on)", "",
+                f"Against the plain batcher (no delay window, no priority levels or queue policies): "
+                f"{c['plain_c16']:.0f} infer/s at concurrency 16. Requests and stalls count both concurrencies (1 and 16); "
+                f"all closed-loop A/B measurements of this block: {c['requests_all_closed_loop']} requests, "
+                f"{c['stalled_all_closed_loop']} stalled.", "", c["table"], ""]
+    for name, rows in ab_records.items():
+        out += [f"### {name} ({rows[0].variant}, {rows[0].mode}, batch {rows[0].batch_size})", ""]
+        out += records_table(sorted(rows, key=lambda r: r.load)) + [""]
+    if results.get("loadgen"):
+        out += ["### Open-loop client (Poisson arrivals; static batching waits for its batch to fill)", ""]
+        out += stream_table(results["loadgen"]) + [""]
+    return out
+
+
+def _tail_lines(results: Mapping[str, Any], plots: Mapping[str, str]) -> list[str]:
+    out: list[str] = []
     if results.get("priority"):
         out += ["## Priority mix", "", *results["priority"].get("text", []), ""]
         if results["priority"].get("streams"):
@@ -195,14 +208,17 @@ def render_markdown(results: Mapping[str, Any], plots: Mapping[str, str]) -> str
 
         out += campaign_section_lines(results["peers"])
     if plots:
-        out += ["## Plots", ""]
-        out += [f"![{title}]({file})" for title, file in plots.items()]
-        out.append("")
+        out += ["## Plots", ""] + [f"![{title}]({file})" for title, file in plots.items()] + [""]
     if results.get("skipped"):
-        out += ["## Not measured in this run", ""]
-        out += [f"- {line}" for line in results["skipped"]]
-        out.append("")
-    return "\n".join(out)
+        out += ["## Not measured in this run", ""] + [f"- {line}" for line in results["skipped"]] + [""]
+    return out
+
+
+def render_markdown(results: Mapping[str, Any], plots: Mapping[str, str]) -> str:
+    """The report text. `results` is the run's results.json; `plots` maps titles to file names."""
+    sweeps = _by_sweep([PerfRecord.from_dict(d) for d in results.get("records", [])])
+    return "\n".join(_header_lines(results) + _sweep_lines(sweeps, results.get("knees", {}))
+                     + _ab_lines(results, sweeps) + _tail_lines(results, plots))
 
 
 def write_report(folder: Path, results: Mapping[str, Any], cdf_samples: Mapping[str, Sequence[float]] | None = None) -> Path:

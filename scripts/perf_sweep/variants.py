@@ -18,6 +18,7 @@ import os
 import shutil
 import time
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 from typing import Sequence
 
@@ -25,17 +26,70 @@ from perf_sweep.errors import SweepPlanError, SweepRunError
 from contracts.serving_spec import ModelSpec, ServingSpec, check_name
 
 
+class VariantRole(Enum):
+    """What a variant is for: `ab.py` chooses every measurement from this, never from a label."""
+
+    #: The served configuration as serving.toml renders it.
+    SERVED = "served"
+    #: The served delay without priority levels or queue policies (isolates their cost).
+    NO_POLICY = "no_policy"
+    #: max_batch_size 1: every request alone, through the same queue and policies.
+    NO_BATCHING = "no_batching"
+    NO_BATCHING_NO_POLICY = "no_batching_no_policy"
+    #: No window, no policies: the plain Triton batcher, the baseline of the 0.9x target.
+    PLAIN = "plain"
+    #: The client's batch of B exactly (max_batch_size B, no delay).
+    STATIC = "static"
+    #: One point of the batching-delay sweep (open loop at the operating rate).
+    DELAY = "delay"
+    #: Another ONNX file of the model (e.g. INT8-mixed), served alike.
+    PRECISION = "precision"
+    #: A batcher configuration WITH priorities and queue policies (docs/triton-batcher-stall.md):
+    #: instances, delay window, preferred sizes, measured against PLAIN with its stall count.
+    CANDIDATE = "candidate"
+
+    @property
+    def closed_loop(self) -> bool:
+        """Measured by perf_analyzer's closed loop at concurrency 1 and 16."""
+        return self not in (VariantRole.STATIC, VariantRole.DELAY)
+
+
+@dataclass(frozen=True)
+class BatcherCandidate:
+    """One batcher configuration to try with priorities and queue policies kept."""
+
+    instance_count: int
+    max_queue_delay_microseconds: int = 0
+    preferred_batch_sizes: tuple[int, ...] = ()
+
+    @property
+    def label(self) -> str:
+        preferred = f"_pref{'_'.join(map(str, self.preferred_batch_sizes))}" if self.preferred_batch_sizes else ""
+        return f"candidate_i{self.instance_count}_d{self.max_queue_delay_microseconds}us{preferred}"
+
+
+#: The candidates `make perf` measures (each with Triton's priority levels and queue policies on).
+DEFAULT_CANDIDATES = (
+    BatcherCandidate(1), BatcherCandidate(2), BatcherCandidate(4),
+    BatcherCandidate(2, 500), BatcherCandidate(2, 2000, (4, 8, 16)),
+)
+
+
 @dataclass(frozen=True)
 class ServedVariant:
-    """One model of the temporary repository: a label for reports, and what differs."""
+    """One model of the temporary repository: a label for reports, its role, and what differs."""
 
     label: str
     served_name: str
     onnx_path: Path
     max_batch_size: int
     max_queue_delay_microseconds: int
-    #: False: the served batching delay without priority levels or queue policies (isolates their cost).
+    #: False: without priority levels or queue policies.
     queue_policies: bool = True
+    role: VariantRole = VariantRole.SERVED
+    #: None: the served model's instance_count.
+    instance_count: int | None = None
+    preferred_batch_sizes: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         check_name("served_name", self.served_name)
@@ -43,44 +97,55 @@ class ServedVariant:
 
 def plan_variants(spec: ServingSpec, model: str, onnx_path: Path, static_batch: int = 8,
                   delays_ms: Sequence[float] = (0, 2, 5, 10, 20),
-                  extra_onnx: dict[str, Path] | None = None) -> tuple[ServedVariant, ...]:
+                  extra_onnx: dict[str, Path] | None = None,
+                  candidates: Sequence[BatcherCandidate] = ()) -> tuple[ServedVariant, ...]:
     """The variants of `model` one A/B run needs (labels: dynamic, no_batching, static_b<B>,
-    delay_<ms>ms, and <variant> for each extra ONNX file such as an INT8 build)."""
+    delay_<ms>ms, <variant> for each extra ONNX file such as an INT8 build, candidate_*)."""
     base = spec.model(model)
     served_delay = base.max_queue_delay_microseconds
     if served_delay is None:
         served_delay = spec.batching.max_queue_delay_microseconds
     if not 1 <= static_batch <= base.max_batch_size:
         raise SweepPlanError(f"`static_batch` = {static_batch} must be between 1 and {model}'s max_batch_size {base.max_batch_size}.")
+    R = VariantRole
     variants = [
-        ServedVariant("dynamic", f"{model}_ab_dynamic", onnx_path, base.max_batch_size, served_delay),
+        ServedVariant("dynamic", f"{model}_ab_dynamic", onnx_path, base.max_batch_size, served_delay, role=R.SERVED),
         ServedVariant("dynamic_no_queue_policy", f"{model}_ab_nopolicy", onnx_path, base.max_batch_size, served_delay,
-                      queue_policies=False),
-        ServedVariant("no_batching", f"{model}_ab_nobatch", onnx_path, 1, 0),
+                      queue_policies=False, role=R.NO_POLICY),
+        ServedVariant("no_batching", f"{model}_ab_nobatch", onnx_path, 1, 0, role=R.NO_BATCHING),
         # Triton 2.51's batcher loses wake-ups with priority levels/queue policies
         # (docs/triton-batcher-stall.md), most often with one request per execution: this pair
         # (with dynamic_no_queue_policy) gives the batching ratio without that defect on either side.
         ServedVariant("no_batching_no_queue_policy", f"{model}_ab_nobatch_nopolicy", onnx_path, 1, 0,
-                      queue_policies=False),
-        # A closed loop of 16 one-item clients never fills max_batch_size, so the served delay window
-        # caps it at 16 items per window; with no window the batcher takes what is queued.
+                      queue_policies=False, role=R.NO_BATCHING_NO_POLICY),
         ServedVariant("dynamic_0ms_no_queue_policy", f"{model}_ab_0us_nopolicy", onnx_path, base.max_batch_size, 0,
-                      queue_policies=False),
-        ServedVariant(f"static_b{static_batch}", f"{model}_ab_static", onnx_path, static_batch, 0),
+                      queue_policies=False, role=R.PLAIN),
+        ServedVariant(f"static_b{static_batch}", f"{model}_ab_static", onnx_path, static_batch, 0, role=R.STATIC),
     ]
     for ms in delays_ms:
         if ms < 0:
             raise SweepPlanError(f"delay {ms} ms must be >= 0.")
         us = int(round(ms * 1000))
-        variants.append(ServedVariant(f"delay_{ms:g}ms", f"{model}_ab_delay_{us}us", onnx_path, base.max_batch_size, us))
+        variants.append(ServedVariant(f"delay_{ms:g}ms", f"{model}_ab_delay_{us}us", onnx_path, base.max_batch_size, us, role=R.DELAY))
     for label, path in sorted((extra_onnx or {}).items()):
-        variants.append(ServedVariant(label, f"{model}_ab_{label}", Path(path), base.max_batch_size, served_delay))
+        variants.append(ServedVariant(label, f"{model}_ab_{label}", Path(path), base.max_batch_size, served_delay, role=R.PRECISION))
+    for candidate in candidates:
+        sizes = tuple(b for b in candidate.preferred_batch_sizes if b <= base.max_batch_size)
+        variants.append(ServedVariant(candidate.label, f"{model}_ab_{candidate.label}", onnx_path, base.max_batch_size,
+                                      candidate.max_queue_delay_microseconds, role=R.CANDIDATE,
+                                      instance_count=candidate.instance_count, preferred_batch_sizes=sizes))
     return tuple(variants)
+
+
+def variants_by_role(variants: Sequence[ServedVariant], role: VariantRole) -> tuple[ServedVariant, ...]:
+    return tuple(v for v in variants if v.role is role)
 
 
 def variant_model_spec(base: ModelSpec, variant: ServedVariant) -> ModelSpec:
     return dataclasses.replace(base, name=variant.served_name, max_batch_size=variant.max_batch_size,
-                               max_queue_delay_microseconds=variant.max_queue_delay_microseconds)
+                               max_queue_delay_microseconds=variant.max_queue_delay_microseconds,
+                               instance_count=variant.instance_count or base.instance_count,
+                               preferred_batch_sizes=variant.preferred_batch_sizes)
 
 
 def write_variant_repository(spec: ServingSpec, model: str, variants: Sequence[ServedVariant], dest: Path) -> Path:
@@ -134,18 +199,13 @@ def start_variant_server(repository: Path, workdir: Path, models: Sequence[str],
 
 
 def wait_models_ready(http_url: str, models: Sequence[str], timeout: float = 60.0) -> None:
-    import urllib.error
-    import urllib.request
+    """Poll each model's /ready (the runtime's own probe) until all are ready or `timeout` passes."""
+    from serving.runtime.model_readiness import model_ready
 
+    host, _, port = http_url.rpartition(":")
     deadline = time.monotonic() + timeout
     for model in models:
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://{http_url}/v2/models/{model}/ready", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except (urllib.error.URLError, OSError):
-                pass
+        while not model_ready(host, int(port), model, timeout_s=2.0):
             if time.monotonic() > deadline:
                 raise SweepRunError(f"model {model} on {http_url} not ready after {timeout:.0f} s.")
             time.sleep(0.25)

@@ -1,0 +1,71 @@
+"""The A/B block's planning and its pure parts: roles, batcher candidates, the candidates table."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from contracts.model_config import read_model_config
+from contracts.serving_spec import ModelSpec, PriorityLevel, QueuePolicy, ServingSpec
+from perf_sweep.ab import CANDIDATE_THROUGHPUT_FLOOR, candidate_rows
+from perf_sweep.results import PerfRecord
+from perf_sweep.variants import BatcherCandidate, VariantRole, plan_variants, variants_by_role, write_variant_repository
+from test_perf_campaign import tiny_onnx
+
+SPEC = ServingSpec(models=(ModelSpec(name="digits", recipe="digit_cnn", max_batch_size=16, instance_count=2,
+                                     max_queue_delay_microseconds=0),),
+                   priorities=(PriorityLevel("realtime", 1, QueuePolicy(4, 1000)), PriorityLevel("batch", 2, QueuePolicy(8, 1000))))
+CANDIDATES = (BatcherCandidate(1), BatcherCandidate(4, 500), BatcherCandidate(2, 2000, (4, 8, 32)))
+
+
+def _record(variant: str, load: float, throughput: float, requests: int, stalled: int = 0) -> PerfRecord:
+    return PerfRecord(sweep=f"ab.{variant}.concurrency", model="m", variant=variant, mode="concurrency", load=load,
+                      batch_size=1, status="ok", command="", throughput=throughput, p99_ms=5.0, requests=requests, stalled=stalled)
+
+
+def test_every_variant_has_a_role_and_candidates_keep_the_policies(tmp_path):
+    variants = plan_variants(SPEC, "digits", Path("m.onnx"), static_batch=8, delays_ms=(0, 2), candidates=CANDIDATES)
+    roles = {v.label: v.role for v in variants}
+    assert roles["dynamic"] is VariantRole.SERVED and roles["dynamic_0ms_no_queue_policy"] is VariantRole.PLAIN
+    assert roles["static_b8"] is VariantRole.STATIC and not VariantRole.STATIC.closed_loop
+    assert [v.label for v in variants_by_role(variants, VariantRole.DELAY)] == ["delay_0ms", "delay_2ms"]
+    candidates = variants_by_role(variants, VariantRole.CANDIDATE)
+    assert [c.label for c in candidates] == ["candidate_i1_d0us", "candidate_i4_d500us", "candidate_i2_d2000us_pref4_8_32"]
+    assert all(c.queue_policies for c in candidates)
+    assert candidates[2].preferred_batch_sizes == (4, 8)  # 32 > max_batch_size 16 is dropped
+
+
+def test_candidate_configs_render_instances_delay_and_preferred_sizes(tmp_path):
+    onnx_path = tiny_onnx(tmp_path / "m.onnx")
+    variants = plan_variants(SPEC, "digits", onnx_path, static_batch=8, delays_ms=(), candidates=CANDIDATES)
+    repo = write_variant_repository(SPEC, "digits", variants, tmp_path / "repo")
+    by_label = {v.label: read_model_config(repo / v.served_name) for v in variants}
+    one = by_label["candidate_i1_d0us"]
+    assert one.instance_group[0].count == 1 and one.dynamic_batching.priority_levels == 2
+    four = by_label["candidate_i4_d500us"]
+    assert four.instance_group[0].count == 4 and four.dynamic_batching.max_queue_delay_microseconds == 500
+    assert list(by_label["candidate_i2_d2000us_pref4_8_32"].dynamic_batching.preferred_batch_size) == [4, 8]
+    assert by_label["dynamic"].instance_group[0].count == 2  # the served model's own count
+
+
+def test_candidate_rows_compare_with_the_plain_batcher_and_count_stalls():
+    variants = plan_variants(SPEC, "digits", Path("m.onnx"), static_batch=8, delays_ms=(), candidates=CANDIDATES[:2])
+    records = [_record("dynamic_0ms_no_queue_policy", 16, 1000, 20_000), _record("dynamic", 1, 400, 5_000),
+               _record("dynamic", 16, 950, 19_000), _record("candidate_i1_d0us", 16, 700, 14_000),
+               _record("candidate_i4_d500us", 16, 990, 19_800, stalled=3)]
+    at16 = {r.variant: r for r in records if r.load == 16}
+    rows, plain = candidate_rows(variants, at16, records)
+    assert plain.throughput == 1000
+    by = {r["variant"]: r for r in rows}
+    assert set(by) == {"dynamic", "candidate_i1_d0us", "candidate_i4_d500us"}
+    assert by["dynamic"]["served"] and by["dynamic"]["requests"] == 24_000 and by["dynamic"]["vs_plain"] == 0.95
+    assert by["dynamic"]["meets"] and CANDIDATE_THROUGHPUT_FLOOR == 0.9
+    assert not by["candidate_i1_d0us"]["meets"]  # 0.7x
+    assert not by["candidate_i4_d500us"]["meets"] and by["candidate_i4_d500us"]["stalled"] == 3  # fast but stalled
+
+
+def test_report_renders_the_candidates_table():
+    from perf_sweep.report import render_markdown
+
+    text = render_markdown({"records": [_record("dynamic", 16, 950, 19_000).as_dict()],
+                            "candidates": {"plain_c16": 1000.0, "table": "| a | b |", "requests_all_closed_loop": 50_000,
+                                           "stalled_all_closed_loop": 0}}, {})
+    assert "### Batcher candidates" in text and "50000 requests, 0 stalled" in text and "| a | b |" in text
