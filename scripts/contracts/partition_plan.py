@@ -167,6 +167,29 @@ class PartitionPlan:
         }
 
 
+def partition_ports(part, index: int, server) -> dict[str, int]:
+    """A partition's ports: explicit ones, else `[server]`'s base ports + index x stride."""
+    offset = index * server.partition_port_stride
+    ports = {
+        "http_port": part.http_port or server.http_port + offset,
+        "grpc_port": part.grpc_port or server.grpc_port + offset,
+        "metrics_port": part.metrics_port or server.metrics_port + offset,
+    }
+    for key, port in ports.items():
+        if port > 65535:
+            raise ConfigError(f"partition {part.name!r} derives {key} = {port}: allowed at most 65535; set it explicitly.")
+    return ports
+
+
+def _check_supervisor_port(planned, supervisor_port: int) -> None:
+    used = {port for p in planned for port in (p.http_port, p.grpc_port, p.metrics_port)}
+    if supervisor_port in used:
+        raise ConfigError(
+            f"`server.supervisor_metrics_port` = {supervisor_port} is also a partition's port: "
+            f"allowed a port no partition uses (partitions use {sorted(used)})."
+        )
+
+
 def plan_partitions(
     spec: ServingSpec, cpu_count: int, gpu_present: bool, available_cpus: Sequence[int] | None = None,
     placement: CpuPlacement | None = None,
@@ -207,15 +230,7 @@ def plan_partitions(
         else:
             cpus = tuple(cpu_ids[next_cpu:next_cpu + counts[index]])
             next_cpu += counts[index]
-        offset = index * server.partition_port_stride
-        ports = {
-            "http_port": part.http_port or server.http_port + offset,
-            "grpc_port": part.grpc_port or server.grpc_port + offset,
-            "metrics_port": part.metrics_port or server.metrics_port + offset,
-        }
-        for key, port in ports.items():
-            if port > 65535:
-                raise ConfigError(f"partition {part.name!r} derives {key} = {port}: allowed at most 65535; set it explicitly.")
+        ports = partition_ports(part, index, server)
         planned.append(PlannedPartition(
             name=part.name, index=index, models=tuple(m.name for m in spec.models_in_partition(part.name)),
             compute_share=part.compute_share, memory_mb=part.memory_mb, cpus=cpus, host=server.host, **ports,
@@ -223,12 +238,7 @@ def plan_partitions(
             mps_active_thread_percentage=part.compute_share if gpu_present else None,
             mps_pinned_device_mem_limit=f"0={part.memory_mb}M" if gpu_present else None,
         ))
-    used = {port for p in planned for port in (p.http_port, p.grpc_port, p.metrics_port)}
-    if server.supervisor_metrics_port in used:
-        raise ConfigError(
-            f"`server.supervisor_metrics_port` = {server.supervisor_metrics_port} is also a partition's port: "
-            f"allowed a port no partition uses (partitions use {sorted(used)})."
-        )
+    _check_supervisor_port(planned, server.supervisor_metrics_port)
     return PartitionPlan(mechanism=mechanism, cpu_count=cpu_count, partitions=tuple(planned),
                          cond_wait_cap_us=server.cond_wait_cap_us)
 

@@ -300,85 +300,110 @@ def host_description() -> str:
     return f"{platform.node()}, {platform.machine()}, {cpus} CPUs usable, load average {os.getloadavg()[0]:.2f} at start"
 
 
-def run_campaign(opts: CampaignOptions, progress: Progress = print) -> Path:
+def _selected_endpoints(opts: CampaignOptions):
     from contracts.manifest import read_manifest
-    from contracts.serving_spec import load_serving_spec
 
-    spec = load_serving_spec(opts.config)
     endpoints = served = endpoints_from_manifest(read_manifest(opts.manifest))
     if opts.models:
         unknown = set(opts.models) - {e.model for e in endpoints}
         if unknown:
             raise SweepPlanError(f"models {sorted(unknown)} are not served (manifest has {[e.model for e in endpoints]}).")
         endpoints = tuple(e for e in endpoints if e.model in opts.models)
+    return endpoints, served
+
+
+def _skip_reason(endpoint, config: Mapping[str, Any], steps) -> str | None:
+    if endpoint.model in steps:
+        return f"{endpoint.model}: a step of an ensemble, measured through the ensemble."
+    if (config.get("model_transaction_policy") or {}).get("decoupled"):
+        return (f"{endpoint.model}: a decoupled generation model (tokens stream out), measured by "
+                "`make perf-generate`, not perf_analyzer request sweeps.")
+    return None
+
+
+def _text_limit_plan(endpoint, config, served, prepared, opts, results, progress):
+    """(pipeline, encoder endpoint) of a text model's in-process limit, or None (reason in `skipped`)."""
+    if prepared.kind != "text" or not opts.text_limit:
+        return None
+    if not (config.get("ensemble_scheduling") or is_fused_text_model(config)):
+        results["skipped"].append(f"in-process limit of {endpoint.model}: neither a fused text model nor a "
+                                  "tokenizer -> encoder ensemble.")
+        return None
+    try:
+        return plan_text_limit(endpoint, config, served, opts)
+    except (SweepPlanError, SweepRunError) as exc:
+        results["skipped"].append(f"in-process limit of {endpoint.model}: {exc}")
+        progress(f"[perf] in-process limit of {endpoint.model} skipped: {exc}")
+        return None
+
+
+def _sweep_model(endpoint, config, spec, served, opts, folder, results, progress) -> tuple[list[PerfRecord], Any]:
+    """One served model: its inputs, its sweeps, and (text) its in-process limit before and after them."""
+    prepared = prepare_inputs(endpoint.model, config, folder.root / "inputs", opts, text_max_tokens(spec, opts.text_max_tokens))
+    if prepared.kind == "random":
+        results["skipped"].append(f"{endpoint.model}: inputs not recognised (neither digit images nor one string "
+                                  "input); perf_analyzer's random data would not look like production.")
+        return [], None
+    results["inputs"][endpoint.model] = prepared.description
+    variants = {m.name: m.variant.value for m in spec.models}
+    variant = variants.get(endpoint.model, "served")
+    text_limit = _text_limit_plan(endpoint, config, served, prepared, opts, results, progress)
+    if text_limit:  # an ensemble has no precision of its own: name its encoder's
+        variant = f"{text_limit[0].encoder_model} {variants.get(text_limit[0].encoder_model, 'served')}"
+    progress(f"[perf] {endpoint.model} ({variant}) on {endpoint.grpc_url}: {prepared.description}")
+    before = _measure_text_limit(*text_limit, prepared, "before the sweeps", progress) if text_limit else None
+    model_records, knees = run_served_sweeps(endpoint, variant, prepared, opts, folder, progress)
+    results["knees"].update(knees)
+    if text_limit:
+        from perf_sweep.text_limit import text_limit_entry
+
+        after = _measure_text_limit(*text_limit, prepared, "after the sweeps", progress)
+        results["limits"][endpoint.model] = text_limit_entry(
+            *text_limit, variants.get(text_limit[0].encoder_model, "served"), len(prepared.samples),
+            {"before the sweeps": before, "after the sweeps": after}, opts.config.parent.parent)
+    return model_records, prepared
+
+
+def _ab_and_isolation(spec, endpoints, prepared_by_model, opts, folder, results, progress) -> tuple[list[PerfRecord], dict]:
+    if not (opts.ab_model and opts.ab_model in prepared_by_model):
+        results["skipped"].append(f"A/B block: model {opts.ab_model!r} is not served or was not selected.")
+        return [], {}
+    from perf_sweep.ab import run_ab_block
+
+    main_knee = results["knees"].get(f"{opts.ab_model}.concurrency", {})
+    endpoint = next(e for e in endpoints if e.model == opts.ab_model)
+    ab = run_ab_block(spec, endpoint, prepared_by_model[opts.ab_model], main_knee, opts, folder, progress)
+    results.update(ab.results)
+    results["skipped"] += ab.skipped
+    results["headlines"] += ab.headlines
+    return ab.records + _isolation(spec, endpoints, prepared_by_model, results, opts, folder, progress), ab.cdf_samples
+
+
+def run_campaign(opts: CampaignOptions, progress: Progress = print) -> Path:
+    """Every served model's sweeps, the A/B block, isolation, peers; results.json, report.md, plots."""
+    from contracts.serving_spec import load_serving_spec
+
+    spec = load_serving_spec(opts.config)
+    endpoints, served = _selected_endpoints(opts)
     folder = RunFolder(opts.out_root / opts.run_id)
     progress(f"[perf] run folder: {folder.root}")
     results: dict[str, Any] = {"run_id": opts.run_id, "command": opts.command, "host": host_description(),
-                               "records": [], "knees": {}, "inputs": {}, "skipped": [], "headlines": [],
-                               "limits": {}}
+                               "records": [], "knees": {}, "inputs": {}, "skipped": [], "headlines": [], "limits": {}}
     records: list[PerfRecord] = []
     prepared_by_model: dict[str, PreparedInputs] = {}
     configs = {e.model: fetch_model_config(e.http_url, e.model) for e in endpoints}
     steps = ensemble_steps(configs.values())
     for endpoint in endpoints:
-        if endpoint.model in steps:
-            results["skipped"].append(f"{endpoint.model}: a step of an ensemble, measured through the ensemble.")
+        reason = _skip_reason(endpoint, configs[endpoint.model], steps)
+        if reason:
+            results["skipped"].append(reason)
             continue
-        if (configs[endpoint.model].get("model_transaction_policy") or {}).get("decoupled"):
-            results["skipped"].append(f"{endpoint.model}: a decoupled generation model (tokens stream out), measured by "
-                                      "`make perf-generate`, not perf_analyzer request sweeps.")
-            continue
-        prepared = prepare_inputs(endpoint.model, configs[endpoint.model], folder.root / "inputs", opts,
-                                  text_max_tokens(spec, opts.text_max_tokens))
-        if prepared.kind == "random":
-            results["skipped"].append(f"{endpoint.model}: inputs not recognised (neither digit images nor one string "
-                                      "input); perf_analyzer's random data would not look like production.")
-            continue
-        prepared_by_model[endpoint.model] = prepared
-        results["inputs"][endpoint.model] = prepared.description
-        variants = {m.name: m.variant.value for m in spec.models}
-        variant = variants.get(endpoint.model, "served")
-        text_limit = None  # (pipeline, encoder endpoint): measured before and after the sweeps (the host drifts)
-        if prepared.kind == "text" and opts.text_limit and not (configs[endpoint.model].get("ensemble_scheduling")
-                                                                 or is_fused_text_model(configs[endpoint.model])):
-            results["skipped"].append(f"in-process limit of {endpoint.model}: neither a fused text model nor a "
-                                      "tokenizer -> encoder ensemble.")
-        elif prepared.kind == "text" and opts.text_limit:
-            try:
-                text_limit = plan_text_limit(endpoint, configs[endpoint.model], served, opts)
-            except (SweepPlanError, SweepRunError) as exc:
-                results["skipped"].append(f"in-process limit of {endpoint.model}: {exc}")
-                progress(f"[perf] in-process limit of {endpoint.model} skipped: {exc}")
-        if text_limit:  # an ensemble has no precision of its own: name its encoder's
-            variant = f"{text_limit[0].encoder_model} {variants.get(text_limit[0].encoder_model, 'served')}"
-        progress(f"[perf] {endpoint.model} ({variant}) on {endpoint.grpc_url}: {prepared.description}")
-        if text_limit:
-            before = _measure_text_limit(*text_limit, prepared, "before the sweeps", progress)
-        model_records, knees = run_served_sweeps(endpoint, variant, prepared, opts, folder, progress)
+        model_records, prepared = _sweep_model(endpoint, configs[endpoint.model], spec, served, opts, folder, results, progress)
         records += model_records
-        results["knees"].update(knees)
-        if text_limit:
-            after = _measure_text_limit(*text_limit, prepared, "after the sweeps", progress)
-            from perf_sweep.text_limit import text_limit_entry
-
-            results["limits"][endpoint.model] = text_limit_entry(
-                *text_limit, variants.get(text_limit[0].encoder_model, "served"), len(prepared.samples), {"before the sweeps": before, "after the sweeps": after},
-                opts.config.parent.parent)
-    if opts.ab_model and opts.ab_model in prepared_by_model:
-        from perf_sweep.ab import run_ab_block
-
-        main_knee = results["knees"].get(f"{opts.ab_model}.concurrency", {})
-        endpoint = next(e for e in endpoints if e.model == opts.ab_model)
-        ab = run_ab_block(spec, endpoint, prepared_by_model[opts.ab_model], main_knee, opts, folder, progress)
-        records += ab.records
-        results.update(ab.results)
-        results["skipped"] += ab.skipped
-        results["headlines"] += ab.headlines
-        cdf = ab.cdf_samples
-        records += _isolation(spec, endpoints, prepared_by_model, results, opts, folder, progress)
-    else:
-        results["skipped"].append(f"A/B block: model {opts.ab_model!r} is not served or was not selected.")
-        cdf = {}
+        if prepared is not None:
+            prepared_by_model[endpoint.model] = prepared
+    ab_records, cdf = _ab_and_isolation(spec, endpoints, prepared_by_model, opts, folder, results, progress)
+    records += ab_records
     results["headlines"] = limit_headlines(results, records, opts.ab_model) + results["headlines"]
     if opts.peers:
         from perf_sweep.peers.suite import campaign_peer_section

@@ -79,6 +79,25 @@ def _unique(name: str, taken: set[str]) -> str:
     return candidate
 
 
+def _weight_rewrite(layer: QuantizableLayer, q, scale, ndim: int, fake_weights: bool, before: list, new_inits: list,
+                   taken: set) -> str:
+    """The weight input of a compute layer in INT8: per-channel INT8 + DequantizeLinear (a node
+    appended to `before`), or with `fake_weights` an FP32 initializer of the dequantized values.
+    Returns the tensor name the layer now reads."""
+    from onnx import helper, numpy_helper
+
+    if fake_weights:
+        name = _unique(f"{layer.weight}_fakequant", taken)
+        new_inits.append(numpy_helper.from_array(dequantize_per_channel(q, scale, layer.channel_axis), name))
+        return name
+    q_name, s_name, z_name, dq_name = (_unique(f"{layer.weight}_{s}", taken) for s in ("int8", "scale", "zero_point", "dequantized"))
+    new_inits += [numpy_helper.from_array(q, q_name), numpy_helper.from_array(scale, s_name),
+                  numpy_helper.from_array(np.zeros_like(scale, dtype=np.int8), z_name)]
+    before.append(helper.make_node("DequantizeLinear", [q_name, s_name, z_name], [dq_name],
+                                   name=_unique(f"{layer.name}/weight_DequantizeLinear", taken), axis=layer.channel_axis % ndim))
+    return dq_name
+
+
 def insert_qdq(
     model,
     layers: Sequence[QuantizableLayer],
@@ -122,19 +141,8 @@ def insert_qdq(
         if act not in dq_of:
             dq_of[act] = _activation_qdq(act, scheme, ranges, before[node.name], new_inits, taken)
         node.input[list(node.input).index(act)] = dq_of[act]
-        w_index = list(node.input).index(layer.weight)
-        if fake_weights:
-            name = _unique(f"{layer.weight}_fakequant", taken)
-            new_inits.append(numpy_helper.from_array(dequantize_per_channel(q, scale, layer.channel_axis), name))
-            node.input[w_index] = name
-        else:
-            q_name, s_name, z_name, dq_name = (_unique(f"{layer.weight}_{s}", taken) for s in ("int8", "scale", "zero_point", "dequantized"))
-            new_inits += [numpy_helper.from_array(q, q_name), numpy_helper.from_array(scale, s_name),
-                          numpy_helper.from_array(np.zeros_like(scale, dtype=np.int8), z_name)]
-            before[node.name].append(helper.make_node(
-                "DequantizeLinear", [q_name, s_name, z_name], [dq_name], name=_unique(f"{layer.name}/weight_DequantizeLinear", taken),
-                axis=layer.channel_axis % weight.ndim))
-            node.input[w_index] = dq_name
+        node.input[list(node.input).index(layer.weight)] = _weight_rewrite(layer, q, scale, weight.ndim, fake_weights,
+                                                                           before[node.name], new_inits, taken)
     rebuilt = []
     for node in graph.node:
         rebuilt += before.get(node.name, [])

@@ -26,6 +26,48 @@ GRAPH_INPUTS = ("input_ids", "position_ids", "past_key", "past_value", "past_len
 GRAPH_OUTPUTS = ("logits", "new_key", "new_value")
 
 
+def _rms_norm(x, weight, eps: float):
+    import torch
+
+    variance = x.pow(2).mean(-1, keepdim=True)
+    return weight * (x * torch.rsqrt(variance + eps))
+
+
+def _rotate_half(x):
+    import torch
+
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def _attention_bias(past_length, batch: int, new: int, past: int):
+    """[B, 1, 1, T, P+T] additive mask: valid past positions and causal new positions get 0."""
+    import torch
+
+    past_ok = torch.arange(past)[None, :] < past_length[:, None]  # [B, P]
+    causal = torch.tril(torch.ones(new, new, dtype=torch.bool))  # [T, T]
+    allowed = torch.cat((past_ok[:, None, :].expand(batch, new, past), causal[None].expand(batch, new, new)), dim=-1)
+    return torch.zeros(allowed.shape, dtype=torch.float32).masked_fill(~allowed, torch.finfo(torch.float32).min)[:, None, None]
+
+
+def _grouped_query_attention(q, k, v, past_key, past_value, bias, kv_heads: int, groups: int, scale: float):
+    """Grouped-query attention without copying K/V per query head: the G query heads of one KV head
+    are stacked along the token axis ([B, H, G*T, D]), and the past and the new keys are scored
+    separately, so the (large) past is never concatenated. Returns [B, T, H*D]."""
+    import torch
+
+    batch, heads, new, head_dim = q.shape
+    past = past_key.shape[2]
+    qg = q.reshape(batch, kv_heads, groups * new, head_dim) * scale
+    s_past = torch.matmul(qg, past_key.transpose(2, 3)).view(batch, kv_heads, groups, new, past)
+    s_new = torch.matmul(qg, k.transpose(2, 3)).view(batch, kv_heads, groups, new, new)
+    probs = torch.softmax(torch.cat((s_past, s_new), dim=-1) + bias, dim=-1)
+    p_past = probs[..., :past].reshape(batch, kv_heads, groups * new, past)
+    p_new = probs[..., past:].reshape(batch, kv_heads, groups * new, new)
+    out = torch.matmul(p_past, past_value) + torch.matmul(p_new, v)
+    return out.view(batch, heads, new, head_dim).transpose(1, 2).reshape(batch, new, heads * head_dim)
+
+
 def decoder_step_module(hf_model):
     """A torch module computing one decoder step with explicit past K/V, sharing `hf_model`'s weights."""
     import torch
@@ -39,14 +81,6 @@ def decoder_step_module(hf_model):
     theta = (getattr(config, "rope_parameters", None) or {}).get("rope_theta", getattr(config, "rope_theta", 10000.0))
     inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
 
-    def rms_norm(x, weight):
-        variance = x.pow(2).mean(-1, keepdim=True)
-        return weight * (x * torch.rsqrt(variance + eps))
-
-    def rotate_half(x):
-        half = x.shape[-1] // 2
-        return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-
     class DecoderStep(nn.Module):
         def __init__(self):
             super().__init__()
@@ -55,42 +89,28 @@ def decoder_step_module(hf_model):
 
         def forward(self, input_ids, position_ids, past_key, past_value, past_length, last_index):
             batch, new = input_ids.shape
-            past = past_key.shape[3]
             hidden = self.model.embed_tokens(input_ids)
             freqs = position_ids.float()[:, :, None] * self.inv_freq[None, None, :]
             emb = torch.cat((freqs, freqs), dim=-1)
             cos, sin = emb.cos()[:, None], emb.sin()[:, None]  # [B, 1, T, D]
-            past_ok = torch.arange(past)[None, :] < past_length[:, None]  # [B, P]
-            causal = torch.tril(torch.ones(new, new, dtype=torch.bool))  # [T, T]
-            allowed = torch.cat((past_ok[:, None, :].expand(batch, new, past), causal[None].expand(batch, new, new)), dim=-1)
-            bias = torch.zeros(allowed.shape, dtype=torch.float32).masked_fill(~allowed, torch.finfo(torch.float32).min)[:, None, None]  # [B, 1, 1, T, P+T]
+            bias = _attention_bias(past_length, batch, new, past_key.shape[3])
             new_keys, new_values = [], []
             for index, layer in enumerate(self.model.layers):
                 attn = layer.self_attn
-                x = rms_norm(hidden, layer.input_layernorm.weight)
+                x = _rms_norm(hidden, layer.input_layernorm.weight, eps)
                 q = attn.q_proj(x).view(batch, new, heads, head_dim).transpose(1, 2)
                 k = attn.k_proj(x).view(batch, new, kv_heads, head_dim).transpose(1, 2)
                 v = attn.v_proj(x).view(batch, new, kv_heads, head_dim).transpose(1, 2)
-                q = q * cos + rotate_half(q) * sin
-                k = k * cos + rotate_half(k) * sin
+                q = q * cos + _rotate_half(q) * sin
+                k = k * cos + _rotate_half(k) * sin
                 new_keys.append(k)
                 new_values.append(v)
-                # Grouped-query attention without copying K/V per query head: the G query heads
-                # of one KV head are stacked along the token axis ([B, H, G*T, D]), and the past
-                # and the new keys are scored separately, so the (large) past is never concatenated.
-                qg = q.reshape(batch, kv_heads, groups * new, head_dim) * scale
-                s_past = torch.matmul(qg, past_key[index].transpose(2, 3)).view(batch, kv_heads, groups, new, past)
-                s_new = torch.matmul(qg, k.transpose(2, 3)).view(batch, kv_heads, groups, new, new)
-                probs = torch.softmax(torch.cat((s_past, s_new), dim=-1) + bias, dim=-1)
-                p_past = probs[..., :past].reshape(batch, kv_heads, groups * new, past)
-                p_new = probs[..., past:].reshape(batch, kv_heads, groups * new, new)
-                out = torch.matmul(p_past, past_value[index]) + torch.matmul(p_new, v)
-                out = out.view(batch, heads, new, head_dim).transpose(1, 2).reshape(batch, new, heads * head_dim)
+                out = _grouped_query_attention(q, k, v, past_key[index], past_value[index], bias, kv_heads, groups, scale)
                 hidden = hidden + attn.o_proj(out)
                 mlp = layer.mlp
-                x = rms_norm(hidden, layer.post_attention_layernorm.weight)
+                x = _rms_norm(hidden, layer.post_attention_layernorm.weight, eps)
                 hidden = hidden + mlp.down_proj(nn.functional.silu(mlp.gate_proj(x)) * mlp.up_proj(x))
-            hidden = rms_norm(hidden, self.model.norm.weight)
+            hidden = _rms_norm(hidden, self.model.norm.weight, eps)
             last = hidden[torch.arange(batch), last_index]  # [B, hidden]
             logits = torch.matmul(last, self.model.embed_tokens.weight.t())
             return logits, torch.stack(new_keys), torch.stack(new_values)
