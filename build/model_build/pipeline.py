@@ -138,12 +138,16 @@ def _record_files_exist(record: Mapping[str, Any], workdir: Path) -> bool:
 def build_model(recipe: Recipe, model: ModelSpec, paths: BuildPaths, force: bool = False) -> tuple[dict[str, Any], bool]:
     """Return (record, rebuilt). The record is stored in artifacts/<model>/build.json."""
     workdir = paths.workdir(model.name)
-    record_path = workdir / "build.json"
+    from contracts.build_record import BuildRecordError, read_build_record, write_build_record
+
     fingerprint = build_fingerprint(recipe, model)
-    if not force and record_path.exists():
-        record = json.loads(record_path.read_text())
-        if record.get("fingerprint") == fingerprint and _record_files_exist(record, workdir):
-            return record, False
+    if not force:
+        try:
+            previous = read_build_record(workdir)
+        except BuildRecordError:
+            previous = None
+        if previous is not None and previous.fingerprint == fingerprint and _record_files_exist(previous.data, workdir):
+            return dict(previous.data), False
     workdir.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     record = recipe.build(model, workdir)
@@ -154,7 +158,7 @@ def build_model(recipe: Recipe, model: ModelSpec, paths: BuildPaths, force: bool
     missing = [rel for rel in record.get("files", []) if not (workdir / rel).exists()]
     if missing:
         raise BuildError(f"recipe {recipe.name} for {model.name} claimed files it did not write: {missing}")
-    record_path.write_text(json.dumps(record, indent=2, sort_keys=True))
+    write_build_record(workdir, record)
     return record, True
 
 

@@ -59,16 +59,15 @@ class AbOutcome:
 
 def extra_variant_files(artifacts: Path, model: str) -> dict[str, Path]:
     """Built variants other than the served one (e.g. int8_mixed), from artifacts/<model>/build.json."""
-    try:
-        record = json.loads((artifacts / model / "build.json").read_text())
-    except FileNotFoundError:
-        return {}
+    from contracts.build_record import BuildRecordError, read_build_record
     from contracts.serving_spec import Variant  # only precisions the CPU path serves (not e.g. GPU-only graphs)
 
-    served = record.get("served_file")
-    return {label: artifacts / model / v["file"] for label, v in record.get("variants", {}).items()
-            if label in {x.value for x in Variant} and v.get("file") and v["file"] != served
-            and (artifacts / model / v["file"]).exists()}
+    try:
+        record = read_build_record(artifacts / model)
+    except BuildRecordError:
+        return {}
+    return {label: path for label, path in record.variant_files(artifacts / model).items()
+            if label in {x.value for x in Variant} and path.name != record.served_file}
 
 
 def _ok(record: PerfRecord | None) -> bool:

@@ -144,12 +144,16 @@ def main(argv: list[str] | None = None) -> int:
 
     from tokenizers import Tokenizer  # lazy: only this tool needs it
 
-    record_path = args.workdir / "build.json"
+    from contracts.build_record import BuildRecordError, read_build_record
+
     try:
-        record = json.loads(record_path.read_text())
+        record = read_build_record(args.workdir).data
         texts = json.loads((args.workdir / record["corpus"]["file"]).read_text())["heldout"]
     except FileNotFoundError as exc:
         print(f"padding_report: error: {exc.filename} is missing: run `make build-engines` first.", file=sys.stderr)
+        return 1
+    except BuildRecordError as exc:
+        print(f"padding_report: error: {exc}", file=sys.stderr)
         return 1
     max_length = int(record["max_length"])
     boundaries = default_bucket_boundaries(max_length)

@@ -93,15 +93,20 @@ def _encoder_build(model: ModelSpec, serving: ServingSpec, workdir: Path, reposi
         raise BuildError(
             f"`models.{model.name}.options.encoder` = {encoder.name!r} uses recipe {encoder.recipe!r}; expected 'minilm_encoder'."
         )
-    record_path = Path(workdir).parent / encoder.name / "build.json"
+    from contracts.build_record import BuildRecordError, read_build_record
+
     onnx_path = Path(repository) / encoder.name / "1" / "model.onnx"
-    if not record_path.exists() or not onnx_path.exists():
+    try:
+        record = read_build_record(Path(workdir).parent / encoder.name)
+    except BuildRecordError:
+        record = None
+    if record is None or not onnx_path.exists():
         raise BuildError(
             f"{model.name} needs the encoder {encoder.name!r} built and installed first: list "
             f"[models.{encoder.name}] before [models.{model.name}] in serving.toml, or run "
             f"`python -m model_build build --models {encoder.name}`."
         )
-    return json.loads(record_path.read_text()), onnx_path
+    return dict(record.data), onnx_path
 
 
 def build_text_tokenizer(model: ModelSpec, workdir: Path) -> dict[str, Any]:

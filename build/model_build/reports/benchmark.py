@@ -27,6 +27,8 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from contracts.build_record import BuildRecordError, read_build_record
+
 TARGET_SPEEDUP = 2.0
 TARGET_SIZE_REDUCTION = 0.70
 STUDY_SIZES = (16, 64, 256)
@@ -242,8 +244,10 @@ def cmd_benchmark(args: argparse.Namespace, project_root: Path) -> int:
     command = "python -m model_build " + " ".join(sys.argv[1:] if sys.argv[0].endswith(("model_build", "__main__.py")) else ["benchmark"])
     results, studies, skipped = [], [], []
     for model in serving.models:
-        record_path = project_root / "artifacts" / model.name / "build.json"
-        record = json.loads(record_path.read_text()) if record_path.exists() else {}
+        try:
+            record = dict(read_build_record(project_root / "artifacts" / model.name).data)
+        except BuildRecordError:
+            record = {}
         workdir = project_root / "artifacts" / model.name
         try:
             _int8_inputs_factory(model.recipe)

@@ -11,6 +11,7 @@ from typing import Any, Mapping
 
 from model_build.pipeline import BuildPaths
 from model_build.sizing.batch_sizing import served_model_spec, size_model_batches, sizing_path
+from contracts.build_record import BuildRecordError, read_build_record
 from contracts.partition_plan import PartitionPlan
 from contracts.serving_spec import ModelSpec, ServingSpec
 
@@ -53,10 +54,10 @@ def cmd_size_batches(args) -> int:
     for model in serving.models:
         if model.name not in wanted:
             continue
-        record_path = paths.workdir(model.name) / "build.json"
-        if not record_path.exists():
-            raise BuildError(f"{model.name} is not built ({record_path} is missing): run `make build-engines` first.")
-        record = json.loads(record_path.read_text())
+        try:
+            record = dict(read_build_record(paths.workdir(model.name)).data)
+        except BuildRecordError as exc:
+            raise BuildError(str(exc)) from None
         sized, sized_serving = apply_measured_batch_size(model, serving, plan, record, paths, force=args.force)
         recipe_for(model.recipe).install(sized, sized_serving, record, paths.workdir(model.name), paths.repository)
     return 0
