@@ -94,13 +94,9 @@ def describe_pinning(cpus: Sequence[int], threads: int, partition: str) -> str:
 
 def served_onnx_session(onnx_path: Path, intra_op_threads: int = 0):
     """An ONNX Runtime session with the `onnxruntime_cpu` backend's options (0 threads: ORT's default)."""
-    import onnxruntime as ort
+    from contracts.onnx_sessions import served_session
 
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = intra_op_threads
-    options.inter_op_num_threads = 1
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    return ort.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
+    return served_session(onnx_path, intra_op_threads)
 
 
 def measure_in_process_limit(onnx_path: Path, samples: np.ndarray, input_name: str,

@@ -72,10 +72,9 @@ def time_strategies(onnx_path: Path, feeds_per_batch: list[dict[str, np.ndarray]
     """Seconds per strategy (best of `repeats`, interleaved so load changes hit both alike)."""
     import onnxruntime as ort
 
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    session = ort.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
+    from contracts.onnx_sessions import served_session
+
+    session = served_session(onnx_path, threads)
     run = lambda feeds: session.run(None, feeds)  # noqa: E731
     for feeds in feeds_per_batch[:1]:  # warm up both paths
         run(feeds)
@@ -93,14 +92,10 @@ def time_strategies(onnx_path: Path, feeds_per_batch: list[dict[str, np.ndarray]
     return best
 
 
-def _padded_feeds(encodings, rows: np.ndarray) -> dict[str, np.ndarray]:
-    width = max(len(encodings[i].ids) for i in rows)
-    ids = np.zeros((len(rows), width), np.int64)
-    mask = np.zeros((len(rows), width), np.int64)
-    for r, i in enumerate(rows):
-        n = len(encodings[i].ids)
-        ids[r, :n], mask[r, :n] = encodings[i].ids, 1
-    return {"input_ids": ids, "attention_mask": mask}
+def _padded_feeds(encodings, rows: np.ndarray, pad_id: int) -> dict[str, np.ndarray]:
+    from contracts.token_padding import padded_token_tensors
+
+    return padded_token_tensors([encodings[i] for i in rows], pad_id)
 
 
 def render_markdown(report: dict) -> str:
@@ -173,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.timing_batches > 0:
         size = max(args.batch_sizes)
         batches = [b for b in arrival_batches(len(lengths), size, args.seed) if len(b) == size][:args.timing_batches]
-        feeds = [_padded_feeds(encodings, rows) for rows in batches]
+        feeds = [_padded_feeds(encodings, rows, int(record.get("pad_token_id", 0))) for rows in batches]
         seconds = time_strategies(args.workdir / record["served_file"], feeds, boundaries, args.threads, args.repeats)
         report["timing"] = {"threads": args.threads, "batches": len(feeds), "batch_size": size, "repeats": args.repeats,
                             "seconds": seconds, "speedup": seconds["pad_to_longest"] / seconds["bucketed"]}

@@ -234,13 +234,12 @@ def cycle_batches(count: int, batch_size: int) -> list[np.ndarray]:
 
 
 def pad_rows(rows: Sequence[Sequence[int]], pad_value: int = 0) -> np.ndarray:
-    """int64 [len(rows), longest], each row right-padded with `pad_value` (the backend's concat_padded)."""
+    """int64 [len(rows), longest], right-padded (contracts.token_padding, the backend's rule)."""
+    from contracts.token_padding import pad_rows as pad
+
     if not len(rows):
         raise SweepPlanError("pad_rows needs at least one row.")
-    out = np.full((len(rows), max(len(r) for r in rows)), pad_value, dtype=np.int64)
-    for i, row in enumerate(rows):
-        out[i, :len(row)] = row
-    return out
+    return pad(rows, pad_value)
 
 
 def encoder_feeds(encodings: Sequence[Any], feeds: Sequence[tuple[str, str]], pad_value: int = 0) -> dict[str, np.ndarray]:

@@ -19,6 +19,8 @@ from typing import Sequence
 
 import numpy as np
 
+from contracts.token_padding import padded_token_tensors  # noqa: F401 (the backend's padding rule)
+
 SUPPORTED_OUTPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 
@@ -36,22 +38,6 @@ def decode_texts(array: np.ndarray) -> list[str]:
                 f"TEXT row {row} is not valid UTF-8 ({exc.reason} at byte {exc.start}); send text encoded as UTF-8."
             ) from None
     return texts
-
-
-def padded_token_tensors(encodings: Sequence, pad_id: int, names: Sequence[str]) -> dict[str, np.ndarray]:
-    """{name: int64 [rows, longest]} for the requested tensor names, right-padded."""
-    width = max(len(e.ids) for e in encodings)
-    rows = len(encodings)
-    ids = np.full((rows, width), pad_id, dtype=np.int64)
-    mask = np.zeros((rows, width), dtype=np.int64)
-    types = np.zeros((rows, width), dtype=np.int64)
-    for row, encoding in enumerate(encodings):
-        n = len(encoding.ids)
-        ids[row, :n] = encoding.ids
-        mask[row, :n] = 1
-        types[row, :n] = encoding.type_ids
-    tensors = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
-    return {name: tensors[name] for name in names}
 
 
 @dataclass(frozen=True)

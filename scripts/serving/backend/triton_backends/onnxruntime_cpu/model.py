@@ -39,7 +39,7 @@ Then the gathered rows of the batch are grouped by real length into those bucket
 trimmed to its own longest real row and run as one ONNX Runtime call (at most one call per
 bucket), and the outputs are put back in request order. Every input must be [batch, sequence] and
 no output may have a sequence axis. Why: padding a mixed batch to its longest text wastes most of
-a transformer's work (contracts/sequence_buckets.py, scripts/serving/padding_report.py).
+a transformer's work (contracts/sequence_buckets.py, scripts/perf_sweep/padding_report.py).
 """
 import contextlib
 import json
@@ -62,17 +62,12 @@ from contracts.sequence_buckets import (
     parse_bucket_boundaries,
 )
 from serving.backend.text_frontend import TextFrontEnd
+from contracts.onnx_sessions import served_session
 
 
 def _session(onnx_path, threads):
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    # Instances of several models share the cores: a thread that spins waiting for work steals a
-    # core from another instance's compute, so idle threads sleep instead.
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    return ort.InferenceSession(onnx_path, options, providers=["CPUExecutionProvider"])
+    """The served session options live in contracts.onnx_sessions (the perf suite opens the same)."""
+    return served_session(onnx_path, threads)
 
 
 def instance_threads(config, params):
