@@ -115,26 +115,80 @@ def _shapes(build: EngineBuild, which: str, sep: str = "x", brackets: bool = Fal
     return ("," if not brackets else " ").join(parts)
 
 
-def _relative(build: EngineBuild, path: Path) -> str:
-    """Paths in commands are relative to the model's artifacts directory (where the graphs are)."""
+def _relative(path: Path) -> str:
+    """Paths in commands are relative to the repository root (where the user runs them)."""
+    from contracts.layout import PROJECT_ROOT
+
     try:
-        return str(path.relative_to(build.onnx_path.parent))
+        return str(Path(path).resolve().relative_to(PROJECT_ROOT))
     except ValueError:
         return str(path)
 
 
+#: Next to each engine's version folder: its replay inputs (batches cut to the profile's maximum)
+#: and the FP32 outputs for them, written by the GPU build (`write_replay_data`).
+REPLAY_INPUTS, REPLAY_OUTPUTS = "replay_inputs.json", "replay_outputs_fp32.json"
+
+
+def replay_files(build: EngineBuild) -> tuple[Path, Path]:
+    folder = build.engine_path.parent.parent
+    return folder / REPLAY_INPUTS, folder / REPLAY_OUTPUTS
+
+
 def trtexec_command(build: EngineBuild) -> str:
-    return (f"trtexec --onnx={build.onnx_path.name} --saveEngine={_relative(build, build.engine_path)} --stronglyTyped "
+    """The engine build as trtexec runs it from the repository root (the engine folder created first)."""
+    return (f"mkdir -p {_relative(build.engine_path.parent)} && "
+            f"trtexec --onnx={_relative(build.onnx_path)} --saveEngine={_relative(build.engine_path)} --stronglyTyped "
             f"--minShapes={_shapes(build, 'minimum')} --optShapes={_shapes(build, 'optimum')} "
-            f"--maxShapes={_shapes(build, 'maximum')} --timingCacheFile={_relative(build, build.timing_cache)}")
+            f"--maxShapes={_shapes(build, 'maximum')} --timingCacheFile={_relative(build.timing_cache)}")
 
 
 def polygraphy_command(build: EngineBuild) -> str:
-    cache = _relative(build, build.timing_cache)
-    return (f"polygraphy convert {build.onnx_path.name} --convert-to trt -o {_relative(build, build.engine_path)} --strongly-typed "
+    cache = _relative(build.timing_cache)
+    return (f"mkdir -p {_relative(build.engine_path.parent)} && "
+            f"polygraphy convert {_relative(build.onnx_path)} --convert-to trt -o {_relative(build.engine_path)} --strongly-typed "
             f"--trt-min-shapes {_shapes(build, 'minimum', brackets=True)} --trt-opt-shapes {_shapes(build, 'optimum', brackets=True)} "
             f"--trt-max-shapes {_shapes(build, 'maximum', brackets=True)} "
             f"--load-timing-cache {cache} --save-timing-cache {cache}")
+
+
+def replay_command(build: EngineBuild, atol: float) -> str:
+    """The engine against the FP32 reference outputs, batches within the engine's profile."""
+    inputs, outputs = replay_files(build)
+    return (f"polygraphy run {_relative(build.engine_path)} --model-type engine --trt --load-inputs {_relative(inputs)} "
+            f"--load-outputs {_relative(outputs)} --atol {atol:g} --rtol 0 --check-error-stat median")
+
+
+def split_feeds(feeds: Sequence[Mapping[str, Any]], max_batch: int) -> list[dict[str, Any]]:
+    """Feed dicts cut along the batch axis into pieces of at most `max_batch` rows (order kept):
+    replay inputs saved at the validation batch size must fit an engine profiled for fewer rows."""
+    if max_batch < 1:
+        raise BuildError(f"max_batch = {max_batch}: allowed >= 1.")
+    pieces = []
+    for feed in feeds:
+        rows = len(next(iter(feed.values())))
+        for start in range(0, rows, max_batch):
+            pieces.append({name: value[start:start + max_batch] for name, value in feed.items()})
+    return pieces
+
+
+def write_replay_data(build: EngineBuild, fp32_path: Path, reference_inputs: Path) -> tuple[Path, Path]:
+    """Replay inputs cut to the profile's maximum batch and the FP32 outputs for exactly those
+    (ONNX Runtime on CPU, through Polygraphy's Comparator so the files are Polygraphy's formats)."""
+    from polygraphy.backend.onnxrt import OnnxrtRunner
+    from polygraphy.comparator import Comparator, RunResults
+    from polygraphy.json import load_json
+
+    from contracts.onnx_sessions import served_session
+
+    max_batch = build.profiles[0].maximum[0]
+    feeds = split_feeds(load_json(str(reference_inputs)), max_batch)
+    inputs_path, outputs_path = replay_files(build)
+    inputs_path.parent.mkdir(parents=True, exist_ok=True)
+    results = Comparator.run([OnnxrtRunner(served_session(fp32_path), name="fp32")], data_loader=feeds,
+                             save_inputs_path=str(inputs_path))
+    RunResults([("fp32", results["fp32"])]).save(str(outputs_path))
+    return inputs_path, outputs_path
 
 
 def render_tensorrt_config(name: str, max_batch_size: int, inputs, outputs, dynamic_batching=None):
@@ -193,14 +247,24 @@ def engine_plans(records: Sequence[Mapping[str, Any]], specs: Mapping[str, Any],
     return plans
 
 
-def engine_report_section(plans: Mapping[str, Sequence[EngineBuild]], availability: TensorRTAvailability) -> str:
+#: Polygraphy's element-wise tolerance for the replay (median abs error), as in the CPU validation.
+REPLAY_ATOL = 0.01
+
+
+def engine_report_section(plans: Mapping[str, Sequence[EngineBuild]], availability: TensorRTAvailability,
+                          outcomes: Mapping[str, str] | None = None) -> str:
+    """The engines' commands (run from the repository root) and, on a GPU host, what each build did."""
     lines = ["## TensorRT engines", "",
              ("Built here: " + availability.reason) if availability.available else
-             f"Not built here: {availability.reason}. On a GPU host (e.g. NVIDIA's Triton container), from artifacts/<model>/:",
+             f"Not built here: {availability.reason}. On a GPU host (e.g. NVIDIA's Triton container), from the repository "
+             f"root; `make build-engines` there also writes each engine's replay data (batches cut to its profile):",
              ""]
     for model, builds in plans.items():
         for b in builds:
-            lines += [f"- {model} {b.precision}:", f"  - `{trtexec_command(b)}`", f"  - `{polygraphy_command(b)}`"]
+            key = f"{model} {b.precision}"
+            lines += [f"- {key}" + (f": {outcomes[key]}" if outcomes and key in outcomes else ":"),
+                      f"  - `{trtexec_command(b)}`", f"  - `{polygraphy_command(b)}`",
+                      f"  - replay against FP32: `{replay_command(b, REPLAY_ATOL)}`"]
     return "\n".join(lines)
 
 
@@ -215,15 +279,29 @@ def run_tensorrt_step(records, serving, artifacts: Path) -> tuple[str, list[str]
                 "their trtexec/polygraphy commands are in the build report")
         print(f"[tensorrt] {line}")
         return engine_report_section(plans, availability), [line]
-    from contracts.model_config import render_dynamic_batching, tensor_specs_from_onnx, write_model_config
-
     specs = {m.name: m for m in serving.models}
+    outcomes, failed = {}, []
     for model, builds in plans.items():
         for build in builds:
-            run_engine_build(build)
-            inputs, outputs = tensor_specs_from_onnx(build.onnx_path)
-            write_model_config(build.engine_path.parent.parent, render_tensorrt_config(
-                build.engine_path.parent.parent.name, specs[model].max_batch_size, inputs, outputs,
-                render_dynamic_batching(specs[model], serving)))
-            print(f"[tensorrt] {model} {build.precision}: {build.engine_path}")
-    return engine_report_section(plans, availability), []
+            key = f"{model} {build.precision}"
+            try:  # an optional GPU step: a failure is reported, the CPU build it follows stands
+                _build_one_engine(build, specs[model], serving, Path(artifacts) / model)
+                outcomes[key] = f"built {_relative(build.engine_path)}"
+            except Exception as exc:  # TensorRT raises plain exceptions; every one is reported with its reason
+                outcomes[key] = f"FAILED ({type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''})"
+                failed.append(f"TensorRT engine {key}: {outcomes[key]}")
+            print(f"[tensorrt] {key}: {outcomes[key]}")
+    return engine_report_section(plans, availability, outcomes), failed
+
+
+def _build_one_engine(build: EngineBuild, spec, serving, workdir: Path) -> None:
+    """Engine, its Triton config (NVIDIA's container: the native tensorrt_plan backend) and its replay data."""
+    from contracts.model_config import render_dynamic_batching, tensor_specs_from_onnx, write_model_config
+
+    run_engine_build(build)
+    inputs, outputs = tensor_specs_from_onnx(build.onnx_path)
+    write_model_config(build.engine_path.parent.parent, render_tensorrt_config(
+        build.engine_path.parent.parent.name, spec.max_batch_size, inputs, outputs, render_dynamic_batching(spec, serving)))
+    reference = workdir / "validation" / "reference_inputs.json"
+    if reference.exists():
+        write_replay_data(build, workdir / "fp32.onnx", reference)
