@@ -22,6 +22,10 @@ def cmd_build(args: argparse.Namespace) -> int:
     paths = BuildPaths(PROJECT_ROOT)
     wanted = set(args.models or [m.name for m in serving.models])
     plan, gpu = plan_for_this_host(serving)  # memory budgets and threads for max_batch_size sizing
+    gpu_models = [m.name for m in serving.models if m.device.value == "gpu" and m.name in wanted]
+    if gpu_models and not gpu.present:
+        raise BuildError(f"models {gpu_models} have `device = \"gpu\"` but this host has no usable GPU ({gpu.detail}); "
+                         "set `device = \"cpu\"` for them or build on a GPU host.")
     if not gpu.present:
         print(f"[size-batches] {gpu.detail}: engine device memory not measured; sizing from ONNX Runtime CPU memory")
     records = []

@@ -19,7 +19,7 @@ from tritonclient.grpc import model_config_pb2 as pb
 
 from contracts.errors import ConfigError
 from contracts.sequence_buckets import LENGTH_INPUT_PARAMETER
-from contracts.serving_spec import ModelSpec, ServingSpec
+from contracts.serving_spec import Device, ModelSpec, ServingSpec
 
 #: ONNX TensorProto element type name -> Triton data type.
 ONNX_TO_TRITON_DTYPE = {
@@ -200,6 +200,11 @@ def render_onnx_cpu_config(
     return _render_batched_model("onnxruntime_cpu", model, serving, inputs, outputs, parameters, ragged_inputs)
 
 
+def instance_kind(model: ModelSpec) -> int:
+    """KIND_GPU for `device = "gpu"` (the backend then runs ONNX Runtime's CUDA provider), else KIND_CPU."""
+    return pb.ModelInstanceGroup.KIND_GPU if model.device is Device.GPU else pb.ModelInstanceGroup.KIND_CPU
+
+
 def _render_batched_model(backend: str, model: ModelSpec, serving: ServingSpec, inputs: Sequence[TensorSpec],
                           outputs: Sequence[TensorSpec], parameters: Mapping[str, str], ragged_inputs: bool = False) -> pb.ModelConfig:
     """What every batched model's config holds: the dynamic batcher with the priority levels and
@@ -210,7 +215,7 @@ def _render_batched_model(backend: str, model: ModelSpec, serving: ServingSpec, 
         name=model.name, backend=backend, max_batch_size=model.max_batch_size,
         input=[model_input(t, ragged=ragged_inputs) for t in inputs], output=[model_output(t) for t in outputs],
         dynamic_batching=render_dynamic_batching(model, serving),
-        instance_group=[pb.ModelInstanceGroup(count=model.instance_count, kind=pb.ModelInstanceGroup.KIND_CPU)],
+        instance_group=[pb.ModelInstanceGroup(count=model.instance_count, kind=instance_kind(model))],
         model_warmup=render_warmup(inputs, sorted({1, model.max_batch_size}), ones_inputs=masks),
     )
     set_parameters(config, parameters)

@@ -7,6 +7,7 @@ the server's limit (it used to be a hand copy without the spinning setting).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Sequence
 
 
 def served_session_options(intra_op_threads: int = 0):
@@ -23,8 +24,26 @@ def served_session_options(intra_op_threads: int = 0):
     return options
 
 
-def served_session(onnx_path: str | Path, intra_op_threads: int = 0):
-    """A CPU InferenceSession exactly as the `onnxruntime_cpu` backend opens it."""
+CUDA_PROVIDER, CPU_PROVIDER = "CUDAExecutionProvider", "CPUExecutionProvider"
+
+
+def execution_providers(instance_kind: str, device_id: int, available: Sequence[str]) -> list:
+    """ONNX Runtime providers for a Triton instance: KIND_GPU -> the CUDA provider on the instance's
+    device (CPU after it for the few ops CUDA lacks); KIND_CPU -> CPU only. A GPU instance without
+    onnxruntime-gpu is an error naming the fix, never a silent CPU run."""
+    kind = instance_kind.upper().removeprefix("KIND_")
+    if kind == "CPU":
+        return [CPU_PROVIDER]
+    if kind != "GPU":
+        raise ValueError(f"instance kind {instance_kind!r}: this backend runs KIND_CPU or KIND_GPU instances.")
+    if CUDA_PROVIDER not in available:
+        raise ValueError(f"a KIND_GPU instance needs ONNX Runtime's {CUDA_PROVIDER}, but this onnxruntime offers {list(available)}: "
+                         "install requirements/gpu.txt (`make setup GPU=1`).")
+    return [(CUDA_PROVIDER, {"device_id": int(device_id)}), CPU_PROVIDER]
+
+
+def served_session(onnx_path: str | Path, intra_op_threads: int = 0, providers: Sequence | None = None):
+    """An InferenceSession exactly as the `onnxruntime_cpu` backend opens it (CPU unless `providers`)."""
     import onnxruntime as ort
 
-    return ort.InferenceSession(str(onnx_path), served_session_options(intra_op_threads), providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(str(onnx_path), served_session_options(intra_op_threads), providers=list(providers or [CPU_PROVIDER]))

@@ -74,7 +74,7 @@ class PlannedPartition:
     http_port: int
     grpc_port: int
     metrics_port: int
-    #: MPS settings; None on a CPU-sets plan.
+    #: MPS settings; None on a CPU-sets plan and for a partition without GPU models.
     mps_active_thread_percentage: int | None = None
     mps_pinned_device_mem_limit: str | None = None
 
@@ -87,6 +87,11 @@ class PlannedPartition:
     #: Every core the partition may ever run on: its home cores (`cpus`), or every core of the host
     #: when elastic CPU sets may lend it the others (or under CPU shares). Empty: `cpus`.
     reachable_cpus: tuple[int, ...] = ()
+
+    @property
+    def gpu(self) -> bool:
+        """Holds GPU models: an MPS client (not pinned). Otherwise pinned like on a CPU host."""
+        return self.mps_active_thread_percentage is not None
 
     @property
     def intra_op_threads(self) -> int:
@@ -160,7 +165,7 @@ class PartitionPlan:
                     **p.endpoints, "models": list(p.models), "compute_share": p.compute_share,
                     "memory_mb": p.memory_mb, "cpus": list(p.cpus), "intra_op_threads": p.intra_op_threads,
                     **({"mps": {k: v for k, v in p.environment().items() if k.startswith("CUDA_MPS")}}
-                       if self.mechanism is Mechanism.CUDA_MPS else {}),
+                       if p.gpu else {}),
                 }
                 for p in self.partitions
             },
@@ -192,7 +197,7 @@ def _check_supervisor_port(planned, supervisor_port: int) -> None:
 
 def plan_partitions(
     spec: ServingSpec, cpu_count: int, gpu_present: bool, available_cpus: Sequence[int] | None = None,
-    placement: CpuPlacement | None = None,
+    placement: CpuPlacement | None = None, gpu_partitions: Sequence[str] | None = None,
 ) -> PartitionPlan:
     """Derive every partition's CPU set, thread count, ports and (on a GPU) MPS settings.
 
@@ -201,6 +206,9 @@ def plan_partitions(
     each; a CPU-sets plan that needs more cores than the host has is rejected (partitions never
     share a core). `available_cpus` are the core ids this process may use (default
     0..cpu_count-1); `placement` overrides `[placement] cpu` (Kubernetes pods get their own CPUs).
+    `gpu_partitions`: the partitions that get CUDA MPS when `gpu_present` (default: every one, as
+    the Kubernetes GPU overlay renders them); the others keep their CPU sets. With none, a GPU host
+    plans exactly as a CPU host (CPU models gain nothing from MPS and would lose their pinning).
     """
     if isinstance(cpu_count, bool) or not isinstance(cpu_count, int) or cpu_count < 1:
         raise ConfigError(f"cpu_count = {cpu_count!r}: allowed a positive integer.")
@@ -209,6 +217,8 @@ def plan_partitions(
         raise ConfigError(f"available_cpus {cpu_ids} does not have cpu_count = {cpu_count} entries.")
     declared = spec.effective_partitions
     placement = spec.placement.cpu if placement is None else placement
+    on_gpu = set(p.name for p in declared) if gpu_partitions is None else set(gpu_partitions)
+    gpu_present = gpu_present and bool(on_gpu)
     shared = not gpu_present and placement is CpuPlacement.SHARES
     counts = [cores_for_share(p.compute_share, cpu_count) for p in declared]
     if not shared and sum(counts) > cpu_count:
@@ -235,8 +245,8 @@ def plan_partitions(
             name=part.name, index=index, models=tuple(m.name for m in spec.models_in_partition(part.name)),
             compute_share=part.compute_share, memory_mb=part.memory_mb, cpus=cpus, host=server.host, **ports,
             reachable_cpus=tuple(cpu_ids) if mechanism in (Mechanism.ELASTIC_CPU_SETS, Mechanism.CPU_SHARES) else cpus,
-            mps_active_thread_percentage=part.compute_share if gpu_present else None,
-            mps_pinned_device_mem_limit=f"0={part.memory_mb}M" if gpu_present else None,
+            mps_active_thread_percentage=part.compute_share if gpu_present and part.name in on_gpu else None,
+            mps_pinned_device_mem_limit=f"0={part.memory_mb}M" if gpu_present and part.name in on_gpu else None,
         ))
     _check_supervisor_port(planned, server.supervisor_metrics_port)
     return PartitionPlan(mechanism=mechanism, cpu_count=cpu_count, partitions=tuple(planned),
@@ -247,4 +257,4 @@ def plan_for_this_host(spec: ServingSpec, force_cpu: bool = False) -> tuple[Part
     """The plan for the machine this runs on: the cores this process may use, and its GPU if any."""
     cpus = sorted(os.sched_getaffinity(0))
     gpu = GpuProbe(False, "CPU sets requested explicitly") if force_cpu else detect_nvidia_gpu()
-    return plan_partitions(spec, len(cpus), gpu.present, cpus), gpu
+    return plan_partitions(spec, len(cpus), gpu.present, cpus, gpu_partitions=spec.gpu_partitions()), gpu

@@ -7,6 +7,8 @@ from these objects; nothing here touches the file system except `load_serving_sp
 """
 from __future__ import annotations
 
+import dataclasses
+
 import ipaddress
 import re
 import tomllib
@@ -27,6 +29,13 @@ class Variant(str, Enum):
 
     FP32 = "fp32"
     INT8_MIXED = "int8_mixed"
+
+
+class Device(str, Enum):
+    """Where a model's instances run: Triton's KIND_CPU or KIND_GPU (ONNX Runtime's CUDA provider)."""
+
+    CPU = "cpu"
+    GPU = "gpu"
 
 
 class Protocol(str, Enum):
@@ -218,6 +227,9 @@ class ModelSpec:
     #: Name of the recipe in `model_build` that produces this model (e.g. "digit_cnn").
     recipe: str
     variant: Variant = Variant.FP32
+    #: "gpu": KIND_GPU instances running the served ONNX file with ONNX Runtime's CUDA provider
+    #: (requirements/gpu.txt); its partition gets CUDA MPS. "cpu" (default): CPU sets as always.
+    device: Device = Device.CPU
     max_batch_size: int = 64
     instance_count: int = 1
     #: ONNX Runtime intra-op threads inside the Python backend; 0 lets ONNX Runtime decide.
@@ -246,6 +258,11 @@ class ModelSpec:
                 raise ConfigError(
                     f"`models.{self.name}.variant` = {self.variant!r} is not a known variant: allowed {allowed}."
                 ) from None
+        if not isinstance(self.device, Device):
+            try:
+                object.__setattr__(self, "device", Device(self.device))
+            except ValueError:
+                raise ConfigError(f"`models.{self.name}.device` = {self.device!r}: allowed 'cpu' or 'gpu'.") from None
         _check_int_range(f"models.{self.name}.max_batch_size", self.max_batch_size, 1, 4096)
         _check_int_range(f"models.{self.name}.instance_count", self.instance_count, 1, 64)
         _check_int_range(f"models.{self.name}.intra_op_threads", self.intra_op_threads, 0, 256)
@@ -406,6 +423,11 @@ class ServingSpec:
     def models_in_partition(self, partition: str) -> tuple[ModelSpec, ...]:
         return tuple(m for m in self.models if self.partition_of(m) == partition)
 
+    def gpu_partitions(self) -> tuple[str, ...]:
+        """Partitions that hold a GPU model: only these get CUDA MPS on a GPU host."""
+        return tuple(p.name for p in self.effective_partitions
+                     if any(m.device is Device.GPU for m in self.models_in_partition(p.name)))
+
     def model(self, name: str) -> ModelSpec:
         for spec in self.models:
             if spec.name == name:
@@ -423,7 +445,8 @@ class ServingSpec:
         return self.priority(self.batching.default_priority).level if self.priorities else 0
 
 
-_MODEL_KEYS = {"recipe", "variant", "max_batch_size", "instance_count", "intra_op_threads", "max_queue_delay_microseconds", "options", "partition"}
+#: The keys a [models.<name>] table may hold: ModelSpec's fields (one source of truth), less its name.
+_MODEL_KEYS = {f.name for f in dataclasses.fields(ModelSpec)} - {"name"}
 _PARTITION_KEYS = {"compute_share", "memory_mb", "http_port", "grpc_port", "metrics_port", "autoscaling"}
 
 

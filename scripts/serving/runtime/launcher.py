@@ -102,6 +102,20 @@ def mps_environment(layout: RunLayout) -> dict[str, str]:
     return {"CUDA_MPS_PIPE_DIRECTORY": str(layout.mps_pipe), "CUDA_MPS_LOG_DIRECTORY": str(layout.mps_log)}
 
 
+def mps_client_environment(layout: RunLayout, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """An MPS client's environment: the daemon's pipe and log directories, and CUDA_VISIBLE_DEVICES
+    emptied of meaning: NVIDIA's MPS docs say the daemon (started with it) remaps the devices and
+    clients must not set it again, so a value inherited from the launcher's shell is dropped here
+    (an empty string would hide every GPU, so the variable is removed by the process start)."""
+    env = dict(mps_environment(layout))
+    env[UNSET_IN_CHILD] = "CUDA_VISIBLE_DEVICES"
+    return env
+
+
+#: A marker in a partition's extra environment: the named variable is removed before exec.
+UNSET_IN_CHILD = "SERVING_UNSET_ENV"
+
+
 def partition_server_process(installation: TritonInstallation, plan: PartitionPlan, partition: PlannedPartition,
                              repository: Path, layout: RunLayout, cpu_weight: CpuWeight | None = None) -> TritonServerProcess:
     """A (not yet started) tritonserver for one partition, with the plan's mechanism applied:
@@ -109,12 +123,12 @@ def partition_server_process(installation: TritonInstallation, plan: PartitionPl
     the MPS environment on a GPU."""
     env = partition.environment()
     pin = None
-    if plan.mechanism.pins or plan.mechanism is Mechanism.CPU_SHARES:
+    if partition.gpu:  # an MPS client: its share is the thread percentage, not a CPU set
+        env.update(mps_client_environment(layout))
+    else:  # CPU sets / shares; on a GPU host too, for a partition without GPU models
         pin = partition.cpus
-    else:
-        env.update(mps_environment(layout))
     settings = partition_server_settings(partition, repository, layout.backends,
-                                         gpu_metrics=plan.mechanism is Mechanism.CUDA_MPS,
+                                         gpu_metrics=partition.gpu,
                                          cond_wait_cap_us=plan.cond_wait_cap_us)
     return TritonServerProcess(installation, settings, layout.partition_log(partition.name), extra_env=env,
                                preexec_cpus=pin, cpu_weight=cpu_weight if plan.mechanism is Mechanism.CPU_SHARES else None)
@@ -129,15 +143,27 @@ def plan_cpu_weights_for_this_host(plan: PartitionPlan, run_id: str) -> tuple[di
     return weights, f"{method.value} ({why})"
 
 
-def start_mps_daemon(layout: RunLayout, timeout_s: float = 10.0) -> None:
-    """`nvidia-cuda-mps-control -d` with pipe/log directories under the run directory."""
+#: What happens without the MPS control binary (docs/partitions.md, "GPU hosts"): the GPU
+#: partitions still start and share the GPU by time slicing; their shares are not enforced.
+MPS_FALLBACK = ("GPU partitions start without MPS: they share the GPU by time slicing and their compute_share / memory_mb "
+                "are NOT enforced (install the CUDA driver utilities for {control}; docs/partitions.md)")
+
+
+def start_mps_daemon(layout: RunLayout, timeout_s: float = 10.0) -> str | None:
+    """`nvidia-cuda-mps-control -d` with pipe/log directories under the run directory (CUDA_VISIBLE_DEVICES,
+    if set, is seen by the daemon only). Returns None when it runs, or the one-line fallback when the
+    control binary is missing; a daemon that fails or does not come up in `timeout_s` is an error."""
     control = shutil.which(MPS_CONTROL)
     if control is None:
-        raise ServerStartError(f"a GPU plan needs CUDA MPS but {MPS_CONTROL} is not on PATH (install the CUDA driver utilities).")
+        return f"{MPS_CONTROL} is not on PATH: " + MPS_FALLBACK.format(control=MPS_CONTROL)
     layout.mps_pipe.mkdir(parents=True, exist_ok=True)
     layout.mps_log.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, **mps_environment(layout)}
-    done = subprocess.run([control, "-d"], env=env, capture_output=True, text=True, timeout=timeout_s)
+    try:
+        done = subprocess.run([control, "-d"], env=env, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        raise ServerStartError(f"{MPS_CONTROL} -d did not return within {timeout_s:.0f} s (a hung MPS daemon start; "
+                               f"see {layout.mps_log / 'control.log'} and `nvidia-smi -q | grep -i mps`).") from None
     if done.returncode != 0:
         raise ServerStartError(f"{MPS_CONTROL} -d failed ({done.returncode}): {done.stderr.strip() or done.stdout.strip()}")
     deadline = time.monotonic() + timeout_s
@@ -146,6 +172,7 @@ def start_mps_daemon(layout: RunLayout, timeout_s: float = 10.0) -> None:
             raise ServerStartError(f"the MPS control daemon did not create {layout.mps_pipe / 'control'} within {timeout_s:.0f} s; "
                                    f"see {layout.mps_log / 'control.log'}.")
         time.sleep(0.1)
+    return None
 
 
 def stop_mps_daemon(layout: RunLayout, timeout_s: float = 20.0) -> bool:
@@ -154,7 +181,11 @@ def stop_mps_daemon(layout: RunLayout, timeout_s: float = 20.0) -> bool:
     if control is None or not (layout.mps_pipe / "control").exists():
         return False
     env = {**os.environ, **mps_environment(layout)}
-    done = subprocess.run([control], input="quit\n", env=env, capture_output=True, text=True, timeout=timeout_s)
+    try:
+        done = subprocess.run([control], input="quit\n", env=env, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:  # a daemon that does not answer `quit`: reported, never a hang of `make stop`
+        print(f"[stop] the MPS control daemon did not answer `quit` within {timeout_s:.0f} s; see {layout.mps_log}", flush=True)
+        return False
     return done.returncode == 0
 
 

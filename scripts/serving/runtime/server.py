@@ -228,6 +228,8 @@ class TritonServerProcess:
 
         env = server_environment(self.installation)
         env.update(self.extra_env)
+        for name in filter(None, env.pop("SERVING_UNSET_ENV", "").split(",")):  # e.g. CUDA_VISIBLE_DEVICES for MPS clients
+            env.pop(name, None)
         env, warning = preload_environment(self.settings.cond_wait_cap_us, env)
         if warning:
             print(f"[server] WARNING: {warning}", file=sys.stderr, flush=True)

@@ -436,10 +436,14 @@ class Supervisor:
         signal.signal(signal.SIGINT, self._request_stop)
         self.layout.logs.mkdir(parents=True, exist_ok=True)
         try:
-            if self.plan.mechanism is Mechanism.CUDA_MPS:
-                start_mps_daemon(self.layout)
-                self.mps_started = True
-                log.info("CUDA MPS control daemon started (pipe %s)", self.layout.mps_pipe)
+            if self.plan.mechanism is Mechanism.CUDA_MPS:  # only when some partition holds GPU models
+                fallback = start_mps_daemon(self.layout)
+                self.mps_started = fallback is None
+                if fallback:
+                    log.warning("%s", fallback)
+                    print(f"[serve] {fallback}", flush=True)
+                else:
+                    log.info("CUDA MPS control daemon started (pipe %s)", self.layout.mps_pipe)
             prepare_backend_dir(self.installation, self.layout.backends)
             self.cpu_weights, how = plan_cpu_weights_for_this_host(self.plan, f"{os.getpid()}")
             if self.cpu_weights:

@@ -157,3 +157,23 @@ def test_elastic_cpu_sets_plan_disjoint_home_cores_like_cpu_sets():
     plan = plan_partitions(spec_with(TWO, cpu="elastic"), cpu_count=2, gpu_present=False)
     assert plan.mechanism is Mechanism.ELASTIC_CPU_SETS and plan.mechanism.pins
     assert [p.cpus for p in plan.partitions] == [(0,), (1,)]
+
+
+def test_a_gpu_host_without_gpu_models_plans_like_a_cpu_host():
+    from contracts.serving_spec import Device
+
+    spec = spec_with(TWO)
+    assert spec.gpu_partitions() == ()
+    plan = plan_partitions(spec, cpu_count=4, gpu_present=True, gpu_partitions=spec.gpu_partitions())
+    assert plan.mechanism is Mechanism.CPU_SETS  # no MPS daemon: nothing runs on the GPU
+    assert not any(p.gpu for p in plan.partitions) and "mps" not in plan.to_dict()["partitions"]["p"]
+    gpu_spec = spec_with(TWO, {"a": {"recipe": "digit_cnn", "partition": "p", "device": "gpu"},
+                               "b": {"recipe": "digit_cnn", "partition": "q"}})
+    assert gpu_spec.model("a").device is Device.GPU and gpu_spec.gpu_partitions() == ("p",)
+    mixed = plan_partitions(gpu_spec, cpu_count=4, gpu_present=True, gpu_partitions=gpu_spec.gpu_partitions())
+    assert mixed.mechanism is Mechanism.CUDA_MPS
+    p, q = mixed.partition("p"), mixed.partition("q")
+    assert p.gpu and p.environment()["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "50"
+    assert not q.gpu and "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE" not in q.environment() and q.cpus == (2, 3)
+    with pytest.raises(ConfigError, match="allowed 'cpu' or 'gpu'"):
+        spec_with(TWO, {"a": {"recipe": "digit_cnn", "partition": "p", "device": "tpu"}, "b": {"recipe": "digit_cnn", "partition": "q"}})

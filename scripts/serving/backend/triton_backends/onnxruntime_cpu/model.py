@@ -62,12 +62,12 @@ from contracts.sequence_buckets import (
     parse_bucket_boundaries,
 )
 from serving.backend.text_frontend import TextFrontEnd
-from contracts.onnx_sessions import served_session
+from contracts.onnx_sessions import execution_providers, served_session
 
 
-def _session(onnx_path, threads):
+def _session(onnx_path, threads, providers=None):
     """The served session options live in contracts.onnx_sessions (the perf suite opens the same)."""
-    return served_session(onnx_path, threads)
+    return served_session(onnx_path, threads, providers)
 
 
 def instance_threads(config, params):
@@ -109,13 +109,19 @@ class TritonPythonModel:
                 f"model '{name}': ONNX file {onnx_path} does not exist; run `make build-engines`."
             )
         threads = instance_threads(config, params)
-        self.session = _session(onnx_path, threads)
+        kind = args.get("model_instance_kind", "CPU")
+        try:  # KIND_GPU: ONNX Runtime's CUDA provider on this instance's device (contracts.onnx_sessions)
+            providers = execution_providers(kind, int(args.get("model_instance_device_id", 0) or 0), ort.get_available_providers())
+        except ValueError as exc:
+            raise pb_utils.TritonModelException(f"model '{name}': {exc}") from None
+        on_gpu = providers[0] != "CPUExecutionProvider"
+        self.session = _session(onnx_path, threads, providers)
         # Instances are separate processes: a wide session (one thread per reachable core) for a
         # batch that computes alone, a 1-thread one while a sibling instance computes too
         # (serving/backend/instance_activity.py has the measurements).
         instances = sum(int(g.get("count", 1)) for g in config.get("instance_group", [])) or 1
         self.narrow, self.activity = None, None
-        if threads > 1 and instances > 1 and params.get("adaptive_threads", "true").strip().lower() != "false":
+        if not on_gpu and threads > 1 and instances > 1 and params.get("adaptive_threads", "true").strip().lower() != "false":
             self.narrow = _session(onnx_path, 1)
             self.activity = InstanceActivity(name, args.get("model_instance_name", name))
         self.request_inputs = [t["name"] for t in config["input"]]
