@@ -33,6 +33,10 @@ $(STAMP): scripts/serving/runtime/native/cond_wait_cap.c requirements/serve.txt 
 	$(PIP_INSTALL) --no-deps -r requirements/no_deps.txt
 	$(PIP_INSTALL) --no-deps --no-build-isolation -e .
 	$(PY) -m serving build-native
+	@if [ "$(GPU)" = "1" ] || { [ "$(GPU)" != "0" ] && command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; }; then \
+	  echo "[setup] GPU: installing requirements/gpu.txt (TensorRT 10.5, onnxruntime-gpu 1.20.2; replaces the CPU onnxruntime)"; \
+	  $(PY) -m pip uninstall -y -q onnxruntime && $(PY) -m pip install --disable-pip-version-check -q -r requirements/gpu.txt; \
+	else echo "[setup] no NVIDIA GPU (or GPU=0): the CPU set only (make setup GPU=1 installs requirements/gpu.txt)"; fi
 	@touch $(STAMP)
 
 build-engines: setup ## Build every model and variant that model_repository/serving.toml asks for
@@ -58,6 +62,9 @@ demo: build-engines ## Set up, build, serve, classify test images and embed text
 
 test: build-engines k8s-validate setup-peers-minimal lint-imports ## Set up, build, validate deploy/, check the import layers, and run the whole test suite against real tritonserver
 	$(PY) -m pytest
+
+gpu-check: setup ## On a GPU host: GPU and driver, MPS with two clients, engines built and replayed, one GPU model served, isolation (OK / SKIPPED / FAILED per step)
+	$(PY) -m operations.gpu_check --config $(SERVING_CONFIG)
 
 lint-imports: setup ## Check the package layers of pyproject.toml [tool.importlinter] (contracts at the bottom, nothing imports serving.backend)
 	$(VENV)/bin/lint-imports --no-cache

@@ -8,6 +8,7 @@ indices or UUIDs keeps the listed ones, as the CUDA runtime does.
 """
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
 import subprocess
@@ -105,3 +106,32 @@ def read_cpu_info() -> CpuInfo:
     except OSError:
         return CpuInfo(platform.processor() or platform.machine(), os.cpu_count() or 1, frozenset())
     return cpu_info_from_text(text, os.cpu_count() or 1)
+
+
+# ------------------------------------------------------------------ TensorRT
+@dataclass(frozen=True)
+class TensorRTAvailability:
+    available: bool
+    reason: str
+
+
+def detect_tensorrt() -> TensorRTAvailability:
+    """Real detection, cheapest check first: a GPU the driver lists, libcuda, then a TensorRT builder."""
+    gpu = detect_nvidia_gpu()
+    if not gpu.present:
+        return TensorRTAvailability(False, gpu.detail)
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError as exc:
+        return TensorRTAvailability(False, f"the CUDA driver library does not load ({exc})")
+    try:
+        import tensorrt as trt
+    except ImportError:
+        return TensorRTAvailability(False, "the `tensorrt` Python package is not installed")
+    try:
+        builder = trt.Builder(trt.Logger(trt.Logger.ERROR))
+    except Exception as exc:  # TensorRT raises plain exceptions (TypeError/RuntimeError) here
+        return TensorRTAvailability(False, f"TensorRT {trt.__version__} cannot create a builder ({exc})")
+    if builder is None:
+        return TensorRTAvailability(False, f"TensorRT {trt.__version__} cannot create a builder")
+    return TensorRTAvailability(True, f"TensorRT {trt.__version__}; {listed.stdout.strip().splitlines()[0]}")

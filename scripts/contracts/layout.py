@@ -24,6 +24,12 @@ MANIFEST = RUN_DIR / "manifest.json"
 ARTIFACTS_DIR = PROJECT_ROOT / "artifacts"
 #: Reports written by builds and benchmarks.
 REPORTS_DIR = PROJECT_ROOT / "reports"
+#: Next to each TensorRT engine's version folder (artifacts/<model>/tensorrt/<model>_<precision>/):
+#: its replay inputs, batches cut to the engine's profile, and the FP32 outputs for exactly those;
+#: written by the GPU build, replayed by `make gpu-check` and the build report's polygraphy line.
+ENGINE_REPLAY_INPUTS, ENGINE_REPLAY_OUTPUTS = "replay_inputs.json", "replay_outputs_fp32.json"
+#: Polygraphy's element-wise tolerance of that replay (median abs error), as in the CPU validation.
+ENGINE_REPLAY_ATOL = 0.01
 #: Source folders that hold importable packages (the Triton Python stub needs them on its path).
 SOURCE_DIRS = tuple(PROJECT_ROOT / name for name in ("build", "clients", "scripts", "deploy"))
 

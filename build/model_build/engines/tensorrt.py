@@ -14,48 +14,21 @@ saying what was skipped and why, and writes no file of any kind.
 """
 from __future__ import annotations
 
-import ctypes
 import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from contracts.devices import TensorRTAvailability, detect_tensorrt  # noqa: F401 (the one device probe, re-exported)
+from contracts.layout import ENGINE_REPLAY_ATOL as REPLAY_ATOL
+from contracts.layout import ENGINE_REPLAY_INPUTS as REPLAY_INPUTS
+from contracts.layout import ENGINE_REPLAY_OUTPUTS as REPLAY_OUTPUTS
 from model_build.errors import BuildError
 
 GPU_GRAPHS = {"fp16": "fp16_gpu.onnx", "int8_mixed": "int8_mixed_gpu.onnx"}
 TIMING_CACHE = "tensorrt_timing.cache"
 ENGINE_DIR = "tensorrt"
-
-
-@dataclass(frozen=True)
-class TensorRTAvailability:
-    available: bool
-    reason: str
-
-
-def detect_tensorrt() -> TensorRTAvailability:
-    """Real detection, cheapest check first: a GPU the driver lists, libcuda, then a TensorRT builder."""
-    from contracts.devices import detect_nvidia_gpu
-
-    gpu = detect_nvidia_gpu()
-    if not gpu.present:
-        return TensorRTAvailability(False, gpu.detail)
-    try:
-        ctypes.CDLL("libcuda.so.1")
-    except OSError as exc:
-        return TensorRTAvailability(False, f"the CUDA driver library does not load ({exc})")
-    try:
-        import tensorrt as trt
-    except ImportError:
-        return TensorRTAvailability(False, "the `tensorrt` Python package is not installed")
-    try:
-        builder = trt.Builder(trt.Logger(trt.Logger.ERROR))
-    except Exception as exc:  # TensorRT raises plain exceptions (TypeError/RuntimeError) here
-        return TensorRTAvailability(False, f"TensorRT {trt.__version__} cannot create a builder ({exc})")
-    if builder is None:
-        return TensorRTAvailability(False, f"TensorRT {trt.__version__} cannot create a builder")
-    return TensorRTAvailability(True, f"TensorRT {trt.__version__}; {listed.stdout.strip().splitlines()[0]}")
 
 
 @dataclass(frozen=True)
@@ -125,9 +98,6 @@ def _relative(path: Path) -> str:
         return str(path)
 
 
-#: Next to each engine's version folder: its replay inputs (batches cut to the profile's maximum)
-#: and the FP32 outputs for them, written by the GPU build (`write_replay_data`).
-REPLAY_INPUTS, REPLAY_OUTPUTS = "replay_inputs.json", "replay_outputs_fp32.json"
 
 
 def replay_files(build: EngineBuild) -> tuple[Path, Path]:
@@ -245,10 +215,6 @@ def engine_plans(records: Sequence[Mapping[str, Any]], specs: Mapping[str, Any],
         plans[record["model"]] = plan_engine_builds(record["model"], workdir, inputs, specs[record["model"]].max_batch_size,
                                                     record.get("max_length"))
     return plans
-
-
-#: Polygraphy's element-wise tolerance for the replay (median abs error), as in the CPU validation.
-REPLAY_ATOL = 0.01
 
 
 def engine_report_section(plans: Mapping[str, Sequence[EngineBuild]], availability: TensorRTAvailability,

@@ -139,7 +139,8 @@ def size_model_batches(
     """Measure (or reuse) memory per candidate batch size, choose, and write `out_path`."""
     partition = plan.partition_of(model.name)
     budget = model_memory_budget_bytes(partition.memory_mb, len(partition.models), model.instance_count)
-    device = "cuda" if plan.mechanism is Mechanism.CUDA_MPS else "cpu"
+    # What is SERVED decides: a GPU model's instances hold CUDA memory, a CPU model's RSS, on any host.
+    device = "cuda" if getattr(model.device, "value", "cpu") == "gpu" and partition.gpu else "cpu"
     variable_dim = int(model.options.get("max_sequence_length", model.options.get("max_length", DEFAULT_MEASURE_SEQUENCE_LENGTH)))
     probe_key = {"onnx_sha256": sha256_file(onnx_path), "threads": partition.intra_op_threads,
                  "variable_dim": variable_dim, "device": device}
@@ -155,10 +156,9 @@ def size_model_batches(
         result = cached.get(batch)
         if result is None:
             result = probe(onnx_path, batch, partition.intra_op_threads, variable_dim, device)
-            if "skipped" in result and device == "cuda":
+            if "skipped" in result and device == "cuda":  # the key keeps "cuda": the next build tries again, then matches
                 log(f"[size-batches] {model.name}: device memory not measured ({result['skipped']}); using CPU memory")
-                device = probe_key["device"] = "cpu"
-                result = probe(onnx_path, batch, partition.intra_op_threads, variable_dim, device)
+                result = {**probe(onnx_path, batch, partition.intra_op_threads, variable_dim, "cpu"), "fell_back_to": "cpu"}
             measured_now += 1
             result = {"batch_size": batch,
                       "memory_bytes": result.get("device_memory_bytes", result.get("peak_rss_growth_bytes")),

@@ -56,29 +56,33 @@ def synthetic_feeds(session, batch: int, variable_dim: int):
     return feeds
 
 
-def _cuda_used_bytes(pid: int) -> int | None:
+def _gpu_used_bytes() -> int | None:
+    """Memory in use on the first visible GPU (whole device). Why not per process: inside a container
+    `nvidia-smi --query-compute-apps` lists HOST pids, so this process's own pid never matches; the
+    device total before and after the session works in and out of containers (run it on an otherwise
+    idle GPU, as `make build-engines` on a GPU host does)."""
     import subprocess
 
-    out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+    out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
                          capture_output=True, text=True, timeout=20)
-    for line in out.stdout.splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) == 2 and parts[0] == str(pid):
-            return int(parts[1]) * 1024 * 1024
-    return None
+    lines = [line.strip() for line in out.stdout.splitlines() if line.strip()]
+    index = (os.environ.get("CUDA_VISIBLE_DEVICES") or "0").split(",")[0]
+    position = int(index) if index.isdigit() and int(index) < len(lines) else 0
+    return int(lines[position]) * 1024 * 1024 if out.returncode == 0 and lines else None
 
 
 def measure(onnx: str, batch: int, threads: int, variable_dim: int, device: str, runs: int = 2) -> dict:
     import onnxruntime as ort
 
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
+    from contracts.onnx_sessions import served_session_options
+
+    options = served_session_options(threads)  # what the backend opens, on the device it serves on
     providers = ["CPUExecutionProvider"]
     if device == "cuda":
         if "CUDAExecutionProvider" not in ort.get_available_providers():
             return {"skipped": "onnxruntime has no CUDAExecutionProvider here (install onnxruntime-gpu on the GPU host)"}
         providers = ["CUDAExecutionProvider"]
+    gpu_before = _gpu_used_bytes() if device == "cuda" else None
     rss_before = _status_kib("VmRSS") * 1024
     peak_reset = _reset_peak_rss()
     started = time.perf_counter()
@@ -90,11 +94,11 @@ def measure(onnx: str, batch: int, threads: int, variable_dim: int, device: str,
     result = {"batch_size": batch, "threads": threads, "variable_dim": variable_dim, "device": device,
               "peak_rss_growth_bytes": _status_kib("VmHWM") * 1024 - rss_before, "peak_reset": peak_reset,
               "seconds_per_run_incl_load": round(seconds, 4)}
-    if device == "cuda":
-        used = _cuda_used_bytes(os.getpid())
-        if used is None:
-            return {"skipped": "nvidia-smi listed no device memory for this process"}
-        result["device_memory_bytes"] = used
+    if device == "cuda":  # the session's weights, workspace and activations at this batch, as served
+        used = _gpu_used_bytes()
+        if used is None or gpu_before is None:
+            return {"skipped": "nvidia-smi reported no GPU memory use"}
+        result["device_memory_bytes"] = max(0, used - gpu_before)
     return result
 
 
