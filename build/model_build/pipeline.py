@@ -135,6 +135,17 @@ def _record_files_exist(record: Mapping[str, Any], workdir: Path) -> bool:
     return all((workdir / rel).exists() for rel in record.get("files", []))
 
 
+def is_built(recipe: Recipe, model: ModelSpec, paths: BuildPaths) -> bool:
+    """The build record matches the current inputs and its files exist (build_model would not build)."""
+    from contracts.build_record import BuildRecordError, read_build_record
+
+    try:
+        record = read_build_record(paths.workdir(model.name))
+    except BuildRecordError:
+        return False
+    return record.fingerprint == build_fingerprint(recipe, model) and _record_files_exist(record.data, paths.workdir(model.name))
+
+
 def build_model(recipe: Recipe, model: ModelSpec, paths: BuildPaths, force: bool = False) -> tuple[dict[str, Any], bool]:
     """Return (record, rebuilt). The record is stored in artifacts/<model>/build.json."""
     workdir = paths.workdir(model.name)

@@ -33,5 +33,15 @@ ENGINE_REPLAY_ATOL = 0.01
 #: Source folders that hold importable packages (the Triton Python stub needs them on its path).
 SOURCE_DIRS = tuple(PROJECT_ROOT / name for name in ("build", "clients", "scripts", "deploy"))
 
+
+
+def display_path(path: Path | str, root: Path | str = PROJECT_ROOT) -> str:
+    """`path` relative to `root` when it lies below it (how reports and commands name files), else as given."""
+    try:
+        return str(Path(path).resolve().relative_to(Path(root).resolve()))
+    except ValueError:
+        return str(path)
+
+
 if not (PROJECT_ROOT / "Makefile").is_file():  # pragma: no cover - guards a moved file
     raise ImportError(f"contracts.layout expected the project root at {PROJECT_ROOT} (a folder with a Makefile); was the package moved?")

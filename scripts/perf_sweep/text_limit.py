@@ -90,11 +90,10 @@ class TextPipeline:
         return self.configured_threads or partition_threads
 
     def describe(self, root: Path) -> str:
+        from contracts.layout import display_path
+
         def rel(path: Path) -> str:
-            try:
-                return str(path.relative_to(root))
-            except ValueError:
-                return str(path)
+            return display_path(path, root)
 
         buckets = (f"sequence buckets {','.join(map(str, self.buckets))} on `{self.length_input}`" if self.buckets
                    else "no sequence buckets (one call per batch, padded to its longest text)")

@@ -90,12 +90,9 @@ def _shapes(build: EngineBuild, which: str, sep: str = "x", brackets: bool = Fal
 
 def _relative(path: Path) -> str:
     """Paths in commands are relative to the repository root (where the user runs them)."""
-    from contracts.layout import PROJECT_ROOT
+    from contracts.layout import display_path
 
-    try:
-        return str(Path(path).resolve().relative_to(PROJECT_ROOT))
-    except ValueError:
-        return str(path)
+    return display_path(path)
 
 
 

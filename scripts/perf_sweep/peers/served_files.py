@@ -40,11 +40,10 @@ class ServedFiles:
         return served_files(Path(repository))
 
     def describe(self, root: Path) -> str:
+        from contracts.layout import display_path
+
         def rel(path: Path) -> str:
-            try:
-                return str(path.relative_to(root))
-            except ValueError:
-                return str(path)
+            return display_path(path, root)
 
         return (f"`{rel(self.digits_onnx)}`; `{rel(self.text_onnx)}` + `{rel(self.tokenizer_json)}` "
                 f"(truncation at {self.max_length} tokens; served as {self.text_layout})")
