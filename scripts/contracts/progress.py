@@ -15,7 +15,14 @@ T = TypeVar("T")
 
 
 def _label(item: object) -> str:
-    text = str(getattr(item, "name", item))
+    """A short name for a step: its `name`, or the item itself when it is a plain value; nothing for
+    data (a calibration batch is a dict of arrays: printing it would flood the log)."""
+    if hasattr(item, "name"):
+        text = str(item.name)
+    elif isinstance(item, (str, int, float)):
+        text = str(item)
+    else:
+        return ""
     return text if len(text) <= 60 else "..." + text[-57:]
 
 
@@ -40,4 +47,5 @@ def progress(items: Sequence[T] | Iterable[T], what: str, total: int | None = No
         yield item
         elapsed = time.monotonic() - start
         eta = f", ETA {elapsed / i * (total - i):.0f} s" if total else ""
-        print(f"[{what}] {i}/{total or '?'} {_label(item)} ({elapsed:.0f} s{eta})", file=stream, flush=True)
+        label = _label(item)
+        print(f"[{what}] {i}/{total or '?'}{' ' + label if label else ''} ({elapsed:.0f} s{eta})", file=stream, flush=True)

@@ -21,3 +21,11 @@ def test_a_bar_on_a_terminal():
     out = io.StringIO()
     assert list(progress(range(5), "calibration", stream=out, tty=True)) == list(range(5))
     assert "calibration" in out.getvalue() and "/5" in out.getvalue()
+
+
+def test_data_items_are_not_printed():
+    import numpy as np
+
+    out = io.StringIO()
+    list(progress([{"ids": np.ones((2, 3))}], "calibration", stream=out, tty=False))
+    assert out.getvalue().startswith("[calibration] 1/1 (") and "array" not in out.getvalue()
