@@ -60,8 +60,14 @@ demo: build-engines ## Set up, build, serve, classify test images and embed text
 	done; \
 	$(PY) -m serving stop; exit $$status
 
-test: build-engines k8s-validate setup-peers-minimal lint-imports ## Set up, build, validate deploy/, check the import layers, and run the whole test suite against real tritonserver
-	$(PY) -m pytest
+test: ## Set up, build, validate deploy/, check the import layers, and run the whole test suite against real tritonserver
+	@# the peers' small venv installs while the main one is set up and the models build (independent)
+	@$(MAKE) --no-print-directory -j2 build-engines setup-peers-minimal
+	@$(MAKE) --no-print-directory k8s-validate lint-imports
+	@# two test processes, one file each at a time (a file's servers stay in one process); then the
+	@# tests that measure latency or timeouts (marker `alone`), with nothing else running
+	$(PY) -m pytest -n 2 --dist loadfile -m "not alone"
+	$(PY) -m pytest -m alone
 
 gpu-check: setup ## On a GPU host: GPU and driver, MPS with two clients, engines built and replayed, one GPU model served, isolation (OK / SKIPPED / FAILED per step)
 	$(PY) -m operations.gpu_check --config $(SERVING_CONFIG)

@@ -358,6 +358,8 @@ class _Saturation:
     window: Any
     outcomes: list | None = None
     error: str | None = None
+    #: realtime measured by the open-loop client, still under the saturation, where perf_analyzer stopped
+    client_fallback: Any = None
 
 
 def _priority_mix(out: AbOutcome, ctx: AbContext) -> None:
@@ -378,9 +380,10 @@ def _priority_mix(out: AbOutcome, ctx: AbContext) -> None:
         fallback["alone"] = _realtime_by_client(ctx, variant, top, rt_rate, duration)
     items = lowest.max_request_batch_size
     batch = loadgen.Stream(lowest.name, min(200.0, 1.5 * ctx.limit / items), batch_size=items, priority=lowest.level)
-    sat = _saturate(ctx, variant, lowest, batch, realtime, rt_rate, count, duration)
-    if not _ok(sat.loaded):
-        fallback[f"under {lowest.name} load"] = _realtime_by_client(ctx, variant, top, rt_rate, duration)
+    sat = _saturate(ctx, variant, lowest, batch, realtime, rt_rate, count, duration,
+                    lambda: _realtime_by_client(ctx, variant, top, rt_rate, duration))
+    if sat.client_fallback is not None:
+        fallback[f"under {lowest.name} load"] = sat.client_fallback
     out.records += [unloaded, sat.loaded]
     out.cdf_samples[f"{top.name} (priority {top.level}), alone"] = lat_unloaded
     out.cdf_samples[f"{top.name} (priority {top.level}), under {lowest.name} saturation"] = sat.latencies
@@ -395,7 +398,7 @@ def _realtime_by_client(ctx: AbContext, variant: ServedVariant, top, rt_rate: fl
 
 
 def _saturate(ctx: AbContext, variant: ServedVariant, lowest, batch, realtime: SweepSpec, rt_rate: float, count: int,
-              duration: float) -> _Saturation:
+              duration: float, realtime_by_client: Callable[[], Any]) -> _Saturation:
     """Batch work as clients send it (max_request_batch_size items per request) from two sources:
     perf_analyzer keeps 64 such requests in flight (saturates the server; C++ is fast enough), and
     the open-loop client adds Poisson arrivals (capped at 200 requests/s, what Python fires here)
@@ -427,9 +430,10 @@ def _saturate(ctx: AbContext, variant: ServedVariant, lowest, batch, realtime: S
                                       ctx.folder, ctx.binary, ctx.env, request_count=count)
         window = server_metrics_delta(before, scrape_metrics(common["metrics_url"]), variant.served_name)
         served_items = window.inferences / (time.monotonic() - started)
+        client_fallback = None if _ok(loaded) else realtime_by_client()  # while the batch load still runs
         _stop(sat_proc)
         thread.join(timeout=duration + 90)
-    return _Saturation(loaded, latencies, served_items, window, box.get("outcomes"), box.get("error"))
+    return _Saturation(loaded, latencies, served_items, window, box.get("outcomes"), box.get("error"), client_fallback)
 
 
 def _stop(process: subprocess.Popen) -> None:

@@ -386,6 +386,7 @@ def send_planned(server, planned: PlannedRequest, images: np.ndarray, clients: t
     return infer(module, client, model, "image", batch, datatype, **kwargs).as_numpy("probabilities")
 
 
+@pytest.mark.alone  # bounds each request's time by the queue timeout
 def test_random_mix_of_bad_and_good_requests_answers_every_good_one_correctly(triton_server, expected, digits_test_split):
     from concurrent.futures import ThreadPoolExecutor
 

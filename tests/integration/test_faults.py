@@ -200,6 +200,7 @@ def test_a_model_that_raises_answers_that_request_with_the_error_and_keeps_servi
         client.close()
 
 
+@pytest.mark.alone  # bounds each request's time by the client timeout
 def test_concurrent_good_and_raising_requests_are_each_accounted_for(fault_server):
     """24 requests from 6 threads, every third one a trigger: each trigger gets the model's error,
     each good one its own correct answer; nothing hangs."""
@@ -229,6 +230,7 @@ def test_concurrent_good_and_raising_requests_are_each_accounted_for(fault_serve
             np.testing.assert_array_equal(outcome, np.full((1, 4), 2 * value, np.float32))
 
 
+@pytest.mark.alone  # bounds each request's time by the client timeout
 def test_a_dead_backend_stub_gives_explicit_errors_until_the_model_is_reloaded(fault_server, admin_key):
     """The stub process exits (as after a native crash). A plain tritonserver (no supervisor): this
     is Triton 2.51's own behaviour, which the supervisor heals (the test at the end of this file).

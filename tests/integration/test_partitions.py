@@ -19,7 +19,8 @@ import pytest
 from conftest import REPOSITORY, free_ports, poll_until
 from partition_probe import QUIET_MODEL, measure_noisy_neighbour, two_partition_config
 
-pytestmark = pytest.mark.server
+# Latency ratios and timing bounds: `make test` runs this file alone, after the parallel phase.
+pytestmark = [pytest.mark.server, pytest.mark.alone]
 
 #: A noisy neighbour may raise the quiet partition's P99 by at most this factor (see the test).
 #: The target is 1.5x; on this 2-core VM hard pinning itself measured x0.9-1.8 (median 1.46) over

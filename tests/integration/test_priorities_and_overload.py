@@ -22,7 +22,8 @@ from model_client.policies import NO_RETRY, FallbackPolicy, RetryPolicy
 from probe_repository import ProbeModel, write_probe_repository
 from contracts.starvation import lowest_priority_progress_bound
 
-pytestmark = pytest.mark.server
+# Latency ratios and timing bounds: `make test` runs this file alone, after the parallel phase.
+pytestmark = [pytest.mark.server, pytest.mark.alone]
 
 #: Full-queue and timeout tests; also the full fallback of overload stage 3.
 TINY = ProbeModel("probe_tiny", max_batch_size=4, realtime_queue=1, batch_queue=2, sleep_ms=400)
