@@ -41,8 +41,16 @@ def prebuild(models, paths: BuildPaths, force: bool, jobs: int) -> set[str]:
     if jobs <= 1 or len(todo) <= 1:
         return set()
     todo.reverse()  # the expensive recipes are declared last (the LLM, the encoder before its users)
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-        return set(pool.map(_build_one, [(m, paths.project_root, force) for m in todo]))
+    from model_build.pipeline import BUILD_THREADS_ENV
+
+    previous = os.environ.get(BUILD_THREADS_ENV)
+    os.environ.setdefault(BUILD_THREADS_ENV, str(max(1, (os.cpu_count() or 1) // jobs)))  # the workers inherit it
+    try:
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+            return set(pool.map(_build_one, [(m, paths.project_root, force) for m in todo]))
+    finally:
+        if previous is None:
+            os.environ.pop(BUILD_THREADS_ENV, None)
 
 
 def cmd_build(args: argparse.Namespace) -> int:

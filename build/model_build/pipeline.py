@@ -27,6 +27,18 @@ PACKAGE_DIR = Path(__file__).parent
 VERSIONED_PACKAGES = ("torch", "onnx", "onnxruntime", "numpy", "scikit-learn", "transformers", "tokenizers")
 
 
+#: Threads each build's ONNX Runtime sessions and torch use (default 2, the cores of the machines
+#: this project is built on). `prebuild` sets 1 for each of its 2 parallel builds: two 2-thread
+#: builds on 2 cores oversubscribe them and ran slower than one after the other.
+BUILD_THREADS_ENV = "MODEL_BUILD_THREADS"
+
+
+def build_threads() -> int:
+    import os
+
+    return max(1, int(os.environ.get(BUILD_THREADS_ENV, "2") or 2))
+
+
 @dataclass(frozen=True)
 class BuildPaths:
     project_root: Path

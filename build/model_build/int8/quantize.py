@@ -192,13 +192,16 @@ def simulated_graph(fp32_model, int8_layers: Sequence[QuantizableLayer], scheme:
     return insert_qdq(fp32_model, list(int8_layers), scheme, ranges, fake_weights=True)
 
 
-def cpu_session(model_or_path, threads: int = 2, optimize: bool = True):
+def cpu_session(model_or_path, threads: int | None = None, optimize: bool = True):
     """An ONNX Runtime CPU session (from a path, bytes or ModelProto), threads pinned for fair timing."""
     import onnxruntime as ort
 
+    from model_build.pipeline import build_threads
+
     options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
+    options.intra_op_num_threads = build_threads() if threads is None else threads
     options.inter_op_num_threads = 1
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")  # no spinning beside another build
     options.log_severity_level = 3
     if not optimize:
         # Simulation graphs: run every Q/DQ as written. Even ORT_ENABLE_BASIC rewrites an activation

@@ -45,11 +45,14 @@ def check_onnx(path: Path) -> None:
         raise BuildError(f"{path} failed onnx.checker: {exc}") from exc
 
 
-def onnxruntime_session(path: Path, threads: int = 0):
+def onnxruntime_session(path: Path, threads: int | None = None):
     import onnxruntime as ort
 
+    from model_build.pipeline import build_threads
+
     options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
+    options.intra_op_num_threads = build_threads() if threads is None else threads
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     options.inter_op_num_threads = 1
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 

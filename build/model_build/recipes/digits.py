@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 
+from model_build.pipeline import build_threads
 from model_build.data import digits
 from model_build.int8.calibration import calibration_set, feed_batches_from_rows
 from model_build.errors import BuildError
@@ -26,7 +27,7 @@ def build_digit_cnn(model: ModelSpec, workdir: Path) -> dict[str, Any]:
     width = int(model.options.get("width", 16))
     epochs = int(model.options.get("epochs", 40))
     seed = int(model.options.get("seed", 0))
-    torch.set_num_threads(2)
+    torch.set_num_threads(build_threads())
     splits = digits.load_digits_splits(seed=seed)
     splits.save(workdir / TEST_SPLIT)
     net = digits.train_digit_cnn(splits, width=width, epochs=epochs, seed=seed)

@@ -54,6 +54,11 @@ def build_smollm2(model, workdir: Path) -> dict[str, Any]:
     from serving.generation.chat import render_chat_prompt
     from serving.generation.engine import DecoderGraph
 
+    import torch
+
+    from model_build.pipeline import build_threads
+
+    torch.set_num_threads(build_threads())
     options = llm_options(model)
     path = source.gguf_path()
     facts = source.gguf_facts(path)
@@ -75,7 +80,7 @@ def build_smollm2(model, workdir: Path) -> dict[str, Any]:
     prompts = [served_tokenizer.encode(c, add_special_tokens=False).ids for c in chats[:len(source.VALIDATION_PROMPTS)]]
     ref_tokens, ref_logits = validate.reference_greedy(hf_model, prompts, VALIDATION_TOKENS)
     del hf_model
-    graph = DecoderGraph(str(onnx_path))
+    graph = DecoderGraph(str(onnx_path), threads=build_threads())
     context = options["max_context"]
     tokens, logits, run_stats = validate.served_greedy(graph, layout, prompts, VALIDATION_TOKENS, context)
     fp32 = {**validate.compare_runs(ref_tokens, ref_logits, tokens, logits), "run": run_stats}

@@ -30,6 +30,7 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
+from model_build.pipeline import build_threads
 from model_build.errors import BuildError
 from model_build.onnx_export.export import check_onnx, onnx_from_torch, onnxruntime_session
 from model_build.data.text_corpus import assemble_text_corpus, installed_documents, load_text_corpus
@@ -215,7 +216,7 @@ def export_fp32_onnx(workdir: Path, tokenizer) -> Path:
     import torch
     from transformers import AutoModel
 
-    torch.set_num_threads(2)
+    torch.set_num_threads(build_threads())
     # Eager attention: plain MatMul/Softmax in the graph, which every runtime and quantizer handles.
     bert = AutoModel.from_pretrained(str(minilm_model_dir()), attn_implementation="eager").eval()
     sample = tokenize_texts(tokenizer, ["A short sample.", "A somewhat longer sample sentence for the exporter."])
@@ -258,7 +259,7 @@ def framework_embeddings(texts: Sequence[str], max_length: int) -> np.ndarray:
     import torch
     from sentence_transformers import SentenceTransformer
 
-    torch.set_num_threads(2)
+    torch.set_num_threads(build_threads())
     model = SentenceTransformer(str(minilm_model_dir()), device="cpu")
     model.max_seq_length = max_length
     return model.encode(list(texts), batch_size=64, convert_to_numpy=True, show_progress_bar=False)
