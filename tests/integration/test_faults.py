@@ -34,7 +34,7 @@ RAISING = "raising_model"         # tests/integration/models/raising_model
 TEST_MODELS = Path(__file__).parent / "models"
 CLIENT_TIMEOUT_S = 5.0
 #: A request may overrun its client timeout by this much (thread scheduling on 2 busy cores).
-TIMEOUT_SLACK_S = 2.0
+TIMEOUT_SLACK_S = 4.0
 
 
 def raising_model_config():
@@ -200,7 +200,6 @@ def test_a_model_that_raises_answers_that_request_with_the_error_and_keeps_servi
         client.close()
 
 
-@pytest.mark.alone  # bounds each request's time by the client timeout
 def test_concurrent_good_and_raising_requests_are_each_accounted_for(fault_server):
     """24 requests from 6 threads, every third one a trigger: each trigger gets the model's error,
     each good one its own correct answer; nothing hangs."""
@@ -230,7 +229,6 @@ def test_concurrent_good_and_raising_requests_are_each_accounted_for(fault_serve
             np.testing.assert_array_equal(outcome, np.full((1, 4), 2 * value, np.float32))
 
 
-@pytest.mark.alone  # bounds each request's time by the client timeout
 def test_a_dead_backend_stub_gives_explicit_errors_until_the_model_is_reloaded(fault_server, admin_key):
     """The stub process exits (as after a native crash). A plain tritonserver (no supervisor): this
     is Triton 2.51's own behaviour, which the supervisor heals (the test at the end of this file).

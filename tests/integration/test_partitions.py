@@ -120,8 +120,7 @@ def test_noisy_neighbour_leaves_the_other_partitions_p99_within_factor(partition
 
     run = measure()
     if p99_ratio(run) > NOISY_NEIGHBOUR_P99_FACTOR:
-        print(f"
-first run x{p99_ratio(run):.2f} above x{NOISY_NEIGHBOUR_P99_FACTOR}: measured once more")
+        print(f"\nfirst run x{p99_ratio(run):.2f} above x{NOISY_NEIGHBOUR_P99_FACTOR}: measured once more")
         run = measure()
     isolated, loaded, counts = run.isolated_ms, run.loaded_ms, run.noise_counts
     noisy_cpu, noise_cpu, loaded_wall = run.noisy_server_cpu_s, run.noise_cpu_s, run.loaded_wall_s
