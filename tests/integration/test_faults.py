@@ -229,6 +229,7 @@ def test_concurrent_good_and_raising_requests_are_each_accounted_for(fault_serve
             np.testing.assert_array_equal(outcome, np.full((1, 4), 2 * value, np.float32))
 
 
+@pytest.mark.alone  # a killed stub is noticed by Triton only so fast: timing-sensitive under load
 def test_a_dead_backend_stub_gives_explicit_errors_until_the_model_is_reloaded(fault_server, admin_key):
     """The stub process exits (as after a native crash). A plain tritonserver (no supervisor): this
     is Triton 2.51's own behaviour, which the supervisor heals (the test at the end of this file).
@@ -417,6 +418,7 @@ def test_a_request_that_crashes_triton_2_51_is_contained_by_the_supervisor(super
 
 # --- a backend stub dies under the supervisor: the model is reloaded --------------------------------
 
+@pytest.mark.alone  # a killed stub is noticed by Triton only so fast: timing-sensitive under load
 def test_the_supervisor_reloads_a_model_whose_backend_stub_died(supervised, digits_test_split):
     """kill -9 of one of digit_classifier's two stubs (as after a native crash in it). Requests that
     Triton hands to that instance fail "Stub process ... is not healthy" (the plain-server test
