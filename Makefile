@@ -64,10 +64,9 @@ test: ## Set up, build, validate deploy/, check the import layers, and run the w
 	@# the peers' small venv installs while the main one is set up and the models build (independent)
 	@$(MAKE) --no-print-directory -j2 build-engines setup-peers-minimal k8s-tools
 	@$(MAKE) --no-print-directory k8s-validate lint-imports
-	@# two test processes, one file each at a time (a file's servers stay in one process); then the
-	@# tests that measure latency or timeouts (marker `alone`), with nothing else running
-	$(PY) -m pytest -n 2 --dist loadfile -m "not alone" --durations=15
-	$(PY) -m pytest -m alone --durations=5
+	@# one test process: two (pytest-xdist) once crashed a starting tritonserver (SIGABRT,
+	@# boost::interprocess::lock_exception) when both processes started servers at once
+	$(PY) -m pytest --durations=15
 
 gpu-check: setup ## On a GPU host: GPU and driver, MPS with two clients, engines built and replayed, one GPU model served, isolation (OK / SKIPPED / FAILED per step)
 	$(PY) -m operations.gpu_check --config $(SERVING_CONFIG)
@@ -95,7 +94,7 @@ monitor-stop: ## Stop the Prometheus that monitor-start started
 
 test-alerts: setup ## promtool check + fire/no-fire unit tests of the alert rules; generated files == committed
 	cd scripts/operations && promtool check rules alert_rules.yml && promtool test rules alert_rules_test.yml
-	$(PY) -m pytest -q tests/unit/test_operations_alert_rules.py tests/unit/test_operations_dashboard.py
+	$(PY) -m pytest -q tests/unit/operations/test_operations_alert_rules.py tests/unit/operations/test_operations_dashboard.py
 
 # --- Security: the admin key for the model-repository/shared-memory/logging/trace APIs (scripts/serving/security.py) ---
 .PHONY: admin-key
