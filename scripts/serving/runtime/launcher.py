@@ -102,7 +102,7 @@ def mps_environment(layout: RunLayout) -> dict[str, str]:
     return {"CUDA_MPS_PIPE_DIRECTORY": str(layout.mps_pipe), "CUDA_MPS_LOG_DIRECTORY": str(layout.mps_log)}
 
 
-def mps_client_environment(layout: RunLayout, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+def mps_client_environment(layout: RunLayout) -> dict[str, str]:
     """An MPS client's environment: the daemon's pipe and log directories, and CUDA_VISIBLE_DEVICES
     emptied of meaning: NVIDIA's MPS docs say the daemon (started with it) remaps the devices and
     clients must not set it again, so a value inherited from the launcher's shell is dropped here
