@@ -22,6 +22,7 @@ from contracts.partition_plan import Mechanism, plan_for_this_host
 from contracts.processes import http_ready, pid_alive, stop_pid
 from serving.runtime.security import RESTRICTED_APIS, check_bind_host, create_admin_key_file, load_admin_key
 from contracts.serving_spec import load_serving_spec
+from contracts.supervisor_state import PartitionStatus
 from serving.runtime.supervisor import RestartPolicy, read_supervisor_state, run_supervisor, start_supervisor, stop_supervisor
 
 DEFAULT_CONFIG = PROJECT_ROOT / "model_repository" / "serving.toml"
@@ -72,10 +73,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
             manifest["mechanism"], f"MPS {part.get('mps', {})}")
         print(f"[serve] {name}: ready pid {part['pid']} HTTP {part['http']} gRPC {part['grpc']} metrics {part['metrics']} "
               f"{share} threads {part['intra_op_threads']} memory {part['memory_mb']} MiB models {part['models']}")
-    for name, part in (read_supervisor_state(layout) or {}).get("partitions", {}).items():
-        failed = [m for m, ok in part.get("models_ready", {}).items() if not ok]
-        if failed:
-            print(f"[serve] WARNING: partition {name} serves without {failed}: they failed to load "
+    state = read_supervisor_state(layout)
+    for name, part in (state.partitions if state else {}).items():
+        if part.failed_models:
+            print(f"[serve] WARNING: partition {name} serves without {part.failed_models}: they failed to load "
                   f"(see {_short(layout.partition_log(name))})")
     print(f"[serve] manifest: {_short(layout.manifest)}; stop with `make stop`")
     return _report_failed_models(manifest, layout, admin_key)
@@ -115,49 +116,49 @@ def cmd_stop(args: argparse.Namespace) -> int:
     return 0
 
 
-def partition_restart_line(part: dict) -> str | None:
+def partition_restart_line(part: PartitionStatus) -> str | None:
     """The restart budget and, when the partition is waiting to restart, when and why (for `status`)."""
-    if part.get("crash_loop"):
-        return (f"    CRASH LOOP: restart budget spent ({part.get('restarts_in_window')} of {part.get('restart_budget')} "
-                f"restarts in {part.get('window_s', 0):.0f} s); "
-                + (f"next attempt in {part['next_attempt_in_s']:.0f} s" if "next_attempt_in_s" in part else "retrying")
-                + f"; budget spent {part.get('crash_loops', 1)} time(s); alert ServingPartitionCrashLooping")
-    if part.get("state") == "backoff":
-        return (f"    restarting in {part.get('next_attempt_in_s', 0):.1f} s (restart {part.get('restarts_in_window', 0) + 1} "
-                f"of {part.get('restart_budget')} in {part.get('window_s', 0):.0f} s)")
+    if part.crash_loop:
+        return (f"    CRASH LOOP: restart budget spent ({part.restarts_in_window} of {part.restart_budget} "
+                f"restarts in {part.window_s:.0f} s); "
+                + (f"next attempt in {part.next_attempt_in_s:.0f} s" if part.next_attempt_in_s is not None else "retrying")
+                + f"; budget spent {max(part.crash_loops, 1)} time(s); alert ServingPartitionCrashLooping")
+    if part.state == "backoff":
+        return (f"    restarting in {part.next_attempt_in_s or 0:.1f} s (restart {part.restarts_in_window + 1} "
+                f"of {part.restart_budget} in {part.window_s:.0f} s)")
     return None
 
 
-def partition_history_lines(part: dict) -> list[str]:
+def partition_history_lines(part: PartitionStatus) -> list[str]:
     """What the supervisor did to a partition, for `status`: its last exit (crash or hang) and every
     model whose backend stub it reloaded or could not heal (from run/supervisor.json)."""
-    lines = [f"    last exit: {part['last_exit']}"] if part.get("last_exit") else []
-    for model, stubs in sorted((part.get("stubs") or {}).items()):
-        if stubs.get("reloads") or stubs.get("status") not in (None, "watching"):
-            lines.append(f"    model {model}: backend stub reloads {stubs.get('reloads', 0)}, {stubs.get('status')}"
-                         + (f"; last: {stubs['last_reason']}" if stubs.get("last_reason") else ""))
+    lines = [f"    last exit: {part.last_exit}"] if part.last_exit else []
+    for model, stubs in sorted(part.stubs.items()):
+        if stubs.eventful:
+            lines.append(f"    model {model}: backend stub reloads {stubs.reloads}, {stubs.status}"
+                         + (f"; last: {stubs.last_reason}" if stubs.last_reason else ""))
     return lines
 
 
 def cmd_status(args: argparse.Namespace) -> int:
     layout = RunLayout(Path(args.run_dir))
     state = read_supervisor_state(layout)
-    if not state or state["status"] in ("stopped", "failed"):
-        last = f" (last run {state['status']}{': ' + state['error'] if state.get('error') else ''})" if state else ""
+    if not state or not state.running:
+        last = f" (last run {state.status}{': ' + state.error if state.error else ''})" if state else ""
         print(f"no partitions running from `make serve`{last}")
         return 1
     manifest = read_manifest(layout.manifest) if layout.manifest.exists() else Manifest()
-    supervisor_up = pid_alive(state["supervisor_pid"])
-    print(f"supervisor pid {state['supervisor_pid']} {'running' if supervisor_up else 'NOT RUNNING'}; "
-          f"status {state['status']}; mechanism {state['mechanism']}")
+    supervisor_up = pid_alive(state.supervisor_pid)
+    print(f"supervisor pid {state.supervisor_pid} {'running' if supervisor_up else 'NOT RUNNING'}; "
+          f"status {state.status}; mechanism {state.mechanism}")
     healthy = supervisor_up
-    for name, part in state["partitions"].items():
+    for name, part in state.partitions.items():
         endpoints = manifest.partitions.get(name, PartitionEntry(name))
         host, _, port = (endpoints.http or ":").rpartition(":")
-        ready = bool(part["pid"]) and pid_alive(part["pid"]) and bool(port) and http_ready(host, int(port))
+        ready = bool(part.pid) and pid_alive(part.pid) and bool(port) and http_ready(host, int(port))
         unready = check_models_loaded(host, int(port), list(endpoints.models), None, layout.partition_log(name)) if ready else {}
         healthy &= ready and not unready
-        print(f"  {name}: pid {part['pid']} {'READY' if ready else 'NOT READY'} ({part['state']}, restarts {part['restarts']}) "
+        print(f"  {name}: pid {part.pid} {'READY' if ready else 'NOT READY'} ({part.state}, restarts {part.restarts}) "
               f"http {endpoints.http} grpc {endpoints.grpc} cpus {list(endpoints.cpus)} models {list(endpoints.models)}")
         restart_line = partition_restart_line(part)
         if restart_line:

@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 from typing import Iterator, Sequence
 
+from contracts.supervisor_state import SupervisorState, read_supervisor_state
+
 
 def write_serving_config(path: Path, models: Sequence[str], recipe: str = "digit_cnn") -> Path:
     """A one-partition serving.toml naming `models` (their configs are already in the repository)."""
@@ -52,8 +54,11 @@ def supervised_server(workdir: Path, models: Sequence[str], repository: Path | N
         serving_cli("stop", *common)
 
 
-def supervisor_state(server: dict) -> dict:
-    return json.loads(Path(server["state"]).read_text())
+def supervisor_state(server: dict) -> SupervisorState:
+    """run/supervisor.json through its one typed reader (the file exists once `serve` has returned)."""
+    state = read_supervisor_state(Path(server["state"]))
+    assert state is not None, f"no supervisor state at {server['state']}"
+    return state
 
 
 def partition_pid(manifest: Path, partition: str = "default") -> int:

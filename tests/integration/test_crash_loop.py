@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from conftest import poll_until
+from contracts.supervisor_state import PartitionStatus
 from supervision import partition_pid, serving_cli, supervised_server, supervisor_state
 
 pytestmark = [
@@ -38,8 +39,8 @@ def crash(server: dict) -> None:
         urllib.request.urlopen(request, timeout=10)
 
 
-def partition(server: dict) -> dict:
-    return supervisor_state(server)["partitions"]["default"]
+def partition(server: dict) -> PartitionStatus:
+    return supervisor_state(server).partitions["default"]
 
 
 def supervisor_metric(server: dict, line_start: str) -> float | None:
@@ -68,14 +69,14 @@ def test_a_partition_that_keeps_dying_enters_a_loud_crash_loop_and_comes_back(tm
         prometheus = start_monitoring(server["manifest"], tmp_path / "prometheus", scrape_interval="1s", timeout=30)
         try:
             for attempt in range(3):
-                assert poll_until(lambda: partition(server)["state"] == "ready" and classify_ok(server), bool, 60), \
+                assert poll_until(lambda: partition(server).state == "ready" and classify_ok(server), bool, 60), \
                     f"not ready before crash {attempt + 1}: {partition(server)}"
                 old = partition_pid(server["manifest"])
                 crash(server)
-                poll_until(lambda: partition(server)["state"] != "ready" or partition_pid(server["manifest"]) != old, bool, 10)
-            looping = poll_until(lambda: partition(server), lambda p: p["state"] == "crash_loop", 10)
-            assert looping["state"] == "crash_loop" and looping["crash_loop"] and looping["restarts"] == 2, looping
-            assert 0 < looping["next_attempt_in_s"] <= 10
+                poll_until(lambda: partition(server).state != "ready" or partition_pid(server["manifest"]) != old, bool, 10)
+            looping = poll_until(lambda: partition(server), lambda p: p.state == "crash_loop", 10)
+            assert looping.state == "crash_loop" and looping.crash_loop and looping.restarts == 2, looping
+            assert 0 < looping.next_attempt_in_s <= 10
             status = serving_cli("status", *server["common"])
             assert status.returncode == 1 and "CRASH LOOP: restart budget spent (2 of 2 restarts" in status.stdout, status.stdout
             assert supervisor_metric(server, 'serving_partition_crash_loop{partition="default"}') == 1
@@ -85,8 +86,8 @@ def test_a_partition_that_keeps_dying_enters_a_loud_crash_loop_and_comes_back(tm
             assert firing and firing[0]["metric"]["partition"] == "default", firing
             # the cause is gone (no more crash requests): the slow retry brings it back, and it stays
             assert poll_until(lambda: classify_ok(server), bool, 40), partition(server)
-            recovered = poll_until(lambda: partition(server), lambda p: not p["crash_loop"], 15)
-            assert recovered["state"] == "ready" and not recovered["crash_loop"] and recovered["crash_loops"] == 1, recovered
+            recovered = poll_until(lambda: partition(server), lambda p: not p.crash_loop, 15)
+            assert recovered.state == "ready" and not recovered.crash_loop and recovered.crash_loops == 1, recovered
             assert supervisor_metric(server, 'serving_partition_crash_loop{partition="default"}') == 0
             print(f"\ncrash loop entered after 3 crashes (2 restarts); alert firing; back and stable; {recovered}")
         finally:

@@ -23,6 +23,7 @@ import pytest
 
 from serving.runtime.security import AdminKey, restricted_api_flags
 from contracts.processes import pid_alive
+from contracts.supervisor_state import read_supervisor_state
 from conftest import poll_until
 from supervision import partition_pid, serving_cli, supervised_server, write_serving_config
 
@@ -435,15 +436,15 @@ def test_the_supervisor_reloads_a_model_whose_backend_stub_died(supervised, digi
     log_path = run_dir / "logs" / "supervisor.log"
 
     def partition():
-        return json.loads((run_dir / "supervisor.json").read_text())["partitions"]["default"]
+        return read_supervisor_state(run_dir / "supervisor.json").partitions["default"]
 
-    pid = partition()["pid"]
+    pid = partition().pid
     stubs = [s for s in scan_stubs(pid) if s.model == GOOD]
     # the supervisor has taken these two as the model's instances (its first scan after ready)
-    assert wait_until(lambda: partition()["stubs"].get(GOOD, {}).get("pids") == [s.pid for s in stubs], 10), partition()
+    assert wait_until(lambda: list(getattr(partition().stubs.get(GOOD), "pids", ())) == [s.pid for s in stubs], 10), partition()
     before = partition()
-    assert len(stubs) == before["stubs"][GOOD]["expected"] == 2 and before["stubs"][GOOD]["status"] == "watching"
-    assert before["pid"] == pid
+    assert len(stubs) == before.stubs[GOOD].expected == 2 and before.stubs[GOOD].status == "watching"
+    assert before.pid == pid
     images, _ = digits_test_split
     images = images[:8]
     expected = expected_probabilities(images)
@@ -470,7 +471,7 @@ def test_the_supervisor_reloads_a_model_whose_backend_stub_died(supervised, digi
             one(client, i)
         assert stub_errors, "no request failed after the kill (was the stub really killed?)"
         while time.monotonic() - killed_at < 30:
-            if reloaded_after is None and partition()["stubs"][GOOD]["reloads"] > before["stubs"][GOOD]["reloads"]:
+            if reloaded_after is None and partition().stubs[GOOD].reloads > before.stubs[GOOD].reloads:
                 reloaded_after = time.monotonic() - killed_at
             if all([one(client, i) for i in range(len(images))]) and reloaded_after is not None:
                 healed_after = time.monotonic() - killed_at
@@ -482,19 +483,19 @@ def test_the_supervisor_reloads_a_model_whose_backend_stub_died(supervised, digi
     assert healed_after is not None, f"not healed within 30 s:\n{log_path.read_text()[-2000:]}"
     assert sent == answered + len(stub_errors) and len(stub_errors) == errors_before_heal
     after = partition()
-    assert (after["pid"], after["restarts"], after["state"]) == (before["pid"], before["restarts"], "ready")
-    record = after["stubs"][GOOD]
-    assert record["status"] == "watching" and record["reloads"] == before["stubs"][GOOD]["reloads"] + 1
-    assert record["last_reason"].startswith(f"lost a backend stub (pid {stubs[0].pid}); reloaded in ")
-    assert stubs[0].pid not in record["pids"] and len(record["pids"]) == 2
+    assert (after.pid, after.restarts, after.state) == (before.pid, before.restarts, "ready")
+    record = after.stubs[GOOD]
+    assert record.status == "watching" and record.reloads == before.stubs[GOOD].reloads + 1
+    assert record.last_reason.startswith(f"lost a backend stub (pid {stubs[0].pid}); reloaded in ")
+    assert stubs[0].pid not in record.pids and len(record.pids) == 2
     assert f"partition default: model {GOOD} lost a backend stub (pid {stubs[0].pid}); reloaded in " in log_path.read_text()
     # nothing of the replaced instances keeps running: only the new generation's stubs are left
-    assert wait_until(lambda: {s.pid for s in scan_stubs(before["pid"])} == set(record["pids"]), LEFTOVER_GRACE_S + 10), (
-        scan_stubs(before["pid"]), record)
+    assert wait_until(lambda: {s.pid for s in scan_stubs(before.pid)} == set(record.pids), LEFTOVER_GRACE_S + 10), (
+        scan_stubs(before.pid), record)
     killed = f"SIGKILLed stub pid {stubs[1].pid}" in log_path.read_text()
     detected_after = log_time(log_path, f"lost a backend stub (pid {stubs[0].pid}); reloading it") - killed_wall
     print(f"\nstub pid {stubs[0].pid} killed: detected (supervisor log) {detected_after:.1f} s later, reload recorded "
-          f"{reloaded_after:.1f} s after the kill ({record['last_reason']}); every request answered correctly "
+          f"{reloaded_after:.1f} s after the kill ({record.last_reason}); every request answered correctly "
           f"{healed_after:.1f} s after the kill ({healed_after - detected_after:.1f} s after detection); "
           f"{sent} requests: {answered} correct, {len(stub_errors)} 'not healthy' errors; the replaced instance's "
           f"stub {stubs[1].pid} {'was SIGKILLed by the supervisor' if killed else 'exited by itself'}")

@@ -115,8 +115,8 @@ def test_the_field_poison_scenario_answers_every_good_request_and_keeps_the_same
     assert rejected == 20
     assert items == 260 and batches < 200, "the requests were never co-batched: the scenario did not happen"
     assert partition_pid(supervised_encoder["manifest"]) == pid
-    state = supervisor_state(supervised_encoder)["partitions"]["default"]
-    assert state["restarts"] == 0 and state["state"] == "ready", state
+    state = supervisor_state(supervised_encoder).partitions["default"]
+    assert state.restarts == 0 and state.state == "ready", state
 
 
 BROKEN_RULES = {

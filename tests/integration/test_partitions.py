@@ -12,11 +12,13 @@ import signal
 import threading
 import time
 from pathlib import Path
+from typing import Mapping
 
 import numpy as np
 import pytest
 
 from conftest import REPOSITORY, free_ports, poll_until
+from contracts.supervisor_state import PartitionStatus, read_supervisor_state
 from partition_probe import QUIET_MODEL, measure_noisy_neighbour, two_partition_config
 
 # Latency ratios and timing bounds: `make test` runs this file alone, after the parallel phase.
@@ -78,7 +80,7 @@ def partitions(tmp_path_factory):
     repository = render_test_repository(config, run_dir / "repository")
     layout = RunLayout(run_dir)
     manifest = start_supervisor(config, repository, layout, timeout_s=120)
-    loaded = {name: part["models_ready"] for name, part in _state(layout)["partitions"].items()}
+    loaded = {name: part.models_ready for name, part in _partitions(layout).items()}
     if not all(all(models.values()) for models in loaded.values()):
         stop_supervisor(layout)
         pytest.fail(f"models did not load: {loaded}; see {layout.logs}")
@@ -86,8 +88,9 @@ def partitions(tmp_path_factory):
     stop_supervisor(layout)
 
 
-def _state(layout):
-    return json.loads(layout.supervisor_state.read_text())
+def _partitions(layout) -> Mapping[str, PartitionStatus]:
+    """Each partition as run/supervisor.json records it (through its one typed reader)."""
+    return read_supervisor_state(layout.supervisor_state).partitions
 
 
 def test_noisy_neighbour_leaves_the_other_partitions_p99_within_factor(partitions):
@@ -165,14 +168,14 @@ def test_an_idle_partition_lends_its_core_to_the_busy_one_and_takes_it_back(part
     worker = threading.Thread(target=load)
     worker.start()
     try:
-        lent = poll_until(lambda: _state(layout)["partitions"], lambda p: p["quiet"]["cpus_now"] == everything, 10)
+        lent = poll_until(lambda: _partitions(layout), lambda p: list(p["quiet"].cpus_now) == everything, 10)
     finally:
         stop.set()
         worker.join(timeout=30)
-    assert lent["quiet"]["cpus_now"] == everything and lent["noisy"]["cpus_now"] == noisy["cpus"], lent
+    assert list(lent["quiet"].cpus_now) == everything and list(lent["noisy"].cpus_now) == noisy["cpus"], lent
     assert sorted(os.sched_getaffinity(quiet["pid"])) == everything
-    back = poll_until(lambda: _state(layout)["partitions"], lambda p: p["quiet"]["cpus_now"] == quiet["cpus"], 10)
-    assert back["quiet"]["cpus_now"] == quiet["cpus"], back
+    back = poll_until(lambda: _partitions(layout), lambda p: list(p["quiet"].cpus_now) == quiet["cpus"], 10)
+    assert list(back["quiet"].cpus_now) == quiet["cpus"], back
     assert sorted(os.sched_getaffinity(quiet["pid"])) == quiet["cpus"]
 
 
@@ -186,9 +189,9 @@ def test_kill_9_partition_is_restarted_and_clients_recover(partitions):
     from serving.runtime.supervisor import triton_shm_regions
 
     layout, manifest = partitions
-    old_pid = _state(layout)["partitions"]["quiet"]["pid"]
+    old_pid = _partitions(layout)["quiet"].pid
     old_regions = triton_shm_regions(old_pid)
-    restarts_before = _state(layout)["partitions"]["quiet"]["restarts"]
+    restarts_before = _partitions(layout)["quiet"].restarts
     image = np.random.default_rng(2).random((1, 1, 8, 8), dtype=np.float32)
     outcomes = {"requests": 0, "answered": 0, "gave_up": 0, "server_calls": 0, "retried_requests": 0}
     stop = threading.Event()
@@ -219,8 +222,8 @@ def test_kill_9_partition_is_restarted_and_clients_recover(partitions):
         os.kill(old_pid, signal.SIGKILL)
         restored = None
         while time.monotonic() - killed_at < RESTART_BOUND_S:
-            part = _state(layout)["partitions"]["quiet"]
-            if part["state"] == "ready" and part["pid"] != old_pid:
+            part = _partitions(layout)["quiet"]
+            if part.state == "ready" and part.pid != old_pid:
                 restored = time.monotonic() - killed_at
                 break
             time.sleep(0.1)
@@ -230,10 +233,10 @@ def test_kill_9_partition_is_restarted_and_clients_recover(partitions):
         stop.set()
         worker.join(timeout=RESTART_BOUND_S + 20)
     assert restored is not None, f"quiet was not restarted within {RESTART_BOUND_S} s:\n{layout.supervisor_log.read_text()[-2000:]}"
-    state = _state(layout)["partitions"]["quiet"]
-    assert state["restarts"] == restarts_before + 1 and "SIGKILL" in (state["last_exit"] or "")
-    assert json.loads(layout.manifest.read_text())["partitions"]["quiet"]["pid"] == state["pid"] != old_pid
-    assert _state(layout)["partitions"]["noisy"]["state"] == "ready"  # the other partition was untouched
+    state = _partitions(layout)["quiet"]
+    assert state.restarts == restarts_before + 1 and "SIGKILL" in (state.last_exit or "")
+    assert json.loads(layout.manifest.read_text())["partitions"]["quiet"]["pid"] == state.pid != old_pid
+    assert _partitions(layout)["noisy"].state == "ready"  # the other partition was untouched
     assert old_regions and not any(Path(r).exists() for r in old_regions)  # the killed server's IPC memory was freed
     # Every request is accounted for: answered (maybe after retries) or given up on; none gave up.
     assert not worker.is_alive()
@@ -257,8 +260,8 @@ def test_sigstopped_partition_is_declared_hung_killed_and_restarted(partitions):
     layout, _ = partitions
     policy = RestartPolicy()  # what `serving supervise` runs with
     least = (policy.liveness_failures - 1) * policy.liveness_interval_s + policy.liveness_timeout_s
-    before = _state(layout)["partitions"]
-    old_pid, noisy_pid = before["quiet"]["pid"], before["noisy"]["pid"]
+    before = _partitions(layout)
+    old_pid, noisy_pid = before["quiet"].pid, before["noisy"].pid
     group = group_stat_fields(old_pid)
     old_regions = triton_shm_regions(old_pid)
     assert len(group) >= 2, f"expected the server and its backend stub in group {old_pid}: {group}"
@@ -267,10 +270,10 @@ def test_sigstopped_partition_is_declared_hung_killed_and_restarted(partitions):
     os.kill(old_pid, signal.SIGSTOP)
     try:
         while time.monotonic() - stopped_at < policy.hang_detection_s + RESTART_BOUND_S:
-            part = _state(layout)["partitions"]["quiet"]
-            if detected is None and part["state"] != "ready":
+            part = _partitions(layout)["quiet"]
+            if detected is None and part.state != "ready":
                 detected = time.monotonic() - stopped_at
-            if part["state"] == "ready" and part["pid"] != old_pid:
+            if part.state == "ready" and part.pid != old_pid:
                 restored = time.monotonic() - stopped_at
                 break
             time.sleep(0.05)
@@ -282,14 +285,14 @@ def test_sigstopped_partition_is_declared_hung_killed_and_restarted(partitions):
             pass  # already gone: the supervisor killed and reaped it
     log_text = layout.supervisor_log.read_text()
     assert restored is not None, f"quiet was not restarted after SIGSTOP:\n{log_text[-2000:]}"
-    state = _state(layout)["partitions"]
+    state = _partitions(layout)
     reason = (f"hung: /v2/health/live unanswered {policy.liveness_failures} times in a row "
               f"({policy.liveness_timeout_s:g} s timeout each; last: timed out after {policy.liveness_timeout_s:g} s)")
-    assert state["quiet"]["last_exit"] == reason
+    assert state["quiet"].last_exit == reason
     assert f"partition quiet (pid {old_pid}) {reason}; restart" in log_text
-    assert state["quiet"]["restarts"] == before["quiet"]["restarts"] + 1
-    assert (state["noisy"]["state"], state["noisy"]["pid"]) == ("ready", noisy_pid)  # the other partition untouched
-    assert json.loads(layout.manifest.read_text())["partitions"]["quiet"]["pid"] == state["quiet"]["pid"]
+    assert state["quiet"].restarts == before["quiet"].restarts + 1
+    assert (state["noisy"].state, state["noisy"].pid) == ("ready", noisy_pid)  # the other partition untouched
+    assert json.loads(layout.manifest.read_text())["partitions"]["quiet"]["pid"] == state["quiet"].pid
     # the old group is gone: nothing stopped or running (a reparented stub may linger as a zombie)
     left = {pid: fields[0] for pid, fields in group_stat_fields(old_pid).items() if fields[0] != "Z"}
     assert not left and not pid_alive(old_pid), f"left of process group {old_pid}: {left}"
@@ -300,7 +303,7 @@ def test_sigstopped_partition_is_declared_hung_killed_and_restarted(partitions):
         probabilities = client.infer("digit_classifier_small", {"image": image})["probabilities"]
     assert probabilities.shape == (1, 10) and abs(float(probabilities.sum()) - 1.0) < 1e-4
     print(f"\nSIGSTOP of quiet (pid {old_pid}, group of {len(group)}): declared hung after {detected:.2f} s "
-          f"(policy: {least:g}..{policy.hang_detection_s:g} s), ready again as pid {state['quiet']['pid']} "
+          f"(policy: {least:g}..{policy.hang_detection_s:g} s), ready again as pid {state['quiet'].pid} "
           f"{restored:.2f} s after the SIGSTOP ({restored - detected:.2f} s from detection to ready)")
     assert least - 0.3 <= detected <= policy.hang_detection_s + 4.0, f"declared hung after {detected:.2f} s"
 

@@ -26,6 +26,7 @@ from contracts.partition_plan import Mechanism, PartitionPlan, PlannedPartition
 from serving.runtime.security import AdminKey, launcher_admin_key, restricted_api_flags
 from serving.runtime.server import ServerSettings, TritonInstallation, TritonServerProcess
 from contracts.serving_spec import ServingSpec
+from contracts.supervisor_state import PartitionStatus
 
 MPS_CONTROL = "nvidia-cuda-mps-control"
 
@@ -189,20 +190,21 @@ def stop_mps_daemon(layout: RunLayout, timeout_s: float = 20.0) -> bool:
     return done.returncode == 0
 
 
-def build_manifest(plan: PartitionPlan, layout: RunLayout, processes: Mapping[str, Mapping[str, Any]],
+def build_manifest(plan: PartitionPlan, layout: RunLayout, processes: Mapping[str, PartitionStatus],
                    supervisor_metrics: str | None = None) -> dict[str, Any]:
     """run/manifest.json: model -> its partition's endpoints; partition -> endpoints, pid, resources;
     the supervisor's own metrics endpoint (restarts, crash loops) when it serves one.
 
-    `processes` maps a partition name to {"pid": ..., "state": ..., "restarts": ...}.
+    `processes`: each partition's status as the supervisor records it (a partition not in it is
+    listed with state "unknown").
     """
     planned = plan.to_dict()["partitions"]
     partitions = {}
     for part in plan.partitions:
-        live = processes.get(part.name, {})
+        live = processes.get(part.name, PartitionStatus(state="unknown"))
         partitions[part.name] = {
-            **planned[part.name], "pid": live.get("pid"), "state": live.get("state", "unknown"),
-            "restarts": live.get("restarts", 0), "log": str(layout.partition_log(part.name)),
+            **planned[part.name], "pid": live.pid, "state": live.state,
+            "restarts": live.restarts, "log": str(layout.partition_log(part.name)),
             "mechanism": plan.mechanism.value,
         }
     models = {m: {**part.endpoints, "partition": part.name} for part in plan.partitions for m in part.models}

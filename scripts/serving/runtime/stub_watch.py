@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 from contracts.errors import ConfigError
+from contracts.supervisor_state import StubSummary
 from serving.runtime.model_readiness import model_ready, served_model_config
 
 log = logging.getLogger("serving.runtime.supervisor")
@@ -203,10 +204,9 @@ class ModelStubs:
             raise ConfigError(f"model {self.model!r}: expected stubs = {self.expected!r}; allowed an integer >= 1 "
                               f"(models without stubs are not watched).")
 
-    def summary(self) -> dict[str, Any]:
-        return {"expected": self.expected, "pids": sorted(self.generation), "status": self.status.value,
-                "reloads": self.reloads, "attempts": self.attempts, "last_reason": self.last_reason,
-                "leftover_pids": sorted(self.leftovers)}
+    def summary(self) -> StubSummary:
+        return StubSummary(self.expected, tuple(sorted(self.generation)), self.status.value, self.reloads, self.attempts,
+                           self.last_reason, tuple(sorted(self.leftovers)))
 
 
 def observe(m: ModelStubs, live: frozenset[int], now: float, max_reloads: int, window_s: float,
@@ -420,5 +420,5 @@ class PartitionStubWatch:
         elif decision.action is Action.RESTART_PARTITION:
             log.error("%s %s: restarting the partition", where, decision.detail)
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> dict[str, StubSummary]:
         return {m: s.summary() for m, s in self.models.items()}

@@ -41,7 +41,7 @@ import subprocess
 import sys
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from pathlib import Path
 from typing import Any, Sequence
@@ -60,6 +60,7 @@ from contracts.partition_plan import Mechanism, PartitionPlan, PlannedPartition,
 from contracts.processes import http_ready, log_tail
 from serving.runtime.server import TritonServerProcess, find_tritonserver, prepare_backend_dir
 from contracts.serving_spec import load_serving_spec
+from contracts.supervisor_state import PartitionStatus, SupervisorState, write_supervisor_state
 from serving.runtime.supervisor_metrics import SupervisorMetricsServer, render_supervisor_metrics
 from serving.runtime.stub_watch import PartitionStubWatch, python_based_backends, repository_api_headers, served_stub_counts
 # Starting/stopping the supervisor as a background process lives in serving.runtime.supervisor_control;
@@ -183,19 +184,16 @@ class SupervisedPartition:
     #: Backend stubs of its models, and the reloads of a model that lost one (serving.runtime.stub_watch).
     stubs: PartitionStubWatch | None = None
 
-    def summary(self, policy: "RestartPolicy | None" = None, now: float | None = None) -> dict[str, Any]:
+    def summary(self, policy: "RestartPolicy | None" = None, now: float | None = None) -> PartitionStatus:
         now = time.monotonic() if now is None else now
-        summary = {"pid": self.process.pid if self.process and self.process.process else None, "state": self.state.value,
-                   "restarts": len(self.restart_times), "last_exit": self.last_exit, "models_ready": self.models_ready,
-                   "stubs": self.stubs.summary() if self.stubs else {}, "crash_loop": self.in_crash_loop,
-                   "crash_loops": self.crash_loops}
-        if policy is not None:
-            summary["restarts_in_window"] = policy.restarts_in_window(self.restart_times, now)
-            summary["restart_budget"] = policy.max_restarts
-            summary["window_s"] = policy.window_s
-        if self.state in (PartitionState.BACKOFF, PartitionState.CRASH_LOOP):
-            summary["next_attempt_in_s"] = round(max(0.0, self.deadline - now), 1)
-        return summary
+        waiting = self.state in (PartitionState.BACKOFF, PartitionState.CRASH_LOOP)
+        return PartitionStatus(
+            pid=self.process.pid if self.process and self.process.process else None, state=self.state.value,
+            restarts=len(self.restart_times), last_exit=self.last_exit, models_ready=dict(self.models_ready),
+            stubs=self.stubs.summary() if self.stubs else {}, crash_loop=self.in_crash_loop, crash_loops=self.crash_loops,
+            restarts_in_window=policy.restarts_in_window(self.restart_times, now) if policy else 0,
+            restart_budget=policy.max_restarts if policy else 0, window_s=policy.window_s if policy else 0.0,
+            next_attempt_in_s=round(max(0.0, self.deadline - now), 1) if waiting else None)
 
 
 def triton_shm_regions(pid: int) -> tuple[str, ...]:
@@ -235,19 +233,17 @@ class Supervisor:
         self.probes = ThreadPoolExecutor(max_workers=max(3, 3 * len(self.parts)), thread_name_prefix="liveness")
 
     # --- bookkeeping -------------------------------------------------------------------------
-    def state_dict(self) -> dict[str, Any]:
+    def state(self) -> SupervisorState:
         """What run/supervisor.json and the supervisor's metrics endpoint report."""
         now = time.monotonic()
-        return {"supervisor_pid": os.getpid(), "status": self.status, "error": self.error,
-                "mechanism": self.plan.mechanism.value, "mps_started": self.mps_started,
-                "partitions": {n: {**sp.summary(self.policy, now), "cpus_now": list(self.cpus_now.get(n, ()))}
-                               for n, sp in self.parts.items()}, "updated_at": time.time()}
+        return SupervisorState(
+            supervisor_pid=os.getpid(), status=self.status, error=self.error, mechanism=self.plan.mechanism.value,
+            mps_started=self.mps_started, updated_at=time.time(),
+            partitions={n: replace(sp.summary(self.policy, now), cpus_now=tuple(self.cpus_now.get(n, ())))
+                        for n, sp in self.parts.items()})
 
     def write_state(self) -> None:
-        state = self.state_dict()
-        tmp = self.layout.supervisor_state.with_suffix(".tmp")
-        tmp.write_text(json.dumps(state, indent=2, sort_keys=True))
-        tmp.replace(self.layout.supervisor_state)
+        write_supervisor_state(self.state(), self.layout.supervisor_state)
         if self.status in ("ready", "degraded"):
             write_manifest(build_manifest(self.plan, self.layout, {n: sp.summary() for n, sp in self.parts.items()},
                                           self.metrics.url if self.metrics else None), self.layout.manifest)
@@ -450,7 +446,7 @@ class Supervisor:
                 create_cpu_groups(self.cpu_weights)
                 log.info("CPU shares via %s: %s", how, "; ".join(f"{n} {w.share}% -> {w.describe()}" for n, w in self.cpu_weights.items()))
             if self.metrics_address:
-                self.metrics = SupervisorMetricsServer(*self.metrics_address, lambda: render_supervisor_metrics(self.state_dict())).start()
+                self.metrics = SupervisorMetricsServer(*self.metrics_address, lambda: render_supervisor_metrics(self.state())).start()
                 log.info("supervisor metrics on %s", self.metrics.url)
             now = time.monotonic()
             for sp in self.parts.values():

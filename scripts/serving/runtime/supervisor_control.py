@@ -17,13 +17,12 @@ from typing import Any, Sequence
 from contracts.errors import ServerStartError
 from serving.runtime.launcher import RunLayout, stop_mps_daemon
 from contracts.processes import log_tail, pid_alive, stop_pid
+from contracts.supervisor_state import SupervisorState, read_supervisor_state as read_state_file
 
 
-def read_supervisor_state(layout: RunLayout) -> dict[str, Any] | None:
-    try:
-        return json.loads(layout.supervisor_state.read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
-        return None
+def read_supervisor_state(layout: RunLayout) -> SupervisorState | None:
+    """The run's run/supervisor.json (None before the supervisor first writes it)."""
+    return read_state_file(layout.supervisor_state)
 
 
 def _cmdline(pid: int) -> str:
@@ -37,8 +36,8 @@ def start_supervisor(config: Path, repository: Path, layout: RunLayout, timeout_
                      extra_args: Sequence[str] = ()) -> dict[str, Any]:
     """Start `python -m serving supervise` in its own session; return the manifest once all are ready."""
     existing = read_supervisor_state(layout)
-    if existing and pid_alive(existing["supervisor_pid"]) and "supervise" in _cmdline(existing["supervisor_pid"]):
-        raise ServerStartError(f"a supervisor is already running (pid {existing['supervisor_pid']}); run `make stop` first.")
+    if existing and pid_alive(existing.supervisor_pid) and "supervise" in _cmdline(existing.supervisor_pid):
+        raise ServerStartError(f"a supervisor is already running (pid {existing.supervisor_pid}); run `make stop` first.")
     layout.logs.mkdir(parents=True, exist_ok=True)
     layout.supervisor_state.unlink(missing_ok=True)
     command = [sys.executable, "-m", "serving", "supervise", "--config", str(config), "--repository", str(repository),
@@ -50,9 +49,9 @@ def start_supervisor(config: Path, repository: Path, layout: RunLayout, timeout_
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         state = read_supervisor_state(layout)
-        if state and state["status"] == "ready":
+        if state and state.status == "ready":
             return json.loads(layout.manifest.read_text())
-        if process.poll() is not None or (state and state["status"] == "failed"):
+        if process.poll() is not None or (state and state.status == "failed"):
             process.wait(timeout=60)
             raise ServerStartError(_failure_report(layout, state))
         time.sleep(0.25)
@@ -60,10 +59,10 @@ def start_supervisor(config: Path, repository: Path, layout: RunLayout, timeout_
     raise ServerStartError(f"partitions were not ready within {timeout_s:.0f} s.\n" + _failure_report(layout, read_supervisor_state(layout)))
 
 
-def _failure_report(layout: RunLayout, state: dict[str, Any] | None) -> str:
-    lines = [f"supervisor: {(state or {}).get('error') or 'exited'}", f"--- {layout.supervisor_log} (tail)",
+def _failure_report(layout: RunLayout, state: SupervisorState | None) -> str:
+    lines = [f"supervisor: {(state.error if state else None) or 'exited'}", f"--- {layout.supervisor_log} (tail)",
              log_tail(layout.supervisor_log, 15)]
-    for name in (state or {}).get("partitions", {}):
+    for name in (state.partitions if state else {}):
         lines += [f"--- {layout.partition_log(name)} (tail)", log_tail(layout.partition_log(name), 15)]
     return "\n".join(lines)
 
@@ -85,13 +84,12 @@ def stop_supervisor(layout: RunLayout, timeout_s: float = 60.0) -> list[str]:
             done.append(f"supervisor (pid {pid}) did not stop in {timeout_s:.0f} s: killed")
         else:
             done.append(f"stopped the supervisor (pid {pid}) and its partitions")
-    state = read_supervisor_state(layout) or {}
-    for name, part in state.get("partitions", {}).items():
-        server = part.get("pid")
-        if server and pid_alive(server) and "tritonserver" in _cmdline(server):
-            stop_pid(server)
-            done.append(f"stopped partition {name} (pid {server}) left behind")
-    if state.get("mps_started") and stop_mps_daemon(layout):
+    state = read_supervisor_state(layout)
+    for name, part in (state.partitions if state else {}).items():
+        if part.pid and pid_alive(part.pid) and "tritonserver" in _cmdline(part.pid):
+            stop_pid(part.pid)
+            done.append(f"stopped partition {name} (pid {part.pid}) left behind")
+    if state and state.mps_started and stop_mps_daemon(layout):
         done.append("stopped the CUDA MPS control daemon")
     for path in (layout.supervisor_pid, layout.manifest):
         path.unlink(missing_ok=True)

@@ -7,7 +7,7 @@ them itself (loopback, `[server] supervisor_metrics_port`, default 8090), and
 (scripts/operations/alert_rules.py) fire on a crash loop, on repeated restarts and on a partition
 that stays down.
 
-`render_supervisor_metrics` is pure (the state dict of run/supervisor.json in, exposition text out);
+`render_supervisor_metrics` is pure (the `SupervisorState` of run/supervisor.json in, exposition text out);
 `SupervisorMetricsServer` is the thin HTTP part (a daemon thread of the supervisor).
 """
 from __future__ import annotations
@@ -17,9 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Mapping
 
 from contracts.errors import ServerStartError
-
-#: Every state a partition can be in (serving.runtime.supervisor.PartitionState values), for a full 0/1 set.
-PARTITION_STATES = ("starting", "ready", "backoff", "crash_loop", "failed", "stopped")
+from contracts.supervisor_state import PARTITION_STATES, SupervisorState
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
@@ -45,26 +43,25 @@ METRIC_FAMILIES: dict[str, tuple[str, str]] = {
 }
 
 
-def render_supervisor_metrics(state: Mapping[str, Any]) -> str:
+def render_supervisor_metrics(state: SupervisorState) -> str:
     """Prometheus text exposition (format 0.0.4) of the supervisor's state."""
     families = {name: (kind, help_text, []) for name, (kind, help_text) in METRIC_FAMILIES.items()}
 
     def add(name: str, labels: str, value: float) -> None:
         families[name][2].append(f"{name}{labels} {value:g}")
 
-    add("serving_supervisor_info", _labels(status=state.get("status", "unknown"), mechanism=state.get("mechanism", "unknown")), 1)
-    for partition, part in sorted((state.get("partitions") or {}).items()):
-        current = part.get("state", "unknown")
-        add("serving_partition_up", _labels(partition=partition), 1 if current == "ready" else 0)
+    add("serving_supervisor_info", _labels(status=state.status, mechanism=state.mechanism), 1)
+    for partition, part in sorted(state.partitions.items()):
+        add("serving_partition_up", _labels(partition=partition), 1 if part.state == "ready" else 0)
         for name in PARTITION_STATES:
-            add("serving_partition_state", _labels(partition=partition, state=name), 1 if current == name else 0)
-        add("serving_partition_crash_loop", _labels(partition=partition), 1 if part.get("crash_loop") else 0)
-        add("serving_partition_restarts_total", _labels(partition=partition), part.get("restarts", 0))
-        add("serving_partition_restarts_in_window", _labels(partition=partition), part.get("restarts_in_window", 0))
-        add("serving_partition_restart_budget", _labels(partition=partition), part.get("restart_budget", 0))
-        add("serving_partition_crash_loops_total", _labels(partition=partition), part.get("crash_loops", 0))
-        for model, stubs in sorted((part.get("stubs") or {}).items()):
-            add("serving_model_stub_reloads_total", _labels(partition=partition, model=model), stubs.get("reloads", 0))
+            add("serving_partition_state", _labels(partition=partition, state=name), 1 if part.state == name else 0)
+        add("serving_partition_crash_loop", _labels(partition=partition), 1 if part.crash_loop else 0)
+        add("serving_partition_restarts_total", _labels(partition=partition), part.restarts)
+        add("serving_partition_restarts_in_window", _labels(partition=partition), part.restarts_in_window)
+        add("serving_partition_restart_budget", _labels(partition=partition), part.restart_budget)
+        add("serving_partition_crash_loops_total", _labels(partition=partition), part.crash_loops)
+        for model, stubs in sorted(part.stubs.items()):
+            add("serving_model_stub_reloads_total", _labels(partition=partition, model=model), stubs.reloads)
     lines = []
     for name, (kind, help_text, samples) in families.items():
         lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}", *samples]

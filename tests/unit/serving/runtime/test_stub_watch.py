@@ -209,7 +209,7 @@ def test_partition_flow_scans_on_the_beat_reloads_once_logs_and_keeps_counts_ove
     assert watch.tick(4.0, InlineExecutor()) == (True, None)
     assert calls == [("127.0.0.1", 9000, "a", 1, {"admin-key": "K"}, 60.0)]
     assert watch.tick(4.2, InlineExecutor()) == (True, None)  # the reload's outcome
-    assert watch.models["a"].generation == {21, 22} and watch.summary()["a"]["reloads"] == 1
+    assert watch.models["a"].generation == {21, 22} and watch.summary()["a"].reloads == 1
     assert "partition main: model a lost a backend stub (pid 11); reloaded in 1.5 s" in caplog.text
     watch.server_down()
     assert watch.tick(20.0, InlineExecutor()) == (False, None)

@@ -13,6 +13,7 @@ from serving.runtime.launcher import (
 from contracts.partition_plan import plan_partitions
 from serving.runtime.server import TritonInstallation
 from contracts.serving_spec import serving_spec_from_dict
+from contracts.supervisor_state import PartitionStatus, SupervisorState
 from serving.runtime.supervisor import RestartPolicy, describe_exit, stop_supervisor
 
 SPEC = serving_spec_from_dict({
@@ -21,6 +22,13 @@ SPEC = serving_spec_from_dict({
     "models": {"a": {"recipe": "digit_cnn", "partition": "p"}, "b": {"recipe": "digit_cnn", "partition": "q"}},
     "placement": {"cpu": "cpu_sets"},
 })
+
+
+def _partition(entry: dict) -> PartitionStatus:
+    """A partition entry as `make status` gets it: through run/supervisor.json's typed reader."""
+    return SupervisorState.from_dict({"supervisor_pid": 1, "partitions": {"p": entry}}).partitions["p"]
+
+
 INSTALLATION = TritonInstallation(binary=Path("/opt/tritonserver/bin/tritonserver"), backends_dir=Path("/opt/tritonserver/backends"), bundled=False)
 
 
@@ -65,8 +73,8 @@ def test_gpu_plan_gives_mps_variables_and_the_run_dirs_pipe_instead_of_pinning(t
 
 def test_manifest_keeps_the_format_clients_and_monitoring_read(tmp_path):
     plan = plan_partitions(SPEC, 2, False)
-    manifest = build_manifest(plan, RunLayout(tmp_path), {"p": {"pid": 11, "state": "ready", "restarts": 0},
-                                                          "q": {"pid": 12, "state": "ready", "restarts": 1}})
+    manifest = build_manifest(plan, RunLayout(tmp_path), {"p": PartitionStatus(pid=11, state="ready", restarts=0),
+                                                          "q": PartitionStatus(pid=12, state="ready", restarts=1)})
     assert manifest["models"]["b"] == {"http": "127.0.0.1:9010", "grpc": "127.0.0.1:9011",
                                        "metrics": "http://127.0.0.1:9012/metrics", "partition": "q"}
     q = manifest["partitions"]["q"]
@@ -127,13 +135,13 @@ def test_stop_with_nothing_running_does_nothing(tmp_path):
 def test_status_shows_what_the_supervisor_did_to_a_partition():
     from serving.cli import partition_history_lines
 
-    assert partition_history_lines({"last_exit": None, "stubs": {"m": {"reloads": 0, "status": "watching"}}}) == []
-    lines = partition_history_lines({
+    assert partition_history_lines(_partition({"last_exit": None, "stubs": {"m": {"reloads": 0, "status": "watching"}}})) == []
+    lines = partition_history_lines(_partition({
         "last_exit": "hung: /v2/health/live unanswered 3 times in a row",
         "stubs": {"a": {"reloads": 0, "status": "watching"},
                   "b": {"reloads": 2, "status": "watching", "last_reason": "lost a backend stub (pid 7)"},
                   "c": {"reloads": 5, "status": "gave_up", "last_reason": "reload budget spent"}},
-    })
+    }))
     assert lines == [
         "    last exit: hung: /v2/health/live unanswered 3 times in a row",
         "    model b: backend stub reloads 2, watching; last: lost a backend stub (pid 7)",
@@ -161,22 +169,24 @@ def test_invalid_crash_loop_settings_are_rejected(fields, message):
 def test_status_names_a_crash_loop_and_when_the_next_attempt_comes():
     from serving.cli import partition_restart_line
 
-    assert partition_restart_line({"state": "ready", "crash_loop": False}) is None
-    line = partition_restart_line({"state": "crash_loop", "crash_loop": True, "restarts_in_window": 5, "restart_budget": 5,
-                                   "window_s": 600.0, "next_attempt_in_s": 287.4, "crash_loops": 1})
+    assert partition_restart_line(_partition({"state": "ready", "crash_loop": False})) is None
+    line = partition_restart_line(_partition({"state": "crash_loop", "crash_loop": True, "restarts_in_window": 5,
+                                              "restart_budget": 5, "window_s": 600.0, "next_attempt_in_s": 287.4,
+                                              "crash_loops": 1}))
     assert line == ("    CRASH LOOP: restart budget spent (5 of 5 restarts in 600 s); next attempt in 287 s; "
                     "budget spent 1 time(s); alert ServingPartitionCrashLooping")
-    assert "restarting in 2.0 s (restart 3 of 5" in partition_restart_line(
-        {"state": "backoff", "next_attempt_in_s": 2.0, "restarts_in_window": 2, "restart_budget": 5, "window_s": 600})
+    assert "restarting in 2.0 s (restart 3 of 5" in partition_restart_line(_partition(
+        {"state": "backoff", "next_attempt_in_s": 2.0, "restarts_in_window": 2, "restart_budget": 5, "window_s": 600}))
 
 
 def test_supervisor_metrics_expose_state_restarts_and_crash_loop():
     from serving.runtime.supervisor_metrics import METRIC_FAMILIES, render_supervisor_metrics
 
-    text = render_supervisor_metrics({"status": "degraded", "mechanism": "cpu_sets", "partitions": {
-        "main": {"state": "crash_loop", "crash_loop": True, "restarts": 7, "restarts_in_window": 5, "restart_budget": 5,
-                 "crash_loops": 2, "stubs": {"enc": {"reloads": 1}}},
-        "fallback": {"state": "ready", "crash_loop": False, "restarts": 0}}})
+    text = render_supervisor_metrics(SupervisorState.from_dict({
+        "supervisor_pid": 1, "status": "degraded", "mechanism": "cpu_sets", "partitions": {
+            "main": {"state": "crash_loop", "crash_loop": True, "restarts": 7, "restarts_in_window": 5, "restart_budget": 5,
+                     "crash_loops": 2, "stubs": {"enc": {"reloads": 1}}},
+            "fallback": {"state": "ready", "crash_loop": False, "restarts": 0}}}))
     lines = set(text.splitlines())
     assert 'serving_partition_crash_loop{partition="main"} 1' in lines
     assert 'serving_partition_crash_loop{partition="fallback"} 0' in lines
@@ -199,8 +209,9 @@ def test_supervisor_metrics_pass_promtool_check_metrics():
     promtool = shutil.which("promtool")
     if promtool is None:
         pytest.skip("promtool is not installed (make setup installs Debian's prometheus package as root)")
-    text = render_supervisor_metrics({"status": "ready", "mechanism": "cpu_sets", "partitions": {
-        "p": {"state": "ready", "restarts": 1, "stubs": {"m": {"reloads": 0}}}}})
+    text = render_supervisor_metrics(SupervisorState.from_dict({"supervisor_pid": 1, "status": "ready", "mechanism": "cpu_sets",
+                                                                "partitions": {"p": {"state": "ready", "restarts": 1,
+                                                                                     "stubs": {"m": {"reloads": 0}}}}}))
     done = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=30)
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.strip() == "" and done.stderr.strip() == "", done.stdout + done.stderr
