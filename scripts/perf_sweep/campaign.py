@@ -4,7 +4,8 @@ Order of work: read run/manifest.json (where each model is served) and serving.t
 per model, ask the server for its inputs and generate production-like input files; run a
 concurrency sweep, find its knee, then a Poisson request-rate sweep planned around the measured
 peak; the in-process limit of each swept text ensemble (see `text_limit.py`); then the A/B block
-(see `ab.py`) for the main model; finally results.json and report.md in reports/perf/<timestamp>/.
+(see `ab.py`) for the main model; finally results.json (`contracts.perf_results`) and report.md in
+reports/perf/<timestamp>/.
 Headlines start with each model's served throughput as a fraction of its in-process limit.
 """
 from __future__ import annotations
@@ -30,6 +31,7 @@ from perf_sweep.runner import RunFolder, run_sweep
 from perf_sweep.text_limit import is_fused_text_model
 
 from contracts.layout import PROJECT_ROOT
+from contracts.perf_results import PerfRunResults, write_perf_results
 
 
 @dataclass(frozen=True)
@@ -412,10 +414,11 @@ def run_campaign(opts: CampaignOptions, progress: Progress = print) -> Path:
                                                  opts.seed, progress)
         results["skipped"] += [results["peers"]["skipped"]] if "skipped" in results["peers"] else []
     results["records"] = [r.as_dict() for r in records]
-    (folder.root / "results.json").write_text(json.dumps(results, indent=1, default=str))
+    typed = PerfRunResults.from_dict(results, "this run's results")  # checked as `perf_sweep report` will read it
+    write_perf_results(folder.root, typed)
     (folder.root / "latency_samples.json").write_text(json.dumps(cdf))
     from perf_sweep.report import write_report
 
-    report = write_report(folder.root, results, cdf)
+    report = write_report(folder.root, typed, cdf)
     progress(f"[perf] report: {report}")
     return report

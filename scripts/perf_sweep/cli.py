@@ -65,8 +65,10 @@ def _inputs(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace) -> int:
     from perf_sweep.report import write_report
 
+    from contracts.perf_results import read_perf_results
+
     folder = Path(args.folder)
-    results = json.loads((folder / "results.json").read_text())
+    results = read_perf_results(folder)
     samples_path = folder / "latency_samples.json"
     samples = json.loads(samples_path.read_text()) if samples_path.exists() else {}
     print(write_report(folder, results, samples))

@@ -1,4 +1,5 @@
-"""The Markdown summary and PNG plots of one run, from its results.json (re-renderable offline).
+"""The Markdown summary and PNG plots of one run, from its results.json (re-renderable offline;
+the document is `contracts.perf_results.PerfRunResults`).
 
 Every table shows P50/P95/P99, throughput, server queue and compute time, errors and error rate,
 and what Triton's metrics endpoint said (average executed batch size, CPU utilisation). Plots:
@@ -11,6 +12,8 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from perf_sweep.results import PerfRecord
+
+from contracts.perf_results import PerfRunResults, as_perf_results
 
 
 def _f(value: Any, digits: int = 1, unit: str = "") -> str:
@@ -141,16 +144,16 @@ def limit_section(title: str, limit: Mapping[str, Any]) -> list[str]:
     return out + [""]
 
 
-def _header_lines(results: Mapping[str, Any]) -> list[str]:
-    out = [f"# perf_analyzer sweeps: {results.get('run_id', '')}", ""]
-    out += [f"Command: `{results.get('command', '')}`. Host: {results.get('host', '')}.",
+def _header_lines(results: PerfRunResults) -> list[str]:
+    out = [f"# perf_analyzer sweeps: {results.run_id}", ""]
+    out += [f"Command: `{results.command}`. Host: {results.host}.",
             "Raw outputs (CSV, per-request exports, stdout of every perf_analyzer run) are under `raw/`; "
             "every measuring command line is in `commands.sh`.", ""]
     out += ["## Headline figures (targets are recorded, not asserted)", ""]
-    out += [f"- {line}" for line in results.get("headlines", [])] + [""]
-    if results.get("inputs"):
+    out += [f"- {line}" for line in results.headlines] + [""]
+    if results.inputs:
         out += ["## Inputs", ""]
-        out += [f"- **{model}**: {text}" for model, text in sorted(results["inputs"].items())]
+        out += [f"- **{model}**: {text}" for model, text in sorted(results.inputs.items())]
         out.append("")
     return out
 
@@ -168,17 +171,17 @@ def _sweep_lines(sweeps: Mapping[str, list[PerfRecord]], knees: Mapping[str, Any
     return out
 
 
-def _ab_lines(results: Mapping[str, Any], sweeps: Mapping[str, list[PerfRecord]]) -> list[str]:
+def _ab_lines(results: PerfRunResults, sweeps: Mapping[str, list[PerfRecord]]) -> list[str]:
     out: list[str] = []
-    if results.get("delay"):
-        out += ["## Batching delay (max_queue_delay) sweep", "", results["delay"]["text"], ""]
+    if results.delay:
+        out += ["## Batching delay (max_queue_delay) sweep", "", results.delay["text"], ""]
     ab_records = {n: r for n, r in sweeps.items() if n.startswith("ab.")}
-    if not (ab_records or results.get("loadgen")):
+    if not (ab_records or results.loadgen):
         return out
     out += ["## A/B comparisons (same run, same temporary server)", ""]
-    out += [f"- {line}" for line in results.get("ab_notes", [])] + [""]
-    if results.get("candidates"):
-        c = results["candidates"]
+    out += [f"- {line}" for line in results.ab_notes or ()] + [""]
+    if results.candidates:
+        c = results.candidates
         out += ["### Batcher candidates (priority levels and queue policies on)", "",
                 f"Against the plain batcher (no delay window, no priority levels or queue policies): "
                 f"{c['plain_c16']:.0f} infer/s at concurrency 16. Requests and stalls count both concurrencies (1 and 16); "
@@ -187,44 +190,48 @@ def _ab_lines(results: Mapping[str, Any], sweeps: Mapping[str, list[PerfRecord]]
     for name, rows in ab_records.items():
         out += [f"### {name} ({rows[0].variant}, {rows[0].mode}, batch {rows[0].batch_size})", ""]
         out += records_table(sorted(rows, key=lambda r: r.load)) + [""]
-    if results.get("loadgen"):
+    if results.loadgen:
         out += ["### Open-loop client (Poisson arrivals; static batching waits for its batch to fill)", ""]
-        out += stream_table(results["loadgen"]) + [""]
+        out += stream_table(results.loadgen) + [""]
     return out
 
 
-def _tail_lines(results: Mapping[str, Any], plots: Mapping[str, str]) -> list[str]:
+def _tail_lines(results: PerfRunResults, plots: Mapping[str, str]) -> list[str]:
     out: list[str] = []
-    if results.get("priority"):
-        out += ["## Priority mix", "", *results["priority"].get("text", []), ""]
-        if results["priority"].get("streams"):
-            out += stream_table(results["priority"]["streams"]) + [""]
-    if results.get("limit"):
-        out += limit_section("In-process ONNX Runtime limit", results["limit"])
-    for model, limit in sorted((results.get("limits") or {}).items()):
+    if results.priority:
+        out += ["## Priority mix", "", *results.priority.get("text", []), ""]
+        if results.priority.get("streams"):
+            out += stream_table(results.priority["streams"]) + [""]
+    if results.limit:
+        out += limit_section("In-process ONNX Runtime limit", results.limit)
+    for model, limit in sorted(results.limits.items()):
         out += limit_section(f"In-process limit of {model}", limit)
-    if results.get("peers"):
+    if results.peers:
         from perf_sweep.peers.report import campaign_section_lines
 
-        out += campaign_section_lines(results["peers"])
+        out += campaign_section_lines(results.peers)
     if plots:
         out += ["## Plots", ""] + [f"![{title}]({file})" for title, file in plots.items()] + [""]
-    if results.get("skipped"):
-        out += ["## Not measured in this run", ""] + [f"- {line}" for line in results["skipped"]] + [""]
+    if results.skipped:
+        out += ["## Not measured in this run", ""] + [f"- {line}" for line in results.skipped] + [""]
     return out
 
 
-def render_markdown(results: Mapping[str, Any], plots: Mapping[str, str]) -> str:
-    """The report text. `results` is the run's results.json; `plots` maps titles to file names."""
-    sweeps = _by_sweep([PerfRecord.from_dict(d) for d in results.get("records", [])])
-    return "\n".join(_header_lines(results) + _sweep_lines(sweeps, results.get("knees", {}))
+def render_markdown(results: PerfRunResults | Mapping[str, Any], plots: Mapping[str, str]) -> str:
+    """The report text. `results` is the run's results.json (typed, or a document the typed
+    reader checks first); `plots` maps titles to file names."""
+    results = as_perf_results(results, "the results to render")
+    sweeps = _by_sweep(results.records)
+    return "\n".join(_header_lines(results) + _sweep_lines(sweeps, results.knees)
                      + _ab_lines(results, sweeps) + _tail_lines(results, plots))
 
 
-def write_report(folder: Path, results: Mapping[str, Any], cdf_samples: Mapping[str, Sequence[float]] | None = None) -> Path:
+def write_report(folder: Path, results: PerfRunResults | Mapping[str, Any],
+                 cdf_samples: Mapping[str, Sequence[float]] | None = None) -> Path:
     """report.md and its PNGs in `folder`."""
     folder = Path(folder)
-    records = [PerfRecord.from_dict(d) for d in results.get("records", [])]
+    results = as_perf_results(results, "the results to render")
+    records = results.records
     plots: dict[str, str] = {}
     sweep_records = [r for r in records if not r.sweep.startswith("ab.")]
     if plot_latency_vs_throughput(sweep_records, folder / "latency_vs_throughput.png", "Latency vs throughput (served)"):

@@ -18,6 +18,9 @@ from typing import Any, Mapping, Sequence
 
 from perf_sweep.errors import SweepRunError
 
+# PerfRecord lives with the typed results.json it is stored in; the sweeps build it here.
+from contracts.perf_results import PerfRecord  # noqa: F401 (re-exported)
+
 _US = 1e-3  # microseconds -> milliseconds
 #: A request slower than this is counted as stalled: Triton 2.51's dynamic batcher was seen here to
 #: leave requests queued for its 500 ms idle wait when priority levels or queue policies are set.
@@ -220,48 +223,6 @@ def server_metrics_delta(before: Mapping[MetricKey, float], after: Mapping[Metri
         cpu_memory_used_mb=metric_sum(after, "nv_cpu_memory_used_bytes") / 2**20,
         failures_by_reason={r: delta("nv_inference_request_failure", reason=r) for r in reasons},
     )
-
-
-@dataclass(frozen=True)
-class PerfRecord:
-    """One measured load level of one sweep: everything the report needs, JSON-able."""
-
-    sweep: str
-    model: str
-    variant: str
-    mode: str
-    load: float
-    batch_size: int
-    status: str  # "ok", "unstable" (fixed-count fallback), "failed"
-    command: str
-    throughput: float = math.nan
-    p50_ms: float = math.nan
-    p95_ms: float = math.nan
-    p99_ms: float = math.nan
-    avg_ms: float = math.nan
-    server_queue_ms: float = math.nan
-    server_compute_ms: float = math.nan
-    requests: int = 0
-    errors: int = 0
-    #: Requests of the measured windows that took >= STALL_MS (see the report's note on stalls).
-    stalled: int = 0
-    send_rate: float | None = None
-    delayed_fraction: float | None = None
-    server: Mapping[str, Any] = field(default_factory=dict)
-    note: str = ""
-
-    @property
-    def error_rate(self) -> float:
-        total = self.requests + self.errors
-        return self.errors / total if total else math.nan
-
-    def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "error_rate": self.error_rate}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "PerfRecord":
-        known = {f for f in cls.__dataclass_fields__}
-        return cls(**{k: v for k, v in data.items() if k in known})
 
 
 def record_from_outputs(

@@ -65,7 +65,8 @@ def test_candidate_rows_compare_with_the_plain_batcher_and_count_stalls():
 def test_report_renders_the_candidates_table():
     from perf_sweep.report import render_markdown
 
-    text = render_markdown({"records": [_record("dynamic", 16, 950, 19_000).as_dict()],
+    text = render_markdown({"run_id": "r", "command": "c", "host": "h", "knees": {}, "inputs": {}, "skipped": [], "headlines": [],
+                            "records": [_record("dynamic", 16, 950, 19_000).as_dict()],
                             "candidates": {"plain_c16": 1000.0, "table": "| a | b |", "requests_all_closed_loop": 50_000,
                                            "stalled_all_closed_loop": 0}}, {})
     assert "### Batcher candidates" in text and "50000 requests, 0 stalled" in text and "| a | b |" in text

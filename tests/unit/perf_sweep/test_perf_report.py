@@ -70,3 +70,23 @@ def test_markdown_has_a_section_per_in_process_limit():
     section = text[text.index("## In-process limit of text_embedder"):]
     assert "| batch | texts/s | batch latency ms | texts/s before | texts/s after |" in section
     assert "| 16 | 180.0 | 88.90 | 150.0 | 180.0 |" in section
+
+
+def test_perf_sweep_report_re_renders_an_older_run_folder(tmp_path, capsys):
+    """`python -m perf_sweep report <folder>` reads results.json through the typed reader: a folder
+    from before the text limits (no `limits`) still renders; a foreign results.json is named."""
+    from perf_sweep.cli import main
+
+    old = results()
+    assert "limits" not in old
+    (tmp_path / "results.json").write_text(json.dumps(old, indent=1))
+    (tmp_path / "latency_samples.json").write_text(json.dumps({"realtime alone": [1.0, 2.0]}))
+    assert main(["report", str(tmp_path)]) == 0
+    text = (tmp_path / "report.md").read_text()
+    assert text.startswith("# perf_analyzer sweeps: 20250101-000000") and "## Priority mix" in text
+    assert "priority_latency_cdf.png" in text and str(tmp_path / "report.md") in capsys.readouterr().out
+    peers = tmp_path / "peers"
+    peers.mkdir()
+    (peers / "results.json").write_text(json.dumps({"run_id": "peers-1", "command": "c", "levels": [], "headlines": []}))
+    assert main(["report", str(peers)]) == 1
+    assert f"perf_sweep: error: {peers / 'results.json'} lacks ['host', 'records'," in capsys.readouterr().err
