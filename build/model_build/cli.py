@@ -16,6 +16,7 @@ from contracts.partition_plan import plan_for_this_host
 from contracts.serving_spec import load_serving_spec
 
 from contracts.layout import PROJECT_ROOT
+from contracts.command_line import run_subcommand
 
 
 def _build_one(job: tuple) -> str:
@@ -104,12 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     from model_build.reports.benchmark import add_benchmark_parser  # FP32 vs INT8-mixed, calibration study
 
     add_benchmark_parser(sub, PROJECT_ROOT)
-    args = parser.parse_args(argv)
-    try:
-        return args.func(args)
-    except (BuildError, ServingError) as exc:
-        print(f"model_build: error: {exc}", file=sys.stderr)
-        return 1
+    return run_subcommand(parser, argv, (BuildError, ServingError))
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ from typing import Any, Callable, Mapping
 
 from model_build.errors import BuildError
 from contracts.file_digest import sha256_file
+from contracts.layout import PathBelow
 from contracts.serving_spec import ModelSpec, ServingSpec
 
 PACKAGE_DIR = Path(__file__).parent
@@ -41,19 +42,13 @@ def build_threads() -> int:
 
 @dataclass(frozen=True)
 class BuildPaths:
+    """Where a build reads and writes, below a project root."""
+
     project_root: Path
 
-    @property
-    def artifacts(self) -> Path:
-        return self.project_root / "artifacts"
-
-    @property
-    def repository(self) -> Path:
-        return self.project_root / "model_repository"
-
-    @property
-    def reports(self) -> Path:
-        return self.project_root / "reports" / "build"
+    artifacts = PathBelow("project_root", "artifacts")
+    repository = PathBelow("project_root", "model_repository")
+    reports = PathBelow("project_root", "reports", "build")
 
     def workdir(self, model: str) -> Path:
         return self.artifacts / model

@@ -75,15 +75,8 @@ class AsyncTritonModelClient:
             self._interfaces[model] = interface_from_metadata(model, meta)
         return self._interfaces[model]
 
-    async def infer(
-        self,
-        model: str,
-        inputs: Mapping[str, np.ndarray],
-        priority: int = 0,
-        timeout_us: int | None = None,
-        output_names: Sequence[str] | None = None,
-        client_timeout_s: float | None = None,
-    ) -> dict[str, np.ndarray]:
+    async def infer(self, model: str, inputs: Mapping[str, np.ndarray], priority: int = 0, timeout_us: int | None = None,
+                    output_names: Sequence[str] | None = None, client_timeout_s: float | None = None) -> dict[str, np.ndarray]:
         """Like `TritonModelClient.infer`; `client_timeout_s` is a gRPC deadline (HTTP: ignored)."""
         call = prepare_infer_call(self._module, self.protocol, await self.interface(model), inputs, priority,
                                   timeout_us, output_names, client_timeout_s)

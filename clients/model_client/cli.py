@@ -22,7 +22,9 @@ from model_client.endpoints import resolve_url
 from model_client.errors import ClientError
 from model_client.images import image_array_from_png
 
+from contracts.command_line import run_subcommand
 from contracts.layout import PROJECT_ROOT
+
 DEFAULT_TEST_SPLIT = PROJECT_ROOT / "artifacts" / "digit_classifier" / "test_split.npz"
 
 
@@ -123,12 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        return args.func(args)
-    except ClientError as exc:
-        print(f"model_client: error: {exc}", file=sys.stderr)
-        return 1
+    return run_subcommand(build_parser(), argv, (ClientError,))
 
 
 if __name__ == "__main__":

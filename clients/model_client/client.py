@@ -157,15 +157,8 @@ class TritonModelClient:
             self._interfaces[model] = interface_from_metadata(model, meta)
         return self._interfaces[model]
 
-    def infer(
-        self,
-        model: str,
-        inputs: Mapping[str, np.ndarray],
-        priority: int = 0,
-        timeout_us: int | None = None,
-        output_names: Sequence[str] | None = None,
-        client_timeout_s: float | None = None,
-    ) -> dict[str, np.ndarray]:
+    def infer(self, model: str, inputs: Mapping[str, np.ndarray], priority: int = 0, timeout_us: int | None = None,
+              output_names: Sequence[str] | None = None, client_timeout_s: float | None = None) -> dict[str, np.ndarray]:
         """Run one request. `priority` 0 means the model's default level; `timeout_us` shortens the
         queue timeout (the server rejects the request if it waits longer); `client_timeout_s` is
         a gRPC deadline for the whole call (HTTP uses the connection's network timeout)."""

@@ -19,3 +19,12 @@ class ServerStartError(ServingError, RuntimeError):
 
 class SecurityError(ServingError):
     """The admin key or bind address is unsafe or unusable (see serving.runtime.security)."""
+
+
+def find_named(items, name: str, what: str):
+    """The item of `items` whose `.name` is `name`; else a ConfigError listing the names there are
+    (`what`: how the error names the kind, e.g. "partition", "model in the serving configuration")."""
+    for item in items:
+        if item.name == name:
+            return item
+    raise ConfigError(f"no {what} named {name!r}; known: {[i.name for i in items]}.")

@@ -8,7 +8,9 @@ silently breaks whenever a module moves one level). The project is installed edi
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 #: The checkout's root (holds Makefile, model_repository/, build/, clients/, scripts/, deploy/).
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -33,6 +35,39 @@ ENGINE_REPLAY_ATOL = 0.01
 #: Source folders that hold importable packages (the Triton Python stub needs them on its path).
 SOURCE_DIRS = tuple(PROJECT_ROOT / name for name in ("build", "clients", "scripts", "deploy"))
 
+
+class PathBelow:
+    """A file or folder at a fixed place below a layout's root folder, declared once per name
+    (`logs = PathBelow("run_dir", "logs")`): the layout's paths read as a table, not as a
+    property each."""
+
+    def __init__(self, root_field: str, *parts: str):
+        self.root_field, self.parts = root_field, parts
+
+    def __get__(self, layout: Any, owner: type | None = None) -> Any:
+        if layout is None:
+            return self
+        return Path(getattr(layout, self.root_field)).joinpath(*self.parts)
+
+
+@dataclass(frozen=True)
+class RunLayout:
+    """Where one `make serve` keeps its runtime files (default: <project>/run)."""
+
+    run_dir: Path
+
+    logs = PathBelow("run_dir", "logs")
+    #: Per-run copy of the backends folder (project backends beside Triton's own).
+    backends = PathBelow("run_dir", "backends")
+    manifest = PathBelow("run_dir", "manifest.json")
+    supervisor_pid = PathBelow("run_dir", "supervisor.pid")
+    supervisor_state = PathBelow("run_dir", "supervisor.json")
+    supervisor_log = PathBelow("run_dir", "logs", "supervisor.log")
+    mps_pipe = PathBelow("run_dir", "mps", "pipe")
+    mps_log = PathBelow("run_dir", "mps", "log")
+
+    def partition_log(self, partition: str) -> Path:
+        return self.logs / f"tritonserver-{partition}.log"
 
 
 def display_path(path: Path | str, root: Path | str = PROJECT_ROOT) -> str:

@@ -27,7 +27,7 @@ from enum import Enum
 from typing import Any, Sequence
 
 from contracts.devices import GpuProbe, detect_nvidia_gpu  # noqa: F401 (re-exported)
-from contracts.errors import ConfigError
+from contracts.errors import ConfigError, find_named
 from contracts.serving_spec import CpuPlacement, ServingSpec
 
 #: Environment variable that carries a partition's ONNX Runtime intra-op thread count to the
@@ -145,10 +145,7 @@ class PartitionPlan:
                 raise ConfigError(f"CPU sets overlap: {[(p.name, p.cpus) for p in self.partitions]}; allowed disjoint sets.")
 
     def partition(self, name: str) -> PlannedPartition:
-        for part in self.partitions:
-            if part.name == name:
-                return part
-        raise ConfigError(f"no partition named {name!r}; planned: {[p.name for p in self.partitions]}.")
+        return find_named(self.partitions, name, "partition")
 
     def partition_of(self, model: str) -> PlannedPartition:
         for part in self.partitions:

@@ -17,7 +17,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Mapping
 
-from contracts.errors import ConfigError
+from contracts.errors import ConfigError, find_named
 from contracts.scale_out_spec import Autoscaling, KubernetesSettings, autoscaling_from_table, kubernetes_from_table
 
 #: Model and partition names become directory names and URL path segments: keep them boring.
@@ -174,21 +174,11 @@ class ServerEndpoints:
                 f"metrics {self.metrics_port}, supervisor_metrics {self.supervisor_metrics_port}."
             )
 
-    @property
-    def http_url(self) -> str:
-        return f"{self.host}:{self.http_port}"
-
-    @property
-    def grpc_url(self) -> str:
-        return f"{self.host}:{self.grpc_port}"
-
-    @property
-    def metrics_url(self) -> str:
-        return f"http://{self.host}:{self.metrics_port}/metrics"
-
-    @property
-    def supervisor_metrics_url(self) -> str:
-        return f"http://{self.host}:{self.supervisor_metrics_port}/metrics"
+    http_url = property(lambda self: f"{self.host}:{self.http_port}", doc="`host:port` of the HTTP endpoint")
+    grpc_url = property(lambda self: f"{self.host}:{self.grpc_port}", doc="`host:port` of the gRPC endpoint")
+    metrics_url = property(lambda self: f"http://{self.host}:{self.metrics_port}/metrics", doc="Triton's Prometheus URL")
+    supervisor_metrics_url = property(lambda self: f"http://{self.host}:{self.supervisor_metrics_port}/metrics",
+                                      doc="the supervisor's own Prometheus URL")
 
 
 class CpuPlacement(str, Enum):
@@ -429,16 +419,10 @@ class ServingSpec:
                      if any(m.device is Device.GPU for m in self.models_in_partition(p.name)))
 
     def model(self, name: str) -> ModelSpec:
-        for spec in self.models:
-            if spec.name == name:
-                return spec
-        raise ConfigError(f"no model named {name!r} in the serving configuration; known: {[m.name for m in self.models]}.")
+        return find_named(self.models, name, "model")
 
     def priority(self, name: str) -> PriorityLevel:
-        for level in self.priorities:
-            if level.name == name:
-                return level
-        raise ConfigError(f"no priority named {name!r}; known: {[p.name for p in self.priorities]}.")
+        return find_named(self.priorities, name, "priority")
 
     @property
     def default_priority_level(self) -> int:

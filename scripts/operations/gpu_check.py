@@ -72,7 +72,8 @@ _CLIENT = ("import sys, numpy as np, onnxruntime as ort\n"
 
 
 def _mps_step(onnx_path: Path) -> StepResult:
-    from serving.runtime.launcher import MPS_CONTROL, RunLayout, mps_environment, start_mps_daemon, stop_mps_daemon
+    from contracts.layout import RunLayout
+    from serving.runtime.launcher import MPS_CONTROL, mps_environment, start_mps_daemon, stop_mps_daemon
 
     if shutil.which(MPS_CONTROL) is None:
         return StepResult("MPS daemon with two clients", SKIPPED, f"{MPS_CONTROL} is not on PATH")

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from perf_sweep.errors import PerfSweepError
+from contracts.command_line import run_subcommand
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -123,16 +124,6 @@ def main(argv: list[str] | None = None) -> int:
     from perf_sweep.peers.cli import add_peers_parser
 
     add_peers_parser(sub)
-    args = parser.parse_args(argv)
-    try:
-        return args.func(args)
-    except PerfSweepError as exc:
-        print(f"perf_sweep: error: {exc}", file=sys.stderr)
-        return 1
-    except Exception as exc:  # serving's errors (config, server start) carry their own message
-        from contracts.errors import ServingError
+    from contracts.errors import ServingError  # config and server-start errors carry their own message
 
-        if isinstance(exc, ServingError):
-            print(f"perf_sweep: error: {exc}", file=sys.stderr)
-            return 1
-        raise
+    return run_subcommand(parser, argv, (PerfSweepError, ServingError))

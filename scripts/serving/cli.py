@@ -14,7 +14,8 @@ import sys
 from pathlib import Path
 
 from contracts.errors import ServingError
-from serving.runtime.launcher import RunLayout, with_server_overrides
+from contracts.layout import RunLayout
+from serving.runtime.launcher import with_server_overrides
 from serving.runtime.model_readiness import check_models_loaded
 from contracts.layout import PROJECT_ROOT, RUN_DIR
 from contracts.manifest import Manifest, PartitionEntry, read_manifest
@@ -24,6 +25,7 @@ from serving.runtime.security import RESTRICTED_APIS, check_bind_host, create_ad
 from contracts.serving_spec import load_serving_spec
 from contracts.supervisor_state import PartitionStatus
 from serving.runtime.supervisor import RestartPolicy, read_supervisor_state, run_supervisor, start_supervisor, stop_supervisor
+from contracts.command_line import run_subcommand
 
 DEFAULT_CONFIG = PROJECT_ROOT / "model_repository" / "serving.toml"
 #: Written by the single-server launcher before partitions existed; still honoured by `stop`.
@@ -235,12 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     status = sub.add_parser("status", help="show the partitions and their readiness")
     status.add_argument("--run-dir", default=str(RUN_DIR))
     status.set_defaults(func=cmd_status)
-    args = parser.parse_args(argv)
-    try:
-        return args.func(args)
-    except ServingError as exc:
-        print(f"serving: error: {exc}", file=sys.stderr)
-        return 1
+    return run_subcommand(parser, argv, (ServingError,))
 
 
 if __name__ == "__main__":

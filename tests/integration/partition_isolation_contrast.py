@@ -49,7 +49,7 @@ def measure(manifest: dict, pinned: bool) -> str:
 
 
 def main(rounds: int = 2) -> None:
-    from serving.runtime.launcher import RunLayout
+    from contracts.layout import RunLayout
     from serving.runtime.supervisor import start_supervisor, stop_supervisor
 
     run_dir = Path(tempfile.mkdtemp(prefix="partition-isolation-"))

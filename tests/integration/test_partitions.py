@@ -64,7 +64,7 @@ def render_test_repository(config, repository):
 
 @pytest.fixture(scope="module")
 def partitions(tmp_path_factory):
-    from serving.runtime.launcher import RunLayout
+    from contracts.layout import RunLayout
     from contracts.serving_spec import load_serving_spec
     from serving.runtime.supervisor import start_supervisor, stop_supervisor
 

@@ -16,12 +16,13 @@ import os
 import shutil
 import subprocess
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping
 
 from serving.runtime.cpu_shares import CpuWeight, detect_weight_method, plan_cpu_weights
 from contracts.errors import ServerStartError
+from contracts.layout import RunLayout
 from contracts.partition_plan import Mechanism, PartitionPlan, PlannedPartition
 from serving.runtime.security import AdminKey, launcher_admin_key, restricted_api_flags
 from serving.runtime.server import ServerSettings, TritonInstallation, TritonServerProcess
@@ -29,48 +30,6 @@ from contracts.serving_spec import ServingSpec
 from contracts.supervisor_state import PartitionStatus
 
 MPS_CONTROL = "nvidia-cuda-mps-control"
-
-
-@dataclass(frozen=True)
-class RunLayout:
-    """Where one `make serve` keeps its runtime files (default: <project>/run)."""
-
-    run_dir: Path
-
-    @property
-    def logs(self) -> Path:
-        return self.run_dir / "logs"
-
-    @property
-    def backends(self) -> Path:
-        return self.run_dir / "backends"
-
-    @property
-    def manifest(self) -> Path:
-        return self.run_dir / "manifest.json"
-
-    @property
-    def supervisor_pid(self) -> Path:
-        return self.run_dir / "supervisor.pid"
-
-    @property
-    def supervisor_state(self) -> Path:
-        return self.run_dir / "supervisor.json"
-
-    @property
-    def supervisor_log(self) -> Path:
-        return self.logs / "supervisor.log"
-
-    @property
-    def mps_pipe(self) -> Path:
-        return self.run_dir / "mps" / "pipe"
-
-    @property
-    def mps_log(self) -> Path:
-        return self.run_dir / "mps" / "log"
-
-    def partition_log(self, partition: str) -> Path:
-        return self.logs / f"tritonserver-{partition}.log"
 
 
 def with_server_overrides(spec: ServingSpec, host: str | None = None, http_port: int | None = None,

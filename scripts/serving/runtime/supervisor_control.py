@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from contracts.errors import ServerStartError
-from serving.runtime.launcher import RunLayout, stop_mps_daemon
+from contracts.layout import RunLayout
+from serving.runtime.launcher import stop_mps_daemon
 from contracts.processes import log_tail, pid_alive, stop_pid
 from contracts.supervisor_state import SupervisorState, read_supervisor_state as read_state_file
 

@@ -6,25 +6,10 @@ import statistics
 
 import pytest
 
-from model_client.errors import (
-    ClientError,
-    ModelNotFoundError,
-    OverloadedError,
-    QueueTimeoutError,
-    RequestRejectedError,
-    ServerUnavailableError,
-)
-from model_client.policies import (
-    FallbackPolicy,
-    PriorityLimits,
-    RetryPolicy,
-    backoff_ceiling_s,
-    backoff_schedule,
-    gave_up,
-    is_retryable,
-    next_retry_delay,
-    server_timeout_us,
-)
+from model_client.errors import (ClientError, ModelNotFoundError, OverloadedError, QueueTimeoutError,
+    RequestRejectedError, ServerUnavailableError)
+from model_client.policies import (FallbackPolicy, PriorityLimits, RetryPolicy, backoff_ceiling_s, backoff_schedule,
+    gave_up, is_retryable, next_retry_delay, server_timeout_us)
 
 
 def test_backoff_ceilings_grow_exponentially_up_to_the_cap():

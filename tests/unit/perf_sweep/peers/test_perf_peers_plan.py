@@ -2,17 +2,8 @@
 import pytest
 
 from perf_sweep.errors import SweepPlanError
-from perf_sweep.peers.plan import (
-    LoadLevel,
-    LoadMode,
-    ModelKind,
-    SuiteTiming,
-    TargetKind,
-    closed_loop_levels,
-    estimated_seconds,
-    plan_targets,
-    poisson_levels,
-)
+from perf_sweep.peers.plan import (LoadLevel, LoadMode, ModelKind, SuiteTiming, TargetKind, closed_loop_levels,
+    estimated_seconds, plan_targets, poisson_levels)
 
 
 def test_the_full_timing_is_the_issues_concurrencies_with_warm_up_and_a_fixed_window():
