@@ -51,6 +51,26 @@ def start_test_server(workdir: Path, models: tuple[str, ...], repository: Path =
                          workdir / "tritonserver.log", process)
 
 
+def in_process_probabilities(model: str, images) -> "np.ndarray":
+    """What the served ONNX file of a digits model answers in-process (ONNX Runtime, the build's
+    session): the reference every serving test compares a served answer with."""
+    from model_build.onnx_export.export import onnxruntime_session
+
+    return onnxruntime_session(REPOSITORY / model / "1" / "model.onnx").run(None, {"image": images})[0]
+
+
+def raw_triton_client(server, protocol: str, timeout_s: float):
+    """(tritonclient module, client) for a `RunningServer`: for tests that build requests by hand
+    (wrong dtypes, shapes, headers), which `model_client` would refuse before sending."""
+    if protocol == "http":
+        import tritonclient.http as module
+
+        return module, module.InferenceServerClient(server.http_url, connection_timeout=timeout_s, network_timeout=timeout_s)
+    import tritonclient.grpc as module
+
+    return module, module.InferenceServerClient(server.grpc_url)
+
+
 def poll_until(read, done, timeout_s: float, interval_s: float = 0.05):
     """Call `read()` until `done(value)` or `timeout_s` has passed; the last value either way (the
     caller asserts on it, so a timeout fails with what was seen)."""

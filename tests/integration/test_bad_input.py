@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
+from conftest import in_process_probabilities, raw_triton_client
 
 pytestmark = pytest.mark.server
 MODEL = "digit_classifier"
@@ -29,22 +30,12 @@ GRPC_STATUS = {"invalid": "StatusCode.INVALID_ARGUMENT", "not_found": "StatusCod
 @pytest.fixture(scope="module")
 def expected(digits_test_split):
     """In-process ONNX Runtime answers for the whole test split (the reference for good requests)."""
-    from model_build.onnx_export.export import onnxruntime_session
-
-    from conftest import REPOSITORY
-
     images, _ = digits_test_split
-    return onnxruntime_session(REPOSITORY / MODEL / "1" / "model.onnx").run(None, {"image": images})[0]
+    return in_process_probabilities(MODEL, images)
 
 
 def raw_client(server, protocol):
-    if protocol == "http":
-        import tritonclient.http as module
-
-        return module, module.InferenceServerClient(server.http_url, connection_timeout=TIMEOUT_S, network_timeout=TIMEOUT_S)
-    import tritonclient.grpc as module
-
-    return module, module.InferenceServerClient(server.grpc_url)
+    return raw_triton_client(server, protocol, TIMEOUT_S)
 
 
 def infer(module, client, model, name, array, datatype, shape=None, **kwargs):

@@ -6,19 +6,11 @@ import pytest
 
 from model_client.client import TritonModelClient, classify
 from model_client.errors import ModelNotFoundError, RequestRejectedError, ServerUnavailableError
+from conftest import in_process_probabilities
 
 pytestmark = pytest.mark.server
 PROTOCOLS = ["http", "grpc"]
 MODEL = "digit_classifier"
-
-
-def in_process_probabilities(images: np.ndarray) -> np.ndarray:
-    from model_build.onnx_export.export import onnxruntime_session
-
-    from conftest import REPOSITORY
-
-    session = onnxruntime_session(REPOSITORY / MODEL / "1" / "model.onnx")
-    return session.run(None, {"image": images})[0]
 
 
 def test_served_model_interface_is_derived_from_the_onnx_graph(client):
@@ -31,7 +23,7 @@ def test_batched_request_equals_in_process_onnxruntime(client, digits_test_split
     images, labels = digits_test_split
     batch = images[:48]
     served = client.infer(MODEL, {"image": batch})["probabilities"]
-    np.testing.assert_allclose(served, in_process_probabilities(batch), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(served, in_process_probabilities(MODEL, batch), rtol=1e-5, atol=1e-6)
     assert served.shape == (48, 10)
     assert (served.argmax(1) == labels[:48]).mean() > 0.9
 
@@ -42,7 +34,7 @@ def test_whole_test_split_accuracy_matches_build_report(client, digits_test_spli
     for start in range(0, len(images), 64):  # max_batch_size is 64
         predictions += classify(client, MODEL, images[start:start + 64], top_k=3)
     accuracy = np.mean([p.top1 == t for p, t in zip(predictions, labels)])
-    expected = float((in_process_probabilities(images).argmax(1) == labels).mean())
+    expected = float((in_process_probabilities(MODEL, images).argmax(1) == labels).mean())
     assert accuracy == pytest.approx(expected)
     assert all(len(p.labels) == 3 and p.scores[0] >= p.scores[1] >= p.scores[2] for p in predictions)
 
@@ -53,7 +45,7 @@ def test_concurrent_single_requests_are_each_answered_correctly(triton_server, d
     from concurrent.futures import ThreadPoolExecutor
 
     images, _ = digits_test_split
-    expected = in_process_probabilities(images[:32])
+    expected = in_process_probabilities(MODEL, images[:32])
 
     def one(i):
         with TritonModelClient(triton_server.http_url, "http") as c:
@@ -68,7 +60,7 @@ def test_concurrent_single_requests_are_each_answered_correctly(triton_server, d
 def _assert_still_serving(client, digits_test_split):
     images, _ = digits_test_split
     served = client.infer(MODEL, {"image": images[:4]})["probabilities"]
-    np.testing.assert_allclose(served, in_process_probabilities(images[:4]), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(served, in_process_probabilities(MODEL, images[:4]), rtol=1e-5, atol=1e-6)
 
 
 def test_wrong_shape_gets_a_clear_error_and_server_keeps_serving(client, digits_test_split):

@@ -24,7 +24,7 @@ import pytest
 from serving.runtime.security import AdminKey, restricted_api_flags
 from contracts.processes import pid_alive
 from contracts.supervisor_state import read_supervisor_state
-from conftest import poll_until
+from conftest import in_process_probabilities, poll_until, raw_triton_client
 from supervision import partition_pid, serving_cli, supervised_server, write_serving_config
 
 pytestmark = pytest.mark.server
@@ -87,11 +87,7 @@ def fault_server(tmp_path_factory, admin_key):
 
 
 def expected_probabilities(images: np.ndarray) -> np.ndarray:
-    from model_build.onnx_export.export import onnxruntime_session
-
-    from conftest import REPOSITORY
-
-    return onnxruntime_session(REPOSITORY / GOOD / "1" / "model.onnx").run(None, {"image": images})[0]
+    return in_process_probabilities(GOOD, images)
 
 
 def host_port(url: str) -> tuple[str, int]:
@@ -176,14 +172,7 @@ def raising_infer(client, module, values: float, timeout_s: float = CLIENT_TIMEO
 
 
 def raw_client(server, protocol):
-    if protocol == "http":
-        import tritonclient.http as module
-
-        return module, module.InferenceServerClient(server.http_url, connection_timeout=CLIENT_TIMEOUT_S,
-                                                    network_timeout=CLIENT_TIMEOUT_S)
-    import tritonclient.grpc as module
-
-    return module, module.InferenceServerClient(server.grpc_url)
+    return raw_triton_client(server, protocol, CLIENT_TIMEOUT_S)
 
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])

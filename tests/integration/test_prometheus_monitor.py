@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from conftest import poll_until
 from operations.alert_rules import AlertThresholds, render_alert_rules
 from operations.dashboard import PANELS, promql_metric_names, triton_metric_names
 from operations.monitor import api_get, scrape_metric_names, start_monitoring, stop_monitoring
@@ -22,13 +23,11 @@ DEADLINE_S = 45.0
 
 
 def wait_for(check, what: str, deadline: float):
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.5)
+    """`check()`'s first truthy value before `deadline` (monotonic), else the test fails naming `what`."""
+    result = poll_until(check, bool, max(0.0, deadline - time.monotonic()), interval_s=0.5)
+    if not result:
+        pytest.fail(f"timed out waiting for {what}")
+    return result
 
 
 def instant(url: str, expr: str) -> list[dict]:

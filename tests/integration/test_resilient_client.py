@@ -11,17 +11,10 @@ from model_client.aio import AsyncResilientClient, InferenceJob, infer_concurren
 from model_client.errors import RequestRejectedError
 from model_client.policies import DIGIT_FALLBACKS, FallbackPolicy, PriorityLimits, RetryPolicy
 from model_client.resilient import ResilientClient
+from conftest import in_process_probabilities
 
 pytestmark = pytest.mark.server
 MODEL, SMALL = "digit_classifier", "digit_classifier_small"
-
-
-def in_process_probabilities(model: str, images: np.ndarray) -> np.ndarray:
-    from model_build.onnx_export.export import onnxruntime_session
-
-    from conftest import REPOSITORY
-
-    return onnxruntime_session(REPOSITORY / model / "1" / "model.onnx").run(None, {"image": images})[0]
 
 
 @pytest.fixture(scope="module")

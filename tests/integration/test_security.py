@@ -215,12 +215,10 @@ def test_non_loopback_host_in_configuration_is_refused_unless_explicit():
 
 def test_infer_still_correct_after_refused_admin_calls(locked_server, digits_test_split):
     """The refusals above changed nothing: answers equal in-process ONNX Runtime."""
-    from model_build.onnx_export.export import onnxruntime_session
-
-    from conftest import REPOSITORY
+    from conftest import in_process_probabilities
     from model_client.client import TritonModelClient
 
     images, _ = digits_test_split
-    expected = onnxruntime_session(REPOSITORY / MODEL / "1" / "model.onnx").run(None, {"image": images[:8]})[0]
+    expected = in_process_probabilities(MODEL, images[:8])
     with TritonModelClient(locked_server.http_url, "http") as client:
         np.testing.assert_allclose(client.infer(MODEL, {"image": images[:8]})["probabilities"], expected, rtol=1e-5, atol=1e-6)
