@@ -9,7 +9,9 @@ cores). So each instance keeps a wide session (one thread per reachable core) an
 computing (serving/backend's `onnxruntime_cpu` model.py).
 
 The flags are one byte per instance in a small shared file under /dev/shm, written only by its
-own instance (no locking needed: a stale read only picks the other session for one batch).
+own instance (no locking needed: a stale read only picks the other session for one batch). The
+file is named by model and server pid (contracts.layout.instance_activity_file); the runtime
+removes a server's files once it has stopped or been killed.
 """
 from __future__ import annotations
 
@@ -19,8 +21,9 @@ import re
 from contextlib import contextmanager
 from pathlib import Path
 
+from contracts.layout import SHARED_MEMORY_DIR, instance_activity_file
+
 SLOTS = 64
-SHM_DIR = Path("/dev/shm")
 
 
 def instance_index(instance_name: str) -> int:
@@ -33,10 +36,10 @@ class InstanceActivity:
     """This instance's busy flag and a look at its siblings', in a file shared by the model's
     instances of one server (named by model and server pid)."""
 
-    def __init__(self, model: str, instance_name: str, server_pid: int | None = None, directory: Path = SHM_DIR):
+    def __init__(self, model: str, instance_name: str, server_pid: int | None = None,
+                 directory: Path = SHARED_MEMORY_DIR):
         self.index = instance_index(instance_name)
-        name = f"serving-{re.sub(r'[^A-Za-z0-9_]', '_', model)}-{server_pid or os.getppid()}-activity"
-        self.path = Path(directory) / name
+        self.path = instance_activity_file(model, server_pid or os.getppid(), directory)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             if os.fstat(fd).st_size < SLOTS:

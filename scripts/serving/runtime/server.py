@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 from contracts.errors import ServerStartError
-from contracts.layout import SOURCE_DIRS
+from contracts.layout import SOURCE_DIRS, remove_server_shared_files
 from contracts.processes import free_loopback_ports, http_ready, log_tail, pid_alive, stop_pid  # noqa: F401 (re-exported)
 
 #: Environment variable that names a tritonserver binary explicitly (first in the search order).
@@ -275,10 +275,12 @@ class TritonServerProcess:
         )
 
     def stop(self, timeout: float = 20.0) -> None:
-        if self.process is None or self.process.poll() is not None:
+        if self.process is None:
             return
-        stop_pid(self.process.pid, timeout)
-        self.process.wait(timeout=5)
+        if self.process.poll() is None:
+            stop_pid(self.process.pid, timeout)
+            self.process.wait(timeout=5)
+        remove_server_shared_files(self.process.pid)
 
 
 #: Triton 2.51's HTTP server needs about twice an HTTP request body's size of thread stack

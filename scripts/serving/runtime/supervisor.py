@@ -57,6 +57,7 @@ from serving.runtime.liveness import LivenessHistory, probe_live, worst_case_det
 from contracts.manifest import write_manifest
 from serving.runtime.model_readiness import model_ready
 from contracts.partition_plan import Mechanism, PartitionPlan, PlannedPartition, plan_for_this_host
+from contracts.layout import remove_server_shared_files
 from contracts.processes import http_ready, log_tail
 from serving.runtime.server import TritonServerProcess, find_tritonserver, prepare_backend_dir
 from contracts.serving_spec import load_serving_spec
@@ -271,6 +272,7 @@ class Supervisor:
         for region in sp.shm_regions:  # a SIGKILLed server leaves its IPC regions behind
             Path(region).unlink(missing_ok=True)
         sp.shm_regions = ()
+        remove_server_shared_files(pid)
         sp.last_exit = why
         sp.stubs.server_down()
         if self.status == "starting":

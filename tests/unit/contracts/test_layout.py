@@ -1,0 +1,25 @@
+"""The run's and the build's paths, and the shared-memory files a server's models leave behind."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from contracts.layout import RunLayout, instance_activity_file, remove_server_shared_files
+from model_build.pipeline import BuildPaths
+
+
+def test_the_run_layout_reads_as_a_table_of_paths_below_the_run_folder(tmp_path):
+    layout = RunLayout(tmp_path / "run")
+    assert layout.supervisor_state == tmp_path / "run" / "supervisor.json"
+    assert layout.supervisor_log == tmp_path / "run" / "logs" / "supervisor.log"
+    assert layout.partition_log("main") == tmp_path / "run" / "logs" / "tritonserver-main.log"
+    assert BuildPaths(tmp_path).reports == tmp_path / "reports" / "build"
+
+
+def test_a_gone_servers_activity_files_are_removed_and_no_other_servers(tmp_path):
+    mine = [instance_activity_file(m, 123, tmp_path) for m in ("text-embedder", "digit_classifier")]
+    other = instance_activity_file("text-embedder", 1123, tmp_path)
+    for path in (*mine, other):
+        path.write_bytes(b"\0" * 64)
+    assert mine[0].name == "serving-text_embedder-123-activity"
+    assert remove_server_shared_files(123, tmp_path) == sorted(mine)
+    assert [p.name for p in Path(tmp_path).iterdir()] == [other.name]
