@@ -26,10 +26,12 @@ help: ## List the targets
 
 setup: $(STAMP) ## Create .venv with the pinned dependencies (a second run does nothing)
 
-$(STAMP): scripts/serving/runtime/native/cond_wait_cap.c requirements/serve.txt requirements/build.txt requirements/test.txt requirements/no_deps.txt requirements/constraints.txt pyproject.toml
+$(STAMP): scripts/serving/runtime/native/cond_wait_cap.c requirements/serve.txt requirements/build.txt requirements/test.txt requirements/no_deps.txt requirements/constraints.txt requirements/uv.txt pyproject.toml
 	@bash scripts/setup_system_packages.sh
 	@test -x $(PY) || $(PYTHON_BOOT) -m venv $(VENV)
-	$(PIP_INSTALL) -r requirements/test.txt
+	@# uv installs the main set (same pins, ~6x faster than pip); pip keeps the small no-deps and editable steps
+	$(PIP_INSTALL) -r requirements/uv.txt
+	bash scripts/uv_install.sh $(PY) -c requirements/constraints.txt -r requirements/test.txt
 	$(PIP_INSTALL) --no-deps -r requirements/no_deps.txt
 	$(PIP_INSTALL) --no-deps --no-build-isolation -e .
 	$(PY) -m serving build-native
