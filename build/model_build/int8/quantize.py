@@ -221,14 +221,15 @@ def cpu_session(model_or_path, threads: int | None = None, optimize: bool = True
 BATCH_INVARIANCE_ATOL = 1e-4
 
 
-def batch_invariance_error(session, feeds: Mapping[str, np.ndarray]) -> float:
+def batch_invariance_error(session, feeds: Mapping[str, np.ndarray], whole: np.ndarray | None = None) -> float:
     """Max abs difference between running `feeds` as one batch and as two halves. Dynamic
-    activation quantization fails this: its scale comes from the whole batch (padding included)."""
+    activation quantization fails this: its scale comes from the whole batch (padding included).
+    `whole`: the first output of `feeds` as one batch, when the caller has it already."""
     rows = len(next(iter(feeds.values())))
     if rows < 2:
         return 0.0
     half = rows // 2
-    whole = session.run(None, dict(feeds))[0]
+    whole = session.run(None, dict(feeds))[0] if whole is None else whole
     parts = [session.run(None, {k: v[s] for k, v in feeds.items()})[0] for s in (slice(0, half), slice(half, rows))]
     return float(np.abs(whole - np.concatenate(parts)).max())
 
@@ -258,14 +259,21 @@ def choose_cpu_scheme(
     budget,
     repeats: int = 3,
     candidates: Sequence[ActivationScheme] = CPU_SCHEME_CANDIDATES,
+    built: dict | None = None,
 ) -> tuple[ActivationScheme, dict[str, float], dict[str, float], dict[str, float]]:
     """Build every candidate with ALL layers in INT8, time them at `feeds` interleaved in one run
     (median seconds per call; 2 threads), measure their budget metric (`measure(session)`) and their
-    batch invariance, then `pick_cpu_scheme`. Returns (scheme, seconds, metric, invariance error)."""
+    batch invariance (the whole-batch output is the timing's warm-up run of the same feeds), then
+    `pick_cpu_scheme`. Returns (scheme, seconds, metric, invariance error). `built`, if given,
+    receives {scheme: (graph, session)}: the all-INT8 graph is also the selection's first trial."""
     from model_build.reports.latency import median_latencies
 
-    sessions = {s.value: cpu_session(cpu_graph(fp32_path, layers, s, method, ranges_cache)) for s in candidates}
-    seconds = median_latencies(sessions, feeds, repeats)
+    graphs = {s.value: cpu_graph(fp32_path, layers, s, method, ranges_cache) for s in candidates}
+    sessions = {name: cpu_session(graph) for name, graph in graphs.items()}
+    warmup: dict = {}
+    seconds = median_latencies(sessions, feeds, repeats, warmup_outputs=warmup)
     metric = {name: measure(session) for name, session in sessions.items()}
-    invariance = {name: batch_invariance_error(session, feeds) for name, session in sessions.items()}
+    invariance = {name: batch_invariance_error(session, feeds, warmup[name][0]) for name, session in sessions.items()}
+    if built is not None:
+        built.update({ActivationScheme(name): (graphs[name], sessions[name]) for name in graphs})
     return pick_cpu_scheme(seconds, metric, budget, invariance), seconds, metric, invariance

@@ -10,7 +10,8 @@ evaluation batches, the metric and its budget); everything else is generic:
 4. keep the fewest most-sensitive layers in higher precision so the REAL graph meets the budget,
    separately for the CPU graph (INT8 + FP32) and the GPU graph (INT8 + FP16);
 5. write the precision plan and both graphs (plus the all-FP16 GPU graph), validate each against
-   FP32 with Polygraphy (a budget miss fails the build), and time FP32 vs INT8 at batch 1 and 32.
+   FP32 with Polygraphy in one comparison run (FP32 runs once; each variant is compared and checked
+   on its own; a budget miss fails the build), and time FP32 vs INT8 at batch 1 and 32.
 """
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ from model_build.int8.sensitivity import (
     Budget, Measurement, SensitivityCache, choose_fewest_high_precision, measure_sensitivities,
     plan_from_selection, rank_by_sensitivity, sensitivity_key,
 )
-from model_build.onnx_export.validate import validate_variant
+from model_build.onnx_export.validate import validate_variants
 
 INT8_CPU_ONNX = "int8_mixed.onnx"
 INT8_GPU_ONNX = "int8_mixed_gpu.onnx"
@@ -107,9 +108,13 @@ def _outputs(session, batches) -> np.ndarray:
     return np.concatenate([session.run(None, dict(b))[0] for b in batches])
 
 
-def _cpu_scheme_by_measurement(inputs: Int8Inputs, settings: Int8Settings, layers, model_digest: str, measure_session):
+def _cpu_scheme_by_measurement(inputs: Int8Inputs, settings: Int8Settings, layers, model_digest: str, measure_session,
+                               first_trials: dict | None = None):
     """`choose_cpu_scheme` (speed and fidelity of each candidate with every layer INT8), remembered
-    per (graph, CPU model, ONNX Runtime version, calibration) in the workdir."""
+    per (graph, CPU model, ONNX Runtime version, calibration) in the workdir. When it measures,
+    `first_trials` receives {(scheme, frozenset of INT8 layer names): (graph, Measurement)} for the
+    chosen scheme: the selection's first trial (every layer INT8) is that same graph on the same
+    evaluation batches, so it is not quantized and run a second time."""
     import json
     import platform
 
@@ -122,11 +127,21 @@ def _cpu_scheme_by_measurement(inputs: Int8Inputs, settings: Int8Settings, layer
     path = Path(inputs.workdir) / CPU_SCHEME_CACHE
     cached = json.loads(path.read_text()) if path.exists() else {}
     if "batch_invariance_error" not in cached.get(key, {}):
+        measured: dict[int, Measurement] = {}
+
+        def metric_of(session) -> float:
+            measured[id(session)] = measure_session(session)
+            return measured[id(session)].value
+
+        built: dict = {}
         scheme, seconds, metric, invariance = choose_cpu_scheme(
             Path(inputs.fp32_path), layers, settings.calibration_method, Path(inputs.workdir) / RANGES_CACHE,
-            inputs.latency_feeds[max(inputs.latency_feeds)], lambda session: measure_session(session).value, inputs.budget)
+            inputs.latency_feeds[max(inputs.latency_feeds)], metric_of, inputs.budget, built=built)
         cached[key] = {"scheme": scheme.value, "seconds": seconds, "metric": metric, "batch_invariance_error": invariance, "cpu": cpu}
         path.write_text(json.dumps(cached, indent=1))
+        if first_trials is not None:
+            graph, session = built[scheme]
+            first_trials[(scheme, frozenset(l.name for l in layers))] = (graph, measured[id(session)])
     entry = cached[key]
     return ActivationScheme(entry["scheme"]), {"seconds_b32_all_int8": entry["seconds"], "metric_all_int8": entry["metric"],
                                                "batch_invariance_error": entry["batch_invariance_error"]}
@@ -155,6 +170,8 @@ class _Int8Run:
     sens_batches: list
     sens_reference: np.ndarray
     model_digest: str
+    #: CPU graphs already built and measured on the evaluation batches, by (scheme, INT8 layer names).
+    cpu_trials: dict = field(default_factory=dict)
 
     @property
     def workdir(self) -> Path:
@@ -186,7 +203,8 @@ def _choose_scheme(run: _Int8Run) -> tuple[ActivationScheme, dict[str, Any]]:
     if run.settings.cpu_scheme != "auto":
         return ActivationScheme(run.settings.cpu_scheme), {}
     return _cpu_scheme_by_measurement(run.inputs, run.settings, run.layers, run.model_digest,
-                                      lambda session: run.inputs.measure(_outputs(session, run.inputs.eval_batches), run.reference))
+                                      lambda session: run.inputs.measure(_outputs(session, run.inputs.eval_batches), run.reference),
+                                      run.cpu_trials)
 
 
 def _layer_sensitivities(run: _Int8Run):
@@ -212,8 +230,12 @@ def _select_high_precision(run: _Int8Run, results, cpu_scheme: ActivationScheme)
     graphs: dict[str, Any] = {}
 
     def eval_cpu(high):
-        graphs["cpu"] = cpu_graph(Path(run.inputs.fp32_path), [by_name[n] for n in ranked_cpu if n not in high], cpu_scheme,
-                                  run.settings.calibration_method, run.workdir / RANGES_CACHE)
+        int8 = [by_name[n] for n in ranked_cpu if n not in high]
+        known = run.cpu_trials.get((cpu_scheme, frozenset(l.name for l in int8)))
+        if known is not None:  # built and measured by the scheme choice (same graph, batches, reference)
+            graphs["cpu"] = known[0]
+            return known[1]
+        graphs["cpu"] = cpu_graph(Path(run.inputs.fp32_path), int8, cpu_scheme, run.settings.calibration_method, run.workdir / RANGES_CACHE)
         return run.evaluate(graphs["cpu"], run.inputs.eval_batches, run.reference)
 
     def eval_gpu(high):
@@ -235,9 +257,8 @@ def _write_and_validate(run: _Int8Run, graphs: Mapping[str, Any]) -> dict[str, A
     onnx.save(fp16_graph(run.fp32_model), str(workdir / FP16_GPU_ONNX))
     vdir = workdir / VALIDATION_DIR
     files = {"int8_mixed": INT8_CPU_ONNX, "int8_mixed_gpu_graph": INT8_GPU_ONNX, "fp16_gpu_graph": FP16_GPU_ONNX}
-    return {name: validate_variant(inputs.model, name, fp32_path, workdir / file, inputs.eval_batches, inputs.measure,
-                                   inputs.budget, vdir, inputs.atol, save_reference=name == "int8_mixed")
-            for name, file in files.items()}
+    return validate_variants(inputs.model, fp32_path, {name: workdir / file for name, file in files.items()}, inputs.eval_batches,
+                             inputs.measure, inputs.budget, vdir, inputs.atol)
 
 
 def _variant_records(run: _Int8Run, checks, plan, cpu_sel, gpu_sel, cpu_scheme, scheme_timings, latency) -> dict[str, dict[str, Any]]:
@@ -308,9 +329,22 @@ def render_int8_section(model: str, plan, variants: Mapping[str, Any], summary: 
         f"GPU graph (TensorRT scheme, rest FP16): kept in FP16: {gpu['high_precision_layers'] or 'none'}; "
         f"{plan.budget.metric} = {gpu['value']:.4f}.",
         f"Calibration: {cpu['calibration']}.",
+        _validation_line(variants),
         "",
         "| most sensitive layers (alone in INT8) | metric | output error |",
         "|---|---:|---:|",
     ]
     lines += [f"| {l.name} | {l.sensitivity.value:.4f} | {l.sensitivity.error:.3g} |" for l in ranked]
     return "\n".join(lines)
+
+
+def _validation_line(variants: Mapping[str, Any]) -> str:
+    """What the final check ran: every written graph against FP32 on the evaluation batches."""
+    checks = {name: v["validation"] for name, v in variants.items() if v.get("validation")}
+    if not checks:
+        return "Validation: none recorded."
+    first = next(iter(checks.values()))
+    parts = ", ".join(f"{name} {c['metric_value']:.4f} (elementwise {'pass' if c['polygraphy']['passed_elementwise'] else 'fail'})"
+                      for name, c in checks.items())
+    return (f"Validation against FP32 (Polygraphy, ONNX Runtime CPU, {first['polygraphy']['iterations']} evaluation batches; "
+            f"FP32 run once, each variant compared with it on its own; budget {first['budget']}): {parts}.")

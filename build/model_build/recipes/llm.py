@@ -6,7 +6,8 @@ build (cached like every recipe; about 2-3 minutes on the 2-core EPYC):
   3. write tokenizer.json with the `smollm` pre-tokenizer restored (llm_source) and check round trips;
   4. export the decoder-step graph (llm_graph) to decoder_step.onnx;
   5. validate the served runtime against transformers (llm_validate): >= 20 prompts greedy-identical
-     for 32 tokens, logits within LOGIT_TOLERANCE; measure INT8 KV fidelity (per-head, per-token scales);
+     for 32 tokens, logits within LOGIT_TOLERANCE (the reference runs the prompts as one batch and is
+     checked against one prompt run alone); measure INT8 KV fidelity (per-head, per-token scales);
      time ONNX Runtime vs plain numpy; measure the engine's resident memory (for KV sizing).
 install: copy the graph and tokenizer to model_repository/<model>/1/, write generation.json, size the
   KV cache from the partition's memory (serving.generation.sizing) and render the decoupled config.
@@ -61,8 +62,9 @@ def build_smollm2(model, workdir: Path) -> dict[str, Any]:
     torch.set_num_threads(build_threads())
     options = llm_options(model)
     path = source.gguf_path()
-    facts = source.gguf_facts(path)
-    hf_tokenizer, hf_model = source.load_reference(path)
+    with source.shared_gguf_reader(path) as reader:  # one parse of the GGUF header, not four
+        facts = source.gguf_facts(path, reader)
+        hf_tokenizer, hf_model = source.load_reference(path)
     facts.update(rms_norm_eps=float(hf_model.config.rms_norm_eps),
                  rope_theta=float((getattr(hf_model.config, "rope_parameters", None) or {}).get("rope_theta", 10000.0)))
     tokenizer_json, tokenizer_fix = source.fixed_tokenizer_json(hf_tokenizer, facts["pre_tokenizer"])
@@ -78,31 +80,41 @@ def build_smollm2(model, workdir: Path) -> dict[str, Any]:
 
     served_tokenizer = Tokenizer.from_str(tokenizer_json)
     prompts = [served_tokenizer.encode(c, add_special_tokens=False).ids for c in chats[:len(source.VALIDATION_PROMPTS)]]
-    ref_tokens, ref_logits = validate.reference_greedy(hf_model, prompts, VALIDATION_TOKENS)
+    ref_tokens, ref_logits = validate.reference_greedy(hf_model, prompts, VALIDATION_TOKENS, facts["eos_token_id"])
+    batched_check = validate.check_batched_reference(hf_model, prompts, ref_tokens, ref_logits, VALIDATION_TOKENS, LOGIT_TOLERANCE)
     del hf_model
     graph = DecoderGraph(str(onnx_path), threads=build_threads())
-    context = options["max_context"]
-    tokens, logits, run_stats = validate.served_greedy(graph, layout, prompts, VALIDATION_TOKENS, context)
-    fp32 = {**validate.compare_runs(ref_tokens, ref_logits, tokens, logits), "run": run_stats}
-    if fp32["identical"] < MIN_IDENTICAL_PROMPTS or fp32["max_abs_logit_diff"] > LOGIT_TOLERANCE:
-        raise BuildError(f"the served path does not match transformers: {fp32} (need >= {MIN_IDENTICAL_PROMPTS} prompts "
-                         f"identical for {VALIDATION_TOKENS} tokens and max |logit diff| <= {LOGIT_TOLERANCE}).")
-    int8_tokens, int8_logits, int8_stats = validate.served_greedy(graph, _layout(facts, options, "int8"), prompts, VALIDATION_TOKENS, context)
-    int8 = {"vs_transformers": validate.compare_runs(ref_tokens, ref_logits, int8_tokens, int8_logits),
-            "vs_fp32_kv": validate.compare_runs(tokens, logits, int8_tokens, int8_logits), "run": int8_stats}
+    fp32, int8 = _served_checks(graph, (layout, _layout(facts, options, "int8")), prompts, (ref_tokens, ref_logits), options["max_context"])
     timing = validate.time_ort_vs_numpy(graph, NumpyDecoderStep(onnx_path, facts), layout)
     del graph
-    engine_bytes = validate.probe_engine_memory(onnx_path, layout, options["max_running"], context)
+    engine_bytes = validate.probe_engine_memory(onnx_path, layout, options["max_running"], options["max_context"])
     record = {
         "files": [GRAPH_FILE, TOKENIZER_FILE], "graph_file": GRAPH_FILE, "gguf": str(path), "facts": facts,
         "tokenizer": {**tokenizer_fix, **tokenizer_check}, "validation": {"fp32_kv": fp32, "int8_kv": int8,
-        "tokens": VALIDATION_TOKENS, "logit_tolerance": LOGIT_TOLERANCE}, "ort_vs_numpy": timing,
+        "tokens": VALIDATION_TOKENS, "logit_tolerance": LOGIT_TOLERANCE, "batched_reference": batched_check}, "ort_vs_numpy": timing,
         "engine_resident_bytes": engine_bytes, "graph_bytes": onnx_path.stat().st_size, "cuda": validate.detect_cuda_provider(),
     }
     record["report_sections"] = [render_llm_report(model.name, record)]
     if record["cuda"]:
         print(f"[build] SKIPPED: {model.name} CUDA decode check: {record['cuda']}")
     return record
+
+
+def _served_checks(graph, layouts, prompts, reference, context: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The served runtime with the FP32 KV store (must match transformers, else the build fails) and
+    with the INT8 store (measured against both); `layouts` = (FP32 layout, INT8 layout)."""
+    from model_build.llm import validate
+
+    ref_tokens, ref_logits = reference
+    tokens, logits, run_stats = validate.served_greedy(graph, layouts[0], prompts, VALIDATION_TOKENS, context)
+    fp32 = {**validate.compare_runs(ref_tokens, ref_logits, tokens, logits), "run": run_stats}
+    if fp32["identical"] < MIN_IDENTICAL_PROMPTS or fp32["max_abs_logit_diff"] > LOGIT_TOLERANCE:
+        raise BuildError(f"the served path does not match transformers: {fp32} (need >= {MIN_IDENTICAL_PROMPTS} prompts "
+                         f"identical for {VALIDATION_TOKENS} tokens and max |logit diff| <= {LOGIT_TOLERANCE}).")
+    int8_tokens, int8_logits, int8_stats = validate.served_greedy(graph, layouts[1], prompts, VALIDATION_TOKENS, context)
+    int8 = {"vs_transformers": validate.compare_runs(ref_tokens, ref_logits, int8_tokens, int8_logits),
+            "vs_fp32_kv": validate.compare_runs(tokens, logits, int8_tokens, int8_logits), "run": int8_stats}
+    return fp32, int8
 
 
 def render_llm_report(name: str, record: dict[str, Any]) -> str:
@@ -117,6 +129,7 @@ def render_llm_report(name: str, record: dict[str, Any]) -> str:
              f"- Served path vs transformers (greedy, {v['tokens']} tokens, {fp32['prompts']} prompts at once: continuous batching, "
              f"chunked prefill, prefix sharing): {fp32['identical']}/{fp32['prompts']} identical; max |logit diff| "
              f"{fp32['max_abs_logit_diff']:.2e} (tolerance {v['logit_tolerance']:g}); prefix hit rate {fp32['run']['prefix_hit_rate']:.0%}.",
+             *_batched_reference_line(v),
              f"- INT8 KV (scale per head and token): vs FP32 KV {int8['vs_fp32_kv']['identical']}/{fp32['prompts']} identical, "
              f"mean matching prefix {int8['vs_fp32_kv']['mean_matching_prefix']} of {v['tokens']} tokens, max |logit diff| "
              f"{int8['vs_fp32_kv']['max_abs_logit_diff']:.3f}; vs transformers {int8['vs_transformers']['identical']}/{fp32['prompts']} identical.",
@@ -127,6 +140,17 @@ def render_llm_report(name: str, record: dict[str, Any]) -> str:
     if record.get("cuda"):
         lines += ["", f"SKIPPED: CUDA decode check: {record['cuda']}"]
     return "\n".join(lines)
+
+
+def _batched_reference_line(validation: dict[str, Any]) -> list[str]:
+    """The report line proving the batched transformers reference is the one-prompt-at-a-time one."""
+    check = validation.get("batched_reference")
+    if not check:
+        return []
+    return [f"- Reference: transformers runs the {validation['fp32_kv']['prompts']} prompts as one "
+            f"left-padded batch; checked against the same model on prompt {check['prompt_index']} alone "
+            f"({check['padding_tokens']} padding tokens in the batch): {check['identical']}/1 identical for "
+            f"{validation['tokens']} tokens, max |logit diff| {check['max_abs_logit_diff']:.2e} (tolerance {check['tolerance']:g})."]
 
 
 def install_smollm2(model, serving, record: dict[str, Any], workdir: Path, repository: Path) -> list[str]:

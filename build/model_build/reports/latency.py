@@ -12,12 +12,17 @@ from typing import Mapping
 import numpy as np
 
 
-def median_latencies(sessions: Mapping[str, object], feeds: Mapping[str, np.ndarray], repeats: int = 5) -> dict[str, float]:
-    """Median seconds per `session.run` on the same feeds, sessions interleaved; one warm-up each."""
+def median_latencies(sessions: Mapping[str, object], feeds: Mapping[str, np.ndarray], repeats: int = 5,
+                     warmup_outputs: dict | None = None) -> dict[str, float]:
+    """Median seconds per `session.run` on the same feeds, sessions interleaved; one warm-up each.
+    `warmup_outputs`, if given, receives each session's warm-up outputs (name -> list), so a caller
+    that needs the outputs of exactly these feeds does not run them again."""
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}.")
-    for session in sessions.values():
-        session.run(None, dict(feeds))
+    for name, session in sessions.items():
+        outputs = session.run(None, dict(feeds))
+        if warmup_outputs is not None:
+            warmup_outputs[name] = outputs
     samples: dict[str, list[float]] = {name: [] for name in sessions}
     for _ in range(repeats):
         for name, session in sessions.items():
