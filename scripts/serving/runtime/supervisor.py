@@ -244,10 +244,12 @@ class Supervisor:
                         for n, sp in self.parts.items()})
 
     def write_state(self) -> None:
-        write_supervisor_state(self.state(), self.layout.supervisor_state)
+        # The manifest first: whoever reads "ready" in the state file (`make serve`'s wait, a test)
+        # then reads the manifest, which must already be there.
         if self.status in ("ready", "degraded"):
             write_manifest(build_manifest(self.plan, self.layout, {n: sp.summary() for n, sp in self.parts.items()},
                                           self.metrics.url if self.metrics else None), self.layout.manifest)
+        write_supervisor_state(self.state(), self.layout.supervisor_state)
 
     # --- processes ---------------------------------------------------------------------------
     def _launch(self, sp: SupervisedPartition, now: float) -> None:
