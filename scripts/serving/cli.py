@@ -14,10 +14,9 @@ import sys
 from pathlib import Path
 
 from contracts.errors import ServingError
-from contracts.layout import RunLayout
 from serving.runtime.launcher import with_server_overrides
 from serving.runtime.model_readiness import check_models_loaded
-from contracts.layout import PROJECT_ROOT, RUN_DIR
+from contracts.layout import PROJECT_ROOT, RUN_DIR, RunLayout
 from contracts.manifest import Manifest, PartitionEntry, read_manifest
 from contracts.partition_plan import Mechanism, plan_for_this_host
 from contracts.processes import http_ready, pid_alive, stop_pid
