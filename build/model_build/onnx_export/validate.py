@@ -76,23 +76,6 @@ class ValidationResult:
                 "passed": self.passed, "polygraphy": dict(self.polygraphy)}
 
 
-def compare_with_polygraphy(
-    fp32_path: Path,
-    candidate,
-    name: str,
-    batches: Sequence[Mapping[str, np.ndarray]],
-    out_dir: Path,
-    atol: float,
-    save_reference: bool = True,
-) -> tuple[list[np.ndarray], list[np.ndarray], dict]:
-    """Run FP32 and `candidate` over `batches` with Polygraphy's ONNX Runtime runners.
-
-    Returns (candidate first outputs per batch, FP32 first outputs per batch, summary) and saves the
-    inputs and the FP32 outputs for replay.
-    """
-    return compare_variants_with_polygraphy(fp32_path, {name: candidate}, batches, out_dir, atol, save_reference)[name]
-
-
 def compare_variants_with_polygraphy(
     fp32_path: Path,
     candidates: Mapping[str, object],
@@ -101,11 +84,12 @@ def compare_variants_with_polygraphy(
     atol: float,
     save_reference: bool = True,
 ) -> dict[str, tuple[list[np.ndarray], list[np.ndarray], dict]]:
-    """`compare_with_polygraphy` for several candidates in ONE Comparator run: the FP32 runner runs
-    the batches once and every candidate is compared with those outputs (each pair on its own, as
-    before). Why: the FP32 pass is the same for every variant; run per variant it cost the text
-    encoder two extra FP32 passes over its evaluation texts. Returns {name: (candidate outputs,
-    FP32 outputs, summary)}."""
+    """Run FP32 and every candidate over `batches` with Polygraphy's ONNX Runtime runners in ONE
+    Comparator run: the FP32 runner runs the batches once and every candidate is compared with
+    those outputs, each pair on its own. Why: the FP32 pass is the same for every variant; run per
+    variant it cost the text encoder two extra FP32 passes over its evaluation texts. Saves the
+    inputs and the FP32 outputs for replay. Returns {name: (candidate first outputs per batch,
+    FP32 first outputs per batch, summary)}."""
     from polygraphy.backend.onnxrt import OnnxrtRunner
     from polygraphy.comparator import Comparator, RunResults, SimpleCompareFunc
     from polygraphy.logger import G_LOGGER
@@ -147,22 +131,6 @@ def _polygraphy_summary(cand, ref, iterations: int, atol: float, passed: bool, i
     }
 
 
-def validate_variant(
-    model: str,
-    variant: str,
-    fp32_path: Path,
-    candidate,
-    batches: Sequence[Mapping[str, np.ndarray]],
-    measure: Callable[[np.ndarray, np.ndarray], Measurement],
-    budget: Budget,
-    out_dir: Path,
-    atol: float,
-    save_reference: bool = True,
-) -> ValidationResult:
-    """Compare, measure, and fail the build if the variant misses its budget."""
-    return validate_variants(model, fp32_path, {variant: candidate}, batches, measure, budget, out_dir, atol, save_reference)[variant]
-
-
 def validate_variants(
     model: str,
     fp32_path: Path,
@@ -174,8 +142,8 @@ def validate_variants(
     atol: float,
     save_reference: bool = True,
 ) -> dict[str, ValidationResult]:
-    """`validate_variant` for several variants against one FP32 run (`compare_variants_with_polygraphy`):
-    each is compared, measured and checked against the budget on its own."""
+    """Compare every variant with one FP32 run (`compare_variants_with_polygraphy`), measure each,
+    and fail the build if one misses its budget (each is checked on its own)."""
     compared = compare_variants_with_polygraphy(fp32_path, candidates, batches, out_dir, atol, save_reference)
     results = {}
     for variant, (cand, ref, summary) in compared.items():
