@@ -5,7 +5,6 @@ The supervisor itself (the process that owns the tritonservers) is `serving.runt
 """
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -17,6 +16,7 @@ from typing import Any, Sequence
 from contracts.errors import ServerStartError
 from contracts.layout import RunLayout
 from serving.runtime.launcher import stop_mps_daemon
+from contracts.manifest import read_manifest_dict
 from contracts.processes import log_tail, pid_alive, stop_pid
 from contracts.supervisor_state import SupervisorState, read_supervisor_state as read_state_file
 
@@ -51,7 +51,7 @@ def start_supervisor(config: Path, repository: Path, layout: RunLayout, timeout_
     while time.monotonic() < deadline:
         state = read_supervisor_state(layout)
         if state and state.status == "ready":
-            return json.loads(layout.manifest.read_text())
+            return read_manifest_dict(layout.manifest)
         if process.poll() is not None or (state and state.status == "failed"):
             process.wait(timeout=60)
             raise ServerStartError(_failure_report(layout, state))
