@@ -37,3 +37,37 @@ def test_a_batch_refused_entirely_only_counts_the_refusals():
 def test_bucket_labels_are_the_boundary_a_width_falls_into():
     assert [bucket_of(w, (16, 32)) for w in (1, 16, 17, 32, 40)] == ["16", "16", "32", "32", "32"]
     assert bucket_of(0, ()) == "all"
+
+
+def test_totals_publish_a_histogram_as_the_cumulative_counters_prometheus_reads():
+    from serving.backend.metrics import MetricTotals
+
+    totals = MetricTotals()
+    totals.add([Observation("serving_batch_rows", (), 3), Observation("serving_batch_rows", (), 1),
+                Observation("serving_batch_rows", (), 500)])
+    deltas = dict(totals.drain())
+    bucket = {dict(labels)["le"]: value for (name, labels), value in deltas.items() if name == "serving_batch_rows_bucket"}
+    # le is inclusive and cumulative: 1 -> {1}; 2 -> {1}; 4 .. 128 -> {1, 3}; +Inf -> all three
+    assert bucket["1"] == 1 and bucket["2"] == 1 and bucket["4"] == 2 and bucket["128"] == 2 and bucket["+Inf"] == 3
+    assert deltas[("serving_batch_rows_sum", ())] == 504 and deltas[("serving_batch_rows_count", ())] == 3
+    assert totals.drain() == []  # drained: the next flush sends nothing
+
+
+def test_totals_add_counters_and_skip_zero_increments():
+    from serving.backend.metrics import MetricTotals
+
+    totals = MetricTotals()
+    calls = (("bucket", "16"),)
+    totals.add([Observation("serving_batch_bucket_calls_total", calls, 2), Observation("serving_batch_bucket_calls_total", calls, 1),
+                Observation("serving_rejected_requests_total", (("reason", "invalid_input"),), 0)])
+    assert totals.drain() == [(("serving_batch_bucket_calls_total", calls), 3)]
+
+
+def test_every_published_family_is_a_counter_series_the_endpoint_shows():
+    from serving.backend.metrics import exposed_metric_names, le_label, published_families
+
+    names = exposed_metric_names()
+    assert {"serving_batch_requests_bucket", "serving_batch_requests_sum", "serving_batch_requests_count",
+            "serving_batch_real_tokens_total"} <= names and "serving_batch_requests" not in names
+    assert published_families()["serving_batch_framework_seconds_bucket"][1] == ("le",)
+    assert [le_label(b) for b in (1, 0.00025, 2.0, float("inf"))] == ["1", "0.00025", "2", "+Inf"]

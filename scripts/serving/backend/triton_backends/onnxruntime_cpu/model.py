@@ -12,7 +12,9 @@ right-padded to the longest request in the batch with the `pad_value` parameter.
 Config parameters (all strings): `onnx_file` (default model.onnx, in the version directory),
 `intra_op_num_threads` (0 = the partition's per-instance count from $SERVING_INTRA_OP_THREADS, set
 by the partition launcher from the cores it may run on; ONNX Runtime's default when unset),
-`pad_value` (default 0).
+`pad_value` (default 0), `metrics_flush_interval_s`
+(default 1: how often the batch metrics go to the server; serving/backend/metrics.py says why not
+per batch).
 `reject_non_finite` (default true): answer a request holding NaN/Inf with INVALID_ARG instead of
 computing it. `max_sequence_length` (default: none): the longest variable axis a request may have.
 
@@ -148,9 +150,16 @@ class TritonPythonModel:
                 f"model '{name}': sequence-length bucketing on, boundaries {list(buckets)}, "
                 f"real lengths from '{length_input}'"
             )
-        self.metrics = BackendMetrics(pb_utils, name, args["model_version"])
+        self.metrics = self._metrics(name, args["model_version"], params)
         pb_utils.Logger.log_info(f"model '{name}': " + (f"text front-end feeding {self.input_names}" if self.frontend
                                                          else f"input contract {self.contract}"))
+
+    @staticmethod
+    def _metrics(name, version, params):
+        try:
+            return BackendMetrics(pb_utils, name, version, float(params.get("metrics_flush_interval_s", "1") or 1))
+        except ValueError as exc:
+            raise pb_utils.TritonModelException(f"model '{name}': parameter metrics_flush_interval_s: {exc}") from None
 
     def _text_frontend(self, name, version_dir, config, params):
         """The tokenizer front-end when `tokenizer_file` is set (one TYPE_STRING input), else None."""
@@ -248,5 +257,6 @@ class TritonPythonModel:
         return responses
 
     def finalize(self):
+        self.metrics.close()
         if self.activity is not None:
             self.activity.close()

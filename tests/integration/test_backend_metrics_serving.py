@@ -1,0 +1,63 @@
+"""The onnxruntime_cpu backend's batch metrics on a real tritonserver's metrics endpoint.
+
+They are summed in the stub and flushed once a second (serving/backend/metrics.py), so the test
+sends known work, then waits for the flush: what it asserts is what an operator's dashboard reads.
+"""
+from __future__ import annotations
+
+import re
+import urllib.request
+
+import numpy as np
+import pytest
+
+from model_client.client import TritonModelClient
+from conftest import poll_until
+
+pytestmark = pytest.mark.server
+
+
+def scrape(server) -> str:
+    return urllib.request.urlopen(server.metrics_url, timeout=10).read().decode()
+
+
+def series_sum(text: str, name: str, model: str, **labels: str) -> float:
+    """The sum of every sample of `name` for `model` (over instances and other labels) having `labels`."""
+    wanted = [f'model="{model}"', *(f'{k}="{v}"' for k, v in labels.items())]
+    return sum(float(m.group(2)) for m in re.finditer(rf"^{name}{{([^}}]*)}} (\S+)$", text, flags=re.M)
+               if all(w in m.group(1) for w in wanted))
+
+
+def test_digit_batches_show_their_rows_and_time_as_prometheus_histograms(triton_server, digits_test_split):
+    images, _ = digits_test_split
+    before = scrape(triton_server)
+    rows_before = series_sum(before, "serving_batch_rows_sum", "digit_classifier")
+    with TritonModelClient(triton_server.url("http"), "http") as client:
+        for start in range(0, 15, 3):  # 5 requests of 3 images: 15 rows, however Triton batched them
+            client.infer("digit_classifier", {"image": images[start:start + 3]})
+    text = poll_until(lambda: scrape(triton_server),
+                      lambda t: series_sum(t, "serving_batch_rows_sum", "digit_classifier") >= rows_before + 15, timeout_s=15, interval_s=0.25)
+    assert series_sum(text, "serving_batch_rows_sum", "digit_classifier") == rows_before + 15
+    for histogram in ("serving_batch_rows", "serving_batch_requests", "serving_batch_framework_seconds", "serving_batch_overhead_seconds"):
+        count = series_sum(text, f"{histogram}_count", "digit_classifier")
+        assert count >= 1, histogram
+        # cumulative buckets: +Inf holds every observation, and no bucket holds more than a wider one
+        assert series_sum(text, f"{histogram}_bucket", "digit_classifier", le="+Inf") == count, histogram
+        assert f"# TYPE {histogram}_bucket counter" in text
+    assert series_sum(text, "serving_batch_rows_bucket", "digit_classifier", le="1") <= series_sum(
+        text, "serving_batch_rows_bucket", "digit_classifier", le="4")
+    assert series_sum(text, "serving_batch_framework_seconds_sum", "digit_classifier") > 0
+
+
+def test_text_batches_count_real_and_padded_tokens(triton_server):
+    before = scrape(triton_server)
+    computed_before = series_sum(before, "serving_batch_computed_tokens_total", "text_embedder")
+    texts = np.array([[b"a short one"], [b"a somewhat longer sentence, with a few more tokens in it than the first"]], dtype=object)
+    with TritonModelClient(triton_server.url("http"), "http") as client:
+        client.infer("text_embedder", {"TEXT": texts})
+    text = poll_until(lambda: scrape(triton_server),
+                      lambda t: series_sum(t, "serving_batch_computed_tokens_total", "text_embedder") > computed_before, timeout_s=15, interval_s=0.25)
+    real = series_sum(text, "serving_batch_real_tokens_total", "text_embedder")
+    computed = series_sum(text, "serving_batch_computed_tokens_total", "text_embedder")
+    assert 0 < real <= computed
+    assert series_sum(text, "serving_batch_bucket_calls_total", "text_embedder") >= 1
