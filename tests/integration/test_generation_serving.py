@@ -36,10 +36,18 @@ def metric(server, name):
     return sum(values) if values else None
 
 
+#: The model sends its metrics to Triton once a second (serving/backend/stub_metrics.py): a value
+#: read this long after the work it counts is settled.
+METRICS_FLUSH_S = 1.0
+
+
 def wait_idle(server, timeout_s=30.0):
+    """Until nothing runs or waits, and one more flush (so the counters include the last requests)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if metric(server, "llm_kv_blocks_used") == 0 and metric(server, "llm_sequences_running") == 0:
+        if metric(server, "llm_kv_blocks_used") == 0 and metric(server, "llm_sequences_running") == 0 \
+                and metric(server, "llm_sequences_waiting") == 0:
+            time.sleep(METRICS_FLUSH_S + 0.2)
             return
         time.sleep(0.2)
 
@@ -78,9 +86,11 @@ def test_greedy_tokens_under_concurrent_load_equal_each_requests_solo_run(triton
 
 
 def test_chat_requests_share_the_system_prompt_blocks(triton_server):
+    wait_idle(triton_server)
     before = metric(triton_server, "llm_prefix_cache_hit_tokens_total") or 0
     for question in ("What is 2 plus 2?", "Name a color."):
         run(triton_server, "http", question, max_tokens=4, chat=True)
+    wait_idle(triton_server)
     assert metric(triton_server, "llm_prefix_cache_hit_tokens_total") - before >= 16  # at least one full shared block
 
 

@@ -26,6 +26,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 from tokenizers import Tokenizer
 
+from serving.backend.stub_metrics import Observation, StubMetrics
 from serving.generation import metrics as gm
 from serving.generation.chat import render_chat_prompt
 from serving.generation.detokenize import IncrementalDetokenizer
@@ -66,52 +67,32 @@ class _Pending:
 
 
 class _Metrics:
+    """The generation metrics (serving/generation/metrics.py) through serving.backend.stub_metrics:
+    updates are summed here and sent to Triton once a second, off the decode loop."""
+
     def __init__(self, labels):
-        has_histogram = hasattr(pb_utils.MetricFamily, "HISTOGRAM")
-        kinds = {"gauge": pb_utils.MetricFamily.GAUGE, "counter": pb_utils.MetricFamily.COUNTER}
-        self.families, self.metrics = {}, {}
-        for d in gm.ALL_METRICS:
-            if d.kind == "histogram" and not has_histogram:
-                continue
-            kind = pb_utils.MetricFamily.HISTOGRAM if d.kind == "histogram" else kinds[d.kind]
-            self.families[d.name] = pb_utils.MetricFamily(name=d.name, description=d.help, kind=kind)
-        self.labels, self.buckets = labels, {d.name: list(d.buckets) for d in gm.ALL_METRICS if d.buckets}
+        self.stub = StubMetrics(pb_utils, gm.family_table(), labels["model"], labels["version"])
 
     def create_all(self, finish_reasons, reject_reasons):
         """Every series from the start (at 0), so dashboards and alerts see the model before its first request."""
         for d in gm.ALL_METRICS:
-            if d is gm.REQUESTS_FINISHED:
-                for reason in finish_reasons:
-                    self.metric(d, reason=reason)
-            elif d is gm.REQUESTS_REJECTED:
-                for reason in reject_reasons:
-                    self.metric(d, reason=reason)
-            else:
-                self.metric(d)
-
-    def metric(self, d, **extra):
-        key = (d.name, tuple(sorted(extra.items())))
-        if key not in self.metrics and d.name in self.families:
-            kwargs = {"labels": {**self.labels, **extra}}
-            if d.name in self.buckets:
-                kwargs["buckets"] = self.buckets[d.name]
-            self.metrics[key] = self.families[d.name].Metric(**kwargs)
-        return self.metrics.get(key)
+            reasons = finish_reasons if d is gm.REQUESTS_FINISHED else reject_reasons if d is gm.REQUESTS_REJECTED else None
+            for labels in ([(("reason", r),) for r in reasons] if reasons is not None else [()]):
+                self.stub.create(d.name, labels)
 
     def set(self, d, value, **extra):
-        m = self.metric(d, **extra)
-        if m is not None:
-            m.set(value)
+        """A gauge's value now."""
+        self.stub.record([Observation(d.name, tuple(sorted(extra.items())), value)])
 
     def add(self, d, value, **extra):
-        m = self.metric(d, **extra)
-        if m is not None and value:
-            m.increment(value)
+        """What a counter grew by."""
+        self.stub.record([Observation(d.name, tuple(sorted(extra.items())), value)])
 
     def observe(self, d, value):
-        m = self.metric(d)
-        if m is not None:
-            m.observe(value)
+        self.stub.record([Observation(d.name, (), value)])
+
+    def close(self):
+        self.stub.close()
 
 
 class TritonPythonModel:
@@ -310,3 +291,4 @@ class TritonPythonModel:
         self.stopping = True
         self.wake.set()
         self.thread.join(timeout=10)
+        self.metrics.close()

@@ -40,9 +40,9 @@ def test_bucket_labels_are_the_boundary_a_width_falls_into():
 
 
 def test_totals_publish_a_histogram_as_the_cumulative_counters_prometheus_reads():
-    from serving.backend.metrics import MetricTotals
+    from serving.backend.stub_metrics import MetricTotals
 
-    totals = MetricTotals()
+    totals = MetricTotals(FAMILIES)
     totals.add([Observation("serving_batch_rows", (), 3), Observation("serving_batch_rows", (), 1),
                 Observation("serving_batch_rows", (), 500)])
     deltas = dict(totals.drain())
@@ -54,9 +54,9 @@ def test_totals_publish_a_histogram_as_the_cumulative_counters_prometheus_reads(
 
 
 def test_totals_add_counters_and_skip_zero_increments():
-    from serving.backend.metrics import MetricTotals
+    from serving.backend.stub_metrics import MetricTotals
 
-    totals = MetricTotals()
+    totals = MetricTotals(FAMILIES)
     calls = (("bucket", "16"),)
     totals.add([Observation("serving_batch_bucket_calls_total", calls, 2), Observation("serving_batch_bucket_calls_total", calls, 1),
                 Observation("serving_rejected_requests_total", (("reason", "invalid_input"),), 0)])
@@ -64,10 +64,22 @@ def test_totals_add_counters_and_skip_zero_increments():
 
 
 def test_every_published_family_is_a_counter_series_the_endpoint_shows():
-    from serving.backend.metrics import exposed_metric_names, le_label, published_families
+    from serving.backend.metrics import exposed_metric_names
+    from serving.backend.stub_metrics import le_label, published_families
 
     names = exposed_metric_names()
     assert {"serving_batch_requests_bucket", "serving_batch_requests_sum", "serving_batch_requests_count",
             "serving_batch_real_tokens_total"} <= names and "serving_batch_requests" not in names
-    assert published_families()["serving_batch_framework_seconds_bucket"][1] == ("le",)
+    assert published_families(FAMILIES)["serving_batch_framework_seconds_bucket"][::2] == ("counter", ("le",))
     assert [le_label(b) for b in (1, 0.00025, 2.0, float("inf"))] == ["1", "0.00025", "2", "+Inf"]
+
+
+def test_gauges_keep_their_latest_value_and_a_histogram_shows_every_series_from_the_start():
+    from serving.backend.stub_metrics import MetricTotals
+
+    table = {"queue": ("gauge", "Waiting.", None, ()), "latency": ("histogram", "Latency.", (0.1, 1.0), ())}
+    totals = MetricTotals(table)
+    totals.add([Observation("queue", (), 5), Observation("queue", (), 0)])
+    assert totals.drain() == [(("queue", ()), 0)]  # 0 is a value for a gauge
+    assert totals.series_of("latency") == [("latency_bucket", (("le", "0.1"),)), ("latency_bucket", (("le", "1"),)),
+                                           ("latency_bucket", (("le", "+Inf"),)), ("latency_sum", ()), ("latency_count", ())]

@@ -13,7 +13,7 @@ Config parameters (all strings): `onnx_file` (default model.onnx, in the version
 `intra_op_num_threads` (0 = the partition's per-instance count from $SERVING_INTRA_OP_THREADS, set
 by the partition launcher from the cores it may run on; ONNX Runtime's default when unset),
 `pad_value` (default 0), `metrics_flush_interval_s`
-(default 1: how often the batch metrics go to the server; serving/backend/metrics.py says why not
+(default 1: how often the batch metrics go to the server; serving/backend/stub_metrics.py says why not
 per batch).
 `reject_non_finite` (default true): answer a request holding NaN/Inf with INVALID_ARG instead of
 computing it. `max_sequence_length` (default: none): the longest variable axis a request may have.
@@ -54,7 +54,8 @@ import onnxruntime as ort
 import triton_python_backend_utils as pb_utils
 
 from serving.backend.checks import model_arguments, model_file_in_version_dir
-from serving.backend.metrics import BackendMetrics, batch_observations
+from serving.backend.metrics import FAMILIES, batch_observations
+from serving.backend.stub_metrics import StubMetrics
 from serving.backend.batch_execution import BatchLayout, execute_batch
 from serving.backend.input_contract import contract_from_onnx
 from serving.backend.instance_activity import InstanceActivity
@@ -157,7 +158,7 @@ class TritonPythonModel:
     @staticmethod
     def _metrics(name, version, params):
         try:
-            return BackendMetrics(pb_utils, name, version, float(params.get("metrics_flush_interval_s", "1") or 1))
+            return StubMetrics(pb_utils, FAMILIES, name, version, float(params.get("metrics_flush_interval_s", "1") or 1))
         except ValueError as exc:
             raise pb_utils.TritonModelException(f"model '{name}': parameter metrics_flush_interval_s: {exc}") from None
 
