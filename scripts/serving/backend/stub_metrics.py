@@ -167,15 +167,19 @@ class StubMetrics:
             else:
                 metric.increment(value)
 
+    def _flush_logging_failures(self) -> None:
+        try:
+            self.flush()
+        except Exception as exc:  # the server may be going away; the next interval tries again
+            self.logger.log_warn(f"model '{self.labels['model']}': metrics flush failed ({type(exc).__name__}: {exc}).")
+
     def _flush_every_interval(self) -> None:
         while not self.stopping.wait(self.flush_interval_s):
-            try:
-                self.flush()
-            except Exception as exc:  # the server may be going away; the next interval tries again
-                self.logger.log_warn(f"model '{self.labels['model']}': metrics flush failed ({type(exc).__name__}: {exc}).")
+            self._flush_logging_failures()
 
     def close(self) -> None:
-        """Stop the flush thread and send what is left (the model is being unloaded)."""
+        """Stop the flush thread and send what is left (the model is being unloaded; a failure to
+        send is logged, never raised from `finalize`)."""
         self.stopping.set()
         self.flusher.join(timeout=5 * self.flush_interval_s)
-        self.flush()
+        self._flush_logging_failures()
