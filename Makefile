@@ -77,7 +77,7 @@ lint-imports: setup ## Check the package layers of pyproject.toml [tool.importli
 	$(VENV)/bin/lint-imports --no-cache
 
 test-unit: setup $(K8S_STAMP) ## Fast tests only (no server, no build)
-	$(PY) -m pytest -m "not server and not slow and not gpu"
+	$(PY) -m pytest -m "not server and not slow and not gpu and not built"
 
 clean: stop monitor-stop ## Remove generated artifacts (never build/ or model sources)
 	rm -rf artifacts run reports
