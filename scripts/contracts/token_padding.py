@@ -14,6 +14,8 @@ def pad_rows(rows: Sequence[Sequence[int]], pad_value: int = 0) -> np.ndarray:
     """int64 [len(rows), longest], each row right-padded with `pad_value`."""
     if not len(rows):
         raise ValueError("pad_rows needs at least one row.")
+    if len(rows) == 1:  # a lone text: nothing to pad
+        return np.asarray(rows, dtype=np.int64).reshape(1, -1)
     out = np.full((len(rows), max(len(r) for r in rows)), pad_value, dtype=np.int64)
     for i, row in enumerate(rows):
         out[i, :len(row)] = row
@@ -22,8 +24,7 @@ def pad_rows(rows: Sequence[Sequence[int]], pad_value: int = 0) -> np.ndarray:
 
 def padded_token_tensors(encodings: Sequence, pad_id: int, names: Sequence[str] = ("input_ids", "attention_mask")) -> dict[str, np.ndarray]:
     """{name: int64 [rows, longest]} of `tokenizers` encodings for the requested tensor names, right-padded."""
-    ids = pad_rows([e.ids for e in encodings], pad_id)
-    mask = pad_rows([[1] * len(e.ids) for e in encodings], 0)
-    types = pad_rows([e.type_ids for e in encodings], 0)
-    tensors = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
-    return {name: tensors[name] for name in names}
+    make = {"input_ids": lambda: pad_rows([e.ids for e in encodings], pad_id),
+            "attention_mask": lambda: pad_rows([[1] * len(e.ids) for e in encodings], 0),
+            "token_type_ids": lambda: pad_rows([e.type_ids for e in encodings], 0)}
+    return {name: make[name]() for name in names}  # only the tensors asked for

@@ -99,3 +99,31 @@ def test_bucketed_run_returns_rows_in_order_and_trims_each_bucket():
     np.testing.assert_allclose(pooled, masked_mean(feeds)[0])
     assert widths[:, 0].tolist() == [5, 40, 5, 70, 17]  # each row ran at its bucket's longest real length
     assert sorted(calls) == [(1, 17), (1, 40), (1, 70), (2, 5)]
+
+
+def test_a_batch_in_one_bucket_runs_once_trimmed_to_its_longest_real_row_and_keeps_row_order():
+    lengths = [7, 3, 12]  # all <= 16
+    ids = np.zeros((3, 20), np.int64)
+    mask = np.zeros_like(ids)
+    for row, n in enumerate(lengths):
+        ids[row, :n] = np.arange(1, n + 1) * (row + 1)
+        mask[row, :n] = 1
+    feeds = {"input_ids": ids, "attention_mask": mask}
+    calls = []
+
+    def run(part):
+        calls.append(part["input_ids"].shape)
+        assert part["input_ids"].flags["C_CONTIGUOUS"]
+        return masked_mean(part)
+
+    pooled, widths = run_in_length_buckets(run, feeds, "attention_mask", (16, 32))
+    assert calls == [(3, 12)]
+    np.testing.assert_allclose(pooled, masked_mean(feeds)[0])
+    assert widths[:, 0].tolist() == [12, 12, 12]
+    assert [g.tolist() for g in assign_buckets([4], (16,))] == [[0]] and assign_buckets([], (16,)) == []
+
+
+def test_mixed_buckets_are_grouped_shortest_bucket_first_with_rows_in_order():
+    lengths = [70, 5, 40, 9, 200, 17, 6]
+    groups = assign_buckets(lengths, (16, 32, 64, 128))
+    assert [g.tolist() for g in groups] == [[1, 3, 6], [5], [2], [0, 4]]
