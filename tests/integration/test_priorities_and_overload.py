@@ -200,20 +200,28 @@ def test_under_realtime_saturation_realtime_goes_first_and_batch_stays_within_it
             await asyncio.gather(*loops)
             return realtime, batch, burst_ns
 
-    realtime, batch, burst_ns = asyncio.run(main())
+    # The scenario needs the 10 client loops to keep the realtime queue full; on a busy 2-core host
+    # the load generator (not the server) sometimes misses that, so it is re-run once, and every
+    # run's accounting and queue-cap checks must hold.
+    for attempt in (1, 2):
+        realtime, batch, burst_ns = asyncio.run(main())
 
-    # Accounting: every batch request answered; every realtime one answered or rejected as overload.
-    assert all(a.error is None for a in batch), [str(a.error) for a in batch if a.error]
-    assert all(a.error is None or (isinstance(a.error, OverloadedError) and not isinstance(a.error, QueueTimeoutError))
-               for a in realtime), {type(a.error).__name__ for a in realtime if a.error}
+        # Accounting: every batch request answered; every realtime one answered or rejected as overload.
+        assert all(a.error is None for a in batch), [str(a.error) for a in batch if a.error]
+        assert all(a.error is None or (isinstance(a.error, OverloadedError) and not isinstance(a.error, QueueTimeoutError))
+                   for a in realtime), {type(a.error).__name__ for a in realtime if a.error}
 
-    executions = {a.execution: a for a in realtime + batch if a.error is None}
-    in_burst = sorted(e for e, a in executions.items() if a.start_ns >= burst_ns and e <= max(b.execution for b in batch))
-    assert all(executions[e].tagged_items <= PRIORITY.realtime_queue for e in executions), \
-        "a batch held more realtime items than the realtime queue can"
-    with_batch_work = [e for e in in_burst if executions[e].batch_items > executions[e].tagged_items]
-    saturated = [e for e in with_batch_work if executions[e].tagged_items == PRIORITY.realtime_queue]
-    assert len(saturated) >= len(with_batch_work) / 2, "precondition: realtime kept its queue full"
+        executions = {a.execution: a for a in realtime + batch if a.error is None}
+        in_burst = sorted(e for e, a in executions.items() if a.start_ns >= burst_ns and e <= max(b.execution for b in batch))
+        assert all(executions[e].tagged_items <= PRIORITY.realtime_queue for e in executions), \
+            "a batch held more realtime items than the realtime queue can"
+        with_batch_work = [e for e in in_burst if executions[e].batch_items > executions[e].tagged_items]
+        saturated = [e for e in with_batch_work if executions[e].tagged_items == PRIORITY.realtime_queue]
+        if len(saturated) >= len(with_batch_work) / 2:
+            break
+        print(f"\n[saturation] run {attempt}: realtime filled its queue in {len(saturated)} of the {len(with_batch_work)} "
+              f"batches holding batch work (precondition: half); " + ("re-measuring once" if attempt == 1 else "giving up"))
+    assert len(saturated) >= len(with_batch_work) / 2, "precondition: realtime kept its queue full (in two runs)"
 
     starts = sorted((a.execution, a.start_ns) for a in executions.values())
 
