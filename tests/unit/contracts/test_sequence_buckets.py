@@ -80,15 +80,18 @@ def masked_mean(feeds):
     return [(ids * mask).sum(1, keepdims=True) / mask.sum(1, keepdims=True), np.full((len(ids), 1), ids.shape[1])]
 
 
-def test_bucketed_run_returns_rows_in_order_and_trims_each_bucket():
-    lengths = [3, 40, 5, 70, 17]
-    width = max(lengths)
-    ids = np.zeros((len(lengths), width), np.int64)
+def right_padded_feeds(lengths, width=None):
+    """input_ids (distinct per row) and attention_mask, each row right-padded to `width`."""
+    ids = np.zeros((len(lengths), width or max(lengths)), np.int64)
     mask = np.zeros_like(ids)
     for row, n in enumerate(lengths):
         ids[row, :n] = np.arange(1, n + 1) * (row + 1)
         mask[row, :n] = 1
-    feeds = {"input_ids": ids, "attention_mask": mask}
+    return {"input_ids": ids, "attention_mask": mask}
+
+
+def test_bucketed_run_returns_rows_in_order_and_trims_each_bucket():
+    feeds = right_padded_feeds([3, 40, 5, 70, 17])
     calls = []
 
     def run(part):
@@ -102,13 +105,7 @@ def test_bucketed_run_returns_rows_in_order_and_trims_each_bucket():
 
 
 def test_a_batch_in_one_bucket_runs_once_trimmed_to_its_longest_real_row_and_keeps_row_order():
-    lengths = [7, 3, 12]  # all <= 16
-    ids = np.zeros((3, 20), np.int64)
-    mask = np.zeros_like(ids)
-    for row, n in enumerate(lengths):
-        ids[row, :n] = np.arange(1, n + 1) * (row + 1)
-        mask[row, :n] = 1
-    feeds = {"input_ids": ids, "attention_mask": mask}
+    feeds = right_padded_feeds([7, 3, 12], width=20)  # all <= 16
     calls = []
 
     def run(part):
