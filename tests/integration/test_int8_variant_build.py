@@ -11,23 +11,26 @@ import pytest
 pytestmark = pytest.mark.built
 
 
-@pytest.fixture(scope="module")
-def built():
+def build_record(model: str):
+    """(artifacts/<model>/build.json as built by `make build-engines`, its folder); fails naming the fix."""
     from conftest import ARTIFACTS
 
-    workdir = ARTIFACTS / "digit_classifier"
+    workdir = ARTIFACTS / model
     if not (workdir / "build.json").exists():
         pytest.fail(f"{workdir / 'build.json'} is missing: run `make build-engines` first.")
     record = json.loads((workdir / "build.json").read_text())
     if "int8_mixed" not in record["variants"]:
-        pytest.fail(f"{workdir} has no int8_mixed variant: serving.toml's digit_classifier must build it (`also_build`).")
+        pytest.fail(f"{workdir} has no int8_mixed variant: serving.toml's {model} must build it (`variant` or `also_build`).")
     return record, workdir
 
 
-def test_the_served_text_encoder_is_its_int8_mixed_variant():
-    from conftest import ARTIFACTS
+@pytest.fixture(scope="module")
+def built():
+    return build_record("digit_classifier")
 
-    record = json.loads((ARTIFACTS / "text_encoder" / "build.json").read_text())
+
+def test_the_served_text_encoder_is_its_int8_mixed_variant():
+    record, _ = build_record("text_encoder")
     assert record["served_file"] == "int8_mixed.onnx" and record["variants"]["int8_mixed"]["validation"]["passed"]
 
 
