@@ -16,7 +16,6 @@ from pathlib import Path
 from perf_sweep.errors import SweepPlanError
 
 DIGITS, TEXT = "digit_classifier", "text_embedder"
-DEFAULT_MAX_LENGTH = 128
 
 
 @dataclass(frozen=True)
@@ -26,7 +25,9 @@ class ServedFiles:
     digits_onnx: Path
     text_onnx: Path
     tokenizer_json: Path
-    max_length: int = DEFAULT_MAX_LENGTH
+    #: Truncation length, read from the served tokenizing config (its one source: serving.toml's
+    #: model options, rendered into the config); the peers truncate at the same length.
+    max_length: int
     text_layout: str = "ensemble text_tokenizer -> text_encoder"
     #: The served encoder's `sequence_buckets` (contracts.sequence_buckets), () when it pads to the longest.
     served_buckets: tuple[int, ...] = ()
@@ -65,7 +66,12 @@ def _parameter(config, name: str, default: str = "") -> str:
 
 
 def _max_length(config, model: str) -> int:
-    text = _parameter(config, "max_length", str(DEFAULT_MAX_LENGTH))
+    """The served tokenizer's truncation length. No default: the backend refuses to load a text
+    front-end without one, so a config lacking it is not what this project serves."""
+    text = _parameter(config, "max_length")
+    if not text:
+        raise SweepPlanError(f"{model}: the config has no `max_length` parameter (the truncation length in tokens, "
+                             "rendered from serving.toml's model options); re-render it with `make build-engines`.")
     try:
         return int(text)
     except ValueError:

@@ -40,7 +40,7 @@ def test_an_ensemble_serves_its_tokenizer_steps_tokenizer_and_its_encoder_steps_
 def test_a_fused_text_model_serves_its_own_files_from_its_highest_version(tmp_path):
     digits(tmp_path)
     write(tmp_path, "text_embedder", 'backend: "onnxruntime_cpu"\n' + param("onnx_file", "model.onnx") + "\n"
-          + param("tokenizer_file", "tokenizer.json"), ["model.onnx", "tokenizer.json"])
+          + param("tokenizer_file", "tokenizer.json") + "\n" + param("max_length", "128"), ["model.onnx", "tokenizer.json"])
     (tmp_path / "text_embedder" / "2").mkdir()
     for name in ("model.onnx", "tokenizer.json"):
         (tmp_path / "text_embedder" / "2" / name).write_text("y")
@@ -56,6 +56,10 @@ def test_missing_configs_and_files_name_what_to_build(tmp_path):
     digits(tmp_path)
     write(tmp_path, "text_embedder", 'backend: "onnxruntime_cpu"\n' + param("onnx_file", "model.onnx"), ["model.onnx"])
     with pytest.raises(SweepPlanError, match="tokenizer.json"):
+        served_files(tmp_path)
+    write(tmp_path, "text_embedder", 'backend: "onnxruntime_cpu"\n' + param("onnx_file", "model.onnx") + "\n"
+          + param("tokenizer_file", "tokenizer.json"), ["model.onnx", "tokenizer.json"])
+    with pytest.raises(SweepPlanError, match="no `max_length` parameter"):  # no silent default length
         served_files(tmp_path)
     (tmp_path / "text_embedder" / "config.pbtxt").write_text("not { a config")
     with pytest.raises(SweepPlanError, match="not a Triton model config"):

@@ -18,7 +18,7 @@ from perf_sweep.peers.servers import (
 )
 
 FILES = ServedFiles(Path("/r/digit_classifier/1/model.onnx"), Path("/r/text_encoder/1/model.onnx"),
-                    Path("/r/text_tokenizer/1/tokenizer.json"))
+                    Path("/r/text_tokenizer/1/tokenizer.json"), max_length=128)
 
 
 def test_the_minimal_server_gets_the_served_files_and_threads_equal_to_cores():
