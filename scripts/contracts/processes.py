@@ -12,6 +12,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Callable
 
 
 def free_loopback_ports(count: int) -> list[int]:
@@ -55,8 +56,12 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-def stop_pid(pid: int, timeout: float = 20.0) -> None:
-    """SIGTERM the server's process group (it owns its backend stubs), then SIGKILL if it lingers."""
+def stop_pid(pid: int, timeout: float = 20.0, nothing_left_to_finish: Callable[[], bool] | None = None) -> None:
+    """SIGTERM the server's process group (it owns its backend stubs), then SIGKILL if it lingers.
+
+    `nothing_left_to_finish`, polled while the group has `timeout` to exit after SIGTERM: True
+    means the process can only be waiting for something that will never come, so SIGKILL follows
+    at once (e.g. a tritonserver whose every stub has exited; `serving.runtime.server`)."""
     for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 5.0)):
         try:
             os.killpg(pid, sig)
@@ -72,4 +77,6 @@ def stop_pid(pid: int, timeout: float = 20.0) -> None:
                     return
             if waited == pid:
                 return
+            if sig == signal.SIGTERM and nothing_left_to_finish is not None and nothing_left_to_finish():
+                break
             time.sleep(0.1)

@@ -15,7 +15,8 @@ process '<instance>' is not healthy") until the model is reloaded; health endpoi
   override with the parameter `serving_stub_reload` = attempt number (backends ignore it). The old
   instances answer until the new ones are loaded (~2 s for digit_classifier here). Once requests
   have reached the dead stub, Triton never finalizes the old version: its surviving stubs are
-  SIGKILLed after LEFTOVER_GRACE_S, and stopping that server waits Triton's exit timeout.
+  SIGKILLed after LEFTOVER_GRACE_S. Stopping such a server would then wait Triton's whole exit
+  timeout for that version to unload; `StubDrainWatch` ends the wait once every stub has gone.
 - Bounds: max_restarts reloads per model in window_s (RestartPolicy). Past that the model is left
   alone (`gave_up`, one error line), so a crash-looping model does not take its partition's other
   models down with repeated restarts. A reload that fails restarts the partition (usual path and
@@ -55,6 +56,11 @@ RELOAD_MARKER_PARAMETER = "serving_stub_reload"
 #: keep running (and holding their model's memory) until the server stops. Past this grace the
 #: supervisor SIGKILLs them.
 LEFTOVER_GRACE_S = 10.0
+#: After SIGTERM, Triton unloads its models (each model's stubs exit) and checks once a second
+#: whether any is still live, so a server exits about a second after its last stub. One that
+#: outlives its last stub by this much waits for a model version with no stub left to finalize
+#: it, which never unloads (above): measured here, 10 s (`--exit-timeout-secs`) on every such stop.
+STUBLESS_EXIT_GRACE_S = 3.0
 
 
 # --- which processes are stubs, and of which model ---------------------------------------------
@@ -94,6 +100,20 @@ def scan_stubs(process_group: int, proc: Path = Path("/proc")) -> tuple[StubProc
         if stub is not None and pgid == process_group:
             found.append(stub)
     return tuple(sorted(found, key=lambda s: s.pid))
+
+
+class StubDrainWatch:
+    """Whether a stopping server can only be waiting for a model that will never unload: it had
+    stubs when the stop began (a server without Python-based models, e.g. TensorRT on a GPU host,
+    never qualifies) and none has been alive for `grace_s`. Pure: fed the stub counts it is shown."""
+
+    def __init__(self, stubs_at_stop: int, now: float, grace_s: float = STUBLESS_EXIT_GRACE_S):
+        self.had_stubs, self.grace_s, self.last_stub_seen = stubs_at_stop > 0, grace_s, now
+
+    def nothing_left(self, stubs_alive: int, now: float) -> bool:
+        if stubs_alive:
+            self.last_stub_seen = now
+        return self.had_stubs and not stubs_alive and now - self.last_stub_seen >= self.grace_s
 
 
 def pids_of(model: str, stubs: Iterable[StubProcess]) -> frozenset[int]:

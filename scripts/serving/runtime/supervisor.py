@@ -63,7 +63,7 @@ from serving.runtime.server import TritonServerProcess, find_tritonserver, prepa
 from contracts.serving_spec import load_serving_spec
 from contracts.supervisor_state import PartitionStatus, SupervisorState, write_supervisor_state
 from serving.runtime.supervisor_metrics import SupervisorMetricsServer, render_supervisor_metrics
-from serving.runtime.stub_watch import PartitionStubWatch, python_based_backends, repository_api_headers, served_stub_counts
+from serving.runtime.stub_watch import PartitionStubWatch, python_based_backends, repository_api_headers, scan_stubs, served_stub_counts
 # Starting/stopping the supervisor as a background process lives in serving.runtime.supervisor_control;
 # these names stay importable from here (cli, tests).
 from serving.runtime.supervisor_control import read_supervisor_state, start_supervisor, stop_supervisor  # noqa: F401
@@ -419,6 +419,7 @@ class Supervisor:
 
     def stop_all(self) -> None:
         running = [sp for sp in self.parts.values() if sp.process and sp.process.process and sp.process.process.poll() is None]
+        stubs = {sp.partition.name: len(scan_stubs(sp.process.pid)) for sp in running}  # before they start exiting
         for sp in running:  # SIGTERM all first so they shut down in parallel
             try:
                 os.killpg(sp.process.pid, signal.SIGTERM)
@@ -426,7 +427,7 @@ class Supervisor:
             except ProcessLookupError:
                 pass
         for sp in running:
-            sp.process.stop()
+            sp.process.stop(stubs_at_stop=stubs[sp.partition.name])
             log.info("partition %s: stopped (pid %d)", sp.partition.name, sp.process.pid)
         for sp in self.parts.values():
             sp.state = PartitionState.STOPPED if sp.state is not PartitionState.FAILED else sp.state

@@ -13,7 +13,7 @@ from contracts.errors import ConfigError
 from serving.runtime.security import AdminKey, restricted_api_flags
 from serving.runtime.stub_watch import (
     RELOAD_MARKER_PARAMETER, Action, ModelStubs, PartitionStubWatch, ReloadOutcome, StubProcess, StubStatus, after_reload,
-    LEFTOVER_GRACE_S, expected_stub_count, observe, parse_stub, python_based_backends, reload_config, repository_api_headers,
+    LEFTOVER_GRACE_S, STUBLESS_EXIT_GRACE_S, StubDrainWatch, expected_stub_count, observe, parse_stub, python_based_backends, reload_config, repository_api_headers,
     scan_stubs, stale_leftovers,
 )
 from serving.runtime.supervisor import RestartPolicy
@@ -119,6 +119,22 @@ def test_replaced_stubs_still_running_after_the_grace_are_to_be_killed_and_only_
     assert kill == {12} and done.leftovers == frozenset() and done.generation == {21, 22}
     gone, kill = stale_leftovers(waiting, frozenset({21, 22}), 100.0 + LEFTOVER_GRACE_S)
     assert kill == frozenset() and gone.leftovers == frozenset()
+
+
+def test_a_stopping_server_is_given_up_on_only_after_outliving_its_last_stub_by_the_grace():
+    drain = StubDrainWatch(stubs_at_stop=3, now=0.0)
+    assert not drain.nothing_left(2, 1.0)  # unloading: stubs still finishing
+    assert not drain.nothing_left(0, 1.5)  # the last one just went: Triton exits within ~1 s
+    assert not drain.nothing_left(0, 1.0 + STUBLESS_EXIT_GRACE_S - 0.1)
+    assert drain.nothing_left(0, 1.0 + STUBLESS_EXIT_GRACE_S)  # measured from the last stub seen
+    assert not drain.nothing_left(1, 99.0)  # a stub again (still unloading): wait on
+
+
+def test_a_server_that_had_no_stubs_when_stopped_is_never_given_up_on_early():
+    """No Python-based model (e.g. TensorRT/ONNX Runtime backends on a GPU host): no stub ever tells
+    when in-flight work is done, so it keeps Triton's own exit timeout."""
+    drain = StubDrainWatch(stubs_at_stop=0, now=0.0)
+    assert not drain.nothing_left(0, 1000.0)
 
 
 def test_a_reload_that_started_no_new_stub_leaves_no_leftovers_and_rereads_the_generation():
