@@ -2,6 +2,12 @@
 # `make help` lists every target with the text after its `##`.
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
+# Python writes each module's bytecode on its first import (into .venv/ and __pycache__/, both
+# ignored) even where the environment sets PYTHONDONTWRITEBYTECODE: otherwise every process
+# compiles what it imports from source again. Measured here (2-core AMD EPYC): `import torch`
+# 6.0 s without bytecode vs 2.9 s with it, sklearn 4.0 vs 1.7 s, a backend stub's imports
+# 0.63 vs 0.54 s; `make test` starts the build, pytest, dozens of servers and their stubs.
+unexport PYTHONDONTWRITEBYTECODE
 
 PYTHON_BOOT ?= python3
 VENV        ?= .venv
