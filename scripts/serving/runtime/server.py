@@ -5,7 +5,6 @@ Planning (`ServerSettings.to_args_list`, `find_tritonserver`) is separate from r
 """
 from __future__ import annotations
 
-import logging
 import os
 import resource
 import shutil
@@ -23,6 +22,7 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 from contracts.errors import ServerStartError
 from contracts.layout import SOURCE_DIRS, remove_server_shared_files
 from contracts.processes import free_loopback_ports, http_ready, log_tail, pid_alive, stop_pid  # noqa: F401 (re-exported)
+from serving.runtime.stub_watch import stop_server_group
 
 #: Environment variable that names a tritonserver binary explicitly (first in the search order).
 TRITONSERVER_ENV = "TRITONSERVER"
@@ -276,33 +276,12 @@ class TritonServerProcess:
         )
 
     def stop(self, timeout: float = 20.0, stubs_at_stop: int | None = None) -> None:
-        """SIGTERM, then SIGKILL after `timeout`, or as soon as the server has outlived all its
-        backend stubs (serving.runtime.stub_watch.StubDrainWatch: a version Triton can no longer
-        unload would otherwise hold it for its whole exit timeout). `stubs_at_stop`: how many
-        stubs it had when a caller already sent SIGTERM (default: counted now)."""
+        """serving.runtime.stub_watch.stop_server_group: SIGTERM, then SIGKILL after `timeout` or
+        once the server has outlived all its backend stubs."""
         if self.process is None:
             return
         if self.process.poll() is None:
-            from serving.runtime.stub_watch import StubDrainWatch, scan_stubs
-
-            pid = self.process.pid
-            drain = StubDrainWatch(len(scan_stubs(pid)) if stubs_at_stop is None else stubs_at_stop, time.monotonic())
-            next_scan = [0.0]
-
-            def nothing_left_to_finish() -> bool:
-                now = time.monotonic()
-                if now < next_scan[0]:
-                    return False
-                next_scan[0] = now + 0.5
-                if not drain.nothing_left(len(scan_stubs(pid)), now):
-                    return False
-                logging.getLogger("serving.runtime.supervisor").warning(
-                    "tritonserver pid %d outlived its last backend stub by %.0f s after SIGTERM (a model version "
-                    "whose stub died can never unload in Triton 2.51): killed instead of waiting its exit timeout",
-                    pid, now - drain.last_stub_seen)
-                return True
-
-            stop_pid(pid, timeout, nothing_left_to_finish)
+            stop_server_group(self.process.pid, timeout, stubs_at_stop)
             self.process.wait(timeout=5)
         remove_server_shared_files(self.process.pid)
 

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 from contracts.errors import ConfigError
+from contracts.processes import stop_pid
 from contracts.supervisor_state import StubSummary
 from serving.runtime.model_readiness import model_ready, served_model_config
 
@@ -114,6 +115,29 @@ class StubDrainWatch:
         if stubs_alive:
             self.last_stub_seen = now
         return self.had_stubs and not stubs_alive and now - self.last_stub_seen >= self.grace_s
+
+
+def stop_server_group(pid: int, timeout: float = 20.0, stubs_at_stop: int | None = None) -> None:
+    """SIGTERM a tritonserver's process group, SIGKILL after `timeout`, or as soon as the server has
+    outlived all its backend stubs (`StubDrainWatch`; a version that can no longer unload would
+    otherwise hold it for its whole exit timeout). `stubs_at_stop`: its stub count when a caller
+    already sent SIGTERM (default: counted now)."""
+    drain = StubDrainWatch(len(scan_stubs(pid)) if stubs_at_stop is None else stubs_at_stop, time.monotonic())
+    next_scan = [0.0]
+
+    def nothing_left_to_finish() -> bool:
+        now = time.monotonic()
+        if now < next_scan[0]:
+            return False
+        next_scan[0] = now + 0.5  # a /proc scan costs a few ms
+        if not drain.nothing_left(len(scan_stubs(pid)), now):
+            return False
+        log.warning("tritonserver pid %d outlived its last backend stub by %.0f s after SIGTERM (a model version whose "
+                    "stub died can never unload in Triton 2.51): killed instead of waiting its exit timeout",
+                    pid, now - drain.last_stub_seen)
+        return True
+
+    stop_pid(pid, timeout, nothing_left_to_finish)
 
 
 def pids_of(model: str, stubs: Iterable[StubProcess]) -> frozenset[int]:

@@ -16,8 +16,9 @@ from typing import Any, Sequence
 from contracts.errors import ServerStartError
 from contracts.layout import RunLayout
 from serving.runtime.launcher import stop_mps_daemon
+from serving.runtime.stub_watch import stop_server_group
 from contracts.manifest import read_manifest_dict
-from contracts.processes import log_tail, pid_alive, stop_pid
+from contracts.processes import log_tail, pid_alive
 from contracts.supervisor_state import SupervisorState, read_supervisor_state as read_state_file
 
 
@@ -88,7 +89,7 @@ def stop_supervisor(layout: RunLayout, timeout_s: float = 60.0) -> list[str]:
     state = read_supervisor_state(layout)
     for name, part in (state.partitions if state else {}).items():
         if part.pid and pid_alive(part.pid) and "tritonserver" in _cmdline(part.pid):
-            stop_pid(part.pid)
+            stop_server_group(part.pid)
             done.append(f"stopped partition {name} (pid {part.pid}) left behind")
     if state and state.mps_started and stop_mps_daemon(layout):
         done.append("stopped the CUDA MPS control daemon")
