@@ -46,7 +46,11 @@ def test_the_suite_measures_this_project_and_the_minimal_peer_alike_and_stops_th
     folder = opts.folder
     report = (folder / "report.md").read_text()
     assert "**Machine**:" in report and "| this_project |" in report and "python -m serving serve" in report
-    assert len((folder / "levels.jsonl").read_text().splitlines()) == 12
+    measured = [json.loads(line) for line in (folder / "levels.jsonl").read_text().splitlines()]
+    assert len(measured) == 12
+    # interleaved: each level on both targets back to back, the order reversed at the next level
+    assert [(m["label"], m["target"]) for m in measured if m["model"] == "digit_classifier"][:4] == [
+        ("c=1", "minimal_fastapi"), ("c=1", "this_project"), ("c=4", "this_project"), ("c=4", "minimal_fastapi")]
     with gzip.open(folder / "requests.jsonl.gz", "rt") as raw:
         assert len(raw.read().splitlines()) == 12
     assert (folder / "digit_classifier.png").exists() and (folder / "text_embedder.png").exists()

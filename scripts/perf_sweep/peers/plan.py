@@ -122,6 +122,16 @@ def poisson_levels(reference_peak: float | None, timing: SuiteTiming) -> tuple[L
     return tuple(LoadLevel(LoadMode.POISSON, r, timing.warmup_s, timing.window_s) for r in rates)
 
 
+def interleaved(levels: Sequence[LoadLevel], targets: Sequence[TargetKind]) -> tuple[tuple[LoadLevel, TargetKind], ...]:
+    """(level, target) in the order they are measured: each level on every target back to back, the
+    target order reversed on every other level. Why: a shared host drifts by tens of percent within
+    a run (the in-process limit before and after the targets has differed by 40%); measured one
+    target after the other, the last one would take all of a slowdown, while back to back at each
+    level every ratio compares windows a few seconds apart."""
+    return tuple((level, target) for i, level in enumerate(levels)
+                 for target in (tuple(targets) if i % 2 == 0 else tuple(reversed(targets))))
+
+
 def plan_targets(wanted: Sequence[TargetKind] | None = None) -> tuple[TargetKind, ...]:
     """The targets to measure, in TARGET_ORDER; the project is always among them (every ratio
     is about it)."""

@@ -26,7 +26,9 @@ FAIRNESS = [
     "level is the same item for every target.",
     "Same load generator: one aiohttp client (scripts/perf_sweep/http_load.py), JSON over HTTP, one item per "
     "request, the same levels, warm-up and window; Poisson rates are the same absolute rates for every target.",
-    "Same CPU budget: each target runs alone on the whole machine; ONNX Runtime threads = cores for the peers and "
+    "Same CPU budget: each target has the whole machine in its own windows (all are started, each level runs on "
+    "every target back to back, the order reversed every other level, so drift of the shared host hits all alike; "
+    "the others idle meanwhile); ONNX Runtime threads = cores for the peers and "
     "the limit (PyTorch's default, = cores, for infinity-emb); this project uses whatever its served configuration "
     "says. The load generator shares the machine with the target, as a user's client would.",
     "Answers are checked: a wrong or malformed answer counts as an error, never as throughput.",

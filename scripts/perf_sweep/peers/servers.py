@@ -1,4 +1,4 @@
-"""How each target is started and stopped, on free loopback ports, alone on the machine.
+"""How each target is started and stopped, on free loopback ports (its own, so all can run at once).
 
 `plan_*` functions are pure: they return a `Launch` (the exact command, its environment, where it
 answers); `start_target` / `stop_target` are the thin part. Peers run in their own process group

@@ -1,11 +1,13 @@
 """One peer comparison, end to end: `python -m perf_sweep peers` (`make perf-peers`), and the
 section `perf_sweep run` (`make perf`) calls.
 
-Order: the inputs and in-process reference answers; the in-process limit; then each target in
-turn, ALONE on the machine (started, measured on both models, stopped): the minimal server first
-(its best closed-loop throughput sets the Poisson rates every later target gets), PyTriton,
-infinity-emb (text only), this project last; the in-process limit again (the shared host drifts:
-the faster measurement is the ceiling); then the verdicts and the report in
+Order: the inputs and in-process reference answers; the in-process limit; every target started
+(the minimal server, PyTriton, infinity-emb (text only), this project); each level measured on
+each target back to back, the order reversed on every other level (plan.interleaved: the shared
+host drifts, and this way every ratio compares windows seconds apart), so each target has the
+machine to itself in its own windows while the others idle; the minimal server's best
+closed-loop throughput sets the Poisson rates every target gets; all stopped; the in-process
+limit again (the faster measurement is the ceiling); then the verdicts and the report in
 reports/perf/peers-<timestamp>/.
 """
 from __future__ import annotations
@@ -33,6 +35,7 @@ from perf_sweep.peers.plan import (
     TargetKind,
     closed_loop_levels,
     estimated_seconds,
+    interleaved,
     plan_targets,
     poisson_levels,
 )
@@ -169,40 +172,11 @@ def _record_level(state: SuiteState, summary: LevelSummary, records) -> None:
                               "ok_latencies_ms": ok, "failed_first_50": failed}) + "\n")
 
 
-def measure_model(state: SuiteState, running: servers.RunningTarget, model: ModelKind, progress: Progress) -> None:
-    """Every level of one model on one running target, the closed loop first, then Poisson."""
-    from perf_sweep.http_load import run_level
-
-    workload = workload_for(state, running, model)
-    timing = state.opts.timing
-    mine: list[LevelSummary] = []
-
-    def one(level: LoadLevel) -> None:
-        try:
-            run = run_level(workload, level, timing.request_timeout_s, seed=state.opts.seed)
-        except SweepRunError as exc:
-            progress(f"[peers] {workload.target} {model.value} {level.label}: FAILED: {exc}")
-            state.targets[workload.target].setdefault("level_errors", []).append(f"{model.value} {level.label}: {exc}")
-            return
-        summary = summarize_level(run.records, level, workload.target, model.value, run.window_start_s, run.client_cpu)
-        _record_level(state, summary, run.records)
-        mine.append(summary)
-        progress(f"[peers] {accounting_line(summary)}")
-
-    for level in closed_loop_levels(timing):
-        one(level)
-    peak = state.reference_peaks.setdefault(model.value, best_closed_loop_throughput(mine) or 0.0)
-    for level in poisson_levels(peak, timing):
-        one(level)
-    state.summaries += mine
-
-
-def measure_target(state: SuiteState, target: TargetKind, progress: Progress) -> None:
-    """Start `target`, measure each of its models, stop it; a failure is recorded and the run goes on."""
+def _start_target(state: SuiteState, target: TargetKind, run_dir: Path, progress: Progress) -> servers.RunningTarget | None:
+    """`target` started (or, for this project under `make perf`, found running); None when it failed
+    to start (recorded, and the run goes on with the others)."""
     opts = state.opts
     entry = state.targets.setdefault(target.value, {"load_average_before": os.getloadavg()[0]})
-    run_dir = Path(tempfile.mkdtemp(prefix=f"peers-{target.value}-"))  # this project's run dir, PyTriton's workspace
-    running = None
     try:
         if target is TargetKind.PROJECT and opts.project_manifest:
             running = _running_project(opts)
@@ -214,18 +188,70 @@ def measure_target(state: SuiteState, target: TargetKind, progress: Progress) ->
         entry.setdefault("description", running.launch.description)
         if target in (TargetKind.PROJECT, TargetKind.PYTRITON):
             state.triton_versions[target.value] = machine.triton_version(running.infer_urls[ModelKind.DIGITS].split("/")[2])
-        for model in target.serves():
-            if model in opts.models:
-                measure_model(state, running, model, progress)
-        entry["measured"] = True
     except (SweepRunError, SweepPlanError, OSError, subprocess.SubprocessError) as exc:
         entry.update(measured=False, error=str(exc))
         progress(f"[peers] {target.value}: FAILED: {exc}")
+        return None
+    return running
+
+
+def measure_model(state: SuiteState, running: dict[TargetKind, servers.RunningTarget], model: ModelKind,
+                  progress: Progress) -> None:
+    """Every level of one model on every running target that serves it, interleaved (plan.interleaved):
+    the closed loop first, then Poisson at rates from the first target's best closed-loop throughput
+    (the minimal server's, when it runs). A failed level is recorded and the run goes on."""
+    from perf_sweep.http_load import run_level
+
+    serving = [t for t in running if model in t.serves()]
+    if not serving:
+        return
+    workloads = {t: workload_for(state, running[t], model) for t in serving}
+    timing = state.opts.timing
+    mine: dict[TargetKind, list[LevelSummary]] = {t: [] for t in serving}
+
+    def one(target: TargetKind, level: LoadLevel) -> None:
+        workload = workloads[target]
+        try:
+            run = run_level(workload, level, timing.request_timeout_s, seed=state.opts.seed)
+        except (SweepRunError, OSError) as exc:
+            progress(f"[peers] {workload.target} {model.value} {level.label}: FAILED: {exc}")
+            state.targets[workload.target].setdefault("level_errors", []).append(f"{model.value} {level.label}: {exc}")
+            return
+        summary = summarize_level(run.records, level, workload.target, model.value, run.window_start_s, run.client_cpu)
+        _record_level(state, summary, run.records)
+        mine[target].append(summary)
+        progress(f"[peers] {accounting_line(summary)}")
+
+    for level, target in interleaved(closed_loop_levels(timing), serving):
+        one(target, level)
+    peak = state.reference_peaks.setdefault(model.value, best_closed_loop_throughput(mine[serving[0]]) or 0.0)
+    for level, target in interleaved(poisson_levels(peak, timing), serving):
+        one(target, level)
+    state.summaries += [summary for target in serving for summary in mine[target]]
+
+
+def measure_targets(state: SuiteState, targets: Sequence[TargetKind], progress: Progress) -> None:
+    """Start every target, measure each model on all of them interleaved, stop them all. An idle
+    target costs the one being measured next to nothing (its threads sleep); each is measured alone
+    in its windows, with the whole machine."""
+    run_dirs = {t: Path(tempfile.mkdtemp(prefix=f"peers-{t.value}-")) for t in targets}  # this project's run dir, PyTriton's workspace
+    running: dict[TargetKind, servers.RunningTarget] = {}
+    try:
+        for target in targets:
+            started = _start_target(state, target, run_dirs[target], progress)
+            if started is not None:
+                running[target] = started
+        for model in state.opts.models:
+            measure_model(state, running, model, progress)
+        for target in running:
+            state.targets[target.value]["measured"] = True
     finally:
-        if running is not None and (running.pid is not None or running.launch.stop_argv):
-            servers.stop_target(running)
-        shutil.rmtree(run_dir, ignore_errors=True)
-    time.sleep(2.0)  # let the stopped target's processes leave the CPUs
+        for target, started in running.items():
+            if started.pid is not None or started.launch.stop_argv:
+                servers.stop_target(started)
+        for folder in run_dirs.values():
+            shutil.rmtree(folder, ignore_errors=True)
+    time.sleep(2.0)  # let the stopped targets' processes leave the CPUs
 
 
 def _prepare(opts: PeerSuiteOptions, progress: Progress) -> SuiteState:
@@ -267,8 +293,7 @@ def run_peer_suite(opts: PeerSuiteOptions, progress: Progress = print) -> dict[s
     state = _prepare(opts, progress)
     limit_runs: dict[str, dict[str, list]] = {}
     _limits(state, "before the targets", limit_runs, progress)
-    for target in targets:
-        measure_target(state, target, progress)
+    measure_targets(state, targets, progress)
     _limits(state, "after the targets", limit_runs, progress)
     results = report.assemble_results(state, started, limit_runs)
     (opts.folder / "results.json").write_text(json.dumps(results, indent=1, default=str))

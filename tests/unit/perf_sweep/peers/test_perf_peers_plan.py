@@ -3,7 +3,7 @@ import pytest
 
 from perf_sweep.errors import SweepPlanError
 from perf_sweep.peers.plan import (LoadLevel, LoadMode, ModelKind, SuiteTiming, TargetKind, closed_loop_levels,
-    estimated_seconds, plan_targets, poisson_levels)
+    estimated_seconds, interleaved, plan_targets, poisson_levels)
 
 
 def test_the_full_timing_is_the_issues_concurrencies_with_warm_up_and_a_fixed_window():
@@ -72,3 +72,15 @@ def test_estimated_seconds_counts_each_target_model_pair_and_each_start():
     timing = SuiteTiming.quick()
     seconds = estimated_seconds(plan_targets(), list(ModelKind), timing, startup_s=10, limits_s=30)
     assert seconds == 7 * 12.0 + 4 * 10 + 30
+
+
+def test_levels_are_interleaved_over_the_targets_with_the_order_reversed_every_other_level():
+    timing = SuiteTiming(concurrencies=(1, 2, 4), warmup_s=0.5, window_s=1.0)
+    levels = closed_loop_levels(timing)
+    targets = (TargetKind.MINIMAL, TargetKind.PYTRITON, TargetKind.PROJECT)
+    order = interleaved(levels, targets)
+    assert [(lv.value, t) for lv, t in order] == [
+        (1, TargetKind.MINIMAL), (1, TargetKind.PYTRITON), (1, TargetKind.PROJECT),
+        (2, TargetKind.PROJECT), (2, TargetKind.PYTRITON), (2, TargetKind.MINIMAL),
+        (4, TargetKind.MINIMAL), (4, TargetKind.PYTRITON), (4, TargetKind.PROJECT)]
+    assert interleaved((), targets) == () and interleaved(levels, ()) == ()
