@@ -202,10 +202,16 @@ def measure_model(state: SuiteState, running: dict[TargetKind, servers.RunningTa
     (the minimal server's, when it runs). A failed level is recorded and the run goes on."""
     from perf_sweep.http_load import run_level
 
-    serving = [t for t in running if model in t.serves()]
+    workloads = {}
+    for target in (t for t in running if model in t.serves()):
+        try:
+            workloads[target] = workload_for(state, running[target], model)
+        except SweepPlanError as exc:  # this target alone is not measured, as when it fails to start
+            state.targets[target.value].update(measured=False, error=str(exc))
+            progress(f"[peers] {target.value} {model.value}: FAILED: {exc}")
+    serving = list(workloads)
     if not serving:
         return
-    workloads = {t: workload_for(state, running[t], model) for t in serving}
     timing = state.opts.timing
     mine: dict[TargetKind, list[LevelSummary]] = {t: [] for t in serving}
 
@@ -244,7 +250,7 @@ def measure_targets(state: SuiteState, targets: Sequence[TargetKind], progress: 
         for model in state.opts.models:
             measure_model(state, running, model, progress)
         for target in running:
-            state.targets[target.value]["measured"] = True
+            state.targets[target.value].setdefault("measured", True)  # unless a model's workload failed
     finally:
         for target, started in running.items():
             if started.pid is not None or started.launch.stop_argv:
