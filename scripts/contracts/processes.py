@@ -61,7 +61,7 @@ def stop_pid(pid: int, timeout: float = 20.0, nothing_left_to_finish: Callable[[
 
     `nothing_left_to_finish`, polled while the group has `timeout` to exit after SIGTERM: True
     means the process can only be waiting for something that will never come, so SIGKILL follows
-    at once (e.g. a tritonserver whose every stub has exited; `serving.runtime.server`)."""
+    at once (e.g. a tritonserver whose every stub has exited: `serving.runtime.stub_watch.stop_server_group`)."""
     for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 5.0)):
         try:
             os.killpg(pid, sig)

@@ -123,13 +123,14 @@ def stop_server_group(pid: int, timeout: float = 20.0, stubs_at_stop: int | None
     otherwise hold it for its whole exit timeout). `stubs_at_stop`: its stub count when a caller
     already sent SIGTERM (default: counted now)."""
     drain = StubDrainWatch(len(scan_stubs(pid)) if stubs_at_stop is None else stubs_at_stop, time.monotonic())
-    next_scan = [0.0]
+    next_scan = 0.0
 
     def nothing_left_to_finish() -> bool:
+        nonlocal next_scan
         now = time.monotonic()
-        if now < next_scan[0]:
+        if now < next_scan:
             return False
-        next_scan[0] = now + 0.5  # a /proc scan costs a few ms
+        next_scan = now + 0.5  # a /proc scan costs a few ms
         if not drain.nothing_left(len(scan_stubs(pid)), now):
             return False
         log.warning("tritonserver pid %d outlived its last backend stub by %.0f s after SIGTERM (a model version whose "
