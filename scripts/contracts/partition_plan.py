@@ -128,8 +128,9 @@ class PartitionPlan:
     mechanism: Mechanism
     cpu_count: int
     partitions: tuple[PlannedPartition, ...]
-    #: `[server] cond_wait_cap_us`, for every partition's server (serving.runtime.native).
+    #: `[server] cond_wait_cap_us` and `http_gzip_level`, for every partition's server (serving.runtime.native).
     cond_wait_cap_us: int = 10000
+    http_gzip_level: int = 0
 
     def __post_init__(self) -> None:
         ports = [p for part in self.partitions for p in (part.http_port, part.grpc_port, part.metrics_port)]
@@ -247,7 +248,7 @@ def plan_partitions(
         ))
     _check_supervisor_port(planned, server.supervisor_metrics_port)
     return PartitionPlan(mechanism=mechanism, cpu_count=cpu_count, partitions=tuple(planned),
-                         cond_wait_cap_us=server.cond_wait_cap_us)
+                         cond_wait_cap_us=server.cond_wait_cap_us, http_gzip_level=server.http_gzip_level)
 
 
 def plan_for_this_host(spec: ServingSpec, force_cpu: bool = False) -> tuple[PartitionPlan, GpuProbe]:

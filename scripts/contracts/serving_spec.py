@@ -149,6 +149,12 @@ class ServerEndpoints:
     #: microseconds (serving/runtime/native/cond_wait_cap.c; docs/triton-batcher-stall.md). 0 = off (then
     #: up to 500 ms with priority levels or queue policies).
     cond_wait_cap_us: int = 10000
+    #: zlib level (0-9) of the HTTP responses Triton compresses for clients that send
+    #: `Accept-Encoding: gzip` (most HTTP clients do by default); Triton's own is 6 and has no flag, so
+    #: serving/runtime/native/gzip_level.c sets it. 0 = gzip framing without compression: on a loopback
+    #: or in-cluster link compression costs CPU and saves nothing (measured: docs/performance.md,
+    #: "Compressed responses"); 1 (nginx's default) for clients behind slow links.
+    http_gzip_level: int = 0
 
     #: Binding anywhere but loopback is an explicit choice (here or `serve --allow-non-loopback`);
     #: the launcher logs a warning when it is made. Admin APIs stay locked by the key either way.
@@ -168,6 +174,7 @@ class ServerEndpoints:
             _check_int_range(f"server.{name}", getattr(self, name), 1, 65535)
         _check_int_range("server.partition_port_stride", self.partition_port_stride, 3, 1000)
         _check_int_range("server.cond_wait_cap_us", self.cond_wait_cap_us, 0, 100_000)
+        _check_int_range("server.http_gzip_level", self.http_gzip_level, 0, 9)
         if len({self.http_port, self.grpc_port, self.metrics_port, self.supervisor_metrics_port}) != 4:
             raise ConfigError(
                 f"`server` ports must differ: http {self.http_port}, grpc {self.grpc_port}, "
@@ -457,7 +464,8 @@ def serving_spec_from_dict(data: Mapping[str, Any]) -> ServingSpec:
     _only_keys("batching", batching_table, {"max_queue_delay_microseconds", "default_priority"})
     server_table = data.get("server", {})
     _only_keys("server", server_table, {"host", "http_port", "grpc_port", "metrics_port", "partition_port_stride",
-                                        "allow_non_loopback", "supervisor_metrics_port", "cond_wait_cap_us"})
+                                        "allow_non_loopback", "supervisor_metrics_port", "cond_wait_cap_us",
+                                        "http_gzip_level"})
     partitions = []
     for name, table in data.get("partitions", {}).items():
         _only_keys(f"partitions.{name}", table, _PARTITION_KEYS)

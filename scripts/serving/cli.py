@@ -172,11 +172,12 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_build_native(args: argparse.Namespace) -> int:
-    """`make setup`: compile serving/runtime/native/cond_wait_cap.c into the environment (one line either way)."""
-    from serving.runtime.native import build_cond_wait_cap
+    """`make setup`: compile serving/runtime/native/*.c into the environment (one line per helper either way)."""
+    from serving.runtime.native import HELPERS, build_helper
 
-    path, what = build_cond_wait_cap()
-    print(f"[setup] condition-wait cap: {what}" if path else f"[setup] WARNING: {what}")
+    for helper in HELPERS:
+        path, what = build_helper(helper)
+        print(f"[setup] {helper.name}: {what}" if path else f"[setup] WARNING: {what}")
     return 0
 
 
@@ -231,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     admin_key = sub.add_parser("admin-key", help="create the admin key file (mode 0600, outside the repo) if missing")
     admin_key.add_argument("--key-file", help="default: $TRITON_ADMIN_KEY_FILE or ~/.config/triton-model-serving/admin-key")
     admin_key.set_defaults(func=cmd_admin_key)
-    native = sub.add_parser("build-native", help="(make setup) build the condition-wait cap preloaded into tritonserver")
+    native = sub.add_parser("build-native", help="(make setup) build the condition-wait cap and the HTTP gzip level preloaded into tritonserver")
     native.set_defaults(func=cmd_build_native)
     status = sub.add_parser("status", help="show the partitions and their readiness")
     status.add_argument("--run-dir", default=str(RUN_DIR))

@@ -163,6 +163,10 @@ class ServerSettings:
     #: serving/runtime/native/cond_wait_cap.c: a lost batcher wake-up then costs at most this instead of
     #: 500 ms (docs/triton-batcher-stall.md). 0 = off. Environment, not a flag (Triton has none).
     cond_wait_cap_us: int = 10000
+    #: zlib level (0-9) of the HTTP responses Triton compresses for clients that accept gzip, through
+    #: the preloaded serving/runtime/native/gzip_level.c; None = Triton's own (6). Environment, not a
+    #: flag (Triton has none).
+    http_gzip_level: int | None = None
 
     def to_args_list(self) -> list[str]:
         args = [
@@ -231,7 +235,7 @@ class TritonServerProcess:
         env.update(self.extra_env)
         for name in filter(None, env.pop("SERVING_UNSET_ENV", "").split(",")):  # e.g. CUDA_VISIBLE_DEVICES for MPS clients
             env.pop(name, None)
-        env, warning = preload_environment(self.settings.cond_wait_cap_us, env)
+        env, warning = preload_environment(self.settings.cond_wait_cap_us, env, gzip_level=self.settings.http_gzip_level)
         if warning:
             print(f"[server] WARNING: {warning}", file=sys.stderr, flush=True)
         cpus, weight = self.cpus, self.cpu_weight

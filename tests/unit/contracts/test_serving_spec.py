@@ -60,3 +60,15 @@ def test_default_priority_must_name_a_priority():
 
 def test_variant_strings_become_enums():
     assert ModelSpec(name="m", recipe="digit_cnn", variant="int8_mixed").variant is Variant.INT8_MIXED
+
+
+def test_the_http_gzip_level_reaches_the_partition_plan_and_is_bounded_to_zlibs_levels():
+    from contracts.partition_plan import plan_partitions
+
+    spec = serving_spec_from_dict({**BASE, "server": {"http_gzip_level": 1}})
+    assert spec.server.http_gzip_level == 1
+    assert serving_spec_from_dict(BASE).server.http_gzip_level == 0  # default: framing without compression
+    assert plan_partitions(spec, cpu_count=2, gpu_present=False).http_gzip_level == 1
+    for bad in (-1, 10):
+        with pytest.raises(ConfigError, match=rf"`server.http_gzip_level` = {bad} is out of range: allowed between 0 and 9"):
+            serving_spec_from_dict({**BASE, "server": {"http_gzip_level": bad}})
