@@ -51,7 +51,8 @@ def build_helper(helper: NativeHelper, dest: Path | None = None, compiler: str |
     """Compile one helper (only when the source is newer); (path or None, what happened)."""
     dest = dest or helper.library
     cc = compiler or os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-    if dest.exists() and dest.stat().st_mtime >= helper.source.stat().st_mtime:
+    inputs = [helper.source, *helper.source.parent.glob("*.h")]  # the helpers share a header
+    if dest.exists() and dest.stat().st_mtime >= max(p.stat().st_mtime for p in inputs):
         return dest, f"{dest} is up to date"
     if cc is None:
         return None, f"no C compiler (cc/gcc) on PATH: the {helper.name} is not built, so {helper.without_it}"
@@ -61,10 +62,6 @@ def build_helper(helper: NativeHelper, dest: Path | None = None, compiler: str |
     if done.returncode != 0:
         return None, f"{cc} failed to build {helper.source.name} ({done.returncode}): {done.stderr.strip()[:400]}"
     return dest, f"built {dest}"
-
-
-def build_cond_wait_cap(dest: Path = COND_WAIT_CAP.library, compiler: str | None = None) -> tuple[Path | None, str]:
-    return build_helper(COND_WAIT_CAP, dest, compiler)
 
 
 def preload_environment(cap_us: int, base: dict[str, str], library: Path = COND_WAIT_CAP.library,

@@ -27,6 +27,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "tritonserver_only.h"
+
 typedef int (*clockwait_fn)(pthread_cond_t *, pthread_mutex_t *, clockid_t, const struct timespec *);
 typedef int (*timedwait_fn)(pthread_cond_t *, pthread_mutex_t *, const struct timespec *);
 
@@ -43,15 +45,8 @@ static void resolve(void) {
 }
 
 __attribute__((constructor)) static void cond_wait_cap_init(void) {
-    char exe[4096];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
     resolve();
-    if (n <= 0)
-        return;
-    exe[n] = 0;
-    const char *base = strrchr(exe, '/');
-    base = base ? base + 1 : exe;
-    if (strcmp(base, "tritonserver") != 0)
+    if (!running_in_tritonserver())
         return;
     const char *cap = getenv("SERVING_COND_WAIT_CAP_US");
     const char *longer = getenv("SERVING_COND_WAIT_LONGER_THAN_US");

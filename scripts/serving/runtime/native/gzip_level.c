@@ -23,6 +23,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "tritonserver_only.h"
+
 /* zlib's prototypes, with the stream as an opaque pointer (no zlib headers needed to build this) */
 typedef int (*deflate_init2_fn)(void *, int, int, int, int, int, const char *, int);
 typedef int (*deflate_init_fn)(void *, int, const char *, int);
@@ -39,15 +41,8 @@ static void resolve(void) {
 }
 
 __attribute__((constructor)) static void gzip_level_init(void) {
-    char exe[4096];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
     resolve();
-    if (n <= 0)
-        return;
-    exe[n] = 0;
-    const char *base = strrchr(exe, '/');
-    base = base ? base + 1 : exe;
-    if (strcmp(base, "tritonserver") != 0)
+    if (!running_in_tritonserver())
         return;
     const char *level = getenv("SERVING_HTTP_GZIP_LEVEL");
     if (level && *level && strspn(level, "0123456789") == strlen(level) && atoi(level) <= 9)
