@@ -11,14 +11,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Collection, Iterable, Mapping, Sequence
+from typing import Collection, Mapping, Sequence
 
 import numpy as np
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as pb
 
 from contracts.errors import ConfigError
-from contracts.sequence_buckets import LENGTH_INPUT_PARAMETER
+from contracts.sequence_buckets import LENGTH_INPUT_PARAMETER, is_mask_input
 from contracts.serving_spec import Device, ModelSpec, ServingSpec
 
 #: ONNX TensorProto element type name -> Triton data type.
@@ -51,14 +51,6 @@ TRITON_TO_NUMPY_DTYPE = {
 
 #: Integer inputs whose names end like this are 0/1 masks (Hugging Face naming); one rule for the
 #: backend's input contract (serving/backend/input_contract.py) and the warmup data rendered here.
-MASK_SUFFIX = "mask"
-
-
-def is_mask_input(name: str, mask_inputs: Iterable[str] = ()) -> bool:
-    """The 0/1-mask naming rule: named by the backend's `sequence_length_input`, or ending in `mask`."""
-    return name in set(mask_inputs) or name.lower().endswith(MASK_SUFFIX)
-
-
 INTEGER_TYPES = frozenset({"TYPE_INT64", "TYPE_INT32", "TYPE_INT8", "TYPE_UINT8", "TYPE_BOOL"})
 
 

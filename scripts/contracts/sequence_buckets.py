@@ -13,7 +13,7 @@ Pure: numpy in, numpy out.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -23,6 +23,14 @@ from contracts.errors import ConfigError
 BUCKETS_PARAMETER = "sequence_buckets"
 #: The config parameter naming the input whose non-zero entries mark real tokens (the mask).
 LENGTH_INPUT_PARAMETER = "sequence_length_input"
+MASK_SUFFIX = "mask"
+
+
+def is_mask_input(name: str, mask_inputs: Iterable[str] = ()) -> bool:
+    """The 0/1-mask naming rule: named by the backend's `sequence_length_input`, or ending in `mask`.
+    Here, not beside the config rendering that also uses it, because the backend stub imports it and
+    must not need tritonclient (contracts.model_config's schema) on a pod's Python path."""
+    return name in set(mask_inputs) or name.lower().endswith(MASK_SUFFIX)
 SMALLEST_BUCKET = 16
 
 

@@ -31,7 +31,7 @@ from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from contracts.model_config import is_mask_input
+from contracts.sequence_buckets import is_mask_input
 from serving.backend.checks import INVALID_INPUT_PREFIX, non_finite_error
 
 #: Ops that carry an index tensor on unchanged (values kept; shape or type may change).

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from contracts.model_config import is_mask_input
+from contracts.sequence_buckets import is_mask_input
 from serving.backend.input_contract import IdRange, InputContract, InputRule, contract_from_onnx, gather_id_ranges
 from tiny_onnx_models import VOCAB, masked_embedding_model
 

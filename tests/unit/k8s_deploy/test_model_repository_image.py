@@ -1,0 +1,101 @@
+"""deploy/image/Dockerfile against the code it ships: the image cannot be built here (no Docker), so
+what it copies and installs is checked against what the served model.py files import.
+
+Why: each pod's Python backend stubs import the project's code from /opt/serving/python and their
+third-party modules from /opt/serving/site-packages. When the backend moved to
+serving/backend/triton_backends/ and started importing `contracts`, the image kept copying the old
+path and only `serving/`, which nothing here noticed.
+"""
+from __future__ import annotations
+
+import ast
+import re
+import sys
+from pathlib import Path
+
+from contracts.layout import PROJECT_ROOT
+
+DOCKERFILE = PROJECT_ROOT / "deploy" / "image" / "Dockerfile"
+SCRIPTS = PROJECT_ROOT / "scripts"
+#: The files Triton's Python backend runs in a pod: the project's backend and each Python model.
+SERVED_ENTRY_POINTS = (sorted((SCRIPTS / "serving" / "backend" / "triton_backends").glob("*/model.py"))
+                       + sorted((PROJECT_ROOT / "model_repository").glob("*/1/model.py")))
+#: Provided by the Python backend itself, not installed.
+BACKEND_PROVIDED = {"triton_python_backend_utils"}
+#: Import names whose distribution is named otherwise.
+DISTRIBUTIONS = {"onnxruntime": "onnxruntime", "onnx": "onnx", "numpy": "numpy", "tokenizers": "tokenizers"}
+
+
+def imports_of(path: Path) -> set[str]:
+    """Dotted module names `path` imports (absolute imports, at any depth of the file)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module)
+    return names
+
+
+def project_module_file(name: str) -> Path | None:
+    base = SCRIPTS.joinpath(*name.split("."))
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def served_closure() -> tuple[set[str], set[str]]:
+    """(project top-level packages, third-party top-level modules) the served code needs, following
+    the project's own imports transitively."""
+    project, third_party, seen = set(), set(), set()
+    pending = list(SERVED_ENTRY_POINTS)
+    while pending:
+        path = pending.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        for name in imports_of(path):
+            top = name.split(".")[0]
+            found = project_module_file(name) or project_module_file(top)
+            if found is not None:
+                project.add(top)
+                pending += [f for f in (project_module_file(name), project_module_file(top)) if f is not None]
+            elif top not in sys.stdlib_module_names and top not in BACKEND_PROVIDED and top != "__future__":
+                third_party.add(top)
+    return project, third_party
+
+
+def dockerfile_copies() -> dict[str, str]:
+    """COPY destination -> source."""
+    return {dest: src for src, dest in re.findall(r"^COPY\s+(\S+)\s+(\S+)\s*$", DOCKERFILE.read_text(), re.MULTILINE)}
+
+
+def test_every_copied_path_exists_and_the_backend_file_it_installs_is_the_served_one():
+    copies = dockerfile_copies()
+    for dest, src in copies.items():
+        assert (PROJECT_ROOT / src).exists(), f"the Dockerfile copies {src}, which is not in the repository"
+    installed = re.findall(r"cp\s+(/opt/serving/python/\S+\.py)\s", DOCKERFILE.read_text())
+    assert installed, "the Dockerfile installs no backend model.py"
+    for image_path in installed:
+        dest, src = next((d, s) for d, s in copies.items() if image_path.startswith(d))
+        assert (PROJECT_ROOT / src / image_path[len(dest):]).is_file(), f"{image_path} would not exist in the image"
+
+
+def test_every_project_package_the_served_code_imports_is_copied_onto_the_pods_python_path():
+    project, _ = served_closure()
+    assert {"serving", "contracts"} <= project  # the closure follows the imports at all
+    copied = {dest.rstrip("/").rsplit("/", 1)[1] for dest in dockerfile_copies() if dest.startswith("/opt/serving/python/")}
+    assert project <= copied, f"the pods' stubs import {sorted(project - copied)}, which the image does not copy"
+
+
+def test_every_third_party_module_the_served_code_imports_is_installed_at_the_local_servers_pin():
+    _, third_party = served_closure()
+    unknown = third_party - set(DISTRIBUTIONS)
+    assert not unknown, f"the served code imports {sorted(unknown)}: add it to the Dockerfile and to DISTRIBUTIONS"
+    installed = dict(re.findall(r"([A-Za-z0-9_.-]+)==([0-9][^\s\\]*)", DOCKERFILE.read_text()))
+    pins = dict(re.findall(r"^([A-Za-z0-9_.-]+)==(\S+)", (PROJECT_ROOT / "requirements" / "serve.txt").read_text(), re.MULTILINE))
+    for module in third_party:
+        name = DISTRIBUTIONS[module]
+        assert name in installed, f"the served code imports {module}, which the image does not install"
+        assert installed[name] == pins[name], f"{name}: the image installs {installed[name]}, the local server pins {pins[name]}"
