@@ -49,8 +49,6 @@ TRITON_TO_NUMPY_DTYPE = {
 }
 
 
-#: Integer inputs whose names end like this are 0/1 masks (Hugging Face naming); one rule for the
-#: backend's input contract (serving/backend/input_contract.py) and the warmup data rendered here.
 INTEGER_TYPES = frozenset({"TYPE_INT64", "TYPE_INT32", "TYPE_INT8", "TYPE_UINT8", "TYPE_BOOL"})
 
 

@@ -23,7 +23,11 @@ from contracts.errors import ConfigError
 BUCKETS_PARAMETER = "sequence_buckets"
 #: The config parameter naming the input whose non-zero entries mark real tokens (the mask).
 LENGTH_INPUT_PARAMETER = "sequence_length_input"
+#: Integer inputs whose names end like this are 0/1 masks (Hugging Face naming); one rule for the
+#: backend's input contract (serving/backend/input_contract.py) and the warmup data that
+#: contracts.model_config renders.
 MASK_SUFFIX = "mask"
+SMALLEST_BUCKET = 16
 
 
 def is_mask_input(name: str, mask_inputs: Iterable[str] = ()) -> bool:
@@ -31,7 +35,6 @@ def is_mask_input(name: str, mask_inputs: Iterable[str] = ()) -> bool:
     Here, not beside the config rendering that also uses it, because the backend stub imports it and
     must not need tritonclient (contracts.model_config's schema) on a pod's Python path."""
     return name in set(mask_inputs) or name.lower().endswith(MASK_SUFFIX)
-SMALLEST_BUCKET = 16
 
 
 def parse_bucket_boundaries(text: str) -> tuple[int, ...]:

@@ -22,18 +22,19 @@ SERVED_ENTRY_POINTS = (sorted((SCRIPTS / "serving" / "backend" / "triton_backend
                        + sorted((PROJECT_ROOT / "model_repository").glob("*/1/model.py")))
 #: Provided by the Python backend itself, not installed.
 BACKEND_PROVIDED = {"triton_python_backend_utils"}
-#: Import names whose distribution is named otherwise.
+#: The third-party modules the image installs: import name -> distribution name on the index.
 DISTRIBUTIONS = {"onnxruntime": "onnxruntime", "onnx": "onnx", "numpy": "numpy", "tokenizers": "tokenizers"}
 
 
 def imports_of(path: Path) -> set[str]:
-    """Dotted module names `path` imports (absolute imports, at any depth of the file)."""
+    """Dotted module names `path` imports (absolute imports, at any depth of the file); for
+    `from a.b import c` both `a.b` and `a.b.c`, since `c` may be a module."""
     names = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             names |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names.add(node.module)
+            names |= {node.module} | {f"{node.module}.{alias.name}" for alias in node.names}
     return names
 
 
@@ -57,10 +58,10 @@ def served_closure() -> tuple[set[str], set[str]]:
         seen.add(path)
         for name in imports_of(path):
             top = name.split(".")[0]
-            found = project_module_file(name) or project_module_file(top)
-            if found is not None:
+            files = [f for f in (project_module_file(name), project_module_file(top)) if f is not None]
+            if files:
                 project.add(top)
-                pending += [f for f in (project_module_file(name), project_module_file(top)) if f is not None]
+                pending += files
             elif top not in sys.stdlib_module_names and top not in BACKEND_PROVIDED and top != "__future__":
                 third_party.add(top)
     return project, third_party
