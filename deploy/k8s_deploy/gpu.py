@@ -49,9 +49,9 @@ def render_gpu_patch(deploy: DeployPlan, part: PlannedPartition) -> dict[str, An
     container: dict[str, Any] = {"name": CONTAINER, "args": server_args(part, gpu=True),
                                  "resources": container_resources(deploy, part)}
     if uses_mps(deploy):
-        container["env"] = container_env(part)
+        container["env"] = container_env(deploy.plan, part)
     else:  # MIG: the slice is the limit; MPS variables would only confuse the CUDA runtime
-        container["env"] = [e for e in container_env(part) if not e["name"].startswith("CUDA_MPS")]
+        container["env"] = [e for e in container_env(deploy.plan, part) if not e["name"].startswith("CUDA_MPS")]
     return {
         "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": resource_name(part.name)},
         "spec": {"template": {"spec": {

@@ -14,6 +14,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from serving.runtime.launcher import partition_server_settings, with_server_overrides
+from serving.runtime.native import preload_variables, wanted_helpers
 from contracts.partition_plan import PartitionPlan, PlannedPartition, plan_partitions
 from serving.runtime.security import ADMIN_KEY_ENV, AdminKey
 from contracts.serving_spec import CpuPlacement, ServingSpec
@@ -35,6 +36,9 @@ PYTHONPATH = f"{SERVING_ROOT / 'site-packages'}:{SERVING_ROOT / 'python'}"
 ADMIN_SECRET, ADMIN_SECRET_KEY = "triton-admin-key", "admin-key"
 #: Passes AdminKey's own checks; replaced by the pod-side expansion of the Secret's value.
 _KEY_PLACEHOLDER = "RENDERED0KEY0PLACEHOLDER0NEVER0USED"
+#: The preloaded helpers (serving.runtime.native): the image's build stage compiles them into
+#: /opt/serving/lib, which the init container copies here with the rest.
+NATIVE_LIBRARY_DIR = SERVING_ROOT / "lib"
 #: Python-backend stubs talk to the server through /dev/shm; a container's default is 64 MiB.
 SHM_SIZE_MB = 256
 PROBE_PERIOD_S = 5
@@ -80,9 +84,15 @@ def server_args(part: PlannedPartition, gpu: bool) -> list[str]:
     return [arg.replace(_KEY_PLACEHOLDER, f"$({ADMIN_KEY_ENV})") for arg in settings.to_args_list()]
 
 
-def container_env(part: PlannedPartition) -> list[dict[str, Any]]:
+def container_env(plan: PartitionPlan, part: PlannedPartition) -> list[dict[str, Any]]:
+    """The partition's variables, the stub's PYTHONPATH, the preloaded helpers as the host's servers
+    get them (the condition-wait cap that keeps Triton 2.51's batcher from stalling, the gzip
+    level), and the admin key from the Secret."""
     env = [{"name": k, "value": v} for k, v in sorted(part.environment().items())]
     env.append({"name": "PYTHONPATH", "value": PYTHONPATH})
+    helpers = preload_variables(wanted_helpers(plan.cond_wait_cap_us, plan.http_gzip_level),
+                                lambda helper: NATIVE_LIBRARY_DIR / helper.library.name)
+    env += [{"name": k, "value": v} for k, v in helpers.items()]
     # Must come before the arguments use it: Kubernetes expands $(VAR) only from variables it defines.
     env.append({"name": ADMIN_KEY_ENV, "valueFrom": {"secretKeyRef": {"name": ADMIN_SECRET, "key": ADMIN_SECRET_KEY}}})
     return env
@@ -117,7 +127,7 @@ def container_probes(deploy: DeployPlan) -> dict[str, Any]:
 def render_container(deploy: DeployPlan, part: PlannedPartition) -> dict[str, Any]:
     return {
         "name": CONTAINER, "image": TRITON_IMAGE, "imagePullPolicy": "IfNotPresent",
-        "command": ["tritonserver"], "args": server_args(part, deploy.gpu), "env": container_env(part),
+        "command": ["tritonserver"], "args": server_args(part, deploy.gpu), "env": container_env(deploy.plan, part),
         "ports": [{"name": "http", "containerPort": part.http_port, "protocol": "TCP"},
                   {"name": "grpc", "containerPort": part.grpc_port, "protocol": "TCP"},
                   {"name": "metrics", "containerPort": part.metrics_port, "protocol": "TCP"}],

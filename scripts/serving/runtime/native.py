@@ -7,6 +7,8 @@
 
 Both are compiled by `make setup` (`python -m serving build-native`) into the virtual environment,
 next to nothing of the repository, and `preload_environment` is how a server process gets them;
+a Kubernetes pod gets the same variables from `preload_variables`, with the libraries that the
+model-repository image builds (`python -m serving.runtime.native DIR`, deploy/image/Dockerfile);
 each is inert outside `tritonserver` and unless its environment variable is set. Without a C
 compiler the build prints one line per helper and serving works as before (with Triton 2.51's
 stalls, and level-6 compression).
@@ -18,7 +20,8 @@ import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePath
+from typing import Callable, Mapping
 
 NATIVE_DIR = Path(__file__).parent / "native"
 #: Where `make setup` puts the libraries: inside the environment that runs the servers.
@@ -29,20 +32,23 @@ GZIP_LEVEL_ENV = "SERVING_HTTP_GZIP_LEVEL"
 
 @dataclass(frozen=True)
 class NativeHelper:
-    """One preloadable library: its source, where it is built, and what goes missing without it."""
+    """One preloadable library: its source, where it is built, the variable that switches it on,
+    and what goes missing without it."""
 
     name: str
     source: Path
     library: Path
+    #: The environment variable that gives the helper its setting (unset: the helper is inert).
+    variable: str
     #: Said when the helper cannot be built or is missing.
     without_it: str
 
 
 COND_WAIT_CAP = NativeHelper(
-    "condition-wait cap", NATIVE_DIR / "cond_wait_cap.c", LIBRARY_DIR / "libcond_wait_cap.so",
+    "condition-wait cap", NATIVE_DIR / "cond_wait_cap.c", LIBRARY_DIR / "libcond_wait_cap.so", CAP_ENV,
     "Triton 2.51's lost batcher wake-ups can hold requests for up to 500 ms (docs/triton-batcher-stall.md)")
 GZIP_LEVEL = NativeHelper(
-    "HTTP gzip level", NATIVE_DIR / "gzip_level.c", LIBRARY_DIR / "libgzip_level.so",
+    "HTTP gzip level", NATIVE_DIR / "gzip_level.c", LIBRARY_DIR / "libgzip_level.so", GZIP_LEVEL_ENV,
     "Triton compresses HTTP responses at zlib's level 6 for clients that accept gzip (docs/performance.md)")
 HELPERS = (COND_WAIT_CAP, GZIP_LEVEL)
 
@@ -64,23 +70,57 @@ def build_helper(helper: NativeHelper, dest: Path | None = None, compiler: str |
     return dest, f"built {dest}"
 
 
+def wanted_helpers(cap_us: int, gzip_level: int | None) -> dict[NativeHelper, int]:
+    """The helpers a server with these settings preloads, each with its variable's value: the cap
+    when `cap_us` > 0, the gzip level when `gzip_level` is not None."""
+    return {helper: value for helper, wanted, value in ((COND_WAIT_CAP, cap_us > 0, cap_us),
+                                                        (GZIP_LEVEL, gzip_level is not None, gzip_level))
+            if wanted}
+
+
+def preload_variables(wanted: Mapping[NativeHelper, int], library_of: Callable[[NativeHelper], PurePath],
+                      inherited_preload: str | None = None) -> dict[str, str]:
+    """LD_PRELOAD (the helpers first, then what was preloaded already) and each helper's variable.
+
+    Pure, so a host server (libraries in the environment) and a Kubernetes pod (libraries the image
+    built, rendered by deploy/k8s_deploy) get their variables from the same code."""
+    if not wanted:
+        return {}
+    preload = [str(library_of(helper)) for helper in wanted] + ([inherited_preload] if inherited_preload else [])
+    return {"LD_PRELOAD": ":".join(preload), **{helper.variable: str(value) for helper, value in wanted.items()}}
+
+
 def preload_environment(cap_us: int, base: dict[str, str], library: Path = COND_WAIT_CAP.library,
                         gzip_level: int | None = None, gzip_library: Path = GZIP_LEVEL.library
                         ) -> tuple[dict[str, str], str | None]:
-    """`base` plus LD_PRELOAD of the helpers that are asked for and built, and their variables:
-    the cap when `cap_us` > 0, the gzip level when `gzip_level` is not None. (environment, one line
-    of warnings or None)."""
-    env, preload, warnings = dict(base), [], []
-    for wanted, path, helper, variable, value in (
-            (cap_us > 0, library, COND_WAIT_CAP, CAP_ENV, cap_us),
-            (gzip_level is not None, gzip_library, GZIP_LEVEL, GZIP_LEVEL_ENV, gzip_level)):
-        if not wanted:
-            continue
-        if not path.exists():
-            warnings.append(f"{path} is missing (run `make setup`, which needs a C compiler): {helper.without_it}")
-            continue
-        preload.append(str(path))
-        env[variable] = str(value)
-    if preload:
-        env["LD_PRELOAD"] = ":".join(preload + ([env["LD_PRELOAD"]] if env.get("LD_PRELOAD") else []))
+    """`base` plus `preload_variables` for the helpers that are asked for and built here.
+    (environment, one line of warnings or None)."""
+    libraries = {COND_WAIT_CAP: library, GZIP_LEVEL: gzip_library}
+    wanted, warnings = wanted_helpers(cap_us, gzip_level), []
+    for helper in list(wanted):
+        if not libraries[helper].exists():
+            warnings.append(f"{libraries[helper]} is missing (run `make setup`, which needs a C compiler): "
+                            f"{helper.without_it}")
+            del wanted[helper]
+    env = dict(base)
+    env.update(preload_variables(wanted, libraries.__getitem__, base.get("LD_PRELOAD")))
     return env, "; ".join(warnings) or None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m serving.runtime.native DIR`: build every helper into DIR (the Kubernetes image's
+    build stage; needs only the standard library and a C compiler). Exits 1 if one is not built."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m serving.runtime.native DIR (where to put the libraries)", file=sys.stderr)
+        return 2
+    failed = 0
+    for helper in HELPERS:
+        path, what = build_helper(helper, Path(args[0]) / helper.library.name)
+        print(f"[native] {helper.name}: {what}", file=sys.stdout if path else sys.stderr)
+        failed += path is None
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -10,9 +10,10 @@ from k8s_deploy.errors import DeployConfigError
 from k8s_deploy.gpu import mps_replicas
 from k8s_deploy.monitoring import QUEUE_METRIC, adapter_metrics_query, render_adapter_rules, substitute_adapter_template
 from k8s_deploy.tree import render_documents, render_files, stale_files
-from k8s_deploy.workload import TRITON_IMAGE, plan_deployment, resource_name
+from k8s_deploy.workload import NATIVE_LIBRARY_DIR, TRITON_IMAGE, plan_deployment, resource_name
 from operations.alert_rules import AlertThresholds, render_alert_rules
 from serving.runtime.launcher import partition_server_settings
+from serving.runtime.native import CAP_ENV, GZIP_LEVEL_ENV, HELPERS, preload_environment
 from contracts.partition_plan import cores_for_share
 from serving.runtime.security import AdminKey
 from serving.runtime.supervisor import RestartPolicy
@@ -66,6 +67,20 @@ def test_container_arguments_are_the_launchers_with_the_key_from_the_secret(serv
         assert [f"--load-model={m}" for m in part.models] == [a for a in c["args"] if a.startswith("--load-model=")]
         secret = next(e for e in c["env"] if e["name"] == "TRITON_ADMIN_KEY")["valueFrom"]["secretKeyRef"]
         assert secret == {"name": "triton-admin-key", "key": "admin-key"}
+
+
+def test_every_pod_preloads_the_helpers_the_hosts_servers_get_with_the_same_settings(serving_spec, tmp_path):
+    """Without the condition-wait cap a pod's batcher can hold requests for 500 ms (Triton 2.51's lost
+    wake-up); the pods' variables must be the host launcher's, with the image's library paths."""
+    deploy = plan_deployment(serving_spec)
+    for part in deploy.plan.partitions:
+        env = {e["name"]: e.get("value") for e in container(by_kind(base_docs(serving_spec, part.name), "Deployment")[0])["env"]}
+        assert env["LD_PRELOAD"] == ":".join(str(NATIVE_LIBRARY_DIR / h.library.name) for h in HELPERS)
+        assert env[CAP_ENV] == str(serving_spec.server.cond_wait_cap_us) != "0"
+        assert env[GZIP_LEVEL_ENV] == str(serving_spec.server.http_gzip_level)
+        on_host, _ = preload_environment(deploy.plan.cond_wait_cap_us, {}, gzip_level=deploy.plan.http_gzip_level,
+                                         library=tmp_path, gzip_library=tmp_path)  # tmp_path exists: both "built"
+        assert {k: v for k, v in on_host.items() if k != "LD_PRELOAD"} == {k: env[k] for k in (CAP_ENV, GZIP_LEVEL_ENV)}
 
 
 def test_no_configured_admin_key_ever_reaches_a_rendered_file(serving_spec, monkeypatch):

@@ -100,3 +100,29 @@ def test_every_third_party_module_the_served_code_imports_is_installed_at_the_lo
         name = DISTRIBUTIONS[module]
         assert name in installed, f"the served code imports {module}, which the image does not install"
         assert installed[name] == pins[name], f"{name}: the image installs {installed[name]}, the local server pins {pins[name]}"
+
+
+def test_every_source_the_dockerfile_copies_is_sent_by_its_dockerignore():
+    """The ignore file sends nothing but its `!` exceptions: a COPY of anything else fails the build
+    (scripts/contracts/ was copied but not sent)."""
+    ignore = (DOCKERFILE.parent / "Dockerfile.dockerignore").read_text().splitlines()
+    assert "*" in ignore, "the ignore file no longer starts from nothing: update this test"
+    sent = [line[1:].rstrip("/") for line in ignore if line.startswith("!")]
+    copied = re.findall(r"^COPY\s+(?!--from)(\S+)\s+\S+\s*$", DOCKERFILE.read_text(), re.MULTILINE)
+    assert copied
+    for source in copied:
+        assert any(source.rstrip("/") == s or source.startswith(s + "/") for s in sent), \
+            f"the Dockerfile copies {source}, which Dockerfile.dockerignore does not send"
+
+
+def test_the_image_builds_the_helpers_where_the_pods_preload_them():
+    """The build stage runs the project's own build (`python -m serving.runtime.native`, the flags
+    `make setup` uses) into /opt/serving/lib, the final stage copies that folder, and the init
+    container copies /opt/serving to the pods' SERVING_ROOT, where LD_PRELOAD looks."""
+    from k8s_deploy.workload import NATIVE_LIBRARY_DIR, SERVING_ROOT
+
+    text = DOCKERFILE.read_text()
+    built = re.findall(r"python3 -m serving\.runtime\.native (\S+)", text)
+    assert built == ["/opt/serving/lib"]
+    assert re.search(r"^COPY --from=\S+ /opt/serving/lib/ /opt/serving/lib/$", text, re.MULTILINE)
+    assert "/opt/serving/" + str(NATIVE_LIBRARY_DIR.relative_to(SERVING_ROOT)) == built[0]
