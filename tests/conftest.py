@@ -32,7 +32,8 @@ class RunningServer:
         return self.http_url if protocol == "http" else self.grpc_url
 
 
-def start_test_server(workdir: Path, models: tuple[str, ...], repository: Path = REPOSITORY, **settings):
+def start_test_server(workdir: Path, models: tuple[str, ...], repository: Path = REPOSITORY,
+                      env: dict[str, str] | None = None, **settings):
     from serving.runtime.server import ServerSettings, TritonServerProcess, find_tritonserver, prepare_backend_dir
 
     missing = [m for m in models if not (repository / m / "config.pbtxt").exists()]
@@ -45,7 +46,7 @@ def start_test_server(workdir: Path, models: tuple[str, ...], repository: Path =
         model_repository=repository, backend_dir=backend_dir, http_port=http, grpc_port=grpc,
         metrics_port=metrics, models=models, **settings,
     )
-    process = TritonServerProcess(installation, server_settings, workdir / "tritonserver.log").start()
+    process = TritonServerProcess(installation, server_settings, workdir / "tritonserver.log", extra_env=env).start()
     process.wait_ready(timeout=120)
     return RunningServer(f"127.0.0.1:{http}", f"127.0.0.1:{grpc}", f"http://127.0.0.1:{metrics}/metrics",
                          workdir / "tritonserver.log", process)

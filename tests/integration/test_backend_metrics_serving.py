@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from model_client.client import TritonModelClient
-from conftest import poll_until
+from conftest import poll_until, start_test_server
 
 pytestmark = pytest.mark.server
 
@@ -61,3 +61,31 @@ def test_text_batches_count_real_and_padded_tokens(triton_server):
     computed = series_sum(text, "serving_batch_computed_tokens_total", "text_embedder")
     assert 0 < real <= computed
     assert series_sum(text, "serving_batch_bucket_calls_total", "text_embedder") >= 1
+
+
+@pytest.fixture(scope="module")
+def two_core_digits_server(tmp_path_factory):
+    """digit_classifier (2 instances) with 2 ONNX Runtime threads per instance, as a partition of 2
+    cores runs it: each instance then has a wide and a narrow session to choose from."""
+    server = start_test_server(tmp_path_factory.mktemp("two-core"), ("digit_classifier",), env={"SERVING_INTRA_OP_THREADS": "2"})
+    yield server
+    server.process.stop()
+
+
+def test_calls_made_alone_try_both_sessions_and_every_call_is_counted_by_session(two_core_digits_server, digits_test_split):
+    """One request at a time: no sibling computes, so each instance times both sessions on its own
+    calls before it prefers one (serving/backend/session_choice.py: 3 timed calls of each per size
+    class). Of 24 requests one instance gets at least 12, enough to try both."""
+    images, _ = digits_test_split
+    server = two_core_digits_server
+    calls = lambda t: (series_sum(t, "serving_framework_calls_total", "digit_classifier", session="wide"),
+                       series_sum(t, "serving_framework_calls_total", "digit_classifier", session="narrow"),
+                       series_sum(t, "serving_batch_bucket_calls_total", "digit_classifier"))
+    before = calls(scrape(server))
+    with TritonModelClient(server.url("http"), "http") as client:
+        for i in range(24):
+            client.infer("digit_classifier", {"image": images[i:i + 1]})
+    text = poll_until(lambda: scrape(server), lambda t: calls(t)[2] >= before[2] + 24, timeout_s=15, interval_s=0.25)
+    wide, narrow, framework = calls(text)
+    assert wide >= 3 and narrow >= 3, (wide, narrow)
+    assert wide + narrow == framework, "every framework call of a model with both sessions is counted by session"

@@ -83,3 +83,15 @@ def test_gauges_keep_their_latest_value_and_a_histogram_shows_every_series_from_
     assert totals.drain() == [(("queue", ()), 0)]  # 0 is a value for a gauge
     assert totals.series_of("latency") == [("latency_bucket", (("le", "0.1"),)), ("latency_bucket", (("le", "1"),)),
                                            ("latency_bucket", (("le", "+Inf"),)), ("latency_sum", ()), ("latency_count", ())]
+
+
+def test_framework_calls_are_counted_by_session_and_zero_counts_are_left_out():
+    stats = BatchStats(requests=2, rows=2, real_tokens=0, computed_tokens=0, framework_calls=3, framework_s=0.001,
+                       failed_requests=0)
+    observed = batch_observations(stats, execute_s=0.002, refused=0, calls_by_session={"wide": 2, "narrow": 1})
+    by_name = {(o.metric, o.labels): o.value for o in observed}
+    assert by_name[("serving_framework_calls_total", (("session", "wide"),))] == 2
+    assert by_name[("serving_framework_calls_total", (("session", "narrow"),))] == 1
+    observed = batch_observations(stats, execute_s=0.002, refused=0, calls_by_session={"wide": 0, "narrow": 3})
+    assert [o.labels for o in observed if o.metric == "serving_framework_calls_total"] == [(("session", "narrow"),)]
+    assert not [o for o in batch_observations(stats, 0.002, 0) if o.metric == "serving_framework_calls_total"]

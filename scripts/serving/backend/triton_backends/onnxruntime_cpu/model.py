@@ -17,6 +17,11 @@ by the partition launcher from the cores it may run on; ONNX Runtime's default w
 per batch).
 `reject_non_finite` (default true): answer a request holding NaN/Inf with INVALID_ARG instead of
 computing it. `max_sequence_length` (default: none): the longest variable axis a request may have.
+`adaptive_threads` (default true): with several instances and more than one thread each, keep a
+1-thread session beside the wide one, run it while a sibling instance computes and, alone, run
+whichever of the two this instance measured faster for the call's size
+(serving/backend/instance_activity.py, serving/backend/session_choice.py; the calls per session are
+the `serving_framework_calls_total{session}` metric).
 
 Isolation (docs/operations.md, "One request never hurts another"): every request is checked on its
 own against the model's input contract before the batch is formed (serving/backend/input_contract.py:
@@ -59,6 +64,7 @@ from serving.backend.stub_metrics import StubMetrics
 from serving.backend.batch_execution import BatchLayout, execute_batch
 from serving.backend.input_contract import contract_from_onnx
 from serving.backend.instance_activity import InstanceActivity
+from serving.backend.session_choice import Session, SessionChoice
 from contracts.sequence_buckets import (
     BUCKETS_PARAMETER,
     LENGTH_INPUT_PARAMETER,
@@ -119,14 +125,17 @@ class TritonPythonModel:
             raise pb_utils.TritonModelException(f"model '{name}': {exc}") from None
         on_gpu = providers[0] != "CPUExecutionProvider"
         self.session = _session(onnx_path, threads, providers)
-        # Instances are separate processes: a wide session (one thread per reachable core) for a
-        # batch that computes alone, a 1-thread one while a sibling instance computes too
-        # (serving/backend/instance_activity.py has the measurements).
+        # Instances are separate processes: a 1-thread session while a sibling instance computes
+        # too (serving/backend/instance_activity.py has the measurements); alone, the faster of it
+        # and the wide session (one thread per reachable core) for the call's size, as measured on
+        # this instance's own calls (serving/backend/session_choice.py).
         instances = sum(int(g.get("count", 1)) for g in config.get("instance_group", [])) or 1
-        self.narrow, self.activity = None, None
+        self.narrow, self.activity, self.choice = None, None, None
         if not on_gpu and threads > 1 and instances > 1 and params.get("adaptive_threads", "true").strip().lower() != "false":
             self.narrow = _session(onnx_path, 1)
             self.activity = InstanceActivity(name, args.get("model_instance_name", name))
+            self.choice = SessionChoice()
+        self.session_calls = {s.value: 0 for s in Session}  # this execute's framework calls per session
         self.request_inputs = [t["name"] for t in config["input"]]
         self.frontend = self._text_frontend(name, version_dir, config, params)
         # the framework's feeds: the config's inputs, or the graph's own when text is tokenized here
@@ -229,8 +238,19 @@ class TritonPythonModel:
         return buckets, length_input
 
     def _run(self, feeds):
-        session = self.narrow if self.narrow is not None and self.activity.others_busy() else self.session
-        return session.run(self.output_names, feeds)
+        if self.narrow is None:
+            return self.session.run(self.output_names, feeds)
+        if self.activity.others_busy():
+            self.session_calls[Session.NARROW.value] += 1
+            return self.narrow.run(self.output_names, feeds)
+        size = next(iter(feeds.values())).size
+        which = self.choice.choose(size)
+        self.session_calls[which.value] += 1
+        started = time.perf_counter()
+        outputs = (self.session if which is Session.WIDE else self.narrow).run(self.output_names, feeds)
+        if not self.activity.others_busy():  # timed alone: comparable with the other session's times
+            self.choice.record(size, which, time.perf_counter() - started)
+        return outputs
 
     def execute(self, requests):
         started = time.perf_counter()
@@ -254,7 +274,8 @@ class TritonPythonModel:
                 ]
                 responses.append(pb_utils.InferenceResponse(output_tensors=tensors))
         self.metrics.record(batch_observations(stats, time.perf_counter() - started, len(requests) - len(valid),
-                                               self.layout.buckets))
+                                               self.layout.buckets, self.session_calls))
+        self.session_calls = dict.fromkeys(self.session_calls, 0)
         return responses
 
     def finalize(self):
