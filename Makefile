@@ -34,7 +34,9 @@ setup: $(STAMP) ## Create .venv with the pinned dependencies (a second run does 
 
 $(STAMP): scripts/serving/runtime/native/cond_wait_cap.c requirements/serve.txt requirements/build.txt requirements/test.txt requirements/no_deps.txt requirements/constraints.txt requirements/uv.txt pyproject.toml
 	@bash scripts/setup_system_packages.sh
-	@test -x $(PY) || $(PYTHON_BOOT) -m venv $(VENV)
+	@# mkdir -p first: `make -j2 build-engines setup-peers-minimal` creates .venv/peers-minimal at the same
+	@# time, and venv's own check-then-create of .venv then fails with 'File exists' (seen in a CI run)
+	@mkdir -p $(VENV) && { test -x $(PY) || $(PYTHON_BOOT) -m venv $(VENV); }
 	@# uv installs the main set (same pins, ~6x faster than pip); pip keeps the small no-deps and editable steps
 	$(PIP_INSTALL) -r requirements/uv.txt
 	bash scripts/uv_install.sh $(PY) -c requirements/constraints.txt -r requirements/test.txt
