@@ -173,10 +173,9 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def cmd_build_native(args: argparse.Namespace) -> int:
     """`make setup`: compile serving/runtime/native/*.c into the environment (one line per helper either way)."""
-    from serving.runtime.native import HELPERS, build_helper
+    from serving.runtime.native import build_helpers
 
-    for helper in HELPERS:
-        path, what = build_helper(helper)
+    for helper, path, what in build_helpers():
         print(f"[setup] {helper.name}: {what}" if path else f"[setup] WARNING: {what}")
     return 0
 

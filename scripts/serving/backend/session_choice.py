@@ -28,10 +28,6 @@ class Session(enum.Enum):
     WIDE = "wide"
     NARROW = "narrow"
 
-    @property
-    def other(self) -> "Session":
-        return Session.NARROW if self is Session.WIDE else Session.WIDE
-
 
 @dataclass(frozen=True)
 class ChoicePolicy:
@@ -78,7 +74,7 @@ class SessionChoice:
         self._classes: dict[int, _ClassTimes] = {}
 
     def _times(self, size: int) -> _ClassTimes:
-        key = size.bit_length() - 1 if size > 0 else 0
+        key = size_class(size)
         times = self._classes.get(key)
         if times is None:
             times = self._classes[key] = _ClassTimes()

@@ -70,6 +70,12 @@ def build_helper(helper: NativeHelper, dest: Path | None = None, compiler: str |
     return dest, f"built {dest}"
 
 
+def build_helpers(directory: Path | None = None) -> list[tuple[NativeHelper, Path | None, str]]:
+    """Build every helper, into `directory` or else each one's place in the environment:
+    (helper, path or None, what happened) for each."""
+    return [(helper, *build_helper(helper, directory / helper.library.name if directory else None)) for helper in HELPERS]
+
+
 def wanted_helpers(cap_us: int, gzip_level: int | None) -> dict[NativeHelper, int]:
     """The helpers a server with these settings preloads, each with its variable's value: the cap
     when `cap_us` > 0, the gzip level when `gzip_level` is not None."""
@@ -114,12 +120,10 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 1:
         print("usage: python -m serving.runtime.native DIR (where to put the libraries)", file=sys.stderr)
         return 2
-    failed = 0
-    for helper in HELPERS:
-        path, what = build_helper(helper, Path(args[0]) / helper.library.name)
+    built = build_helpers(Path(args[0]))
+    for helper, path, what in built:
         print(f"[native] {helper.name}: {what}", file=sys.stdout if path else sys.stderr)
-        failed += path is None
-    return 1 if failed else 0
+    return 1 if any(path is None for _, path, _ in built) else 0
 
 
 if __name__ == "__main__":
