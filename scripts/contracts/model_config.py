@@ -195,30 +195,6 @@ def instance_kind(model: ModelSpec) -> int:
     return pb.ModelInstanceGroup.KIND_GPU if model.device is Device.GPU else pb.ModelInstanceGroup.KIND_CPU
 
 
-#: Rate-limiter priority of a model's second and later instances (the first has 1). Triton's rate
-#: limiter (`--rate-limit=execution_count`, serving.runtime.server) gives a free payload to the
-#: available instance with the lowest executions x priority, so with 1000 the first instance takes
-#: every request that finds it free and the others serve only while it is busy.
-SPARE_INSTANCE_PRIORITY = 1000
-
-
-def render_instance_groups(model: ModelSpec) -> list[pb.ModelInstanceGroup]:
-    """The model's instances: one group when it has one instance; else the first instance in a
-    group of its own, preferred, and the rest in a second group that only runs while it is busy.
-
-    Why: without a preference Triton hands consecutive requests to its idle instances in turn, so
-    at low load every instance's weights and threads sit idle for a few requests between calls and
-    each call starts colder (measured on the 2-core Intel Xeon: a lone text 2.92 ms on one session
-    vs 3.47 ms alternating between two). Under load every instance is busy and both groups run as
-    before. docs/performance.md, "One instance first"."""
-    kind = instance_kind(model)
-    if model.instance_count == 1:
-        return [pb.ModelInstanceGroup(count=1, kind=kind)]
-    return [pb.ModelInstanceGroup(count=1, kind=kind, rate_limiter=pb.ModelRateLimiter(priority=1)),
-            pb.ModelInstanceGroup(count=model.instance_count - 1, kind=kind,
-                                  rate_limiter=pb.ModelRateLimiter(priority=SPARE_INSTANCE_PRIORITY))]
-
-
 def _render_batched_model(backend: str, model: ModelSpec, serving: ServingSpec, inputs: Sequence[TensorSpec],
                           outputs: Sequence[TensorSpec], parameters: Mapping[str, str], ragged_inputs: bool = False) -> pb.ModelConfig:
     """What every batched model's config holds: the dynamic batcher with the priority levels and
@@ -229,7 +205,7 @@ def _render_batched_model(backend: str, model: ModelSpec, serving: ServingSpec, 
         name=model.name, backend=backend, max_batch_size=model.max_batch_size,
         input=[model_input(t, ragged=ragged_inputs) for t in inputs], output=[model_output(t) for t in outputs],
         dynamic_batching=render_dynamic_batching(model, serving),
-        instance_group=render_instance_groups(model),
+        instance_group=[pb.ModelInstanceGroup(count=model.instance_count, kind=instance_kind(model))],
         model_warmup=render_warmup(inputs, sorted({1, model.max_batch_size}), ones_inputs=masks),
     )
     set_parameters(config, parameters)

@@ -28,11 +28,7 @@ SLOTS = 64
 
 
 def instance_index(instance_name: str) -> int:
-    """Triton names instances `<model>_<group>_<index>` (e.g. text_embedder_0_1 -> 1,
-    text_embedder_1_0 -> 16): a slot per group and index, so instances of different groups differ."""
-    match = re.search(r"_(\d+)_(\d+)$", instance_name)
-    if match:
-        return (int(match.group(1)) * 16 + int(match.group(2))) % SLOTS
+    """Triton names instances `<model>_<group>_<index>` (e.g. text_embedder_0_1 -> 1)."""
     match = re.search(r"_(\d+)$", instance_name)
     return int(match.group(1)) % SLOTS if match else 0
 

@@ -167,11 +167,6 @@ class ServerSettings:
     #: the preloaded serving/runtime/native/gzip_level.c; None = Triton's own (6). Environment, not a
     #: flag (Triton has none).
     http_gzip_level: int | None = None
-    #: Triton's rate limiter in `execution_count` mode: what makes the instance priorities in the
-    #: batched models' configs count (contracts.model_config.render_instance_groups: the first
-    #: instance takes the requests that find it free). No resources are declared, so it never
-    #: holds an execution back.
-    rate_limit: bool = True
 
     def to_args_list(self) -> list[str]:
         args = [
@@ -192,8 +187,6 @@ class ServerSettings:
             f"--strict-readiness={'true' if self.strict_readiness else 'false'}",
             f"--exit-on-error={'true' if self.exit_on_error else 'false'}",
         ]
-        if self.rate_limit:
-            args.append("--rate-limit=execution_count")
         if self.latency_summaries:
             args.append("--metrics-config=summary_latencies=true")
         if self.models:

@@ -91,18 +91,3 @@ def test_gpu_metrics_are_off_unless_asked_for(tmp_path):
     assert "--allow-gpu-metrics=false" in ServerSettings(model_repository=tmp_path, backend_dir=tmp_path).to_args_list()
     on = ServerSettings(model_repository=tmp_path, backend_dir=tmp_path, gpu_metrics=True).to_args_list()
     assert "--allow-gpu-metrics=true" in on
-
-
-def test_a_model_with_several_instances_prefers_its_first_one():
-    """Triton's rate limiter gives a free request to the available instance with the lowest
-    executions x priority: the first instance (priority 1) takes what finds it free, the spares
-    (SPARE_INSTANCE_PRIORITY) only run while it is busy; one instance needs no preference."""
-    import dataclasses
-
-    from contracts.model_config import SPARE_INSTANCE_PRIORITY, render_instance_groups
-
-    three = render_instance_groups(dataclasses.replace(SERVING.model("m"), instance_count=3))
-    assert [(g.count, g.rate_limiter.priority) for g in three] == [(1, 1), (2, SPARE_INSTANCE_PRIORITY)]
-    assert all(g.kind == g.KIND_CPU for g in three)
-    one = render_instance_groups(SERVING.model("m"))
-    assert [g.count for g in one] == [1] and not one[0].HasField("rate_limiter")

@@ -6,16 +6,6 @@ from serving.backend.instance_activity import InstanceActivity, instance_index
 
 def test_instance_index_comes_from_tritons_instance_name():
     assert instance_index("text_embedder_0_1") == 1 and instance_index("m_0_0") == 0 and instance_index("plain") == 0
-    # the first instance has a group of its own (contracts.model_config.render_instance_groups)
-    assert len({instance_index(n) for n in ("m_0_0", "m_1_0", "m_1_1")}) == 3
-
-
-def test_instances_of_different_groups_see_each_other_busy(tmp_path):
-    first = InstanceActivity("m", "m_0_0", server_pid=7, directory=tmp_path)
-    spare = InstanceActivity("m", "m_1_0", server_pid=7, directory=tmp_path)
-    with spare.computing():
-        assert first.others_busy() and not spare.others_busy()
-    first.close(), spare.close()
 
 
 def test_each_instance_sees_only_its_siblings_as_busy(tmp_path):

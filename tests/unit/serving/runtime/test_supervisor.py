@@ -37,7 +37,6 @@ def test_server_settings_for_a_partition_load_only_its_models_on_its_ports():
     args = partition_server_settings(part, Path("/repo"), Path("/backends")).to_args_list()
     assert "--http-port=9010" in args and "--grpc-port=9011" in args and "--metrics-port=9012" in args
     assert "--model-control-mode=explicit" in args and "--load-model=b" in args and "--load-model=a" not in args
-    assert "--rate-limit=execution_count" in args  # what makes the configs' instance priorities count
 
 
 def test_cpu_plan_pins_the_server_and_sizes_onnx_runtime_threads(tmp_path):
