@@ -45,12 +45,17 @@ QUEUE_FILL = 0.75
 SUSTAINED_SAMPLES = 4
 
 
-def instant(url: str, expr: str) -> list[dict]:
-    return api_get(url, "/api/v1/query", query=expr)["result"]
+#: How far behind now the queries of one sample are evaluated: past the last scrape (1 s interval),
+#: so a scrape landing between the sample's four queries cannot make them disagree.
+SAMPLE_LAG_S = 2.0
 
 
-def scalar(url: str, expr: str) -> float | None:
-    result = instant(url, expr)
+def instant(url: str, expr: str, at: float) -> list[dict]:
+    return api_get(url, "/api/v1/query", query=expr, time=f"{at:.3f}")["result"]
+
+
+def scalar(url: str, expr: str, at: float) -> float | None:
+    result = instant(url, expr, at)
     return float(result[0]["value"][1]) if result else None
 
 
@@ -148,10 +153,13 @@ def test_queue_time_signal_raises_the_hpa_desired_replicas_under_load_and_lowers
     timeline: list[dict] = []
 
     def sample(phase: str) -> dict:
+        """Every query of one sample at the same evaluation time, so they read the same scrapes (a CI
+        run once saw both pods at 0 and the desired count at 4 when each query read "now")."""
+        at = time.time() - SAMPLE_LAG_S
         point = {"t": round(time.monotonic() - start, 1), "phase": phase,
-                 "pods": {r["metric"]["pod"]: round(float(r["value"][1])) for r in instant(url, per_pod)},
-                 "value_us": scalar(url, value_expr), "formula": scalar(url, formula_expr),
-                 "desired": scalar(url, desired_expr)}
+                 "pods": {r["metric"]["pod"]: round(float(r["value"][1])) for r in instant(url, per_pod, at)},
+                 "value_us": scalar(url, value_expr, at), "formula": scalar(url, formula_expr, at),
+                 "desired": scalar(url, desired_expr, at)}
         timeline.append(point)
         return point
 
