@@ -1,7 +1,8 @@
 """The machine and software every figure of a peer run belongs to: the CPU (model, cores, the
 SIMD flags that decide INT8 speed), the load the machine carried, and each environment's versions.
 
-`cpu_from_lscpu` is pure (tested on a captured `lscpu` output); the rest reads this host.
+`cpu_from_lscpu` and `busy_cores_between` are pure (tested on captured outputs); the rest reads
+this host.
 """
 from __future__ import annotations
 
@@ -10,8 +11,12 @@ import os
 import platform
 import subprocess
 import sys
+import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
+
+from perf_sweep.peers.plan import machine_settled
 
 #: Flags reported with every figure: AVX2 only, AVX-512, and the VNNI INT8 dot products.
 SIMD_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8")
@@ -77,3 +82,54 @@ def triton_version(http_url: str) -> str | None:
             return json.loads(response.read()).get("version")
     except (OSError, ValueError):
         return None
+
+
+#: Seconds between two readings of /proc/stat while waiting for a quiet machine.
+QUIET_SAMPLE_S = 0.5
+
+
+def cpu_jiffies(stat_text: str) -> tuple[int, int]:
+    """(busy, total) jiffies of all CPUs from /proc/stat's first line (idle and iowait are not busy)."""
+    fields = [int(v) for v in stat_text.splitlines()[0].split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    total = sum(fields[:8])  # user nice system idle iowait irq softirq steal (guest time is in user)
+    return total - idle, total
+
+
+def busy_cores_between(before: tuple[int, int], after: tuple[int, int], cpus: int) -> float:
+    """Cores busy on average between two (busy, total) readings of all `cpus`."""
+    total = after[1] - before[1]
+    return cpus * (after[0] - before[0]) / total if total > 0 else 0.0
+
+
+def read_cpu_jiffies() -> tuple[int, int]:
+    with open("/proc/stat") as f:
+        return cpu_jiffies(f.read())
+
+
+def busy_cores(interval_s: float = QUIET_SAMPLE_S) -> float:
+    """Cores of this machine busy on average over the next `interval_s` (every process, ours too)."""
+    before = read_cpu_jiffies()
+    time.sleep(interval_s)
+    return busy_cores_between(before, read_cpu_jiffies(), os.cpu_count() or 1)
+
+
+@dataclass(frozen=True)
+class QuietWait:
+    """How long a level waited for the machine, and how busy it was when the level started."""
+
+    waited_s: float
+    busy_cores: float
+    quiet: bool
+
+
+def wait_until_quiet(baseline_busy_cores: float, margin_cores: float, timeout_s: float,
+                     sample: Callable[[], float] = busy_cores) -> QuietWait:
+    """Sample busy cores until `machine_settled` (or `timeout_s`): the previous level's load has left."""
+    started, readings = time.monotonic(), []
+    while True:
+        readings.append(sample())
+        waited = time.monotonic() - started
+        if machine_settled(readings, baseline_busy_cores, margin_cores) or waited >= timeout_s:
+            return QuietWait(round(waited, 1), round(readings[-1], 2),
+                             machine_settled(readings, baseline_busy_cores, margin_cores))

@@ -86,6 +86,11 @@ class SuiteTiming:
     window_s: float = 10.0
     #: A request without an answer after this long is counted as a timeout.
     request_timeout_s: float = 10.0
+    #: A level starts once the machine's busy cores are within this margin of the idle baseline
+    #: measured before any target started (`machine_settled`) ...
+    quiet_margin_cores: float = 0.35
+    #: ... or after this long regardless (the level then records that it started on a busy machine).
+    quiet_timeout_s: float = 30.0
 
     def __post_init__(self) -> None:
         if not self.concurrencies or any(c < 1 for c in self.concurrencies):
@@ -96,6 +101,9 @@ class SuiteTiming:
             raise SweepPlanError(f"`rate_fractions` {list(self.rate_fractions)} must lie in (0, 2] (of the reference peak).")
         if not self.request_timeout_s > 0:
             raise SweepPlanError(f"`request_timeout_s` = {self.request_timeout_s} must be > 0.")
+        if not self.quiet_margin_cores > 0 or self.quiet_timeout_s < 0:
+            raise SweepPlanError(f"`quiet_margin_cores` = {self.quiet_margin_cores} must be > 0 and "
+                                 f"`quiet_timeout_s` = {self.quiet_timeout_s} >= 0.")
         LoadLevel(LoadMode.CLOSED, 1, self.warmup_s, self.window_s)  # validates the two durations
 
     @classmethod
@@ -130,6 +138,23 @@ def interleaved(levels: Sequence[LoadLevel], targets: Sequence[TargetKind]) -> t
     level every ratio compares windows a few seconds apart."""
     return tuple((level, target) for i, level in enumerate(levels)
                  for target in (tuple(targets) if i % 2 == 0 else tuple(reversed(targets))))
+
+
+#: Consecutive samples (perf_sweep.peers.machine.QUIET_SAMPLE_S apart) that must be under the bar.
+QUIET_SAMPLES = 2
+
+
+def machine_settled(recent_busy_cores: Sequence[float], baseline_busy_cores: float, margin_cores: float,
+                    samples: int = QUIET_SAMPLES) -> bool:
+    """Whether the last `samples` readings of busy cores are all within `margin_cores` of the idle
+    baseline. Why wait at all: a target overloaded at the previous level (a peer whose queue grew
+    far past the client's timeout at 0.8 x the reference rate) keeps computing its backlog after
+    its window ends, and the next target would be measured on a machine that is not its own (seen
+    on a 2-core EPYC: this project's text level at 418/s ran after two such peers, its load
+    generator sent 287 ms late at P99 and 449 requests took >= 0.45 s, against 5.5 ms and 0
+    for the minimal server that ran before them)."""
+    tail = list(recent_busy_cores)[-samples:]
+    return len(tail) == samples and all(busy <= baseline_busy_cores + margin_cores for busy in tail)
 
 
 def plan_targets(wanted: Sequence[TargetKind] | None = None) -> tuple[TargetKind, ...]:

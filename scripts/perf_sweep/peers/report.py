@@ -143,7 +143,9 @@ def render_peer_markdown(results: Mapping[str, Any], plots: Mapping[str, str]) -
     out += [f"Levels: closed loop at c = {', '.join(map(str, t['concurrencies']))}; Poisson at "
             f"{', '.join(f'{f:g}' for f in t['rate_fractions'])} x the minimal server's best closed-loop throughput; "
             f"{t['warmup_s']:g} s warm-up (excluded) + {t['window_s']:g} s window per level; request timeout "
-            f"{t['request_timeout_s']:g} s.", ""]
+            f"{t['request_timeout_s']:g} s; each level starts once the machine's busy cores are back within "
+            f"{t.get('quiet_margin_cores', 0):g} of its idle baseline (at most {t.get('quiet_timeout_s', 0):g} s; "
+            "levels.jsonl has each level's wait).", ""]
     out += ["## Headlines: issue 10's targets", "", f"**{results['summary']}**", ""]
     out += [f"- {line}" for line in results["headlines"]] + [""]
     if results.get("poisson_lines"):

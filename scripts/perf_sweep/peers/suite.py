@@ -148,6 +148,8 @@ class SuiteState:
     targets: dict[str, dict[str, Any]] = field(default_factory=dict)
     reference_peaks: dict[str, float] = field(default_factory=dict)
     triton_versions: dict[str, str | None] = field(default_factory=dict)
+    #: Cores busy on the idle machine before any target started (machine.wait_until_quiet's baseline).
+    baseline_busy_cores: float = 0.0
 
 
 def workload_for(state: SuiteState, running: servers.RunningTarget, model: ModelKind) -> codec.Workload:
@@ -161,10 +163,12 @@ def workload_for(state: SuiteState, running: servers.RunningTarget, model: Model
     return codec.Workload(running.launch.target.value, model, running.infer_urls[model], bodies, check)
 
 
-def _record_level(state: SuiteState, summary: LevelSummary, records) -> None:
+def _record_level(state: SuiteState, summary: LevelSummary, records, quiet: machine.QuietWait) -> None:
     folder = state.opts.folder
     with (folder / "levels.jsonl").open("a") as out:
-        out.write(json.dumps({**summary.as_dict(), "load_average": os.getloadavg()[0], "at": time.strftime("%H:%M:%S")}) + "\n")
+        out.write(json.dumps({**summary.as_dict(), "load_average": os.getloadavg()[0], "at": time.strftime("%H:%M:%S"),
+                              "settle_s": quiet.waited_s, "busy_cores_at_start": quiet.busy_cores,
+                              "started_quiet": quiet.quiet}) + "\n")
     ok = sorted(round(r.latency_ms, 3) for r in records if r.outcome is Outcome.OK and r.scheduled_s >= summary.warmup_s)
     failed = [[r.index, r.outcome.value, r.detail] for r in records if r.outcome is not Outcome.OK][:50]
     with gzip.open(folder / "requests.jsonl.gz", "at") as out:
@@ -217,6 +221,11 @@ def measure_model(state: SuiteState, running: dict[TargetKind, servers.RunningTa
 
     def one(target: TargetKind, level: LoadLevel) -> None:
         workload = workloads[target]
+        quiet = machine.wait_until_quiet(state.baseline_busy_cores, timing.quiet_margin_cores, timing.quiet_timeout_s)
+        if not quiet.quiet or quiet.waited_s >= 5:
+            progress(f"[peers] {workload.target} {model.value} {level.label}: waited {quiet.waited_s:g} s for the machine "
+                     f"to go quiet ({quiet.busy_cores:g} busy cores, idle baseline {state.baseline_busy_cores:g})"
+                     + ("" if quiet.quiet else "; starting anyway"))
         try:
             run = run_level(workload, level, timing.request_timeout_s, seed=state.opts.seed)
         except (SweepRunError, OSError) as exc:
@@ -224,7 +233,7 @@ def measure_model(state: SuiteState, running: dict[TargetKind, servers.RunningTa
             state.targets[workload.target].setdefault("level_errors", []).append(f"{model.value} {level.label}: {exc}")
             return
         summary = summarize_level(run.records, level, workload.target, model.value, run.window_start_s, run.client_cpu)
-        _record_level(state, summary, run.records)
+        _record_level(state, summary, run.records, quiet)
         mine[target].append(summary)
         progress(f"[peers] {accounting_line(summary)}")
 
@@ -242,6 +251,9 @@ def measure_targets(state: SuiteState, targets: Sequence[TargetKind], progress: 
     in its windows, with the whole machine."""
     run_dirs = {t: Path(tempfile.mkdtemp(prefix=f"peers-{t.value}-")) for t in targets}  # this project's run dir, PyTriton's workspace
     running: dict[TargetKind, servers.RunningTarget] = {}
+    state.baseline_busy_cores = round(machine.busy_cores(2.0), 2)
+    progress(f"[peers] idle machine: {state.baseline_busy_cores:g} busy cores; each level starts within "
+             f"{state.opts.timing.quiet_margin_cores:g} of that (at most {state.opts.timing.quiet_timeout_s:g} s wait)")
     try:
         for target in targets:
             started = _start_target(state, target, run_dirs[target], progress)

@@ -1,7 +1,8 @@
 """The machine every figure belongs to: CPU model, cores and the SIMD flags that decide INT8 speed."""
 import sys
 
-from perf_sweep.peers.machine import cpu_from_lscpu, describe_cpu, package_versions
+from perf_sweep.peers.machine import (busy_cores_between, cpu_from_lscpu, cpu_jiffies, describe_cpu, package_versions,
+                                     wait_until_quiet)
 
 LSCPU = """Architecture:                            x86_64
 CPU(s):                                  2
@@ -27,3 +28,19 @@ def test_package_versions_are_read_by_the_interpreter_that_runs_them():
     versions = package_versions(sys.executable, ["numpy", "surely-not-installed-xyz"])
     assert versions["numpy"] and versions["surely-not-installed-xyz"] is None
     assert package_versions("/nonexistent/python", ["numpy"]) == {}
+
+
+def test_busy_cores_come_from_proc_stat_without_idle_and_iowait():
+    before = cpu_jiffies("cpu  100 0 50 800 50 0 0 0 0 0\ncpu0 50 0 25 400 25 0 0 0 0 0\n")
+    after = cpu_jiffies("cpu  250 0 100 850 100 0 0 0 0 0\ncpu0 125 0 50 425 50 0 0 0 0 0\n")
+    assert before == (150, 1000) and after == (350, 1300)
+    assert busy_cores_between(before, after, cpus=2) == 2 * 200 / 300
+    assert busy_cores_between(before, before, cpus=2) == 0.0
+
+
+def test_a_level_waits_for_the_last_levels_backlog_and_gives_up_after_the_timeout():
+    readings = iter([1.9, 1.8, 0.2, 0.1])
+    quiet = wait_until_quiet(0.05, 0.35, timeout_s=60, sample=lambda: next(readings))
+    assert quiet.quiet and quiet.busy_cores == 0.1
+    busy = wait_until_quiet(0.05, 0.35, timeout_s=0, sample=lambda: 1.9)
+    assert not busy.quiet and busy.busy_cores == 1.9

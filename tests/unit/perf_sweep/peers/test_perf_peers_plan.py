@@ -43,6 +43,8 @@ def test_poisson_rates_never_fall_below_one_request_per_second():
     (dict(rate_fractions=(0.0,)), "rate_fractions"),
     (dict(window_s=0), "window_s"),
     (dict(request_timeout_s=0), "request_timeout_s"),
+    (dict(quiet_margin_cores=0), "quiet_margin_cores"),
+    (dict(quiet_timeout_s=-1), "quiet_timeout_s"),
 ])
 def test_suite_timing_rejects_settings_that_cannot_measure(bad, match):
     with pytest.raises(SweepPlanError, match=match):
@@ -84,3 +86,14 @@ def test_levels_are_interleaved_over_the_targets_with_the_order_reversed_every_o
         (2, TargetKind.PROJECT), (2, TargetKind.PYTRITON), (2, TargetKind.MINIMAL),
         (4, TargetKind.MINIMAL), (4, TargetKind.PYTRITON), (4, TargetKind.PROJECT)]
     assert interleaved((), targets) == () and interleaved(levels, ()) == ()
+
+
+def test_the_machine_is_settled_only_after_enough_readings_near_the_idle_baseline():
+    from perf_sweep.peers.plan import machine_settled
+
+    assert not machine_settled([], 0.1, 0.35)
+    assert not machine_settled([0.2], 0.1, 0.35), "one reading is not enough"
+    assert machine_settled([1.9, 0.3, 0.4], 0.1, 0.35)
+    assert not machine_settled([0.3, 1.2], 0.1, 0.35), "the backlog of the last level is still computing"
+    assert not machine_settled([0.3, 0.46], 0.1, 0.35)
+    assert machine_settled([1.0, 1.3], 1.0, 0.35), "a host busy before the run is measured against its own baseline"
