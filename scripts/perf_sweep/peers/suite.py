@@ -247,8 +247,10 @@ def measure_model(state: SuiteState, running: dict[TargetKind, servers.RunningTa
 
 def measure_targets(state: SuiteState, targets: Sequence[TargetKind], progress: Progress) -> None:
     """Start every target, measure each model on all of them interleaved, stop them all. An idle
-    target costs the one being measured next to nothing (its threads sleep); each is measured alone
-    in its windows, with the whole machine."""
+    target costs the one being measured next to nothing (its threads sleep), and each level waits
+    until the previous level's work has left the CPUs (machine.wait_until_quiet: an overloaded peer
+    computes its backlog after its window); each is measured alone in its windows, with the whole
+    machine."""
     run_dirs = {t: Path(tempfile.mkdtemp(prefix=f"peers-{t.value}-")) for t in targets}  # this project's run dir, PyTriton's workspace
     running: dict[TargetKind, servers.RunningTarget] = {}
     state.baseline_busy_cores = round(machine.busy_cores(2.0), 2)
