@@ -130,7 +130,7 @@ class PartitionPlan:
     partitions: tuple[PlannedPartition, ...]
     #: `[server] cond_wait_cap_us` and `http_gzip_level`, for every partition's server (serving.runtime.native).
     cond_wait_cap_us: int = 10000
-    http_gzip_level: int = 0
+    http_gzip_level: int | str = "off"
 
     def __post_init__(self) -> None:
         ports = [p for part in self.partitions for p in (part.http_port, part.grpc_port, part.metrics_port)]

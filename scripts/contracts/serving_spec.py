@@ -133,6 +133,10 @@ class Batching:
         _check_int_range("batching.max_queue_delay_microseconds", self.max_queue_delay_microseconds, 0, 1_000_000)
 
 
+#: `[server] http_gzip_level` = this: Triton answers HTTP uncompressed whatever the request accepts.
+GZIP_OFF = "off"
+
+
 @dataclass(frozen=True)
 class ServerEndpoints:
     """Where a tritonserver listens. Loopback unless told otherwise."""
@@ -149,12 +153,14 @@ class ServerEndpoints:
     #: microseconds (serving/runtime/native/cond_wait_cap.c; docs/triton-batcher-stall.md). 0 = off (then
     #: up to 500 ms with priority levels or queue policies).
     cond_wait_cap_us: int = 10000
-    #: zlib level (0-9) of the HTTP responses Triton compresses for clients that send
-    #: `Accept-Encoding: gzip` (most HTTP clients do by default); Triton's own is 6 and has no flag, so
-    #: serving/runtime/native/gzip_level.c sets it. 0 = gzip framing without compression: on a loopback
-    #: or in-cluster link compression costs CPU and saves nothing (measured: docs/performance.md,
-    #: "Compressed responses"); 1 (nginx's default) for clients behind slow links.
-    http_gzip_level: int = 0
+    #: What Triton does with the HTTP responses of clients that send `Accept-Encoding: gzip` (most
+    #: HTTP clients do by default): Triton compresses them at zlib's level 6 and has no flag for it, so
+    #: serving/runtime/native/gzip_level.c sets it. GZIP_OFF ("off") = answer uncompressed, as any
+    #: server may (identity is always acceptable): on a loopback or in-cluster link compression costs
+    #: both ends CPU and saves nothing (measured: docs/performance.md, "Compressed responses");
+    #: 0-9 = a zlib level (0 = gzip framing without compression, 1 = nginx's default) for clients
+    #: behind slow links.
+    http_gzip_level: int | str = "off"
 
     #: Binding anywhere but loopback is an explicit choice (here or `serve --allow-non-loopback`);
     #: the launcher logs a warning when it is made. Admin APIs stay locked by the key either way.
@@ -174,7 +180,10 @@ class ServerEndpoints:
             _check_int_range(f"server.{name}", getattr(self, name), 1, 65535)
         _check_int_range("server.partition_port_stride", self.partition_port_stride, 3, 1000)
         _check_int_range("server.cond_wait_cap_us", self.cond_wait_cap_us, 0, 100_000)
-        _check_int_range("server.http_gzip_level", self.http_gzip_level, 0, 9)
+        if self.http_gzip_level != GZIP_OFF:
+            if isinstance(self.http_gzip_level, str):
+                raise ConfigError(f"`server.http_gzip_level` = {self.http_gzip_level!r}: allowed {GZIP_OFF!r} or a zlib level 0-9.")
+            _check_int_range("server.http_gzip_level", self.http_gzip_level, 0, 9)
         if len({self.http_port, self.grpc_port, self.metrics_port, self.supervisor_metrics_port}) != 4:
             raise ConfigError(
                 f"`server` ports must differ: http {self.http_port}, grpc {self.grpc_port}, "

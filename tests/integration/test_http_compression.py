@@ -1,8 +1,9 @@
 """Compressed HTTP answers: `[server] http_gzip_level` reaches a real tritonserver through the
 preloaded serving/runtime/native/gzip_level.c. Triton compresses whenever a request sends
-`Accept-Encoding: gzip` (as requests, aiohttp and httpx do by default); at the served level 0 the
-answer is still gzip, the same JSON once decompressed, but stored rather than compressed (the CPU
-of compressing is what docs/performance.md measured), while Triton's own level shrinks it."""
+`Accept-Encoding: gzip` (as requests, aiohttp and httpx do by default). Served ("off"), the answer
+is the plain JSON without a Content-Encoding even then (the CPU of compressing and decompressing is
+what docs/performance.md measured); at level 0 it is gzip, the same JSON once decompressed, but
+stored rather than compressed; Triton's own level shrinks it."""
 from __future__ import annotations
 
 import gzip
@@ -13,6 +14,7 @@ import numpy as np
 import pytest
 
 from conftest import start_test_server
+from contracts.serving_spec import GZIP_OFF
 
 pytestmark = pytest.mark.server
 MODEL = "digit_classifier"
@@ -34,21 +36,41 @@ def post(http_url: str, body: bytes, accept_gzip: bool) -> tuple[str | None, byt
 
 @pytest.fixture(scope="module")
 def served_level_server(tmp_path_factory, serving_spec):
-    server = start_test_server(tmp_path_factory.mktemp("gzip-level"), (MODEL,),
+    server = start_test_server(tmp_path_factory.mktemp("gzip-served"), (MODEL,),
                                http_gzip_level=serving_spec.server.http_gzip_level)
     yield server
     server.process.stop()
 
 
-def test_the_served_gzip_level_answers_gzip_framed_uncompressed_json_and_tritons_own_level_compresses(
-        served_level_server, triton_server, digits_test_split, serving_spec):
-    assert serving_spec.server.http_gzip_level == 0, "this test describes the served level 0"
+@pytest.fixture(scope="module")
+def level_0_server(tmp_path_factory):
+    server = start_test_server(tmp_path_factory.mktemp("gzip-level-0"), (MODEL,), http_gzip_level=0)
+    yield server
+    server.process.stop()
+
+
+def digit_body(digits_test_split) -> bytes:
     images, _ = digits_test_split
     image = images[:1].astype(np.float32)
-    body = json.dumps({"inputs": [{"name": "image", "datatype": "FP32", "shape": list(image.shape),
+    return json.dumps({"inputs": [{"name": "image", "datatype": "FP32", "shape": list(image.shape),
                                    "data": image.ravel().tolist()}]}).encode()
+
+
+def test_the_served_setting_answers_plain_json_to_a_client_that_accepts_gzip(served_level_server, digits_test_split,
+                                                                             serving_spec):
+    assert serving_spec.server.http_gzip_level == GZIP_OFF, "this test describes the served setting, off"
+    body = digit_body(digits_test_split)
+    plain_encoding, plain = post(served_level_server.http_url, body, accept_gzip=False)
+    encoding, answer = post(served_level_server.http_url, body, accept_gzip=True)
+    assert plain_encoding is None and encoding is None, (plain_encoding, encoding)
+    assert json.loads(answer) == json.loads(plain) and len(answer) == len(plain)
+
+
+def test_level_0_answers_gzip_framed_uncompressed_json_and_tritons_own_level_compresses(
+        level_0_server, triton_server, digits_test_split):
+    body = digit_body(digits_test_split)
     sizes = {}
-    for name, server in (("level 0", served_level_server), ("triton's own", triton_server)):
+    for name, server in (("level 0", level_0_server), ("triton's own", triton_server)):
         plain_encoding, plain = post(server.http_url, body, accept_gzip=False)
         encoding, compressed = post(server.http_url, body, accept_gzip=True)
         assert plain_encoding is None and encoding == "gzip", (name, plain_encoding, encoding)

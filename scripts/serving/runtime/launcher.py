@@ -45,7 +45,7 @@ def with_server_overrides(spec: ServingSpec, host: str | None = None, http_port:
 def partition_server_settings(partition: PlannedPartition, repository: Path, backend_dir: Path,
                               log_verbose: int = 0, gpu_metrics: bool = False,
                               admin_key: AdminKey | None = None, cond_wait_cap_us: int = 10000,
-                              http_gzip_level: int | None = None) -> ServerSettings:
+                              http_gzip_level: int | str | None = None) -> ServerSettings:
     """The ONE place a partition's tritonserver flags are decided (add security flags here); the
     Kubernetes renderer (deploy/k8s_deploy) takes its container arguments from here too, passing a
     placeholder `admin_key` that the pod fills from a Secret."""

@@ -76,15 +76,15 @@ def build_helpers(directory: Path | None = None) -> list[tuple[NativeHelper, Pat
     return [(helper, *build_helper(helper, directory / helper.library.name if directory else None)) for helper in HELPERS]
 
 
-def wanted_helpers(cap_us: int, gzip_level: int | None) -> dict[NativeHelper, int]:
+def wanted_helpers(cap_us: int, gzip_level: int | str | None) -> dict[NativeHelper, int | str]:
     """The helpers a server with these settings preloads, each with its variable's value: the cap
-    when `cap_us` > 0, the gzip level when `gzip_level` is not None."""
+    when `cap_us` > 0, the gzip level ("off" or 0-9) when `gzip_level` is not None."""
     return {helper: value for helper, wanted, value in ((COND_WAIT_CAP, cap_us > 0, cap_us),
                                                         (GZIP_LEVEL, gzip_level is not None, gzip_level))
             if wanted}
 
 
-def preload_variables(wanted: Mapping[NativeHelper, int], library_of: Callable[[NativeHelper], PurePath],
+def preload_variables(wanted: Mapping[NativeHelper, int | str], library_of: Callable[[NativeHelper], PurePath],
                       inherited_preload: str | None = None) -> dict[str, str]:
     """LD_PRELOAD (the helpers first, then what was preloaded already) and each helper's variable.
 
@@ -97,7 +97,7 @@ def preload_variables(wanted: Mapping[NativeHelper, int], library_of: Callable[[
 
 
 def preload_environment(cap_us: int, base: dict[str, str], library: Path = COND_WAIT_CAP.library,
-                        gzip_level: int | None = None, gzip_library: Path = GZIP_LEVEL.library
+                        gzip_level: int | str | None = None, gzip_library: Path = GZIP_LEVEL.library
                         ) -> tuple[dict[str, str], str | None]:
     """`base` plus `preload_variables` for the helpers that are asked for and built here.
     (environment, one line of warnings or None)."""

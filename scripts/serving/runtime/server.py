@@ -163,10 +163,10 @@ class ServerSettings:
     #: serving/runtime/native/cond_wait_cap.c: a lost batcher wake-up then costs at most this instead of
     #: 500 ms (docs/triton-batcher-stall.md). 0 = off. Environment, not a flag (Triton has none).
     cond_wait_cap_us: int = 10000
-    #: zlib level (0-9) of the HTTP responses Triton compresses for clients that accept gzip, through
-    #: the preloaded serving/runtime/native/gzip_level.c; None = Triton's own (6). Environment, not a
-    #: flag (Triton has none).
-    http_gzip_level: int | None = None
+    #: zlib level (0-9) of the HTTP responses Triton compresses for clients that accept gzip, or "off"
+    #: (uncompressed answers), through the preloaded serving/runtime/native/gzip_level.c; None =
+    #: Triton's own (level 6). Environment, not a flag (Triton has none).
+    http_gzip_level: int | str | None = None
 
     def to_args_list(self) -> list[str]:
         args = [

@@ -67,8 +67,12 @@ def test_the_http_gzip_level_reaches_the_partition_plan_and_is_bounded_to_zlibs_
 
     spec = serving_spec_from_dict({**BASE, "server": {"http_gzip_level": 1}})
     assert spec.server.http_gzip_level == 1
-    assert serving_spec_from_dict(BASE).server.http_gzip_level == 0  # default: framing without compression
+    assert serving_spec_from_dict(BASE).server.http_gzip_level == "off"  # default: uncompressed answers
     assert plan_partitions(spec, cpu_count=2, gpu_present=False).http_gzip_level == 1
+    assert plan_partitions(serving_spec_from_dict(BASE), cpu_count=2, gpu_present=False).http_gzip_level == "off"
     for bad in (-1, 10):
         with pytest.raises(ConfigError, match=rf"`server.http_gzip_level` = {bad} is out of range: allowed between 0 and 9"):
+            serving_spec_from_dict({**BASE, "server": {"http_gzip_level": bad}})
+    for bad in ("none", "6", ""):
+        with pytest.raises(ConfigError, match=r"allowed 'off' or a zlib level 0-9"):
             serving_spec_from_dict({**BASE, "server": {"http_gzip_level": bad}})

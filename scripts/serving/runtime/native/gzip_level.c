@@ -12,8 +12,13 @@
  *
  * What this does: preloaded into `tritonserver` (LD_PRELOAD, set by serving.runtime.server when
  * `[server] http_gzip_level` is set), it replaces the `level` argument of zlib's `deflateInit2_`
- * (gzip) and `deflateInit_` (deflate) with SERVING_HTTP_GZIP_LEVEL (0-9). Everything else is zlib's
- * and Triton's own: which requests get a compressed answer, the headers, the format. It is inert in
+ * (gzip) and `deflateInit_` (deflate) with SERVING_HTTP_GZIP_LEVEL (0-9). With "off" both fail
+ * (Z_STREAM_ERROR) instead: Triton 2.51's HTTP frontend then sends the body uncompressed, without a
+ * Content-Encoding header (src/http_server.cc: "just log the compression error and return the
+ * uncompressed data"; a response to a client that accepts gzip may always be identity). gRPC
+ * message compression, if a client asks for it, falls back to uncompressed messages the same way.
+ * Everything else is zlib's and Triton's own: which requests get a compressed answer, the headers,
+ * the format. It is inert in
  * any process that is not `tritonserver` (the backend stubs inherit the environment, and Python's
  * own zlib users there keep their levels) and when the variable is unset or out of range.
  */
@@ -32,6 +37,7 @@ typedef int (*deflate_init_fn)(void *, int, const char *, int);
 static deflate_init2_fn real_init2;
 static deflate_init_fn real_init;
 static int forced_level = -1;   /* -1: leave the caller's level alone */
+static int compression_off = 0; /* 1: every deflate set-up fails, so Triton answers uncompressed */
 
 static void resolve(void) {
     if (!real_init2)
@@ -45,13 +51,17 @@ __attribute__((constructor)) static void gzip_level_init(void) {
     if (!running_in_tritonserver())
         return;
     const char *level = getenv("SERVING_HTTP_GZIP_LEVEL");
-    if (level && *level && strspn(level, "0123456789") == strlen(level) && atoi(level) <= 9)
+    if (level && strcmp(level, "off") == 0)
+        compression_off = 1;
+    else if (level && *level && strspn(level, "0123456789") == strlen(level) && atoi(level) <= 9)
         forced_level = atoi(level);
 }
 
 int deflateInit2_(void *strm, int level, int method, int window_bits, int mem_level, int strategy,
                   const char *version, int stream_size) {
     resolve();
+    if (compression_off)
+        return -2; /* Z_STREAM_ERROR: Triton logs it (verbose only) and sends the body as it is */
     if (!real_init2)
         return -6; /* Z_VERSION_ERROR: no zlib behind this wrapper (never seen: a caller links zlib) */
     return real_init2(strm, forced_level >= 0 ? forced_level : level, method, window_bits, mem_level, strategy,
@@ -60,6 +70,8 @@ int deflateInit2_(void *strm, int level, int method, int window_bits, int mem_le
 
 int deflateInit_(void *strm, int level, const char *version, int stream_size) {
     resolve();
+    if (compression_off)
+        return -2;
     if (!real_init)
         return -6;
     return real_init(strm, forced_level >= 0 ? forced_level : level, version, stream_size);

@@ -36,6 +36,8 @@ def test_a_helper_not_asked_for_is_neither_preloaded_nor_configured(tmp_path):
     assert env == {} and warning is None
     env, _ = preload_environment(0, {}, library=cap, gzip_level=6, gzip_library=gzip)
     assert env == {"LD_PRELOAD": str(gzip), GZIP_LEVEL_ENV: "6"}
+    env, _ = preload_environment(0, {}, library=cap, gzip_level="off", gzip_library=gzip)
+    assert env == {"LD_PRELOAD": str(gzip), GZIP_LEVEL_ENV: "off"}
 
 
 def test_a_missing_library_is_named_in_the_warning_and_the_other_still_preloaded(tmp_path):
