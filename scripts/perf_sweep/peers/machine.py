@@ -129,7 +129,6 @@ def wait_until_quiet(baseline_busy_cores: float, margin_cores: float, timeout_s:
     started, readings = time.monotonic(), []
     while True:
         readings.append(sample())
-        waited = time.monotonic() - started
-        if machine_settled(readings, baseline_busy_cores, margin_cores) or waited >= timeout_s:
-            return QuietWait(round(waited, 1), round(readings[-1], 2),
-                             machine_settled(readings, baseline_busy_cores, margin_cores))
+        waited, settled = time.monotonic() - started, machine_settled(readings, baseline_busy_cores, margin_cores)
+        if settled or waited >= timeout_s:
+            return QuietWait(round(waited, 1), round(readings[-1], 2), settled)
