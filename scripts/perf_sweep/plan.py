@@ -193,6 +193,31 @@ def render_perf_analyzer_command(
     return argv
 
 
+def fixed_count_timeout_s(request_count: int, warmup_requests: int, rate_per_s: float) -> float:
+    """How long a fixed-count perf_analyzer run may take before it counts as hung: twice the
+    time its warm-up and measured requests need at `rate_per_s` (the level's rate, or the rate
+    the server served), plus 20 s for start-up and slow answers; at least 30 s."""
+    if request_count < 1 or warmup_requests < 0:
+        raise SweepPlanError(f"request_count = {request_count} (>= 1 expected) and warmup_requests = "
+                             f"{warmup_requests} (>= 0 expected).")
+    return max(30.0, 2 * (request_count + warmup_requests) / max(rate_per_s, 1e-3) + 20)
+
+
+def server_answered_every_request(request_count: int, warmup_requests: int,
+                                  server_succeeded: float, server_failed: float) -> bool:
+    """Whether a fixed-count perf_analyzer run that had to be killed hung on its own side.
+
+    Why: with `--request-count N`, perf_analyzer 2.51 sends exactly N requests and then waits for N
+    request records, but it clears its records only after its workers have started
+    (RequestRateManager::ChangeRequestRate, then InferenceProfiler::ProfileHelper's
+    SwapRequestRecords), so an answer that arrives in between is dropped and it waits forever
+    (seen once in CI: Poisson 40 req/s, 100 requests). Triton's own success counter tells the
+    two cases apart: if the server answered the warm-up and all N requests without a failure,
+    the hang was perf_analyzer's and measuring again is honest; otherwise the server lost or
+    failed requests and the level stays failed."""
+    return server_failed == 0 and server_succeeded >= request_count + warmup_requests
+
+
 def find_perf_analyzer(explicit: str | os.PathLike | None = None) -> Path:
     """perf_analyzer from $PERF_ANALYZER, this interpreter's bin/ (the venv), or PATH."""
     candidates = [explicit or os.environ.get("PERF_ANALYZER"), Path(sys.executable).parent / "perf_analyzer",

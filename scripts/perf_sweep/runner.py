@@ -19,7 +19,14 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 from perf_sweep.errors import SweepRunError
-from perf_sweep.plan import SweepSpec, find_perf_analyzer, perf_analyzer_environment, render_perf_analyzer_command
+from perf_sweep.plan import (
+    SweepSpec,
+    find_perf_analyzer,
+    fixed_count_timeout_s,
+    perf_analyzer_environment,
+    render_perf_analyzer_command,
+    server_answered_every_request,
+)
 from perf_sweep.results import (
     STALL_MS,
     MetricKey,
@@ -79,12 +86,14 @@ def _level_tag(load: float) -> str:
 
 def run_level(sweep: SweepSpec, level: float, folder: RunFolder, perf_analyzer: Path, env: Mapping[str, str],
               request_count: int | None = None, timeout: float | None = None,
-              fixed_reason: str | None = None) -> tuple[PerfRecord, list[float]]:
+              fixed_reason: str | None = None, remeasured: str = "") -> tuple[PerfRecord, list[float]]:
     """Measure one load level; returns the record and the per-request latencies (ms).
 
     With `request_count`, one fixed-count measurement replaces the stability search (by design,
     e.g. to fix how long a level lasts while other traffic runs). With `fixed_reason` too, the level
-    counts as "unstable" (the stability search failed or was skipped for that reason)."""
+    counts as "unstable" (the stability search failed or was skipped for that reason). A fixed-count
+    run killed after the server had answered all of its requests is measured once more
+    (`plan.server_answered_every_request`: perf_analyzer's own hang); `remeasured` says why."""
     out = folder.sweep_dir(sweep)
     tag = _level_tag(level) + ("_fixed" if request_count else "")
     csv_path, export_path = out / f"level_{tag}.csv", out / f"level_{tag}.export.json"
@@ -116,16 +125,28 @@ def run_level(sweep: SweepSpec, level: float, folder: RunFolder, perf_analyzer: 
         sweep=sweep.name, model=sweep.model, variant=sweep.variant, mode=sweep.mode.value, load=level,
         batch_size=sweep.batch_size, command=argv, csv_text=csv_path.read_text() if csv_path.exists() else None,
         stdout=stdout, server=server, status="unstable" if fixed_reason else "ok",
-        note=(f"no result within {limit:.0f} s (perf_analyzer killed)" if returncode == -9
-              else f"fixed {request_count} requests: {fixed_reason}" if fixed_reason
-              else f"fixed {request_count} requests" if request_count else ""),
+        note="; ".join(filter(None, (
+            f"no result within {limit:.0f} s (perf_analyzer killed)" if returncode == -9
+            else f"fixed {request_count} requests: {fixed_reason}" if fixed_reason
+            else f"fixed {request_count} requests" if request_count else "",
+            remeasured))),
     )
+    if (returncode == -9 and request_count is not None and not remeasured and server is not None
+            and server_answered_every_request(request_count, m.warmup_requests,
+                                              server.requests_succeeded, server.requests_failed)):
+        return run_level(sweep, level, folder, perf_analyzer, env, request_count=request_count, timeout=limit,
+                         fixed_reason=fixed_reason, remeasured=(
+                             f"measured again: the first run was killed after {limit:.0f} s although the server had "
+                             f"answered its {m.warmup_requests} warm-up and {request_count} requests without a failure "
+                             f"(perf_analyzer's own hang: plan.server_answered_every_request)"))
     record = dataclasses.replace(record, stalled=sum(latency >= STALL_MS for latency in latencies))
     if record.status == "failed" and request_count is None and "Failed to obtain stable measurement" in stdout:
         # Size a fixed-count measurement as ~3 windows at the rate the server actually served.
         served_rate = (server.requests_succeeded / elapsed) if server and elapsed > 0 else 0.0
         count = int(max(100, min(20_000, served_rate * 3 * m.interval_ms / 1000)))
-        return run_level(sweep, level, folder, perf_analyzer, env, request_count=count, timeout=timeout,
+        rate = level if sweep.mode.value == "request_rate" else served_rate
+        return run_level(sweep, level, folder, perf_analyzer, env, request_count=count,
+                         timeout=timeout or fixed_count_timeout_s(count, m.warmup_requests, rate),
                          fixed_reason=f"never stable within {m.max_trials} windows")
     return record, latencies
 
@@ -157,7 +178,8 @@ def run_sweep(sweep: SweepSpec, folder: RunFolder, progress: Progress = print,
             count = int(max(100, min(20_000, rate * 3 * window_s)))
             reason = f"stability search skipped after {sweep.mode.value} {fixed_from.load:g} never stabilised"
             record, level_latencies = run_level(sweep, level, folder, binary, environment, request_count=count,
-                                                fixed_reason=reason, timeout=max(60.0, 2 * count / max(rate, 1e-3) + 30))
+                                                fixed_reason=reason,
+                                                timeout=fixed_count_timeout_s(count, sweep.measurement.warmup_requests, rate))
         if fixed_from is None and record.status == "unstable":
             fixed_from = record
         records.append(record)

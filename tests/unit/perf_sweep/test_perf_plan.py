@@ -10,9 +10,11 @@ from perf_sweep.plan import (
     RequestParameter,
     SweepSpec,
     concurrency_levels,
+    fixed_count_timeout_s,
     perf_analyzer_environment,
     render_perf_analyzer_command,
     request_rate_levels,
+    server_answered_every_request,
 )
 
 
@@ -80,3 +82,17 @@ def test_perf_analyzer_environment_puts_cuda_runtime_libs_first(tmp_path):
     lib.mkdir(parents=True)
     env = perf_analyzer_environment([tmp_path], base={"LD_LIBRARY_PATH": "/other"})
     assert env["LD_LIBRARY_PATH"] == f"{lib}:/other"
+
+
+def test_fixed_count_timeout_scales_with_the_requests_and_their_rate():
+    assert fixed_count_timeout_s(100, 10, 40) == 30.0  # 5.5 s of requests: the 30 s floor
+    assert fixed_count_timeout_s(20_000, 10, 100) == pytest.approx(2 * 20_010 / 100 + 20)
+    assert fixed_count_timeout_s(100, 0, 0) > 3600  # no measured rate: effectively no limit
+    with pytest.raises(SweepPlanError, match="request_count = 0"):
+        fixed_count_timeout_s(0, 10, 40)
+
+
+def test_a_killed_fixed_count_run_is_perf_analyzers_hang_only_if_the_server_answered_everything():
+    assert server_answered_every_request(100, 10, server_succeeded=110, server_failed=0)
+    assert not server_answered_every_request(100, 10, server_succeeded=109, server_failed=0)  # one unanswered
+    assert not server_answered_every_request(100, 10, server_succeeded=110, server_failed=1)  # one failed

@@ -1,0 +1,72 @@
+"""run_level's handling of a fixed-count perf_analyzer run that never returns.
+
+The decision logic only: a stand-in executable that never exits plays the hung perf_analyzer,
+and a small Prometheus text endpoint plays Triton's counters. (The real perf_analyzer against the
+real server is tests/integration/test_perf_sweep.py.)"""
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from perf_sweep.plan import Measurement, SweepSpec
+from perf_sweep.runner import RunFolder, run_level
+
+
+def counters_endpoint(successes_per_scrape: int, failures_per_scrape: int = 0):
+    """An endpoint whose success/failure counters grow by the given amounts at every scrape."""
+    scrapes = [0]
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):
+            n = scrapes[0]
+            scrapes[0] += 1
+            body = (f'nv_inference_request_success{{model="m",version="1"}} {n * successes_per_scrape}\n'
+                    f'nv_inference_request_failure{{model="m",reason="OTHER",version="1"}} {n * failures_per_scrape}\n')
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(body.encode())
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_port}/metrics"
+
+
+@pytest.fixture
+def hanging_perf_analyzer(tmp_path):
+    path = tmp_path / "perf_analyzer"
+    path.write_text("#!/bin/sh\nexec sleep 60\n")
+    path.chmod(0o755)
+    return path
+
+
+def sweep(metrics_url):
+    return SweepSpec(name="s", model="m", url="127.0.0.1:1", levels=(40,), mode="request_rate",
+                     measurement=Measurement(warmup_requests=10), metrics_url=metrics_url)
+
+
+def test_killed_after_the_server_answered_everything_is_measured_once_more(tmp_path, hanging_perf_analyzer):
+    server, url = counters_endpoint(successes_per_scrape=110)
+    try:
+        record, _ = run_level(sweep(url), 40, RunFolder(tmp_path / "run"), hanging_perf_analyzer, {},
+                              request_count=100, timeout=0.5, fixed_reason="never stable")
+    finally:
+        server.shutdown()
+    commands = (tmp_path / "run" / "commands.sh").read_text()
+    assert commands.count(str(hanging_perf_analyzer)) == 2  # the first run and exactly one more
+    assert record.status == "failed" and "measured again" in record.note and "perf_analyzer killed" in record.note
+
+
+@pytest.mark.parametrize("successes, failures", [(109, 0), (110, 1)])
+def test_killed_with_a_request_unanswered_or_failed_stays_failed_without_a_second_run(
+        tmp_path, hanging_perf_analyzer, successes, failures):
+    server, url = counters_endpoint(successes, failures)
+    try:
+        record, _ = run_level(sweep(url), 40, RunFolder(tmp_path / "run"), hanging_perf_analyzer, {},
+                              request_count=100, timeout=0.5, fixed_reason="never stable")
+    finally:
+        server.shutdown()
+    assert (tmp_path / "run" / "commands.sh").read_text().count(str(hanging_perf_analyzer)) == 1
+    assert record.status == "failed" and "measured again" not in record.note
