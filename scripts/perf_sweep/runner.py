@@ -3,8 +3,11 @@
 Per level: scrape Triton's metrics, run perf_analyzer (argv from `plan.render_perf_analyzer_command`),
 scrape again. If perf_analyzer never stabilises (common on a shared 2-core host), the level is
 measured once more with a fixed request count sized from the server's own request counter, and
-recorded as "unstable" rather than dropped. The exact command of every attempt is appended to
-`commands.sh` in the run folder, so any number in the report can be reproduced.
+recorded as "unstable" rather than dropped. A run that gives no result in time is killed; a
+fixed-count run killed after Triton's counters show every one of its requests answered is
+perf_analyzer's own hang (`plan.server_answered_every_request`) and is measured once more, while a
+level whose requests the server did not all answer stays failed. The exact command of every
+attempt is appended to `commands.sh` in the run folder, so any number in the report can be reproduced.
 """
 from __future__ import annotations
 
