@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import shlex
+import shutil
 import subprocess
 import time
 import urllib.request
@@ -35,6 +36,7 @@ from perf_sweep.results import (
     MetricKey,
     PerfRecord,
     latencies_from_profile_export,
+    metric_sum,
     parse_prometheus_text,
     record_from_outputs,
     server_metrics_delta,
@@ -87,6 +89,32 @@ def _level_tag(load: float) -> str:
     return f"{load:g}".replace(".", "_")
 
 
+def _hang_evidence(pid: int, sweep: SweepSpec, before: Mapping[MetricKey, float], path: Path) -> str:
+    """What the server and perf_analyzer were doing when a run overran its limit, before it is
+    killed: Triton's counters for the model since the run started (answered, failed, still queued)
+    and perf_analyzer's thread stacks (gdb, when installed), appended to `path`. One line, for the note."""
+    summary = "no Triton metrics URL"
+    if sweep.metrics_url:
+        try:
+            now = scrape_metrics(sweep.metrics_url)
+            delta = server_metrics_delta(before, now, sweep.model)
+            queued = metric_sum(now, "nv_inference_pending_request_count", model=sweep.model)
+            summary = (f"Triton meanwhile: {delta.requests_succeeded:.0f} answered, "
+                       f"{delta.requests_failed:.0f} failed, {queued:.0f} queued")
+        except SweepRunError as exc:
+            summary = f"Triton's metrics unreadable ({exc})"
+    stacks = "gdb not installed"
+    if shutil.which("gdb"):
+        try:
+            stacks = subprocess.run(["gdb", "-p", str(pid), "-batch", "-ex", "thread apply all bt"],
+                                    capture_output=True, text=True, timeout=30).stdout
+        except subprocess.TimeoutExpired:
+            stacks = "gdb took over 30 s"
+    with path.open("a") as f:  # a level measured once more keeps both attempts' evidence
+        f.write(f"{summary}\n\nperf_analyzer's threads (pid {pid}):\n{stacks}\n")
+    return f"{summary} (stacks: {path.name})"
+
+
 def run_level(sweep: SweepSpec, level: float, folder: RunFolder, perf_analyzer: Path, env: Mapping[str, str],
               request_count: int | None = None, timeout: float | None = None,
               fixed_reason: str | None = None, remeasured: str = "") -> tuple[PerfRecord, list[float]]:
@@ -99,8 +127,8 @@ def run_level(sweep: SweepSpec, level: float, folder: RunFolder, perf_analyzer: 
     (`plan.server_answered_every_request`: perf_analyzer's own hang); `remeasured` says why."""
     out = folder.sweep_dir(sweep)
     tag = _level_tag(level) + ("_fixed" if request_count else "")
-    csv_path, export_path = out / f"level_{tag}.csv", out / f"level_{tag}.export.json"
-    for stale in (csv_path, export_path):
+    csv_path, export_path, hang_path = (out / f"level_{tag}{suffix}" for suffix in (".csv", ".export.json", ".hang.txt"))
+    for stale in (csv_path, export_path) + (() if remeasured else (hang_path,)):
         stale.unlink(missing_ok=True)
     argv = render_perf_analyzer_command(sweep, level, csv_path, export_path, perf_analyzer, request_count)
     folder.log_command(argv, env, f"{sweep.name} level {level:g}" + (" (fixed request count)" if request_count else ""))
@@ -109,12 +137,15 @@ def run_level(sweep: SweepSpec, level: float, folder: RunFolder, perf_analyzer: 
     limit = timeout or (m.max_trials + 2) * m.interval_ms / 1000 * 2 + 30
     before = scrape_metrics(sweep.metrics_url)
     started = time.monotonic()
+    proc = subprocess.Popen(argv, env=dict(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        proc = subprocess.run(argv, env=dict(env), capture_output=True, text=True, timeout=limit)
-        stdout, returncode = proc.stdout + proc.stderr, proc.returncode
-    except subprocess.TimeoutExpired as exc:
-        stdout = (exc.stdout or b"").decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-        stdout, returncode = stdout + f"\n[perf_sweep] no result after {limit:.0f} s: perf_analyzer killed", -9
+        stdout, _ = proc.communicate(timeout=limit)
+        returncode = proc.returncode
+    except subprocess.TimeoutExpired:
+        hung = _hang_evidence(proc.pid, sweep, before, hang_path)
+        proc.kill()
+        stdout, _ = proc.communicate()
+        stdout, returncode = stdout + f"\n[perf_sweep] no result after {limit:.0f} s: perf_analyzer killed; {hung}", -9
     elapsed = time.monotonic() - started
     after = scrape_metrics(sweep.metrics_url)
     (out / f"level_{tag}.stdout.txt").write_text(f"$ {shlex.join(argv)}\n# exit code {returncode}\n{stdout}")

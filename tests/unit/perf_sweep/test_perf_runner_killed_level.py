@@ -12,16 +12,18 @@ from perf_sweep.plan import Measurement, SweepSpec
 from perf_sweep.runner import RunFolder, run_level
 
 
-def counters_endpoint(successes_per_scrape: int, failures_per_scrape: int = 0):
-    """An endpoint whose success/failure counters grow by the given amounts at every scrape."""
+def counters_endpoint(successes: int, failures: int = 0):
+    """An endpoint whose success/failure counters read 0 at the first scrape (before the run) and
+    the given totals at every later one (while the run hangs, after it)."""
     scrapes = [0]
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self):
-            n = scrapes[0]
+            later = scrapes[0] > 0
             scrapes[0] += 1
-            body = (f'nv_inference_request_success{{model="m",version="1"}} {n * successes_per_scrape}\n'
-                    f'nv_inference_request_failure{{model="m",reason="OTHER",version="1"}} {n * failures_per_scrape}\n')
+            body = (f'nv_inference_request_success{{model="m",version="1"}} {successes * later}\n'
+                    f'nv_inference_request_failure{{model="m",reason="OTHER",version="1"}} {failures * later}\n'
+                    f'nv_inference_pending_request_count{{model="m",version="1"}} 0\n')
             self.send_response(200)
             self.end_headers()
             self.wfile.write(body.encode())
@@ -48,7 +50,7 @@ def sweep(metrics_url):
 
 
 def test_killed_after_the_server_answered_everything_is_measured_once_more(tmp_path, hanging_perf_analyzer):
-    server, url = counters_endpoint(successes_per_scrape=110)
+    server, url = counters_endpoint(successes=110)
     try:
         record, _ = run_level(sweep(url), 40, RunFolder(tmp_path / "run"), hanging_perf_analyzer, {},
                               request_count=100, timeout=0.5, fixed_reason="never stable")
@@ -57,6 +59,9 @@ def test_killed_after_the_server_answered_everything_is_measured_once_more(tmp_p
     commands = (tmp_path / "run" / "commands.sh").read_text()
     assert commands.count(str(hanging_perf_analyzer)) == 2  # the first run and exactly one more
     assert record.status == "failed" and "measured again" in record.note and "perf_analyzer killed" in record.note
+    # before each kill: Triton's counters and perf_analyzer's stacks (gdb, where installed) beside the output
+    evidence = (tmp_path / "run" / "raw" / "s" / "level_40_fixed.hang.txt").read_text()
+    assert evidence.startswith("Triton meanwhile: 110 answered, 0 failed, 0 queued")
 
 
 @pytest.mark.parametrize("successes, failures", [(109, 0), (110, 1)])
