@@ -203,19 +203,24 @@ def fixed_count_timeout_s(request_count: int, warmup_requests: int, rate_per_s: 
     return max(30.0, 2 * (request_count + warmup_requests) / max(rate_per_s, 1e-3) + 20)
 
 
-def server_answered_every_request(request_count: int, warmup_requests: int,
-                                  server_succeeded: float, server_failed: float) -> bool:
-    """Whether a fixed-count perf_analyzer run that had to be killed hung on its own side.
+def hung_in_perf_analyzer(answered: float, failed: float, queued: float, expected: int | None) -> bool:
+    """Whether a perf_analyzer run that overran its limit hung on its own side, so that measuring
+    the level once more is honest. `answered`/`failed` are Triton's counters for the model over the
+    run and `queued` its pending requests, all read while the run hangs; `expected` is how many
+    requests the run sends in all (a fixed count plus the warm-up), None when that is open-ended
+    (time windows send for as long as they measure).
 
-    Why: with `--request-count N`, perf_analyzer 2.51 sends exactly N requests and then waits for N
-    request records, but it clears its records only after its workers have started
+    Why: perf_analyzer 2.51 can wait forever on its own. With `--request-count N` it sends exactly N
+    requests and waits for N records, but clears its records only after its workers have started
     (RequestRateManager::ChangeRequestRate, then InferenceProfiler::ProfileHelper's
-    SwapRequestRecords), so an answer that arrives in between is dropped and it waits forever
-    (seen once in CI: Poisson 40 req/s, 100 requests). Triton's own success counter tells the
-    two cases apart: if the server answered the warm-up and all N requests without a failure,
-    the hang was perf_analyzer's and measuring again is honest; otherwise the server lost or
-    failed requests and the level stays failed."""
-    return server_failed == 0 and server_succeeded >= request_count + warmup_requests
+    SwapRequestRecords), so an answer landing in between is dropped. And it waits, without a
+    limit, for every request it counts as outstanding (LoadWorker::WaitForOngoingRequests): seen
+    twice here and once in CI, a Poisson run at 40 req/s against an idle digit classifier, stuck
+    before its first window. A server that lost or failed requests shows it: a failure, a request
+    still queued, or fewer answers than a fixed-count run sent. Then the level stays failed."""
+    if failed > 0 or queued > 0 or answered <= 0:
+        return False
+    return expected is None or answered >= expected
 
 
 def find_perf_analyzer(explicit: str | os.PathLike | None = None) -> Path:

@@ -3,10 +3,10 @@
 Per level: scrape Triton's metrics, run perf_analyzer (argv from `plan.render_perf_analyzer_command`),
 scrape again. If perf_analyzer never stabilises (common on a shared 2-core host), the level is
 measured once more with a fixed request count sized from the server's own request counter, and
-recorded as "unstable" rather than dropped. A run that gives no result in time is killed; a
-fixed-count run killed after Triton's counters show every one of its requests answered is
-perf_analyzer's own hang (`plan.server_answered_every_request`) and is measured once more, while a
-level whose requests the server did not all answer stays failed. The exact command of every
+recorded as "unstable" rather than dropped. A run that gives no result in time is killed, after
+its evidence is kept (Triton's counts for the run, perf_analyzer's thread stacks: `level_*.hang.txt`);
+if Triton had nothing outstanding, the hang was perf_analyzer's own (`plan.hung_in_perf_analyzer`)
+and the level is measured once more, while a level with requests failed, queued or unanswered stays failed. The exact command of every
 attempt is appended to `commands.sh` in the run folder, so any number in the report can be reproduced.
 """
 from __future__ import annotations
@@ -27,9 +27,9 @@ from perf_sweep.plan import (
     SweepSpec,
     find_perf_analyzer,
     fixed_count_timeout_s,
+    hung_in_perf_analyzer,
     perf_analyzer_environment,
     render_perf_analyzer_command,
-    server_answered_every_request,
 )
 from perf_sweep.results import (
     STALL_MS,
@@ -89,18 +89,28 @@ def _level_tag(load: float) -> str:
     return f"{load:g}".replace(".", "_")
 
 
-def _hang_evidence(pid: int, sweep: SweepSpec, before: Mapping[MetricKey, float], path: Path) -> str:
-    """What the server and perf_analyzer were doing when a run overran its limit, before it is
-    killed: Triton's counters for the model since the run started (answered, failed, still queued)
-    and perf_analyzer's thread stacks (gdb, when installed), appended to `path`. One line, for the note."""
-    summary = "no Triton metrics URL"
+@dataclass(frozen=True)
+class HangEvidence:
+    """What the server and perf_analyzer were doing when a run overran its limit, read before it
+    is killed: Triton's counters for the model since the run started (None without metrics)."""
+
+    answered: float | None
+    failed: float | None
+    queued: float | None
+    summary: str
+
+
+def _hang_evidence(pid: int, sweep: SweepSpec, before: Mapping[MetricKey, float], path: Path) -> HangEvidence:
+    """Triton's answered/failed/queued counts for the run, and perf_analyzer's thread stacks (gdb,
+    when installed) appended to `path` beside the level's output."""
+    counts, summary = (None, None, None), "no Triton metrics URL"
     if sweep.metrics_url:
         try:
             now = scrape_metrics(sweep.metrics_url)
             delta = server_metrics_delta(before, now, sweep.model)
-            queued = metric_sum(now, "nv_inference_pending_request_count", model=sweep.model)
-            summary = (f"Triton meanwhile: {delta.requests_succeeded:.0f} answered, "
-                       f"{delta.requests_failed:.0f} failed, {queued:.0f} queued")
+            counts = (delta.requests_succeeded, delta.requests_failed,
+                      metric_sum(now, "nv_inference_pending_request_count", model=sweep.model))
+            summary = "Triton meanwhile: {:.0f} answered, {:.0f} failed, {:.0f} queued".format(*counts)
         except SweepRunError as exc:
             summary = f"Triton's metrics unreadable ({exc})"
     stacks = "gdb not installed"
@@ -112,7 +122,7 @@ def _hang_evidence(pid: int, sweep: SweepSpec, before: Mapping[MetricKey, float]
             stacks = "gdb took over 30 s"
     with path.open("a") as f:  # a level measured once more keeps both attempts' evidence
         f.write(f"{summary}\n\nperf_analyzer's threads (pid {pid}):\n{stacks}\n")
-    return f"{summary} (stacks: {path.name})"
+    return HangEvidence(*counts, summary=f"{summary} (perf_analyzer's stacks: {path.name})")
 
 
 def run_level(sweep: SweepSpec, level: float, folder: RunFolder, perf_analyzer: Path, env: Mapping[str, str],
@@ -122,9 +132,9 @@ def run_level(sweep: SweepSpec, level: float, folder: RunFolder, perf_analyzer: 
 
     With `request_count`, one fixed-count measurement replaces the stability search (by design,
     e.g. to fix how long a level lasts while other traffic runs). With `fixed_reason` too, the level
-    counts as "unstable" (the stability search failed or was skipped for that reason). A fixed-count
-    run killed after the server had answered all of its requests is measured once more
-    (`plan.server_answered_every_request`: perf_analyzer's own hang); `remeasured` says why."""
+    counts as "unstable" (the stability search failed or was skipped for that reason). A run killed
+    while Triton showed nothing outstanding is measured once more (`plan.hung_in_perf_analyzer`:
+    perf_analyzer's own hang); `remeasured` says why."""
     out = folder.sweep_dir(sweep)
     tag = _level_tag(level) + ("_fixed" if request_count else "")
     csv_path, export_path, hang_path = (out / f"level_{tag}{suffix}" for suffix in (".csv", ".export.json", ".hang.txt"))
@@ -137,15 +147,16 @@ def run_level(sweep: SweepSpec, level: float, folder: RunFolder, perf_analyzer: 
     limit = timeout or (m.max_trials + 2) * m.interval_ms / 1000 * 2 + 30
     before = scrape_metrics(sweep.metrics_url)
     started = time.monotonic()
+    hang: HangEvidence | None = None
     proc = subprocess.Popen(argv, env=dict(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         stdout, _ = proc.communicate(timeout=limit)
         returncode = proc.returncode
     except subprocess.TimeoutExpired:
-        hung = _hang_evidence(proc.pid, sweep, before, hang_path)
+        hang = _hang_evidence(proc.pid, sweep, before, hang_path)
         proc.kill()
         stdout, _ = proc.communicate()
-        stdout, returncode = stdout + f"\n[perf_sweep] no result after {limit:.0f} s: perf_analyzer killed; {hung}", -9
+        stdout, returncode = stdout + f"\n[perf_sweep] no result after {limit:.0f} s: perf_analyzer killed; {hang.summary}", -9
     elapsed = time.monotonic() - started
     after = scrape_metrics(sweep.metrics_url)
     (out / f"level_{tag}.stdout.txt").write_text(f"$ {shlex.join(argv)}\n# exit code {returncode}\n{stdout}")
@@ -160,19 +171,18 @@ def run_level(sweep: SweepSpec, level: float, folder: RunFolder, perf_analyzer: 
         batch_size=sweep.batch_size, command=argv, csv_text=csv_path.read_text() if csv_path.exists() else None,
         stdout=stdout, server=server, status="unstable" if fixed_reason else "ok",
         note="; ".join(filter(None, (
-            f"no result within {limit:.0f} s (perf_analyzer killed)" if returncode == -9
+            f"no result within {limit:.0f} s (perf_analyzer killed; {hang.summary})" if hang is not None
             else f"fixed {request_count} requests: {fixed_reason}" if fixed_reason
             else f"fixed {request_count} requests" if request_count else "",
             remeasured))),
     )
-    if (returncode == -9 and request_count is not None and not remeasured and server is not None
-            and server_answered_every_request(request_count, m.warmup_requests,
-                                              server.requests_succeeded, server.requests_failed)):
+    expected = request_count + m.warmup_requests if request_count else None
+    if (hang is not None and not remeasured and hang.answered is not None
+            and hung_in_perf_analyzer(hang.answered, hang.failed, hang.queued, expected)):
         return run_level(sweep, level, folder, perf_analyzer, env, request_count=request_count, timeout=limit,
                          fixed_reason=fixed_reason, remeasured=(
-                             f"measured again: the first run was killed after {limit:.0f} s although the server had "
-                             f"answered its {m.warmup_requests} warm-up and {request_count} requests without a failure "
-                             f"(perf_analyzer's own hang: plan.server_answered_every_request)"))
+                             f"measured again: the first run was killed after {limit:.0f} s while Triton had nothing "
+                             f"outstanding ({hang.summary}; plan.hung_in_perf_analyzer)"))
     record = dataclasses.replace(record, stalled=sum(latency >= STALL_MS for latency in latencies))
     if record.status == "failed" and request_count is None and "Failed to obtain stable measurement" in stdout:
         # Size a fixed-count measurement as ~3 windows at the rate the server actually served.
@@ -181,7 +191,7 @@ def run_level(sweep: SweepSpec, level: float, folder: RunFolder, perf_analyzer: 
         rate = level if sweep.mode.value == "request_rate" else served_rate
         return run_level(sweep, level, folder, perf_analyzer, env, request_count=count,
                          timeout=timeout or fixed_count_timeout_s(count, m.warmup_requests, rate),
-                         fixed_reason=f"never stable within {m.max_trials} windows")
+                         fixed_reason=f"never stable within {m.max_trials} windows", remeasured=remeasured)
     return record, latencies
 
 

@@ -11,10 +11,10 @@ from perf_sweep.plan import (
     SweepSpec,
     concurrency_levels,
     fixed_count_timeout_s,
+    hung_in_perf_analyzer,
     perf_analyzer_environment,
     render_perf_analyzer_command,
     request_rate_levels,
-    server_answered_every_request,
 )
 
 
@@ -92,7 +92,12 @@ def test_fixed_count_timeout_scales_with_the_requests_and_their_rate():
         fixed_count_timeout_s(0, 10, 40)
 
 
-def test_a_killed_fixed_count_run_is_perf_analyzers_hang_only_if_the_server_answered_everything():
-    assert server_answered_every_request(100, 10, server_succeeded=110, server_failed=0)
-    assert not server_answered_every_request(100, 10, server_succeeded=109, server_failed=0)  # one unanswered
-    assert not server_answered_every_request(100, 10, server_succeeded=110, server_failed=1)  # one failed
+def test_a_killed_run_is_perf_analyzers_own_hang_only_if_the_server_shows_nothing_outstanding():
+    # fixed count: every request it sent (100 + 10 warm-up) answered, nothing failed or queued
+    assert hung_in_perf_analyzer(answered=110, failed=0, queued=0, expected=110)
+    assert not hung_in_perf_analyzer(answered=109, failed=0, queued=0, expected=110)  # one unanswered
+    assert not hung_in_perf_analyzer(answered=110, failed=1, queued=0, expected=110)  # one failed
+    # time windows: open-ended, so the server must have answered something and hold nothing
+    assert hung_in_perf_analyzer(answered=35, failed=0, queued=0, expected=None)
+    assert not hung_in_perf_analyzer(answered=35, failed=0, queued=1, expected=None)  # still queued
+    assert not hung_in_perf_analyzer(answered=0, failed=0, queued=0, expected=None)  # never reached the server

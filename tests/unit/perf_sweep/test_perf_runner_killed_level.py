@@ -75,3 +75,13 @@ def test_killed_with_a_request_unanswered_or_failed_stays_failed_without_a_secon
         server.shutdown()
     assert (tmp_path / "run" / "commands.sh").read_text().count(str(hanging_perf_analyzer)) == 1
     assert record.status == "failed" and "measured again" not in record.note
+
+
+def test_a_killed_time_window_run_is_measured_once_more_when_triton_holds_nothing(tmp_path, hanging_perf_analyzer):
+    server, url = counters_endpoint(successes=35)
+    try:
+        record, _ = run_level(sweep(url), 40, RunFolder(tmp_path / "run"), hanging_perf_analyzer, {}, timeout=0.5)
+    finally:
+        server.shutdown()
+    assert (tmp_path / "run" / "commands.sh").read_text().count(str(hanging_perf_analyzer)) == 2
+    assert record.status == "failed" and "measured again" in record.note
