@@ -213,11 +213,14 @@ def hung_in_perf_analyzer(answered: float, failed: float, queued: float, expecte
     Why: perf_analyzer 2.51 can wait forever on its own. With `--request-count N` it sends exactly N
     requests and waits for N records, but clears its records only after its workers have started
     (RequestRateManager::ChangeRequestRate, then InferenceProfiler::ProfileHelper's
-    SwapRequestRecords), so an answer landing in between is dropped. And it waits, without a
-    limit, for every request it counts as outstanding (LoadWorker::WaitForOngoingRequests): seen
-    twice here and once in CI, a Poisson run at 40 req/s against an idle digit classifier, stuck
-    before its first window. A server that lost or failed requests shows it: a failure, a request
-    still queued, or fewer answers than a fixed-count run sent. Then the level stays failed."""
+    SwapRequestRecords), so an answer landing in between is dropped. And the end of its warm-up
+    waits, without a limit, for every request it counts as outstanding
+    (LoadWorker::WaitForOngoingRequests): seen once here and once in CI, a Poisson run at 40 req/s
+    (priority 1) against the digit classifier that never printed its "Request Rate" line, i.e. never
+    left its warm-up. A server that failed or holds requests shows it (a failure, a request still
+    queued, fewer answers than a fixed-count run sent): then the level stays failed. A request
+    stuck inside a model instance is not counted as queued; the evidence file beside the output
+    (perf_analyzer's stacks) is there to tell that case apart afterwards."""
     if failed > 0 or queued > 0 or answered <= 0:
         return False
     return expected is None or answered >= expected

@@ -6,8 +6,9 @@ measured once more with a fixed request count sized from the server's own reques
 recorded as "unstable" rather than dropped. A run that gives no result in time is killed, after
 its evidence is kept (Triton's counts for the run, perf_analyzer's thread stacks: `level_*.hang.txt`);
 if Triton had nothing outstanding, the hang was perf_analyzer's own (`plan.hung_in_perf_analyzer`)
-and the level is measured once more, while a level with requests failed, queued or unanswered stays failed. The exact command of every
-attempt is appended to `commands.sh` in the run folder, so any number in the report can be reproduced.
+and the level is measured once more, while a level with requests failed, queued or unanswered
+stays failed. The exact command of every attempt is appended to `commands.sh` in the run folder,
+so any number in the report can be reproduced.
 """
 from __future__ import annotations
 
