@@ -160,7 +160,7 @@ class ServerEndpoints:
     #: both ends CPU and saves nothing (measured: docs/performance.md, "Compressed responses");
     #: 0-9 = a zlib level (0 = gzip framing without compression, 1 = nginx's default) for clients
     #: behind slow links.
-    http_gzip_level: int | str = "off"
+    http_gzip_level: int | str = GZIP_OFF
 
     #: Binding anywhere but loopback is an explicit choice (here or `serve --allow-non-loopback`);
     #: the launcher logs a warning when it is made. Admin APIs stay locked by the key either way.

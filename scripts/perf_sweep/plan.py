@@ -193,6 +193,12 @@ def render_perf_analyzer_command(
     return argv
 
 
+def fixed_request_count(rate_per_s: float, interval_ms: int) -> int:
+    """How many requests a fixed-count measurement sends in place of the stability search: about
+    three measurement windows at `rate_per_s`, at least 100 and at most 20,000."""
+    return int(max(100, min(20_000, rate_per_s * 3 * interval_ms / 1000)))
+
+
 def fixed_count_timeout_s(request_count: int, warmup_requests: int, rate_per_s: float) -> float:
     """How long a fixed-count perf_analyzer run may take before it counts as hung: twice the
     time its warm-up and measured requests need at `rate_per_s` (the level's rate, or the rate

@@ -28,6 +28,7 @@ from perf_sweep.plan import (
     SweepSpec,
     find_perf_analyzer,
     fixed_count_timeout_s,
+    fixed_request_count,
     hung_in_perf_analyzer,
     perf_analyzer_environment,
     render_perf_analyzer_command,
@@ -188,7 +189,7 @@ def run_level(sweep: SweepSpec, level: float, folder: RunFolder, perf_analyzer: 
     if record.status == "failed" and request_count is None and "Failed to obtain stable measurement" in stdout:
         # Size a fixed-count measurement as ~3 windows at the rate the server actually served.
         served_rate = (server.requests_succeeded / elapsed) if server and elapsed > 0 else 0.0
-        count = int(max(100, min(20_000, served_rate * 3 * m.interval_ms / 1000)))
+        count = fixed_request_count(served_rate, m.interval_ms)
         rate = level if sweep.mode.value == "request_rate" else served_rate
         return run_level(sweep, level, folder, perf_analyzer, env, request_count=count,
                          timeout=timeout or fixed_count_timeout_s(count, m.warmup_requests, rate),
@@ -216,11 +217,10 @@ def run_sweep(sweep: SweepSpec, folder: RunFolder, progress: Progress = print,
         if fixed_from is None:
             record, level_latencies = run_level(sweep, level, folder, binary, environment)
         else:  # this host is too noisy for this sweep: measure ~3 windows' worth directly, once
-            window_s = sweep.measurement.interval_ms / 1000
             # the last measured throughput: under more load a window of that many requests only gets shorter
             last = next(r for r in reversed(records) if r.status != "failed")
             rate = level if sweep.mode.value == "request_rate" else last.throughput
-            count = int(max(100, min(20_000, rate * 3 * window_s)))
+            count = fixed_request_count(rate, sweep.measurement.interval_ms)
             reason = f"stability search skipped after {sweep.mode.value} {fixed_from.load:g} never stabilised"
             record, level_latencies = run_level(sweep, level, folder, binary, environment, request_count=count,
                                                 fixed_reason=reason,

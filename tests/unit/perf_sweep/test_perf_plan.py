@@ -11,6 +11,7 @@ from perf_sweep.plan import (
     SweepSpec,
     concurrency_levels,
     fixed_count_timeout_s,
+    fixed_request_count,
     hung_in_perf_analyzer,
     perf_analyzer_environment,
     render_perf_analyzer_command,
@@ -101,3 +102,9 @@ def test_a_killed_run_is_perf_analyzers_own_hang_only_if_the_server_shows_nothin
     assert hung_in_perf_analyzer(answered=35, failed=0, queued=0, expected=None)
     assert not hung_in_perf_analyzer(answered=35, failed=0, queued=1, expected=None)  # still queued
     assert not hung_in_perf_analyzer(answered=0, failed=0, queued=0, expected=None)  # never reached the server
+
+
+def test_a_fixed_count_is_three_windows_at_the_rate_within_100_and_20000():
+    assert fixed_request_count(40, 500) == 100  # 60 requests: the floor
+    assert fixed_request_count(1_000, 1_500) == 4_500
+    assert fixed_request_count(10_000, 1_500) == 20_000  # the cap
