@@ -209,6 +209,18 @@ def fixed_count_timeout_s(request_count: int, warmup_requests: int, rate_per_s: 
     return max(30.0, 2 * (request_count + warmup_requests) / max(rate_per_s, 1e-3) + 20)
 
 
+def level_timeout_s(measurement: Measurement, mode: LoadMode, level: float, request_count: int | None = None) -> float:
+    """How long one perf_analyzer run of a level may take before it counts as hung. A fixed count
+    at a request rate: `fixed_count_timeout_s` at that rate (the A/B and isolation runs fix their
+    counts this way; a count sized for minutes must not be cut at the time-window limit, nor a
+    short one wait for it). Otherwise the warm-up plus every trial window, doubled for slow
+    answers, plus 30 s (a fixed count at a concurrency has no rate to size by: its callers pass
+    their own limit from the rate the server served)."""
+    if request_count and mode is LoadMode.REQUEST_RATE:
+        return fixed_count_timeout_s(request_count, measurement.warmup_requests, level)
+    return (measurement.max_trials + 2) * measurement.interval_ms / 1000 * 2 + 30
+
+
 def hung_in_perf_analyzer(answered: float, failed: float, queued: float, expected: int | None) -> bool:
     """Whether a perf_analyzer run that overran its limit hung on its own side, so that measuring
     the level once more is honest. `answered`/`failed` are Triton's counters for the model over the

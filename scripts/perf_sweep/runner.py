@@ -30,6 +30,7 @@ from perf_sweep.plan import (
     fixed_count_timeout_s,
     fixed_request_count,
     hung_in_perf_analyzer,
+    level_timeout_s,
     perf_analyzer_environment,
     render_perf_analyzer_command,
 )
@@ -145,8 +146,7 @@ def run_level(sweep: SweepSpec, level: float, folder: RunFolder, perf_analyzer: 
     argv = render_perf_analyzer_command(sweep, level, csv_path, export_path, perf_analyzer, request_count)
     folder.log_command(argv, env, f"{sweep.name} level {level:g}" + (" (fixed request count)" if request_count else ""))
     m = sweep.measurement
-    # Warm-up plus every trial window, doubled for slow responses; a level that overruns this has hung.
-    limit = timeout or (m.max_trials + 2) * m.interval_ms / 1000 * 2 + 30
+    limit = timeout or level_timeout_s(m, sweep.mode, level, request_count)  # overrun = hung
     before = scrape_metrics(sweep.metrics_url)
     started = time.monotonic()
     hang: HangEvidence | None = None

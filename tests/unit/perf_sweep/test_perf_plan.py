@@ -13,6 +13,7 @@ from perf_sweep.plan import (
     fixed_count_timeout_s,
     fixed_request_count,
     hung_in_perf_analyzer,
+    level_timeout_s,
     perf_analyzer_environment,
     render_perf_analyzer_command,
     request_rate_levels,
@@ -108,3 +109,15 @@ def test_a_fixed_count_is_three_windows_at_the_rate_within_100_and_20000():
     assert fixed_request_count(40, 500) == 100  # 60 requests: the floor
     assert fixed_request_count(1_000, 1_500) == 4_500
     assert fixed_request_count(10_000, 1_500) == 20_000  # the cap
+
+
+def test_a_levels_limit_follows_its_fixed_count_at_a_rate_and_its_windows_otherwise():
+    m = Measurement(interval_ms=1500, stability_percentage=15, max_trials=5, warmup_requests=40)
+    windows = (5 + 2) * 1.5 * 2 + 30
+    assert level_timeout_s(m, LoadMode.CONCURRENCY, 8) == windows
+    assert level_timeout_s(m, LoadMode.REQUEST_RATE, 40) == windows
+    # an A/B run's fixed count at 20 req/s: 2 x 4,040 requests / 20 + 20 s, far past the windows' limit
+    assert level_timeout_s(m, LoadMode.REQUEST_RATE, 20, request_count=4_000) == pytest.approx(2 * 4_040 / 20 + 20)
+    assert level_timeout_s(m, LoadMode.REQUEST_RATE, 400, request_count=100) == 30.0  # the floor
+    # a fixed count at a concurrency has no rate: the windows' limit (its callers pass their own)
+    assert level_timeout_s(m, LoadMode.CONCURRENCY, 8, request_count=4_000) == windows
