@@ -128,6 +128,21 @@ def _hang_evidence(pid: int, sweep: SweepSpec, before: Mapping[MetricKey, float]
     return HangEvidence(*counts, summary=f"{summary} (perf_analyzer's stacks: {path.name})")
 
 
+def _run_perf_analyzer(argv: list[str], env: Mapping[str, str], limit: float, sweep: SweepSpec,
+                       before: Mapping[MetricKey, float], hang_path: Path) -> tuple[str, int, HangEvidence | None]:
+    """(output, exit code, None) of one perf_analyzer run; past `limit` seconds, its hang evidence is
+    taken (`_hang_evidence`) before it is killed, and the output says so (exit code -9)."""
+    proc = subprocess.Popen(argv, env=dict(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        stdout, _ = proc.communicate(timeout=limit)
+        return stdout, proc.returncode, None
+    except subprocess.TimeoutExpired:
+        hang = _hang_evidence(proc.pid, sweep, before, hang_path)
+        proc.kill()
+        stdout, _ = proc.communicate()
+        return stdout + f"\n[perf_sweep] no result after {limit:.0f} s: perf_analyzer killed; {hang.summary}", -9, hang
+
+
 def run_level(sweep: SweepSpec, level: float, folder: RunFolder, perf_analyzer: Path, env: Mapping[str, str],
               request_count: int | None = None, timeout: float | None = None,
               fixed_reason: str | None = None, remeasured: str = "") -> tuple[PerfRecord, list[float]]:
@@ -149,16 +164,7 @@ def run_level(sweep: SweepSpec, level: float, folder: RunFolder, perf_analyzer: 
     limit = timeout or level_timeout_s(m, sweep.mode, level, request_count)  # overrun = hung
     before = scrape_metrics(sweep.metrics_url)
     started = time.monotonic()
-    hang: HangEvidence | None = None
-    proc = subprocess.Popen(argv, env=dict(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        stdout, _ = proc.communicate(timeout=limit)
-        returncode = proc.returncode
-    except subprocess.TimeoutExpired:
-        hang = _hang_evidence(proc.pid, sweep, before, hang_path)
-        proc.kill()
-        stdout, _ = proc.communicate()
-        stdout, returncode = stdout + f"\n[perf_sweep] no result after {limit:.0f} s: perf_analyzer killed; {hang.summary}", -9
+    stdout, returncode, hang = _run_perf_analyzer(argv, env, limit, sweep, before, hang_path)
     elapsed = time.monotonic() - started
     after = scrape_metrics(sweep.metrics_url)
     (out / f"level_{tag}.stdout.txt").write_text(f"$ {shlex.join(argv)}\n# exit code {returncode}\n{stdout}")

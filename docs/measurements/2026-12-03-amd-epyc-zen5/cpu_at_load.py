@@ -1,17 +1,10 @@
 """Closed-loop text load at c=N on PORT; per-process CPU over the window; stub batch metrics."""
 import json, os, sys, time, re, urllib.request
 sys.path.insert(0, "/work/main/scripts")
-from perf_sweep.peers.codec import Workload, kserve_body
-from perf_sweep.peers.plan import LoadLevel, LoadMode, ModelKind
-from perf_sweep import http_load
+from text_load import closed_loop_texts
 import threading
 port, metrics_port, c, window = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
 model = sys.argv[5] if len(sys.argv) > 5 else "text_embedder"
-class Accept:
-    def __init__(self, n): self.items = n
-    def __call__(self, i, p): return None, 1.0
-texts = json.load(open("/work/main/artifacts/text_encoder/text_corpus.json"))["heldout"][:300]
-tb = tuple(kserve_body("TEXT", "BYTES", [1, 1], [t]) for t in texts)
 def procs():
     out = {}
     for pid in os.listdir("/proc"):
@@ -30,18 +23,16 @@ def metrics():
         name, val = line.rsplit(" ", 1)
         keep[name] = float(val)
     return keep
-w = Workload("x", ModelKind.TEXT, f"http://127.0.0.1:{port}/v2/models/{model}/infer", tb, Accept(len(tb)))
 m0 = None; p0 = None; t0 = None
 def snap():
     global m0, p0, t0
     time.sleep(2.0)
     m0, p0, t0 = metrics(), procs(), time.time()
 th = threading.Thread(target=snap); th.start()
-run = http_load.run_level(w, LoadLevel(LoadMode.CLOSED, c, 2.0, window), 10.0)
+rate = closed_loop_texts(port, c, window, model)
 p1, t1, m1 = procs(), time.time(), metrics()
 th.join()
-ok = [x for x in run.records if x.sent_s >= run.window_start_s and x.outcome.value == "ok"]
-print(f"c={c}: {len(ok)/window:.0f} texts/s")
+print(f"c={c}: {rate:.0f} texts/s")
 el = t1 - t0
 rows = []
 for pid, (cmd, ticks) in p1.items():

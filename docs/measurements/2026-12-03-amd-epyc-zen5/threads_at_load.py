@@ -1,15 +1,8 @@
 """Per-thread CPU and run-queue wait over a c=N text window: which threads run, and who waits."""
 import os, sys, time, json, threading
 sys.path.insert(0, "/work/main/scripts")
-from perf_sweep.peers.codec import Workload, kserve_body
-from perf_sweep.peers.plan import LoadLevel, LoadMode, ModelKind
-from perf_sweep import http_load
+from text_load import closed_loop_texts
 port, c, window = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
-class Accept:
-    def __init__(self, n): self.items = n
-    def __call__(self, i, p): return None, 1.0
-texts = json.load(open("/work/main/artifacts/text_encoder/text_corpus.json"))["heldout"][:300]
-tb = tuple(kserve_body("TEXT", "BYTES", [1, 1], [t]) for t in texts)
 def snap():
     out = {}
     for pid in os.listdir("/proc"):
@@ -27,15 +20,13 @@ def snap():
             except OSError: continue
             out[(int(pid), int(tid))] = (tag, comm, run_ns, wait_ns, slices)
     return out
-w = Workload("x", ModelKind.TEXT, f"http://127.0.0.1:{port}/v2/models/text_embedder/infer", tb, Accept(len(tb)))
 res = {}
 def sampler():
     time.sleep(2.0); res["a"] = (snap(), time.time()); time.sleep(window - 0.5); res["b"] = (snap(), time.time())
 th = threading.Thread(target=sampler); th.start()
-run = http_load.run_level(w, LoadLevel(LoadMode.CLOSED, c, 2.0, window), 10.0)
+rate = closed_loop_texts(port, c, window)
 th.join()
-ok = [x for x in run.records if x.sent_s >= run.window_start_s and x.outcome.value == "ok"]
-print(f"c={c}: {len(ok)/window:.0f} texts/s")
+print(f"c={c}: {rate:.0f} texts/s")
 (a, ta), (b, tb_) = res["a"], res["b"]; el = tb_ - ta
 rows = []
 for k, v in b.items():

@@ -23,3 +23,18 @@ def test_a_gone_servers_activity_files_are_removed_and_no_other_servers(tmp_path
     assert mine[0].name == "serving-text_embedder-123-activity"
     assert remove_server_shared_files(123, tmp_path) == sorted(mine)
     assert [p.name for p in Path(tmp_path).iterdir()] == [other.name]
+
+
+def test_no_function_of_the_source_folders_is_over_60_lines():
+    """Issue 11's rule (tests aside): a longer function is one to split into its named steps."""
+    import ast
+
+    from contracts.layout import SOURCE_DIRS
+
+    too_long = []
+    for folder in SOURCE_DIRS:
+        for path in sorted(folder.rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 60:
+                    too_long.append(f"{path.relative_to(folder.parent)}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1} lines)")
+    assert not too_long, "functions over 60 lines: " + "; ".join(too_long)
