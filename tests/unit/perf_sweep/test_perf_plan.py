@@ -13,11 +13,11 @@ from perf_sweep.plan import (
     fixed_count_timeout_s,
     fixed_request_count,
     hung_in_perf_analyzer,
-    level_timeout_s,
     perf_analyzer_environment,
     render_perf_analyzer_command,
     request_rate_levels,
 )
+from perf_sweep.plan import level_timeout_s
 
 
 def flag(argv, name):
