@@ -1,6 +1,6 @@
 """The throwaway interleaved A/B harness behind interleaved-ab.txt (kept as it was run).
 
-Usage: python interleaved_ab.py PORT_A PORT_B CONCURRENCIES ROUNDS WINDOW_S, with two `serving serve`
+Usage: python interleaved_ab.py PORT_A PORT_B CONCURRENCIES ROUNDS WINDOW_S [MODELS], with two `serving serve`
 instances up (--run-dir apart); answers are accepted unchecked (the peer suite checks them).
 Digit bodies are random 8x8 images: the speed, not the answers, is compared.
 """
@@ -17,7 +17,7 @@ texts = json.load(open("/work/main/artifacts/text_encoder/text_corpus.json"))["h
 tb = tuple(kserve_body("TEXT", "BYTES", [1, 1], [t]) for t in texts)
 rng = np.random.default_rng(0); db = digit_bodies(rng.random((200, 1, 8, 8)).astype(np.float32) * 16)
 ports = {"A": int(sys.argv[1]), "B": int(sys.argv[2])}
-levels = [(m, c) for m in ("text", "digits") for c in map(int, sys.argv[3].split(","))]
+levels = [(m, c) for m in (sys.argv[6].split(",") if len(sys.argv) > 6 else ("text", "digits")) for c in map(int, sys.argv[3].split(","))]
 rounds, window = int(sys.argv[4]), float(sys.argv[5])
 res = {}
 for m, c in levels:
