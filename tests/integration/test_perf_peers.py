@@ -41,11 +41,21 @@ def test_the_suite_measures_this_project_and_the_minimal_peer_alike_and_stops_th
         assert s["ok"] == s["measured"] > 0, (s["target"], s["model"], s["label"], s["first_error"])
         assert s["min_score"] >= (1.0 if s["model"] == "digit_classifier" else 0.9)
 
+    # this project's levels carry what its server saw: Triton's counters and the backend's split
+    for s in (s for s in levels if s["target"] == "this_project"):
+        inside = s["server"]
+        assert inside["requests"] >= s["sent"] - 1 and inside["executions"] > 0, (s["label"], inside)
+        assert inside["compute_infer_ms_per_request"] > 0 and inside["framework_ms_per_execution"] > 0, inside
+        if s["label"] == "c=1":  # one request in flight: every execution holds exactly one
+            assert inside["requests_per_execution"] == 1.0, inside
+    assert all(s.get("server") is None for s in levels if s["target"] == "minimal_fastapi")
+
     assert set(results["limits"]) == {"digit_classifier", "text_embedder"}
     assert len(results["headlines"]) == 2 * (2 + 2 + 1 + 1) and results["summary"].startswith("issue 10 targets:")
     folder = opts.folder
     report = (folder / "report.md").read_text()
     assert "**Machine**:" in report and "| this_project |" in report and "python -m serving serve" in report
+    assert report.count("Inside this project's server") == 2  # one table per model
     measured = [json.loads(line) for line in (folder / "levels.jsonl").read_text().splitlines()]
     assert len(measured) == 12
     # interleaved: each level on both targets back to back, the order reversed at the next level

@@ -103,6 +103,26 @@ def model_tables(levels: Sequence[LevelSummary], model: ModelKind) -> list[str]:
     return out
 
 
+def inside_server_table(levels: Sequence[LevelSummary], model: ModelKind) -> list[str]:
+    """This project's levels as its server saw them (perf_sweep.peers.inside_server); [] when none has them."""
+    rows = [s for s in levels if s.model == model.value and s.target == TargetKind.PROJECT.value and s.server]
+    if not rows:
+        return []
+    out = ["Inside this project's server (Triton's counters and the backend's metrics over each level, warm-up "
+           "included): requests per execution (the dynamic batch) and queue time per request; Triton's `compute_infer` "
+           "charges each request its whole execution; of that, the backend's own time is the ONNX Runtime call and the "
+           "rest of `execute` (decoding, tokenizing, checks, responses), and what is left is the Python backend's round "
+           "trip to its stub process and waiting for a CPU:", "",
+           "| level | client P50 ms | requests per execution | queue ms per request | compute_infer ms per request | "
+           "ONNX Runtime ms per execution | rest of execute ms per execution |", "|---|---:|---:|---:|---:|---:|---:|"]
+    for s in rows:
+        v = s.server
+        out.append(f"| {s.label} | {_f(s.p50_ms, 2)} | {_f(v['requests_per_execution'], 2)} | {_f(v['queue_ms_per_request'], 3)} | "
+                   f"{_f(v['compute_infer_ms_per_request'], 3)} | {_f(v['framework_ms_per_execution'], 3)} | "
+                   f"{_f(v['rest_of_execute_ms_per_execution'], 3)} |")
+    return out + [""]
+
+
 def accounting_table(levels: Sequence[LevelSummary]) -> list[str]:
     out = ["| target | model | level | sent | warm-up | measured | ok | http errors | wrong answers | timeouts | "
            "connection errors | >= 0.45 s | min score | client CPU | first error |",
@@ -154,6 +174,7 @@ def render_peer_markdown(results: Mapping[str, Any], plots: Mapping[str, str]) -
         if any(s.model == model.value for s in levels):
             out += [f"## {model.value}", "", f"Inputs: {results['inputs'].get(model.value, '-')}.", ""]
             out += model_tables(levels, model)
+            out += inside_server_table(levels, model)
             if model.value in results.get("limits", {}):
                 out += limit_lines(model.value, results["limits"][model.value])
     out += ["## Targets and how they were started", ""]

@@ -132,6 +132,14 @@ def urls_from_manifest(manifest: Mapping, models: Sequence[ModelKind]) -> dict[M
     return {m: f"http://{served[m.value].http}/v2/models/{m.value}/infer" for m in models}
 
 
+def metrics_urls_from_manifest(manifest: Mapping, models: Sequence[ModelKind]) -> dict[ModelKind, str]:
+    """Each model's Triton metrics URL from the same manifest (models whose partition has none are left out)."""
+    from contracts.manifest import as_manifest
+
+    served = as_manifest(manifest).models
+    return {m: served[m.value].metrics for m in models if m.value in served and served[m.value].metrics}
+
+
 def ports_free(ports: Sequence[int]) -> bool:
     import socket
 
@@ -163,6 +171,8 @@ class RunningTarget:
     infer_urls: Mapping[ModelKind, str]
     log: Path
     pid: int | None = None
+    #: Triton's metrics endpoint per model, for this project (the peers' are not read).
+    metrics_urls: Mapping[ModelKind, str] = field(default_factory=dict)
 
 
 def _answers_200(url: str) -> bool:
@@ -191,7 +201,9 @@ def start_target(launch: Launch, log: Path, timeout_s: float = 300.0) -> Running
         if done.returncode != 0:
             stop_target(running)
             raise SweepRunError(f"{launch.target.value} did not start (exit {done.returncode}): {launch.command}\n{_log_tail(log)}")
-        running.infer_urls = urls_from_manifest(read_manifest(launch.manifest), launch.target.serves())
+        manifest = read_manifest(launch.manifest)
+        running.infer_urls = urls_from_manifest(manifest, launch.target.serves())
+        running.metrics_urls = metrics_urls_from_manifest(manifest, launch.target.serves())
         return running
     with log.open("w") as out:
         process = subprocess.Popen(launch.argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)

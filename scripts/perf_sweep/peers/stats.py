@@ -74,6 +74,8 @@ class LevelSummary:
     min_score: float
     client_cpu: float  # the load generator's CPU time / wall time (1.0 = one core)
     first_error: str | None
+    #: This project's levels: what its server saw (perf_sweep.peers.inside_server.InsideServer.as_dict).
+    server: Mapping[str, float] | None = None
 
     @property
     def errors(self) -> int:
@@ -84,7 +86,7 @@ class LevelSummary:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "LevelSummary":
-        return cls(**{k: data[k] for k in cls.__dataclass_fields__})
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data or k != "server"})
 
 
 def percentile(values: Sequence[float], q: float) -> float:

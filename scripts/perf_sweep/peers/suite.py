@@ -40,6 +40,8 @@ from perf_sweep.peers.plan import (
     poisson_levels,
 )
 from perf_sweep.peers.stats import LevelSummary, Outcome, accounting_line, best_closed_loop_throughput, summarize_level
+from perf_sweep.peers.inside_server import BACKEND_FLUSH_S, inside_server
+from perf_sweep.runner import scrape_metrics
 
 from contracts.layout import PROJECT_ROOT
 Progress = Callable[[str], None]
@@ -133,7 +135,9 @@ def _running_project(opts: PeerSuiteOptions) -> servers.RunningTarget:
     manifest = servers.read_manifest(Path(opts.project_manifest))
     launch = servers.Launch(TargetKind.PROJECT, (), codec.Api.KSERVE_V2,
                             f"this project's running servers (`make serve`, {opts.project_manifest})")
-    return servers.RunningTarget(launch, servers.urls_from_manifest(manifest, TargetKind.PROJECT.serves()), Path("-"))
+    models = TargetKind.PROJECT.serves()
+    return servers.RunningTarget(launch, servers.urls_from_manifest(manifest, models), Path("-"),
+                                 metrics_urls=servers.metrics_urls_from_manifest(manifest, models))
 
 
 @dataclass
@@ -174,6 +178,28 @@ def _record_level(state: SuiteState, summary: LevelSummary, records, quiet: mach
     with gzip.open(folder / "requests.jsonl.gz", "at") as out:
         out.write(json.dumps({"target": summary.target, "model": summary.model, "level": summary.label,
                               "ok_latencies_ms": ok, "failed_first_50": failed}) + "\n")
+
+
+def _scrape(url: str | None, progress: Progress) -> dict | None:
+    """Triton's metrics at `url` (None when there is no URL or the scrape failed: the level is kept without them)."""
+    if not url:
+        return None
+    try:
+        return scrape_metrics(url)
+    except SweepRunError as exc:
+        progress(f"[peers] {exc}; the level is reported without its server-side figures")
+        return None
+
+
+def _with_inside_server(summary: LevelSummary, url: str | None, before: dict | None, progress: Progress) -> LevelSummary:
+    """`summary` with what this project's server saw during the level (perf_sweep.peers.inside_server),
+    once the backend has flushed its metrics; as it was for a peer or when a scrape failed."""
+    if before is None:
+        return summary
+    time.sleep(BACKEND_FLUSH_S)
+    after = _scrape(url, progress)
+    inside = inside_server(before, after, summary.model) if after is not None else None
+    return replace(summary, server=inside.as_dict()) if inside else summary
 
 
 def _start_target(state: SuiteState, target: TargetKind, run_dir: Path, progress: Progress) -> servers.RunningTarget | None:
@@ -226,6 +252,8 @@ def measure_model(state: SuiteState, running: dict[TargetKind, servers.RunningTa
             progress(f"[peers] {workload.target} {model.value} {level.label}: waited {quiet.waited_s:g} s for the machine "
                      f"to go quiet ({quiet.busy_cores:g} busy cores, idle baseline {state.baseline_busy_cores:g})"
                      + ("" if quiet.quiet else "; starting anyway"))
+        metrics_url = running[target].metrics_urls.get(model)
+        before = _scrape(metrics_url, progress)
         try:
             run = run_level(workload, level, timing.request_timeout_s, seed=state.opts.seed)
         except (SweepRunError, OSError) as exc:
@@ -233,6 +261,7 @@ def measure_model(state: SuiteState, running: dict[TargetKind, servers.RunningTa
             state.targets[workload.target].setdefault("level_errors", []).append(f"{model.value} {level.label}: {exc}")
             return
         summary = summarize_level(run.records, level, workload.target, model.value, run.window_start_s, run.client_cpu)
+        summary = _with_inside_server(summary, metrics_url, before, progress)
         _record_level(state, summary, run.records, quiet)
         mine[target].append(summary)
         progress(f"[peers] {accounting_line(summary)}")

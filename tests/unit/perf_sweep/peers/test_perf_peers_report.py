@@ -59,3 +59,18 @@ def test_the_campaign_section_links_the_full_report_or_says_skipped():
         "peer comparison: SKIPPED")
     lines = campaign_section_lines({"summary": "issue 10 targets: 1 met", "report": "peers/report.md", "headlines": ["a"]})
     assert "[peers/report.md](peers/report.md)" in lines[2] and "- a" in lines
+
+
+def test_this_projects_levels_show_what_its_server_saw():
+    from dataclasses import replace
+
+    from perf_sweep.peers.report import inside_server_table
+
+    seen = {"requests": 900.0, "executions": 900.0, "queue_ms_per_request": 0.05, "compute_infer_ms_per_request": 2.6,
+            "framework_ms_per_execution": 2.1, "rest_of_execute_ms_per_execution": None, "requests_per_execution": 1.0}
+    levels = [replace(LEVELS[3], server=seen), LEVELS[2]]
+    lines = inside_server_table(levels, ModelKind.TEXT)
+    assert "| c=1 | 1.00 | 1.00 | 0.050 | 2.600 | 2.100 | - |" in lines
+    assert inside_server_table(LEVELS, ModelKind.TEXT) == []  # the peers' levels and levels without it: no table
+    text = render_peer_markdown(results_with(levels), {})
+    assert "Inside this project's server" in text
