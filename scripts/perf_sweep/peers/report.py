@@ -110,9 +110,10 @@ def inside_server_table(levels: Sequence[LevelSummary], model: ModelKind) -> lis
         return []
     out = ["Inside this project's server (Triton's counters and the backend's metrics over each level, warm-up "
            "included): requests per execution (the dynamic batch) and queue time per request; Triton's `compute_infer` "
-           "charges each request its whole execution; of that, the backend's own time is the ONNX Runtime call and the "
-           "rest of `execute` (decoding, tokenizing, checks, responses), and what is left is the Python backend's round "
-           "trip to its stub process and waiting for a CPU:", "",
+           "charges each request its whole execution, the backend's own time per execution is the ONNX Runtime call "
+           "and the rest of `execute` (decoding, tokenizing, checks, responses). At one request per execution the two "
+           "compare directly, and the difference is the Python backend's round trip to its stub process and waiting "
+           "for a CPU (with larger batches, compute_infer per request weighs the large executions more):", "",
            "| level | client P50 ms | requests per execution | queue ms per request | compute_infer ms per request | "
            "ONNX Runtime ms per execution | rest of execute ms per execution |", "|---|---:|---:|---:|---:|---:|---:|"]
     for s in rows:
