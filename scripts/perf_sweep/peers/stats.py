@@ -86,6 +86,7 @@ class LevelSummary:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "LevelSummary":
+        # levels.jsonl written before `server` existed has no such key
         return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data or k != "server"})
 
 
@@ -128,7 +129,22 @@ def accounting_line(summary: LevelSummary) -> str:
     parts = ", ".join(f"{name} {count}" for name, count in summary.outcomes.items() if count or name == "ok")
     return (f"{summary.target} {summary.model} {summary.label}: sent {summary.sent} = warm-up {summary.warmup_requests} + "
             f"measured {summary.measured} ({parts}); {summary.throughput:.1f} items/s, P50 {summary.p50_ms:.2f} / "
-            f"P95 {summary.p95_ms:.2f} / P99 {summary.p99_ms:.2f} ms; client CPU {summary.client_cpu:.0%} of a core")
+            f"P95 {summary.p95_ms:.2f} / P99 {summary.p99_ms:.2f} ms; client CPU {summary.client_cpu:.0%} of a core"
+            + _server_part(summary.server))
+
+
+def _server_part(server: Mapping[str, float | None] | None) -> str:
+    """`; server: ...` for this project's levels (perf_sweep.peers.inside_server), else nothing."""
+    if not server:
+        return ""
+
+    def figure(key: str) -> str:
+        value = server.get(key)
+        return "-" if value is None else f"{value:.2f}"
+
+    return (f"; server: {figure('requests_per_execution')} requests per execution, queue {figure('queue_ms_per_request')} ms, "
+            f"ONNX Runtime {figure('framework_ms_per_execution')} + rest of execute "
+            f"{figure('rest_of_execute_ms_per_execution')} ms per execution")
 
 
 def best_closed_loop_throughput(summaries: Sequence[LevelSummary]) -> float | None:

@@ -1,5 +1,6 @@
 """One level's numbers: every request accounted for, percentiles over correct answers, throughput in the window."""
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -70,7 +71,18 @@ def test_summaries_round_trip_through_results_json_and_print_their_accounting():
     summary = summarize_level([ok(1.0, 0.004), ok(1.5, 0.006)], LEVEL, "minimal_fastapi", "digit_classifier", 1.0, 0.25)
     assert LevelSummary.from_dict({**summary.as_dict(), "extra": 1}) == summary
     line = accounting_line(summary)
-    assert "sent 2 = warm-up 0 + measured 2 (ok 2)" in line and "client CPU 25%" in line
+    assert "sent 2 = warm-up 0 + measured 2 (ok 2)" in line and "client CPU 25%" in line and "server:" not in line
+    older = {k: v for k, v in summary.as_dict().items() if k != "server"}  # levels.jsonl of earlier runs
+    assert LevelSummary.from_dict(older) == summary
+
+
+def test_this_projects_progress_line_says_what_its_server_saw():
+    summary = summarize_level([ok(1.0, 0.004)], LEVEL, "this_project", "text_embedder", 1.0, 0.25)
+    seen = {"requests_per_execution": 1.0, "queue_ms_per_request": 0.05, "framework_ms_per_execution": 2.1,
+            "rest_of_execute_ms_per_execution": None}
+    line = accounting_line(replace(summary, server=seen))
+    assert line.endswith("; server: 1.00 requests per execution, queue 0.05 ms, ONNX Runtime 2.10 + rest of execute "
+                         "- ms per execution")
 
 
 def test_the_reference_peak_is_the_best_answered_closed_loop_level():
