@@ -16,6 +16,7 @@ import contextlib
 import json
 import os
 import re
+import sys
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Sequence
@@ -117,9 +118,33 @@ def load_reference(path: Path):
     import torch
     import transformers
 
-    tokenizer = transformers.AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
-    model = transformers.AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32)
+    print(f"[llm] reading {path.name}: de-quantizing its tensors to FP32 for the reference", file=sys.stderr, flush=True)
+    with _gguf_bar_only_on_a_terminal():
+        tokenizer = transformers.AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+        model = transformers.AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32)
     return tokenizer, model.eval()
+
+
+@contextlib.contextmanager
+def _gguf_bar_only_on_a_terminal():
+    """transformers draws two tqdm bars here: loading weights (its `disable_progress_bar` switch) and
+    de-quantizing the GGUF (no switch: the bar is created disabled). Off a terminal each frame would
+    land in the build log; the line printed before says what runs."""
+    import functools
+
+    from transformers import modeling_gguf_pytorch_utils as gguf_utils
+    from transformers.utils import logging as hf_logging
+
+    bar, bars_on = gguf_utils.tqdm, hf_logging.is_progress_bar_enabled()
+    if not sys.stderr.isatty():
+        gguf_utils.tqdm = functools.partial(bar, disable=True)
+        hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        gguf_utils.tqdm = bar
+        if bars_on:
+            hf_logging.enable_progress_bar()
 
 
 def fixed_tokenizer_json(hf_tokenizer, pre_tokenizer_name: str) -> tuple[str, dict[str, Any]]:

@@ -42,7 +42,7 @@ def reference_greedy_one_at_a_time(hf_model, prompt: Sequence[int], new_tokens: 
             rows.append(logits.numpy().copy())
             generated.append(int(torch.argmax(logits)))
             if step + 1 < new_tokens:  # the last token's logits are never used
-                out = hf_model(torch.tensor([[generated[-1]]]), past_key_values=out.past_key_values, use_cache=True)
+                out = hf_model(torch.tensor([[generated[-1]]]), cache=out.cache, use_cache=True)
     return generated, np.stack(rows)
 
 
@@ -71,8 +71,7 @@ def reference_greedy(hf_model, prompts: Sequence[Sequence[int]], new_tokens: int
             steps_tokens.append(token[:, 0].numpy().copy())
             if step + 1 < new_tokens:
                 mask, last = torch.cat((mask, torch.ones_like(token)), dim=1), last + 1
-                out = hf_model(input_ids=token, attention_mask=mask, position_ids=last, past_key_values=out.past_key_values,
-                               use_cache=True)
+                out = hf_model(input_ids=token, attention_mask=mask, position_ids=last, cache=out.cache, use_cache=True)
     tokens, logits = np.stack(steps_tokens, 1), np.stack(steps_logits, 1)
     return [[int(t) for t in row] for row in tokens], [logits[row] for row in range(len(prompts))]
 
