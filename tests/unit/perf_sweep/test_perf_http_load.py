@@ -50,8 +50,12 @@ def server():
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{port}"
+    # close the site and its open connections (the /slow handlers a timeout test left) before the
+    # loop stops, so no handler task is left pending at exit ("Task was destroyed but it is pending!")
+    asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
     loop.call_soon_threadsafe(loop.stop)
     thread.join(5)
+    loop.close()
 
 
 def workload(url, items=20):
