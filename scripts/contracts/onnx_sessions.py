@@ -10,16 +10,20 @@ from pathlib import Path
 from typing import Sequence
 
 
-def served_session_options(intra_op_threads: int = 0):
+def served_session_options(intra_op_threads: int = 0, spin_within_run: bool = False):
     """Options of a served session: `intra_op_threads` (0: ONNX Runtime's default), one inter-op
     thread, all graph optimisations, and idle threads that sleep instead of spinning (instances of
-    several models share the cores: a spinning thread steals a core from another's compute)."""
+    several models share the cores: a spinning thread steals a core from another's compute).
+    `spin_within_run`: the workers spin between the parallel sections of one call and stop at its
+    end (the backend's pinned wide session, serving/backend/thread_placement.py)."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.intra_op_num_threads = intra_op_threads
     options.inter_op_num_threads = 1
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin_within_run else "0")
+    if spin_within_run:
+        options.add_session_config_entry("session.force_spinning_stop", "1")
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     return options
 
@@ -42,8 +46,10 @@ def execution_providers(instance_kind: str, device_id: int, available: Sequence[
     return [(CUDA_PROVIDER, {"device_id": int(device_id)}), CPU_PROVIDER]
 
 
-def served_session(onnx_path: str | Path, intra_op_threads: int = 0, providers: Sequence | None = None):
+def served_session(onnx_path: str | Path, intra_op_threads: int = 0, providers: Sequence | None = None,
+                   spin_within_run: bool = False):
     """An InferenceSession exactly as the `onnxruntime_cpu` backend opens it (CPU unless `providers`)."""
     import onnxruntime as ort
 
-    return ort.InferenceSession(str(onnx_path), served_session_options(intra_op_threads), providers=list(providers or [CPU_PROVIDER]))
+    return ort.InferenceSession(str(onnx_path), served_session_options(intra_op_threads, spin_within_run),
+                                providers=list(providers or [CPU_PROVIDER]))

@@ -22,6 +22,9 @@ computing it. `max_sequence_length` (default: none): the longest variable axis a
 whichever of the two this instance measured faster for the call's size
 (serving/backend/instance_activity.py, serving/backend/session_choice.py; the calls per session are
 the `serving_framework_calls_total{session}` metric).
+`pinned_threads` (default true; with `adaptive_threads` on): the instance's main thread runs on a
+home core and the wide session's worker threads on the partition's other cores, the wide session
+spinning within a call (serving/backend/thread_placement.py).
 
 Isolation (docs/operations.md, "One request never hurts another"): every request is checked on its
 own against the model's input contract before the batch is formed (serving/backend/input_contract.py:
@@ -63,7 +66,8 @@ from serving.backend.metrics import FAMILIES, batch_observations
 from serving.backend.stub_metrics import StubMetrics
 from serving.backend.batch_execution import BatchLayout, execute_batch
 from serving.backend.input_contract import contract_from_onnx
-from serving.backend.instance_activity import InstanceActivity
+from serving.backend.instance_activity import InstanceActivity, instance_index
+from serving.backend.thread_placement import ThreadPlacement, thread_ids
 from serving.backend.session_choice import Session, SessionChoice
 from contracts.sequence_buckets import (
     BUCKETS_PARAMETER,
@@ -74,9 +78,14 @@ from serving.backend.text_frontend import TextFrontEnd
 from contracts.onnx_sessions import execution_providers, served_session
 
 
-def _session(onnx_path, threads, providers=None):
+def _session(onnx_path, threads, providers=None, spin_within_run=False):
     """The served session options live in contracts.onnx_sessions (the perf suite opens the same)."""
-    return served_session(onnx_path, threads, providers)
+    return served_session(onnx_path, threads, providers, spin_within_run)
+
+
+def _flag(params, key: str) -> bool:
+    """A boolean config parameter that defaults to on ("false" turns it off)."""
+    return params.get(key, "true").strip().lower() != "false"
 
 
 def instance_threads(config, params):
@@ -117,24 +126,7 @@ class TritonPythonModel:
             raise pb_utils.TritonModelException(
                 f"model '{name}': ONNX file {onnx_path} does not exist; run `make build-engines`."
             )
-        threads = instance_threads(config, params)
-        kind = args.get("model_instance_kind", "CPU")
-        try:  # KIND_GPU: ONNX Runtime's CUDA provider on this instance's device (contracts.onnx_sessions)
-            providers = execution_providers(kind, int(args.get("model_instance_device_id", 0) or 0), ort.get_available_providers())
-        except ValueError as exc:
-            raise pb_utils.TritonModelException(f"model '{name}': {exc}") from None
-        on_gpu = providers[0] != "CPUExecutionProvider"
-        self.session = _session(onnx_path, threads, providers)
-        # Instances are separate processes: a 1-thread session while a sibling instance computes
-        # too (serving/backend/instance_activity.py has the measurements); alone, the faster of it
-        # and the wide session (one thread per reachable core) for the call's size, as measured on
-        # this instance's own calls (serving/backend/session_choice.py).
-        instances = sum(int(g.get("count", 1)) for g in config.get("instance_group", [])) or 1
-        self.narrow, self.activity, self.choice = None, None, None
-        if not on_gpu and threads > 1 and instances > 1 and params.get("adaptive_threads", "true").strip().lower() != "false":
-            self.narrow = _session(onnx_path, 1)
-            self.activity = InstanceActivity(name, args.get("model_instance_name", name))
-            self.choice = SessionChoice()
+        self._open_sessions(name, args, config, params, onnx_path)
         self.session_calls = {s.value: 0 for s in Session}  # this execute's framework calls per session
         self.request_inputs = [t["name"] for t in config["input"]]
         self.frontend = self._text_frontend(name, version_dir, config, params)
@@ -237,7 +229,37 @@ class TritonPythonModel:
             )
         return buckets, length_input
 
+    def _open_sessions(self, name, args, config, params, onnx_path):
+        """The wide session and, with several instances on several cores, the narrow one beside it."""
+        threads = instance_threads(config, params)
+        kind = args.get("model_instance_kind", "CPU")
+        try:  # KIND_GPU: ONNX Runtime's CUDA provider on this instance's device (contracts.onnx_sessions)
+            providers = execution_providers(kind, int(args.get("model_instance_device_id", 0) or 0), ort.get_available_providers())
+        except ValueError as exc:
+            raise pb_utils.TritonModelException(f"model '{name}': {exc}") from None
+        on_gpu = providers[0] != "CPUExecutionProvider"
+        # Instances are separate processes: a 1-thread session while a sibling instance computes
+        # too (serving/backend/instance_activity.py has the measurements); alone, the faster of it
+        # and the wide session (one thread per reachable core) for the call's size, as measured on
+        # this instance's own calls (serving/backend/session_choice.py) ...
+        instances = sum(int(g.get("count", 1)) for g in config.get("instance_group", [])) or 1
+        adaptive = not on_gpu and threads > 1 and instances > 1 and _flag(params, "adaptive_threads")
+        # ... with the main thread on a home core and the wide session's workers on the others
+        # (serving/backend/thread_placement.py says why), re-planned when the partition's cores change.
+        pinned = adaptive and _flag(params, "pinned_threads")
+        before = thread_ids() if pinned else frozenset()
+        self.session = _session(onnx_path, threads, providers, spin_within_run=pinned)
+        self.placement = (ThreadPlacement(instance_index(args.get("model_instance_name", name)), sorted(thread_ids() - before))
+                          if pinned else None)
+        self.narrow, self.activity, self.choice = None, None, None
+        if adaptive:
+            self.narrow = _session(onnx_path, 1)
+            self.activity = InstanceActivity(name, args.get("model_instance_name", name))
+            self.choice = SessionChoice()
+
     def _run(self, feeds):
+        if self.placement is not None:
+            self.placement.keep()
         if self.narrow is None:
             return self.session.run(self.output_names, feeds)
         if self.activity.others_busy():

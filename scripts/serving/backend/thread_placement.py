@@ -1,0 +1,69 @@
+"""Where an instance's threads run when its partition gives it several cores: the instance's main
+thread on a home core (cores[instance index % cores]), its wide session's worker threads on the others.
+
+Why: unpinned, the wide session was hardly ever faster than the 1-thread one inside the backend's
+stub processes, although it is outside Triton; pinned this way it is, and a lone text gained
+(interleaved A/B on a 2-core Zen 4, docs/performance.md, "A lone request: main thread on a home
+core"): the scheduler no longer wakes the worker on the core its caller is computing on. Under load
+each instance's 1-thread calls then run on its own core.
+
+The partition's cores change under the elastic CPU sets (serving.runtime.elastic_cpus re-pins every
+thread of a partition when its set changes), so `ThreadPlacement.keep` runs before every framework
+call: one sched_getaffinity, and a new plan only when the main thread's set is no longer the one
+this placement gave it. With one core there is nothing to split and nothing is pinned.
+`plan_cores` is pure; `ThreadPlacement` calls sched_setaffinity (Linux).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+
+@dataclass(frozen=True)
+class CorePlan:
+    """The cores of one instance's threads: `home` for its main thread, `workers` for the wide session's."""
+
+    home: int
+    workers: tuple[int, ...]
+
+
+def plan_cores(allowed: Iterable[int], instance: int) -> CorePlan | None:
+    """Home = the instance's turn among the allowed cores (siblings get different homes while
+    there are enough cores); the workers get every other allowed core. None with fewer than 2 cores."""
+    cores = sorted(set(allowed))
+    if len(cores) < 2:
+        return None
+    home = cores[instance % len(cores)]
+    return CorePlan(home, tuple(c for c in cores if c != home))
+
+
+def thread_ids() -> frozenset[int]:
+    """This process's thread ids (diffed around a session's creation to find its worker threads)."""
+    return frozenset(int(t) for t in os.listdir("/proc/self/task"))
+
+
+class ThreadPlacement:
+    """Keeps `plan_cores` applied to this process's main thread and one session's worker threads."""
+
+    def __init__(self, instance: int, worker_tids: Sequence[int]):
+        self.instance, self.worker_tids = instance, tuple(worker_tids)
+        self.left: frozenset[int] | None = None  # the main thread's cores as this placement left them
+        self.plan: CorePlan | None = None
+
+    def keep(self) -> None:
+        """Before a framework call (from the main thread): re-plan if the partition's cores changed."""
+        current = frozenset(os.sched_getaffinity(0))
+        if current == self.left:
+            return
+        self.plan = plan_cores(current, self.instance)
+        if self.plan is None:
+            self.left = current
+            return
+        for tid in self.worker_tids:
+            try:
+                os.sched_setaffinity(tid, self.plan.workers)
+            except OSError:  # a thread that exited: ONNX Runtime keeps its pool for the session's life
+                continue
+        os.sched_setaffinity(0, {self.plan.home})
+        self.left = frozenset({self.plan.home})

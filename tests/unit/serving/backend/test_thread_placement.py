@@ -1,0 +1,61 @@
+"""The instance's threads: main thread on a home core, the wide session's workers on the others,
+re-planned when the partition's cores change (serving/backend/thread_placement.py)."""
+import os
+import threading
+
+import pytest
+
+from serving.backend.thread_placement import CorePlan, ThreadPlacement, plan_cores
+
+
+def test_siblings_get_different_home_cores_and_the_workers_every_other_core():
+    assert plan_cores([0, 1], 0) == CorePlan(home=0, workers=(1,))
+    assert plan_cores([0, 1], 1) == CorePlan(home=1, workers=(0,))
+    assert plan_cores([5, 3, 3, 4], 1) == CorePlan(home=4, workers=(3, 5))
+    assert plan_cores([2, 3], 2) == CorePlan(home=2, workers=(3,))  # more instances than cores: they wrap
+
+
+def test_one_core_has_nothing_to_split():
+    assert plan_cores([1], 0) is None
+    assert plan_cores([], 3) is None
+
+
+def _in_a_thread(function):
+    """Run `function` in a fresh thread (sched_setaffinity(0) pins only the calling thread); its result."""
+    box = {}
+    thread = threading.Thread(target=lambda: box.setdefault("value", function()))
+    thread.start()
+    thread.join(10)
+    return box["value"]
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 or more usable cores")
+def test_keep_pins_the_caller_home_and_the_workers_elsewhere_and_replans_when_the_cores_change():
+    cores = sorted(os.sched_getaffinity(0))[:2]
+    stop = threading.Event()
+    worker = threading.Thread(target=stop.wait)
+    worker.start()
+    try:
+        def scenario():
+            os.sched_setaffinity(0, set(cores))
+            os.sched_setaffinity(worker.native_id, set(cores))
+            placement = ThreadPlacement(1, [worker.native_id, 2**22 + 7])  # the second: a thread that is gone
+            placement.keep()
+            first = (os.sched_getaffinity(0), os.sched_getaffinity(worker.native_id))
+            # the elastic CPU sets take a core away, then give both back: each change is re-planned
+            os.sched_setaffinity(0, {cores[0]})
+            placement.keep()
+            one_core = os.sched_getaffinity(0)
+            os.sched_setaffinity(0, set(cores))
+            os.sched_setaffinity(worker.native_id, set(cores))
+            placement.keep()
+            again = (os.sched_getaffinity(0), os.sched_getaffinity(worker.native_id))
+            return first, one_core, again
+
+        first, one_core, again = _in_a_thread(scenario)
+    finally:
+        stop.set()
+        worker.join(5)
+    assert first == ({cores[1]}, {cores[0]})
+    assert one_core == {cores[0]}  # nothing to split: left as the partition set it
+    assert again == ({cores[1]}, {cores[0]})
