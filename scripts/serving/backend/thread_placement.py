@@ -56,6 +56,8 @@ class ThreadPlacement:
         current = frozenset(os.sched_getaffinity(0))
         if current == self.left:
             return
+        if self.left is None:  # first call: drop the threads that only lived while the session loaded
+            self.worker_tids = tuple(t for t in self.worker_tids if os.path.exists(f"/proc/self/task/{t}"))
         self.plan = plan_cores(current, self.instance)
         if self.plan is None:
             self.left = current

@@ -41,7 +41,7 @@ def test_keep_pins_the_caller_home_and_the_workers_elsewhere_and_replans_when_th
             os.sched_setaffinity(worker.native_id, set(cores))
             placement = ThreadPlacement(1, [worker.native_id, 2**22 + 7])  # the second: a thread that is gone
             placement.keep()
-            first = (os.sched_getaffinity(0), os.sched_getaffinity(worker.native_id))
+            first = (os.sched_getaffinity(0), os.sched_getaffinity(worker.native_id), placement.worker_tids)
             # the elastic CPU sets take a core away, then give both back: each change is re-planned
             os.sched_setaffinity(0, {cores[0]})
             placement.keep()
@@ -56,6 +56,6 @@ def test_keep_pins_the_caller_home_and_the_workers_elsewhere_and_replans_when_th
     finally:
         stop.set()
         worker.join(5)
-    assert first == ({cores[1]}, {cores[0]})
+    assert first == ({cores[1]}, {cores[0]}, (worker.native_id,))  # the gone thread dropped at the first call
     assert one_core == {cores[0]}  # nothing to split: left as the partition set it
     assert again == ({cores[1]}, {cores[0]})
