@@ -8,8 +8,8 @@ core"): the scheduler no longer wakes the worker on the core its caller is compu
 each instance's 1-thread calls then run on its own core.
 
 The partition's cores change under the elastic CPU sets (serving.runtime.elastic_cpus re-pins every
-thread of a partition when its set changes), so `ThreadPlacement.keep` runs before every framework
-call: one sched_getaffinity, and a new plan only when the main thread's set is no longer the one
+thread of a partition when its set changes), so `ThreadPlacement.keep` runs at the start of every
+execution: one sched_getaffinity, and a new plan only when the main thread's set is no longer the one
 this placement gave it. With one core there is nothing to split and nothing is pinned.
 `plan_cores` is pure; `ThreadPlacement` calls sched_setaffinity (Linux).
 """
@@ -49,23 +49,22 @@ class ThreadPlacement:
     def __init__(self, instance: int, worker_tids: Sequence[int]):
         self.instance, self.worker_tids = instance, tuple(worker_tids)
         self.left: frozenset[int] | None = None  # the main thread's cores as this placement left them
-        self.plan: CorePlan | None = None
 
     def keep(self) -> None:
-        """Before a framework call (from the main thread): re-plan if the partition's cores changed."""
+        """At the start of an execution (from the main thread): re-plan if the partition's cores changed."""
         current = frozenset(os.sched_getaffinity(0))
         if current == self.left:
             return
         if self.left is None:  # first call: drop the threads that only lived while the session loaded
             self.worker_tids = tuple(t for t in self.worker_tids if os.path.exists(f"/proc/self/task/{t}"))
-        self.plan = plan_cores(current, self.instance)
-        if self.plan is None:
+        plan = plan_cores(current, self.instance)
+        if plan is None:
             self.left = current
             return
         for tid in self.worker_tids:
             try:
-                os.sched_setaffinity(tid, self.plan.workers)
+                os.sched_setaffinity(tid, plan.workers)
             except OSError:  # a thread that exited: ONNX Runtime keeps its pool for the session's life
                 continue
-        os.sched_setaffinity(0, {self.plan.home})
-        self.left = frozenset({self.plan.home})
+        os.sched_setaffinity(0, {plan.home})
+        self.left = frozenset({plan.home})

@@ -198,7 +198,7 @@ class TritonPythonModel:
                 [(t["name"], [int(d) for d in t.get("dims", [])]) for t in config["input"]],
                 mask_inputs=[self.layout.length_input] if self.layout.length_input else [],
                 max_sequence_length=int(max_length) if max_length else None,
-                reject_non_finite=params.get("reject_non_finite", "true").strip().lower() != "false",
+                reject_non_finite=_flag(params, "reject_non_finite"),
             )
         except ValueError as exc:
             raise pb_utils.TritonModelException(f"model '{name}': input contract: {exc}") from None
@@ -258,8 +258,6 @@ class TritonPythonModel:
             self.choice = SessionChoice()
 
     def _run(self, feeds):
-        if self.placement is not None:
-            self.placement.keep()
         if self.narrow is None:
             return self.session.run(self.output_names, feeds)
         if self.activity.others_busy():
@@ -276,6 +274,8 @@ class TritonPythonModel:
 
     def execute(self, requests):
         started = time.perf_counter()
+        if self.placement is not None:  # the partition's cores may have moved since the last batch
+            self.placement.keep()
         arrays, problems = self._request_feeds(requests)
         valid = [i for i, p in enumerate(problems) if p is None]
         answers, stats = [], None
