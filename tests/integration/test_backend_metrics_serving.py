@@ -74,8 +74,8 @@ def two_core_digits_server(tmp_path_factory):
 
 def test_calls_made_alone_try_both_sessions_and_every_call_is_counted_by_session(two_core_digits_server, digits_test_split):
     """One request at a time: no sibling computes, so each instance times both sessions on its own
-    calls before it prefers one (serving/backend/session_choice.py: 3 timed calls of each per size
-    class). Of 24 requests one instance gets at least 12, enough to try both."""
+    calls before it prefers one (serving/backend/session_choice.py: stints of 16 calls on each in
+    turn, wide first). Of 96 requests one instance gets at least 48, enough for both stints."""
     images, _ = digits_test_split
     server = two_core_digits_server
     calls = lambda t: (series_sum(t, "serving_framework_calls_total", "digit_classifier", session="wide"),
@@ -83,9 +83,9 @@ def test_calls_made_alone_try_both_sessions_and_every_call_is_counted_by_session
                        series_sum(t, "serving_batch_bucket_calls_total", "digit_classifier"))
     before = calls(scrape(server))
     with TritonModelClient(server.url("http"), "http") as client:
-        for i in range(24):
+        for i in range(96):
             client.infer("digit_classifier", {"image": images[i:i + 1]})
-    text = poll_until(lambda: scrape(server), lambda t: calls(t)[2] >= before[2] + 24, timeout_s=15, interval_s=0.25)
+    text = poll_until(lambda: scrape(server), lambda t: calls(t)[2] >= before[2] + 96, timeout_s=15, interval_s=0.25)
     wide, narrow, framework = calls(text)
     assert wide >= 3 and narrow >= 3, (wide, narrow)
     assert wide + narrow == framework, "every framework call of a model with both sessions is counted by session"

@@ -2,21 +2,44 @@
 
 Why: each instance keeps a wide session (one thread per reachable core) and a narrow one (1
 thread); while a sibling instance computes, the narrow one runs (serving/backend/instance_activity.py).
-When the instance computes alone, which is faster depends on the machine and the size of the call,
-and no fixed rule is right on every host. Measured, in-process, one text of the held-out corpus
-per call (the INT8-mixed encoder):
+When the instance computes alone, which is faster depends on the machine and the model, and no
+fixed rule is right on every host. Measured, one text of the held-out corpus per call (the
+INT8-mixed encoder):
 - 2-core AMD EPYC (Zen 1, AVX2): a lone text 14.7 ms wide, 26.7 ms narrow: wide wins.
-- 2-core Intel Xeon (KVM, AVX-512 VNNI/AMX): 3.10 ms wide, 2.27 ms narrow (medians of 600 calls,
-  1 ms apart): the call is so short that waking the second thread at each parallel section costs
-  more than it saves; narrow wins. In the server, always-narrow gave text 172 vs 162 texts/s at
-  c=1 and 398 vs 358 at c=4 (docs/performance.md).
-So each instance measures both on its own calls, per size class (a power of two of the elements
-the call feeds), and runs the faster one; one call in `recheck_every` of a class runs on the other
-session, so a change in the machine's load is noticed. Only calls made alone are timed, so both
-sessions are compared under the same conditions.
+- 2-core Intel Xeon (KVM, AVX-512 VNNI/AMX), wide not spinning: 3.10 ms wide, 2.27 ms narrow: the
+  call is so short that waking the second thread at each parallel section costs more than it
+  saves; narrow wins. A digit image (~50 us) is faster on one thread on every host measured.
+So each instance measures both on its own calls and runs the faster one.
 
-Pure (no ONNX Runtime here): the `onnxruntime_cpu` backend asks `choose`, times the call and
-`record`s it; tests/unit/serving/backend/test_session_choice.py drives it with made-up times.
+How it measures matters as much as what. An earlier version timed every lone call, kept a running
+average per size class and chose per class. It locked in whichever session happened to lead: a
+session's first call after the other one ran is slower (its weights went cold: in-process, a lone
+text 2.92 ms on one session, 3.47 ms alternating between two; docs/performance.md), the preferred
+session was timed warm and the other, one re-check call in 64, always cold, and a stalled call
+(the host is shared) stayed in the other's average until its next re-check. On a 2-core Zen 4 EPYC
+it ran the 1-thread session for 87% of lone texts (ONNX Runtime 4.36 ms per call) in one start
+and mostly the wide one in another; forced, one server, 6 s turns, the wide session served
+192/224/189/180 texts/s at c=1, the 1-thread one 175/188/149/163, that chooser 169/201/194/165. Now:
+- the sessions are compared in stints of `stint_calls` consecutive calls, and a call is timed only
+  when the previous call of the instance ran on the same session (warm, as in steady use);
+- a session's time for a size class (a power of two of the elements fed) is the median of its last
+  `window` warm calls of that class, so a stalled call does not decide;
+- both sessions are compared on like calls (per class), and the instance makes one choice, the
+  session that would have run the calls it has seen faster (classes weighted by their calls);
+  only a class clearly faster on the other session (`class_margin`) runs that one (a lone digit
+  image is faster on one thread, a batch of 16 on two): each switch between sessions pays the cold
+  start, which a choice per class on small differences would pay at every other call;
+- once chosen, one stint in `recheck_every` calls runs on the other session (on each in turn while
+  some classes run each), so a change in the machine's load is noticed;
+- while the cores the wide session's workers would run on were busy (above `busy_cores_share` of
+  their time lately, serving/backend/core_load.py), lone calls run narrow and are not timed: a
+  lone call then is a gap in other work (at c=2, between the sibling's calls), and its second
+  thread would take a core that work needs (text c=2 measured 243 against 286 texts/s before a
+  rule of this kind).
+
+Pure (no ONNX Runtime here): the `onnxruntime_cpu` backend asks `choose` for a lone call and
+`record`s every call it makes; tests/unit/serving/backend/test_session_choice.py drives it with
+made-up times.
 """
 from __future__ import annotations
 
@@ -31,18 +54,27 @@ class Session(enum.Enum):
 
 @dataclass(frozen=True)
 class ChoicePolicy:
-    """How much each session is tried before one is preferred, and how often the other is re-tried."""
+    """How long each session is tried before one is preferred, and how often the other is re-tried."""
 
-    #: Calls of each session per size class before the faster is preferred (they alternate).
-    explore_calls: int = 3
-    #: After that, one call in this many of a class runs on the slower session (0: never).
-    recheck_every: int = 64
-    #: Weight of a new time in the running average of a class's calls on one session.
-    smoothing: float = 0.2
+    #: Consecutive lone calls on one session while comparing; the first of them is not timed.
+    stint_calls: int = 16
+    #: Warm timed calls of each session before one is preferred.
+    explore_calls: int = 24
+    #: After that, one stint in this many lone calls runs on the other session (0: never).
+    recheck_every: int = 512
+    #: A session's time for a size class: the median of its last this many warm calls of the class.
+    window: int = 15
+    #: Lone calls run narrow, untimed, while the wide session's worker cores were busier than this.
+    busy_cores_share: float = 0.85
+    #: A size class runs the other session than the instance's choice when that one's median is
+    #: this much faster for it (and each session has `window` // 3 warm calls of the class).
+    class_margin: float = 0.15
 
     def __post_init__(self) -> None:
-        if self.explore_calls < 1 or self.recheck_every < 0 or not 0 < self.smoothing <= 1:
-            raise ValueError(f"{self}: explore_calls must be >= 1, recheck_every >= 0 and smoothing in (0, 1].")
+        if (self.stint_calls < 2 or self.explore_calls < 1 or self.recheck_every < 0 or self.window < 1
+                or not 0 <= self.busy_cores_share <= 1 or self.class_margin < 0):
+            raise ValueError(f"{self}: stint_calls must be >= 2 (its first call is not timed), explore_calls >= 1, "
+                             "recheck_every >= 0, window >= 1, busy_cores_share in [0, 1] and class_margin >= 0.")
 
 
 def size_class(elements: int) -> int:
@@ -54,24 +86,35 @@ _SESSIONS = (Session.WIDE, Session.NARROW)  # index 0 and 1 below
 
 
 class _ClassTimes:
-    """One size class: running average seconds and timed calls per session (by index), the calls
-    chosen so far, and the index of the faster session once both were tried enough."""
+    """One size class: the last warm times (seconds, a ring of `window`) and the warm timed calls
+    per session (by index), the lone calls seen, and the session it runs if not the instance's."""
 
-    __slots__ = ("average_s", "timed", "chosen", "best")
+    __slots__ = ("recent_s", "timed", "seen", "own")
 
     def __init__(self) -> None:
-        self.average_s, self.timed, self.chosen, self.best = [0.0, 0.0], [0, 0], 0, None
+        self.recent_s, self.timed, self.seen, self.own = ([], []), [0, 0], 0, None
+
+    def median_s(self, index: int) -> float:
+        recent = sorted(self.recent_s[index])
+        return recent[len(recent) // 2]
 
 
 class SessionChoice:
-    """Per size class: a running average of seconds per call on each session, and the choice.
+    """The instance's choice, the stint under way and per size class the times of both sessions.
 
-    Asked on every framework call, so it is kept to a few attribute reads (measured 0.6 us per
-    choose + record here; a digit image is ~500 us in the stub)."""
+    Asked on every framework call, so it is kept to a few attribute reads (about a microsecond per
+    choose + record; a digit image is ~50 us in ONNX Runtime)."""
 
     def __init__(self, policy: ChoicePolicy = ChoicePolicy()):
         self.policy = policy
         self._classes: dict[int, _ClassTimes] = {}
+        self._best: int | None = None  # index of the preferred session; None while exploring
+        self._last: int | None = None  # session of the instance's previous call (lone or not)
+        self._timed = [0, 0]           # warm timed calls per session, all classes
+        self._stint_on, self._stint_left, self._stint_over = 0, 0, False
+        self._since_check = 0           # lone calls since the last re-check stint
+        self._check_on = 1              # session of the next re-check stint (they alternate)
+        self._untimed = False           # the last lone call ran narrow because the cores were busy
 
     def _times(self, size: int) -> _ClassTimes:
         key = size_class(size)
@@ -80,29 +123,78 @@ class SessionChoice:
             times = self._classes[key] = _ClassTimes()
         return times
 
-    def preferred(self, size: int) -> Session | None:
-        """The faster session of this size's class once both were tried enough; None before."""
-        best = self._times(size).best
-        return None if best is None else _SESSIONS[best]
+    def preferred(self, size: int | None = None) -> Session | None:
+        """The session lone calls (of `size` elements) run on, once both were timed enough; None
+        while exploring."""
+        if self._best is None:
+            return None
+        own = None if size is None else self._times(size).own
+        return _SESSIONS[self._best if own is None else own]
 
-    def choose(self, size: int) -> Session:
+    def choose(self, size: int, worker_cores_busy: float = 0.0) -> Session:
+        """The session for a lone call feeding `size` elements, the wide session's worker cores
+        having been busy `worker_cores_busy` (a share) lately."""
+        self._untimed = worker_cores_busy > self.policy.busy_cores_share
+        if self._untimed:
+            return Session.NARROW
         times = self._times(size)
-        times.chosen += 1
-        if times.best is None:  # exploring: the session with fewer timed calls (wide first)
-            return _SESSIONS[0 if times.timed[0] <= times.timed[1] else 1]
+        times.seen += 1
+        if self._stint_left:
+            self._stint_left -= 1
+            return _SESSIONS[self._stint_on]
+        if self._stint_over:  # decide with what the stint just timed
+            self._stint_over = False
+            self._decide()
+        if self._best is None:  # exploring: a stint on the session with fewer timed calls (wide first)
+            return self._start_stint(0 if self._timed[0] <= self._timed[1] else 1)
         every = self.policy.recheck_every
-        return _SESSIONS[1 - times.best if every and times.chosen % every == 0 else times.best]
+        if every and self._since_check >= every:  # re-check: a stint on each session in turn
+            self._since_check = 0
+            if any(t.own is not None for t in self._classes.values()):  # some classes run each session
+                self._check_on = 1 - self._check_on
+                return self._start_stint(self._check_on)
+            return self._start_stint(1 - self._best)
+        self._since_check += 1
+        return _SESSIONS[self._best if times.own is None else times.own]
 
-    def record(self, size: int, session: Session, seconds: float) -> None:
-        """A call of this size that ran alone on `session` took `seconds`."""
-        times, i = self._times(size), 0 if session is Session.WIDE else 1
-        alpha = self.policy.smoothing
-        times.average_s[i] = seconds if not times.timed[i] else (1 - alpha) * times.average_s[i] + alpha * seconds
+    def _start_stint(self, index: int) -> Session:
+        self._stint_on, self._stint_left, self._stint_over = index, self.policy.stint_calls - 1, True
+        return _SESSIONS[index]
+
+    def record(self, size: int, session: Session, seconds: float, alone: bool = True) -> None:
+        """A call feeding `size` elements ran on `session` for `seconds`; `alone`: no sibling instance
+        computed meanwhile. Every call is recorded (a call while siblings compute runs narrow and
+        makes the next wide call cold); only a lone call right after one on the same session is timed."""
+        i = 0 if session is Session.WIDE else 1
+        warm, self._last = self._last == i, i
+        if not (alone and warm) or self._untimed:
+            return
+        times, window = self._times(size), self.policy.window
+        recent = times.recent_s[i]
+        if len(recent) < window:
+            recent.append(seconds)
+        else:
+            recent[times.timed[i] % window] = seconds
         times.timed[i] += 1
-        if min(times.timed) >= self.policy.explore_calls:
-            times.best = 0 if times.average_s[0] <= times.average_s[1] else 1
+        self._timed[i] += 1
+
+    def _decide(self) -> None:
+        """Prefer the session that would have run the lone calls seen faster: per size class timed on
+        both, its calls x the difference of the medians. Undecided until each has `explore_calls`.
+        Then a class whose calls were clearly faster on the other session (`class_margin`) runs that
+        one: tiny calls may be faster on one thread where batches gain from two."""
+        if min(self._timed) < self.policy.explore_calls:
+            return
+        both = [t for t in self._classes.values() if min(t.timed)]
+        if not both:
+            return
+        wide_minus_narrow = sum(t.seen * (t.median_s(0) - t.median_s(1)) for t in both)
+        self._best = best = 0 if wide_minus_narrow <= 0 else 1
+        enough, margin = max(1, self.policy.window // 3), 1 - self.policy.class_margin
+        for t in both:
+            t.own = 1 - best if min(t.timed) >= enough and t.median_s(1 - best) < margin * t.median_s(best) else None
 
     def summary(self) -> dict[int, dict[str, float]]:
-        """Per size class, the average milliseconds of each session tried (for logs and tests)."""
-        return {size: {s.value: round(times.average_s[i] * 1e3, 3) for i, s in enumerate(_SESSIONS) if times.timed[i]}
+        """Per size class, the median milliseconds of each session timed (for logs and tests)."""
+        return {size: {s.value: round(times.median_s(i) * 1e3, 3) for i, s in enumerate(_SESSIONS) if times.timed[i]}
                 for size, times in sorted(self._classes.items())}

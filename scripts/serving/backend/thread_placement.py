@@ -49,6 +49,7 @@ class ThreadPlacement:
     def __init__(self, instance: int, worker_tids: Sequence[int]):
         self.instance, self.worker_tids = instance, tuple(worker_tids)
         self.left: frozenset[int] | None = None  # the main thread's cores as this placement left them
+        self.workers: tuple[int, ...] = ()        # the worker threads' cores now (none: nothing pinned)
 
     def keep(self) -> None:
         """At the start of an execution (from the main thread): re-plan if the partition's cores changed."""
@@ -59,7 +60,7 @@ class ThreadPlacement:
             self.worker_tids = tuple(t for t in self.worker_tids if os.path.exists(f"/proc/self/task/{t}"))
         plan = plan_cores(current, self.instance)
         if plan is None:
-            self.left = current
+            self.left, self.workers = current, ()
             return
         for tid in self.worker_tids:
             try:
@@ -67,4 +68,4 @@ class ThreadPlacement:
             except OSError:  # a thread that exited: ONNX Runtime keeps its pool for the session's life
                 continue
         os.sched_setaffinity(0, {plan.home})
-        self.left = frozenset({plan.home})
+        self.left, self.workers = frozenset({plan.home}), plan.workers

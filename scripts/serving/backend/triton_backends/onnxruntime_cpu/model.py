@@ -19,7 +19,7 @@ per batch).
 computing it. `max_sequence_length` (default: none): the longest variable axis a request may have.
 `adaptive_threads` (default true): with several instances and more than one thread each, keep a
 1-thread session beside the wide one, run it while a sibling instance computes and, alone, run
-whichever of the two this instance measured faster for the call's size
+whichever of the two this instance measured faster on its own warm calls
 (serving/backend/instance_activity.py, serving/backend/session_choice.py; the calls per session are
 the `serving_framework_calls_total{session}` metric).
 `pinned_threads` (default true; with `adaptive_threads` on): the instance's main thread runs on a
@@ -68,6 +68,7 @@ from serving.backend.batch_execution import BatchLayout, execute_batch
 from serving.backend.input_contract import contract_from_onnx
 from serving.backend.instance_activity import InstanceActivity, instance_index
 from serving.backend.thread_placement import ThreadPlacement, thread_ids
+from serving.backend.core_load import CoreLoad
 from serving.backend.session_choice import Session, SessionChoice
 from contracts.sequence_buckets import (
     BUCKETS_PARAMETER,
@@ -251,25 +252,29 @@ class TritonPythonModel:
         self.session = _session(onnx_path, threads, providers, spin_within_run=pinned)
         self.placement = (ThreadPlacement(instance_index(args.get("model_instance_name", name)), sorted(thread_ids() - before))
                           if pinned else None)
-        self.narrow, self.activity, self.choice = None, None, None
+        self.narrow, self.activity, self.choice, self.core_load = None, None, None, None
         if adaptive:
             self.narrow = _session(onnx_path, 1)
             self.activity = InstanceActivity(name, args.get("model_instance_name", name))
             self.choice = SessionChoice()
+            self.core_load = CoreLoad()
 
     def _run(self, feeds):
         if self.narrow is None:
             return self.session.run(self.output_names, feeds)
-        if self.activity.others_busy():
-            self.session_calls[Session.NARROW.value] += 1
-            return self.narrow.run(self.output_names, feeds)
         size = next(iter(feeds.values())).size
-        which = self.choice.choose(size)
+        alone = not self.activity.others_busy()
+        if alone:  # the wide session's workers would take the placement's other cores: busy with other work?
+            placement = self.placement
+            busy = self.core_load.busy(placement.workers, placement.worker_tids) if placement and placement.workers else 0.0
+            which = self.choice.choose(size, busy)
+        else:
+            which = Session.NARROW
         self.session_calls[which.value] += 1
         started = time.perf_counter()
         outputs = (self.session if which is Session.WIDE else self.narrow).run(self.output_names, feeds)
-        if not self.activity.others_busy():  # timed alone: comparable with the other session's times
-            self.choice.record(size, which, time.perf_counter() - started)
+        # timed alone throughout: comparable with the other session's times (session_choice.py)
+        self.choice.record(size, which, time.perf_counter() - started, alone and not self.activity.others_busy())
         return outputs
 
     def execute(self, requests):
