@@ -5,7 +5,9 @@ lone request, most often) says nothing there about where the time went. This pro
 knows: Triton's counters give requests per execution (the dynamic batcher's batches), queue time
 and the backend's compute time per request, and the `onnxruntime_cpu` backend's metrics split each
 execution into the ONNX Runtime call and the rest of `execute` (decoding, tokenizing, checks,
-padding, building responses; serving/backend/metrics.py). Differenced over a level, warm-up
+padding, building responses; serving/backend/metrics.py) and count its framework calls by ONNX
+Runtime session (the wide one, a thread per core, or the 1-thread one: serving/backend/session_choice.py
+decides, so a lone request's time depends on which ran). Differenced over a level, warm-up
 included (the counters cannot tell the warm-up apart), they show whether the batcher waited, how
 large the batches grew and what a request cost inside the server.
 
@@ -25,6 +27,8 @@ from perf_sweep.results import MetricKey, metric_sum, server_metrics_delta
 #: a unit test holds these names to that table).
 FRAMEWORK_SECONDS = "serving_batch_framework_seconds"
 REST_OF_EXECUTE_SECONDS = "serving_batch_overhead_seconds"
+#: The backend's framework calls by session (label `session`: wide or narrow).
+FRAMEWORK_CALLS = "serving_framework_calls_total"
 #: How long after a level its last executions reach the metrics endpoint (the backend's default
 #: flush interval, 1 s, and a margin).
 BACKEND_FLUSH_S = 1.2
@@ -40,6 +44,9 @@ class InsideServer:
     compute_infer_ms_per_request: float
     framework_ms_per_execution: float
     rest_of_execute_ms_per_execution: float
+    #: Share of the backend's framework calls that ran on the wide session (NaN: one session only,
+    #: or a file written before this was recorded).
+    wide_session_share: float = math.nan
 
     @property
     def requests_per_execution(self) -> float:
@@ -53,6 +60,15 @@ class InsideServer:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "InsideServer":
         return cls(**{k: math.nan if data.get(k) is None else float(data[k]) for k in cls.__dataclass_fields__})
+
+
+def _wide_share(before: Mapping[MetricKey, float], after: Mapping[MetricKey, float], model: str) -> float:
+    def calls(session: str) -> float:
+        return (metric_sum(after, FRAMEWORK_CALLS, model=model, session=session)
+                - metric_sum(before, FRAMEWORK_CALLS, model=model, session=session))
+
+    wide, narrow = calls("wide"), calls("narrow")
+    return wide / (wide + narrow) if wide + narrow > 0 else math.nan
 
 
 def _per_execution_ms(before: Mapping[MetricKey, float], after: Mapping[MetricKey, float], histogram: str,
@@ -77,4 +93,5 @@ def inside_server(before: Mapping[MetricKey, float], after: Mapping[MetricKey, f
         compute_infer_ms_per_request=triton.compute_infer_ms_per_request,
         framework_ms_per_execution=_per_execution_ms(before, after, FRAMEWORK_SECONDS, model),
         rest_of_execute_ms_per_execution=_per_execution_ms(before, after, REST_OF_EXECUTE_SECONDS, model),
+        wide_session_share=_wide_share(before, after, model),
     )

@@ -103,6 +103,10 @@ def model_tables(levels: Sequence[LevelSummary], model: ModelKind) -> list[str]:
     return out
 
 
+def _percent(share: float | None) -> str:
+    return "-" if share is None else f"{share:.0%}"
+
+
 def inside_server_table(levels: Sequence[LevelSummary], model: ModelKind) -> list[str]:
     """This project's levels as its server saw them (perf_sweep.peers.inside_server); [] when none has them."""
     rows = [s for s in levels if s.model == model.value and s.target == TargetKind.PROJECT.value and s.server]
@@ -113,14 +117,17 @@ def inside_server_table(levels: Sequence[LevelSummary], model: ModelKind) -> lis
            "charges each request its whole execution, the backend's own time per execution is the ONNX Runtime call "
            "and the rest of `execute` (decoding, tokenizing, checks, responses). At one request per execution the two "
            "compare directly, and the difference is the Python backend's round trip to its stub process and waiting "
-           "for a CPU (with larger batches, compute_infer per request weighs the large executions more):", "",
+           "for a CPU (with larger batches, compute_infer per request weighs the large executions more). The last "
+           "column is the share of ONNX Runtime calls that ran on the wide session (a thread per core) rather than "
+           "the 1-thread one (serving/backend/session_choice.py):", "",
            "| level | client P50 ms | requests per execution | queue ms per request | compute_infer ms per request | "
-           "ONNX Runtime ms per execution | rest of execute ms per execution |", "|---|---:|---:|---:|---:|---:|---:|"]
+           "ONNX Runtime ms per execution | rest of execute ms per execution | wide session |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for s in rows:
         v = s.server
         out.append(f"| {s.label} | {_f(s.p50_ms, 2)} | {_f(v['requests_per_execution'], 2)} | {_f(v['queue_ms_per_request'], 3)} | "
                    f"{_f(v['compute_infer_ms_per_request'], 3)} | {_f(v['framework_ms_per_execution'], 3)} | "
-                   f"{_f(v['rest_of_execute_ms_per_execution'], 3)} |")
+                   f"{_f(v['rest_of_execute_ms_per_execution'], 3)} | {_percent(v.get('wide_session_share'))} |")
     return out + [""]
 
 

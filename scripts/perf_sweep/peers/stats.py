@@ -144,7 +144,8 @@ def _server_part(server: Mapping[str, float | None] | None) -> str:
 
     return (f"; server: {figure('requests_per_execution')} requests per execution, queue {figure('queue_ms_per_request')} ms, "
             f"ONNX Runtime {figure('framework_ms_per_execution')} + rest of execute "
-            f"{figure('rest_of_execute_ms_per_execution')} ms per execution")
+            f"{figure('rest_of_execute_ms_per_execution')} ms per execution"
+            + ("" if server.get("wide_session_share") is None else f", {server['wide_session_share']:.0%} of calls wide"))
 
 
 def best_closed_loop_throughput(summaries: Sequence[LevelSummary]) -> float | None:

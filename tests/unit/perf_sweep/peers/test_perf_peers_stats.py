@@ -83,6 +83,8 @@ def test_this_projects_progress_line_says_what_its_server_saw():
     line = accounting_line(replace(summary, server=seen))
     assert line.endswith("; server: 1.00 requests per execution, queue 0.05 ms, ONNX Runtime 2.10 + rest of execute "
                          "- ms per execution")
+    line = accounting_line(replace(summary, server={**seen, "wide_session_share": 0.931}))
+    assert line.endswith("- ms per execution, 93% of calls wide")
 
 
 def test_the_reference_peak_is_the_best_answered_closed_loop_level():
