@@ -80,3 +80,29 @@ def stop_pid(pid: int, timeout: float = 20.0, nothing_left_to_finish: Callable[[
             if sig == signal.SIGTERM and nothing_left_to_finish is not None and nothing_left_to_finish():
                 break
             time.sleep(0.1)
+
+
+def proc_stat_fields(stat_text: str) -> list[str]:
+    """The fields of a /proc/<pid>[/task/<tid>]/stat line after the command name (state first, the
+    process group third, user and system clock ticks at 11 and 12): the name is in parentheses
+    and may hold spaces and parentheses itself, so the line is split after its last ')'."""
+    return stat_text.rsplit(")", 1)[-1].split()
+
+
+def cpu_ticks(stat_text: str) -> int:
+    """User + system clock ticks of a process or thread, from its /proc stat line."""
+    fields = proc_stat_fields(stat_text)
+    return int(fields[11]) + int(fields[12])
+
+
+def cpu_idle_and_total(proc_stat: str) -> dict[str, tuple[int, int]]:
+    """Per `cpu` line of /proc/stat ("cpu" for all CPUs, "cpu0", "cpu1", ...): (idle, total) clock
+    ticks since boot. Idle counts iowait too (a core waiting for I/O could run a thread); total is
+    user nice system idle iowait irq softirq steal (guest time is inside user)."""
+    times = {}
+    for line in proc_stat.splitlines():
+        if line.startswith("cpu"):
+            name, *ticks = line.split()
+            values = [int(v) for v in ticks[:8]]
+            times[name] = (values[3] + (values[4] if len(values) > 4 else 0), sum(values))
+    return times

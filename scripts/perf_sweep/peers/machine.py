@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
+from contracts.processes import cpu_idle_and_total
 from perf_sweep.peers.plan import machine_settled
 
 #: Flags reported with every figure: AVX2 only, AVX-512, and the VNNI INT8 dot products.
@@ -90,9 +91,7 @@ QUIET_SAMPLE_S = 0.5
 
 def cpu_jiffies(stat_text: str) -> tuple[int, int]:
     """(busy, total) jiffies of all CPUs from /proc/stat's first line (idle and iowait are not busy)."""
-    fields = [int(v) for v in stat_text.splitlines()[0].split()[1:]]
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
-    total = sum(fields[:8])  # user nice system idle iowait irq softirq steal (guest time is in user)
+    idle, total = cpu_idle_and_total(stat_text)["cpu"]
     return total - idle, total
 
 

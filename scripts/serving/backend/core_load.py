@@ -9,7 +9,7 @@ So it runs lone calls on one thread while the worker cores were busy with other 
 session's own worker threads are not other work: their CPU time is taken out, or a wide call would
 make the next one look crowded.
 
-`core_times`, `thread_ticks` and `busy_share` are pure; `CoreLoad` reads /proc/stat and the worker
+`core_times` and `busy_share` are pure; `CoreLoad` reads /proc/stat and the worker
 threads' stat files (Linux; ~20 us + ~5 us a thread) at most once per `interval_s`, from the stub's
 main thread.
 """
@@ -18,25 +18,14 @@ from __future__ import annotations
 import time
 from typing import Callable, Iterable, Mapping
 
+from contracts.processes import cpu_idle_and_total, cpu_ticks
+
 PROC_STAT = "/proc/stat"
 
 
 def core_times(proc_stat: str) -> dict[int, tuple[int, int]]:
-    """Per core, (idle, total) clock ticks since boot from /proc/stat's `cpuN` lines (idle counts
-    iowait too: a core waiting for I/O could run a thread)."""
-    times = {}
-    for line in proc_stat.splitlines():
-        if line.startswith("cpu") and line[3:4].isdigit():
-            name, *ticks = line.split()
-            values = [int(t) for t in ticks[:8]]  # user nice system idle iowait irq softirq steal
-            times[int(name[3:])] = (values[3] + values[4], sum(values))
-    return times
-
-
-def thread_ticks(task_stat: str) -> int:
-    """User + system clock ticks of a thread, from its /proc/<pid>/task/<tid>/stat line."""
-    fields = task_stat.rsplit(")", 1)[1].split()
-    return int(fields[11]) + int(fields[12])
+    """Per core number, (idle, total) clock ticks since boot (contracts.processes reads the lines)."""
+    return {int(name[3:]): ticks for name, ticks in cpu_idle_and_total(proc_stat).items() if name[3:].isdigit()}
 
 
 def busy_share(before: Mapping[int, tuple[int, int]], after: Mapping[int, tuple[int, int]],
@@ -72,7 +61,7 @@ class CoreLoad:
         now = self.clock()
         if now - self.at >= self.interval_s:
             times = core_times(self.read(PROC_STAT))
-            own = sum(thread_ticks(text) for text in (self.read(f"/proc/self/task/{tid}/stat") for tid in own_threads) if text)
+            own = sum(cpu_ticks(text) for text in (self.read(f"/proc/self/task/{tid}/stat") for tid in own_threads) if text)
             self.share = busy_share(self.times, times, cores, max(0, own - self.own))
             self.at, self.times, self.own = now, times, own
         return self.share

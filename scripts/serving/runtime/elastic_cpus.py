@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Mapping, Sequence
 
+from contracts.processes import cpu_ticks, proc_stat_fields
+
 
 class Activity(str, Enum):
     IDLE = "idle"
@@ -109,7 +111,7 @@ def group_members(pgid: int) -> list[int]:
         if entry.isdigit():
             try:
                 with open(f"/proc/{entry}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
+                    fields = proc_stat_fields(f.read())
             except OSError:
                 continue
             if int(fields[2]) == pgid:
@@ -123,8 +125,7 @@ def cpu_seconds(pids: Sequence[int]) -> float:
     for pid in pids:
         try:
             with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            total += int(fields[11]) + int(fields[12])
+                total += cpu_ticks(f.read())
         except OSError:
             continue
     return total / os.sysconf("SC_CLK_TCK")

@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 from contracts.errors import ConfigError
-from contracts.processes import stop_pid
+from contracts.processes import proc_stat_fields, stop_pid
 from contracts.supervisor_state import StubSummary
 from serving.runtime.model_readiness import model_ready, served_model_config
 
@@ -79,7 +79,7 @@ class StubProcess:
 def parse_stub(pid: int, stat: str, cmdline: bytes) -> tuple[int, StubProcess | None]:
     """(process group, the stub) from /proc/<pid>/stat and /proc/<pid>/cmdline; the stub is None
     for another program and for a dead stub (zombie: its cmdline is empty, its state Z)."""
-    fields = stat.rsplit(")", 1)[-1].split()  # the command name in parentheses may hold spaces
+    fields = proc_stat_fields(stat)
     state, pgid = fields[0], int(fields[2])
     argv = [a.decode(errors="replace") for a in cmdline.split(b"\0")]
     if state in ("Z", "X") or len(argv) < 2 or Path(argv[0]).name != STUB_PROGRAM or not argv[1].endswith(".py"):

@@ -1,8 +1,8 @@
-"""contracts.processes.stop_pid: SIGTERM first, SIGKILL when the group lingers or has nothing left to finish."""
+"""contracts.processes: stop_pid (SIGTERM first, SIGKILL when the group lingers or has nothing left to finish) and the /proc readers."""
 import subprocess
 import time
 
-from contracts.processes import pid_alive, stop_pid
+from contracts.processes import cpu_idle_and_total, cpu_ticks, pid_alive, proc_stat_fields, stop_pid
 
 
 def term_ignoring_group() -> subprocess.Popen:
@@ -31,3 +31,15 @@ def test_nothing_left_to_finish_ends_the_sigterm_wait_at_once():
     stop_pid(process.pid, timeout=30.0, nothing_left_to_finish=nothing_left_to_finish)
     assert time.monotonic() - started < 3.0 and not pid_alive(process.pid)
     assert len(polls) == 3  # not polled again once it said so, nor during the SIGKILL wait
+
+
+def test_a_proc_stat_line_is_split_after_the_command_name_even_with_parentheses_in_it():
+    line = "4242 (onnx (worker) 1) S 1 77 1 0 -1 4194368 10 0 0 0 123 45 0 0 20 0 1 0 100 0 0"
+    fields = proc_stat_fields(line)
+    assert (fields[0], int(fields[2])) == ("S", 77), "state first, the process group third"
+    assert cpu_ticks(line) == 168, "user + system ticks"
+
+
+def test_cpu_lines_give_idle_with_iowait_and_total_ticks_per_cpu():
+    text = "cpu  300 0 100 600 5 0 0 0 0 0\ncpu0 100 0 50 350 5 0 0 0 0 0\ncpu1 200 0 50 250\nintr 12345\n"
+    assert cpu_idle_and_total(text) == {"cpu": (605, 1005), "cpu0": (355, 505), "cpu1": (250, 500)}

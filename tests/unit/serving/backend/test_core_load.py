@@ -5,7 +5,7 @@ import threading
 
 import pytest
 
-from serving.backend.core_load import CoreLoad, busy_share, core_times, thread_ticks
+from serving.backend.core_load import CoreLoad, busy_share, core_times
 
 STAT_0 = """cpu  300 0 100 600 0 0 0 0 0 0
 cpu0 100 0 50 350 0 0 0 0 0 0
@@ -33,11 +33,6 @@ def test_busy_share_of_the_named_cores_only():
     assert busy_share(before, after, [7]) == 0.0, "a core /proc/stat does not list"
     assert busy_share(before, after, [1], own_ticks=100) == pytest.approx(90 / 210), "the wide session's own workers are not other work"
     assert busy_share(before, after, [1], own_ticks=500) == 0.0
-
-
-def test_thread_ticks_are_user_plus_system_time_even_with_a_parenthesis_in_the_name():
-    line = "4242 (onnx (worker)) S 1 1 1 0 -1 4194368 10 0 0 0 123 45 0 0 20 0 1 0 100 0 0"
-    assert thread_ticks(line) == 168
 
 
 def test_core_load_rereads_at_most_once_per_interval_and_takes_out_its_own_threads():

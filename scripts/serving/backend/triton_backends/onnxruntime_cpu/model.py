@@ -257,7 +257,7 @@ class TritonPythonModel:
             self.narrow = _session(onnx_path, 1)
             self.activity = InstanceActivity(name, args.get("model_instance_name", name))
             self.choice = SessionChoice()
-            self.core_load = CoreLoad()
+            self.core_load = CoreLoad() if pinned else None  # the placement's worker cores: busy?
 
     def _run(self, feeds):
         if self.narrow is None:
