@@ -77,10 +77,11 @@ def common_labels(partition: str) -> dict[str, str]:
             "app.kubernetes.io/version": TRITON_VERSION, "partition": partition}
 
 
-def server_args(part: PlannedPartition, gpu: bool) -> list[str]:
+def server_args(part: PlannedPartition, gpu: bool, rate_limit: str = "execution_count") -> list[str]:
     """The launcher's flags for this partition, with the key taken from the pod's environment."""
     settings = partition_server_settings(part, MODEL_REPOSITORY, BACKEND_DIR, gpu_metrics=gpu,
-                                         admin_key=AdminKey(_KEY_PLACEHOLDER, "k8s_deploy placeholder"))
+                                         admin_key=AdminKey(_KEY_PLACEHOLDER, "k8s_deploy placeholder"),
+                                         rate_limit=rate_limit)
     return [arg.replace(_KEY_PLACEHOLDER, f"$({ADMIN_KEY_ENV})") for arg in settings.to_args_list()]
 
 
@@ -127,7 +128,7 @@ def container_probes(deploy: DeployPlan) -> dict[str, Any]:
 def render_container(deploy: DeployPlan, part: PlannedPartition) -> dict[str, Any]:
     return {
         "name": CONTAINER, "image": TRITON_IMAGE, "imagePullPolicy": "IfNotPresent",
-        "command": ["tritonserver"], "args": server_args(part, deploy.gpu), "env": container_env(deploy.plan, part),
+        "command": ["tritonserver"], "args": server_args(part, deploy.gpu, deploy.plan.rate_limit), "env": container_env(deploy.plan, part),
         "ports": [{"name": "http", "containerPort": part.http_port, "protocol": "TCP"},
                   {"name": "grpc", "containerPort": part.grpc_port, "protocol": "TCP"},
                   {"name": "metrics", "containerPort": part.metrics_port, "protocol": "TCP"}],

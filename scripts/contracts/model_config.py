@@ -195,6 +195,33 @@ def instance_kind(model: ModelSpec) -> int:
     return pb.ModelInstanceGroup.KIND_GPU if model.device is Device.GPU else pb.ModelInstanceGroup.KIND_CPU
 
 
+#: Rate-limiter priorities of a model's instances (Triton schedules among the instances free at that
+#: moment the one with the fewest executions x priority, with `--rate-limit=execution_count`,
+#: `[server] rate_limit`): the first instance 1, every other one this. So a request that finds the
+#: first instance free goes to it, and the others take work while it is busy.
+#: Why: at low load Triton 2.51 hands consecutive requests to the instances in turn, and each
+#: instance is a separate process with its own copy of the weights, so every call found its caches
+#: cold after the other instance had run (a lone text took ~20% longer: docs/performance.md,
+#: "The first instance first").
+OTHER_INSTANCE_PRIORITY = 1000
+
+
+def render_instance_groups(model: ModelSpec) -> list[pb.ModelInstanceGroup]:
+    """The model's instances, one group per instance (a priority is set per group), the first with
+    rate-limiter priority 1 and the others OTHER_INSTANCE_PRIORITY; one instance: one plain group.
+    Triton names them `<model>_<group>_0` (serving.backend.instance_activity.instance_index)."""
+    kind = instance_kind(model)
+    if model.instance_count == 1:
+        return [pb.ModelInstanceGroup(count=1, kind=kind)]
+    return [pb.ModelInstanceGroup(count=1, kind=kind, rate_limiter=pb.ModelRateLimiter(
+        priority=1 if i == 0 else OTHER_INSTANCE_PRIORITY)) for i in range(model.instance_count)]
+
+
+def instance_total(config: pb.ModelConfig) -> int:
+    """How many instances a config asks for (per device for KIND_GPU groups without `gpus`)."""
+    return sum(group.count or 1 for group in config.instance_group) or 1
+
+
 def _render_batched_model(backend: str, model: ModelSpec, serving: ServingSpec, inputs: Sequence[TensorSpec],
                           outputs: Sequence[TensorSpec], parameters: Mapping[str, str], ragged_inputs: bool = False) -> pb.ModelConfig:
     """What every batched model's config holds: the dynamic batcher with the priority levels and
@@ -205,7 +232,7 @@ def _render_batched_model(backend: str, model: ModelSpec, serving: ServingSpec, 
         name=model.name, backend=backend, max_batch_size=model.max_batch_size,
         input=[model_input(t, ragged=ragged_inputs) for t in inputs], output=[model_output(t) for t in outputs],
         dynamic_batching=render_dynamic_batching(model, serving),
-        instance_group=[pb.ModelInstanceGroup(count=model.instance_count, kind=instance_kind(model))],
+        instance_group=render_instance_groups(model),
         model_warmup=render_warmup(inputs, sorted({1, model.max_batch_size}), ones_inputs=masks),
     )
     set_parameters(config, parameters)

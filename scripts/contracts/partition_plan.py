@@ -131,6 +131,8 @@ class PartitionPlan:
     #: `[server] cond_wait_cap_us` and `http_gzip_level`, for every partition's server (serving.runtime.native).
     cond_wait_cap_us: int = 10000
     http_gzip_level: int | str = GZIP_OFF
+    #: `[server] rate_limit`, for every partition's server.
+    rate_limit: str = "execution_count"
 
     def __post_init__(self) -> None:
         ports = [p for part in self.partitions for p in (part.http_port, part.grpc_port, part.metrics_port)]
@@ -248,7 +250,8 @@ def plan_partitions(
         ))
     _check_supervisor_port(planned, server.supervisor_metrics_port)
     return PartitionPlan(mechanism=mechanism, cpu_count=cpu_count, partitions=tuple(planned),
-                         cond_wait_cap_us=server.cond_wait_cap_us, http_gzip_level=server.http_gzip_level)
+                         cond_wait_cap_us=server.cond_wait_cap_us, http_gzip_level=server.http_gzip_level,
+                         rate_limit=server.rate_limit)
 
 
 def plan_for_this_host(spec: ServingSpec, force_cpu: bool = False) -> tuple[PartitionPlan, GpuProbe]:

@@ -135,6 +135,8 @@ class Batching:
 
 #: `[server] http_gzip_level` = this: Triton answers HTTP uncompressed whatever the request accepts.
 GZIP_OFF = "off"
+#: `[server] rate_limit`: Triton's `--rate-limit` values.
+RATE_LIMIT_MODES = ("execution_count", "off")
 
 
 @dataclass(frozen=True)
@@ -161,6 +163,11 @@ class ServerEndpoints:
     #: 0-9 = a zlib level (0 = gzip framing without compression, 1 = nginx's default) for clients
     #: behind slow links.
     http_gzip_level: int | str = GZIP_OFF
+    #: Triton's `--rate-limit`: "execution_count" schedules each model's instances by the rate-limiter
+    #: priorities of its config (contracts.model_config.render_instance_groups: a request that finds
+    #: the first instance free goes to it, so at low load one process serves with warm caches);
+    #: "off" = Triton's default (instances take turns). No resources are declared, so nothing waits.
+    rate_limit: str = "execution_count"
 
     #: Binding anywhere but loopback is an explicit choice (here or `serve --allow-non-loopback`);
     #: the launcher logs a warning when it is made. Admin APIs stay locked by the key either way.
@@ -180,6 +187,8 @@ class ServerEndpoints:
             _check_int_range(f"server.{name}", getattr(self, name), 1, 65535)
         _check_int_range("server.partition_port_stride", self.partition_port_stride, 3, 1000)
         _check_int_range("server.cond_wait_cap_us", self.cond_wait_cap_us, 0, 100_000)
+        if self.rate_limit not in RATE_LIMIT_MODES:
+            raise ConfigError(f"`server.rate_limit` = {self.rate_limit!r}: allowed {list(RATE_LIMIT_MODES)}.")
         if self.http_gzip_level != GZIP_OFF:
             if isinstance(self.http_gzip_level, str):
                 raise ConfigError(f"`server.http_gzip_level` = {self.http_gzip_level!r}: allowed {GZIP_OFF!r} or a zlib level 0-9.")
@@ -474,7 +483,7 @@ def serving_spec_from_dict(data: Mapping[str, Any]) -> ServingSpec:
     server_table = data.get("server", {})
     _only_keys("server", server_table, {"host", "http_port", "grpc_port", "metrics_port", "partition_port_stride",
                                         "allow_non_loopback", "supervisor_metrics_port", "cond_wait_cap_us",
-                                        "http_gzip_level"})
+                                        "http_gzip_level", "rate_limit"})
     partitions = []
     for name, table in data.get("partitions", {}).items():
         _only_keys(f"partitions.{name}", table, _PARTITION_KEYS)

@@ -21,25 +21,40 @@ import os
 import re
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Sequence
 
 from contracts.layout import SHARED_MEMORY_DIR, instance_activity_file
 
 SLOTS = 64
 
 
-def instance_index(instance_name: str) -> int:
-    """Triton names instances `<model>_<group>_<index>` (e.g. text_embedder_0_1 -> 1)."""
+def instance_index(instance_name: str, groups: Sequence[tuple[str, int]] = ()) -> int:
+    """The instance's place among all the model's instances (0, 1, ...): siblings get different
+    activity slots and home cores.
+
+    Triton names an instance `<group name>_<index in its group>`, a group `<model>_<group index>`
+    unless the config names it. `groups` = the config's instance groups as (name, count), in order:
+    served configs have one group per instance (contracts.model_config.render_instance_groups), so
+    the index in the group alone would be 0 for every instance. Without groups (or a name that
+    matches none), the index in the group."""
     match = re.search(r"_(\d+)$", instance_name)
-    return int(match.group(1)) % SLOTS if match else 0
+    if not match:
+        return 0
+    before = 0
+    for name, count in groups:
+        if instance_name == f"{name}_{match.group(1)}":
+            return (before + int(match.group(1))) % SLOTS
+        before += max(int(count), 1)
+    return int(match.group(1)) % SLOTS
 
 
 class InstanceActivity:
     """This instance's busy flag and a look at its siblings', in a file shared by the model's
     instances of one server (named by model and server pid)."""
 
-    def __init__(self, model: str, instance_name: str, server_pid: int | None = None,
+    def __init__(self, model: str, index: int, server_pid: int | None = None,
                  directory: Path = SHARED_MEMORY_DIR):
-        self.index = instance_index(instance_name)
+        self.index = index % SLOTS  # instance_index(): this instance's place among the model's
         self.path = instance_activity_file(model, server_pid or os.getppid(), directory)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         try:

@@ -45,7 +45,7 @@ def with_server_overrides(spec: ServingSpec, host: str | None = None, http_port:
 def partition_server_settings(partition: PlannedPartition, repository: Path, backend_dir: Path,
                               log_verbose: int = 0, gpu_metrics: bool = False,
                               admin_key: AdminKey | None = None, cond_wait_cap_us: int = 10000,
-                              http_gzip_level: int | str | None = None) -> ServerSettings:
+                              http_gzip_level: int | str | None = None, rate_limit: str = "execution_count") -> ServerSettings:
     """The ONE place a partition's tritonserver flags are decided (add security flags here); the
     Kubernetes renderer (deploy/k8s_deploy) takes its container arguments from here too, passing a
     placeholder `admin_key` that the pod fills from a Secret."""
@@ -55,7 +55,7 @@ def partition_server_settings(partition: PlannedPartition, repository: Path, bac
         models=partition.models, log_verbose=log_verbose, gpu_metrics=gpu_metrics,
         # model-repository, shared-memory, logging and trace APIs need the admin key (serving.runtime.security)
         restricted=restricted_api_flags(admin_key or launcher_admin_key()), cond_wait_cap_us=cond_wait_cap_us,
-        http_gzip_level=http_gzip_level,
+        http_gzip_level=http_gzip_level, rate_limit=rate_limit,
     )
 
 
@@ -91,7 +91,8 @@ def partition_server_process(installation: TritonInstallation, plan: PartitionPl
         pin = partition.cpus
     settings = partition_server_settings(partition, repository, layout.backends,
                                          gpu_metrics=partition.gpu,
-                                         cond_wait_cap_us=plan.cond_wait_cap_us, http_gzip_level=plan.http_gzip_level)
+                                         cond_wait_cap_us=plan.cond_wait_cap_us, http_gzip_level=plan.http_gzip_level,
+                                         rate_limit=plan.rate_limit)
     return TritonServerProcess(installation, settings, layout.partition_log(partition.name), extra_env=env,
                                preexec_cpus=pin, cpu_weight=cpu_weight if plan.mechanism is Mechanism.CPU_SHARES else None)
 

@@ -122,8 +122,11 @@ def server_environment(installation: TritonInstallation, base: Mapping[str, str]
     existing = env.get("LD_LIBRARY_PATH", "")
     env["LD_LIBRARY_PATH"] = ":".join([d for d in lib_dirs if d] + ([existing] if existing else []))
     venv_bin = str(Path(sys.executable).parent)
+    # The stub's embedded Python runs isolated (it ignores PYTHONPATH, measured: sys.flags.isolated = 1)
+    # and takes its sys.prefix from the `python` first on PATH: this environment's, so the stub
+    # imports the project's packages as installed here (an editable install: the checkout it maps).
     env["PATH"] = venv_bin + ":" + env.get("PATH", "")
-    # The stub embeds Python; point it at this environment's packages explicitly.
+    # For the server process and anything it runs that does honour PYTHONPATH.
     site_paths = [p for p in sys.path if p.endswith("site-packages")]
     project_paths = [str(d) for d in SOURCE_DIRS]
     env["PYTHONPATH"] = ":".join(site_paths + project_paths + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
@@ -167,6 +170,9 @@ class ServerSettings:
     #: (uncompressed answers), through the preloaded serving/runtime/native/gzip_level.c; None =
     #: Triton's own (level 6). Environment, not a flag (Triton has none).
     http_gzip_level: int | str | None = None
+    #: Triton's `--rate-limit` ("execution_count" or "off"): with it, a model's instances are
+    #: scheduled by the rate-limiter priorities of its config (contracts.model_config.render_instance_groups).
+    rate_limit: str = "execution_count"
 
     def to_args_list(self) -> list[str]:
         args = [
@@ -186,6 +192,7 @@ class ServerSettings:
             f"--exit-timeout-secs={self.exit_timeout_secs}",
             f"--strict-readiness={'true' if self.strict_readiness else 'false'}",
             f"--exit-on-error={'true' if self.exit_on_error else 'false'}",
+            f"--rate-limit={self.rate_limit}",
         ]
         if self.latency_summaries:
             args.append("--metrics-config=summary_latencies=true")

@@ -1,9 +1,14 @@
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from contracts.errors import ConfigError
-from contracts.model_config import TensorSpec, config_text, parse_config, read_model_config, render_onnx_cpu_config, write_model_config
+from contracts.model_config import (
+    OTHER_INSTANCE_PRIORITY, TensorSpec, config_text, instance_total, parse_config, read_model_config, render_onnx_cpu_config,
+    write_model_config,
+)
 from serving.runtime.server import ServerSettings
 from contracts.serving_spec import ModelSpec, serving_spec_from_dict
 
@@ -91,3 +96,26 @@ def test_gpu_metrics_are_off_unless_asked_for(tmp_path):
     assert "--allow-gpu-metrics=false" in ServerSettings(model_repository=tmp_path, backend_dir=tmp_path).to_args_list()
     on = ServerSettings(model_repository=tmp_path, backend_dir=tmp_path, gpu_metrics=True).to_args_list()
     assert "--allow-gpu-metrics=true" in on
+
+
+def test_several_instances_are_one_group_each_the_first_preferred_by_the_rate_limiter():
+    """Triton's rate limiter schedules the free instance with the fewest executions x priority:
+    priority 1 for the first and OTHER_INSTANCE_PRIORITY for the rest keeps lone requests on one
+    process (warm caches); Triton then names the instances m_0_0, m_1_0, m_2_0."""
+    model = replace(SERVING.model("m"), instance_count=3)
+    config = render_onnx_cpu_config(model, SERVING, [TensorSpec("x", "TYPE_FP32", (3,))], [TensorSpec("y", "TYPE_FP32", (2,))])
+    assert list(config.instance_group) == [parse_config(f"instance_group {{ count: 1 kind: KIND_CPU rate_limiter {{ priority: {p} }} }}").instance_group[0]
+                                           for p in (1, OTHER_INSTANCE_PRIORITY, OTHER_INSTANCE_PRIORITY)]
+    assert OTHER_INSTANCE_PRIORITY > 1 and instance_total(config) == 3
+    assert instance_total(render_onnx_cpu_config(SERVING.model("m"), SERVING, [TensorSpec("x", "TYPE_FP32", (3,))],
+                                                 [TensorSpec("y", "TYPE_FP32", (2,))])) == 1
+
+
+def test_server_rate_limit_follows_the_serving_spec(tmp_path):
+    assert "--rate-limit=execution_count" in ServerSettings(model_repository=tmp_path, backend_dir=tmp_path).to_args_list()
+    assert "--rate-limit=off" in ServerSettings(model_repository=tmp_path, backend_dir=tmp_path, rate_limit="off").to_args_list()
+    models = {"m": {"recipe": "digit_cnn", "max_batch_size": 16}}
+    assert SERVING.server.rate_limit == "execution_count"
+    assert serving_spec_from_dict({"models": models, "server": {"rate_limit": "off"}}).server.rate_limit == "off"
+    with pytest.raises(ConfigError, match="rate_limit"):
+        serving_spec_from_dict({"models": models, "server": {"rate_limit": "resources"}})

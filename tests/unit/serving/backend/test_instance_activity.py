@@ -8,14 +8,24 @@ def test_instance_index_comes_from_tritons_instance_name():
     assert instance_index("text_embedder_0_1") == 1 and instance_index("m_0_0") == 0 and instance_index("plain") == 0
 
 
+def test_instance_index_counts_the_instances_of_earlier_groups():
+    """Served configs have one group per instance (each its own rate-limiter priority): Triton names
+    them m_0_0, m_1_0, ..., so the index in the group would give every instance 0."""
+    one_per_group = [("m_0", 1), ("m_1", 1), ("m_2", 1)]
+    assert [instance_index(f"m_{g}_0", one_per_group) for g in range(3)] == [0, 1, 2]
+    mixed = [("m_0", 2), ("fast", 3)]  # a named group after a group of two
+    assert instance_index("m_0_1", mixed) == 1 and instance_index("fast_0", mixed) == 2 and instance_index("fast_2", mixed) == 4
+    assert instance_index("other_5", mixed) == 5  # no group matches: the index in its group
+
+
 def test_each_instance_sees_only_its_siblings_as_busy(tmp_path):
-    a = InstanceActivity("text_embedder", "text_embedder_0_0", server_pid=7, directory=tmp_path)
-    b = InstanceActivity("text_embedder", "text_embedder_0_1", server_pid=7, directory=tmp_path)
+    a = InstanceActivity("text_embedder", 0, server_pid=7, directory=tmp_path)
+    b = InstanceActivity("text_embedder", 1, server_pid=7, directory=tmp_path)
     assert not a.others_busy() and not b.others_busy()
     with a.computing():
         assert b.others_busy() and not a.others_busy()
     assert not b.others_busy()
-    other_server = InstanceActivity("text_embedder", "text_embedder_0_0", server_pid=8, directory=tmp_path)
+    other_server = InstanceActivity("text_embedder", 0, server_pid=8, directory=tmp_path)
     with b.computing():
         assert not other_server.others_busy()  # another server's instances have their own file
     for activity in (a, b, other_server):

@@ -250,12 +250,14 @@ class TritonPythonModel:
         pinned = adaptive and _flag(params, "pinned_threads")
         before = thread_ids() if pinned else frozenset()
         self.session = _session(onnx_path, threads, providers, spin_within_run=pinned)
-        self.placement = (ThreadPlacement(instance_index(args.get("model_instance_name", name)), sorted(thread_ids() - before))
-                          if pinned else None)
+        # this instance's place among the model's (served configs have one instance group per instance)
+        index = instance_index(args.get("model_instance_name", name),
+                               [(g.get("name", ""), int(g.get("count", 1))) for g in config.get("instance_group", [])])
+        self.placement = ThreadPlacement(index, sorted(thread_ids() - before)) if pinned else None
         self.narrow, self.activity, self.choice, self.core_load = None, None, None, None
         if adaptive:
             self.narrow = _session(onnx_path, 1)
-            self.activity = InstanceActivity(name, args.get("model_instance_name", name))
+            self.activity = InstanceActivity(name, index)
             self.choice = SessionChoice()
             self.core_load = CoreLoad() if pinned else None  # the placement's worker cores: busy?
 
