@@ -35,10 +35,19 @@ def test_digit_batches_show_their_rows_and_time_as_prometheus_histograms(triton_
     with TritonModelClient(triton_server.url("http"), "http") as client:
         for start in range(0, 15, 3):  # 5 requests of 3 images: 15 rows, however Triton batched them
             client.infer("digit_classifier", {"image": images[start:start + 3]})
-    text = poll_until(lambda: scrape(triton_server),
-                      lambda t: series_sum(t, "serving_batch_rows_sum", "digit_classifier") >= rows_before + 15, timeout_s=15, interval_s=0.25)
+    histograms = ("serving_batch_rows", "serving_batch_requests", "serving_batch_framework_seconds", "serving_batch_overhead_seconds")
+
+    def flushed(t: str) -> bool:
+        """All 15 rows counted, and no stub caught between two series of its flush: each stub sends
+        its series one metric-API call at a time (serving/backend/stub_metrics.py), so a scrape can
+        land after a histogram's `_count` and before its `_bucket` were sent; the next one is whole."""
+        return series_sum(t, "serving_batch_rows_sum", "digit_classifier") >= rows_before + 15 and all(
+            series_sum(t, f"{h}_bucket", "digit_classifier", le="+Inf") == series_sum(t, f"{h}_count", "digit_classifier")
+            for h in histograms)
+
+    text = poll_until(lambda: scrape(triton_server), flushed, timeout_s=15, interval_s=0.25)
     assert series_sum(text, "serving_batch_rows_sum", "digit_classifier") == rows_before + 15
-    for histogram in ("serving_batch_rows", "serving_batch_requests", "serving_batch_framework_seconds", "serving_batch_overhead_seconds"):
+    for histogram in histograms:
         count = series_sum(text, f"{histogram}_count", "digit_classifier")
         assert count >= 1, histogram
         # cumulative buckets: +Inf holds every observation, and no bucket holds more than a wider one

@@ -100,18 +100,25 @@ class MetricTotals:
                 totals[2] += 1
 
     def drain(self) -> list[tuple[Series, float]]:
-        """The non-zero counter deltas and the gauges set since the last drain, sorted; then a fresh start."""
-        deltas = [(series, value) for series, value in self.counters.items() if value > 0] + list(self.gauges.items())
-        for (metric, labels), (counts, total, count) in self.histograms.items():
-            cumulative = 0
+        """The non-zero counter deltas and the gauges set since the last drain, then a fresh start.
+
+        In the order they are to be sent, one call each: counters and gauges sorted, then each
+        histogram's buckets from +Inf down to the smallest `le`, its `_sum`, its `_count`. A scrape
+        that lands during a flush then still sees every histogram's buckets cumulative (a wider
+        bucket has always had its increment first) and a `_count` that is only equal to the +Inf
+        bucket once the whole histogram is sent."""
+        deltas = sorted([(series, value) for series, value in self.counters.items() if value > 0] + list(self.gauges.items()))
+        for (metric, labels), (counts, total, count) in sorted(self.histograms.items(), key=lambda item: item[0]):
+            cumulative, buckets = 0, []
             for le, in_bucket in zip(self.le_labels[metric], counts):
                 cumulative += in_bucket
                 if cumulative:
-                    deltas.append(((f"{metric}_bucket", (*labels, ("le", le))), cumulative))
+                    buckets.append(((f"{metric}_bucket", (*labels, ("le", le))), cumulative))
+            deltas += reversed(buckets)
             if count:
                 deltas += [((f"{metric}_sum", labels), total), ((f"{metric}_count", labels), count)]
         self.counters, self.gauges, self.histograms = {}, {}, {}
-        return sorted(deltas)
+        return deltas
 
     def series_of(self, metric: str, labels: tuple[tuple[str, str], ...] = ()) -> list[Series]:
         """Every published series one metric with these labels shows (a histogram: each bucket, sum, count)."""

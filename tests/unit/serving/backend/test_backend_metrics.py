@@ -53,6 +53,24 @@ def test_totals_publish_a_histogram_as_the_cumulative_counters_prometheus_reads(
     assert totals.drain() == []  # drained: the next flush sends nothing
 
 
+def test_a_scrape_during_a_flush_still_sees_cumulative_buckets():
+    """The stub sends one series per call; sent in drain's order, every prefix of the flush keeps
+    each histogram's buckets cumulative (wider first) and its _count last."""
+    from serving.backend.stub_metrics import MetricTotals
+
+    totals = MetricTotals(FAMILIES)
+    shown: dict = {}
+    for values in ([3, 1, 500], [2, 2, 64, 1]):  # two flushes, the second on top of the first
+        totals.add([Observation("serving_batch_rows", (), v) for v in values] + [Observation("serving_batch_requests", (), 1)])
+        for series, value in totals.drain():  # a scrape after each single call
+            shown[series] = shown.get(series, 0) + value
+            for histogram in ("serving_batch_rows", "serving_batch_requests"):
+                buckets = sorted((float(dict(labels)["le"]), v) for (name, labels), v in shown.items() if name == f"{histogram}_bucket")
+                assert all(a[1] <= b[1] for a, b in zip(buckets, buckets[1:])), (series, buckets)
+                assert shown.get((f"{histogram}_count", ()), 0) <= (buckets[-1][1] if buckets else 0)
+        assert shown[("serving_batch_rows_count", ())] == shown[("serving_batch_rows_bucket", (("le", "+Inf"),))]
+
+
 def test_totals_add_counters_and_skip_zero_increments():
     from serving.backend.stub_metrics import MetricTotals
 
