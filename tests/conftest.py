@@ -12,6 +12,12 @@ PROJECT_ROOT = Path(__file__).resolve().parents[1]
 REPOSITORY = PROJECT_ROOT / "model_repository"
 SERVING_CONFIG = REPOSITORY / "serving.toml"
 ARTIFACTS = PROJECT_ROOT / "artifacts"
+#: The `[priorities]` table of the unit tests' serving specs: two levels, each with its queue cap
+#: and timeout (the served serving.toml has the same shape with its own numbers).
+TWO_PRIORITY_LEVELS = {
+    "realtime": {"level": 1, "max_queue_size": 4, "default_timeout_microseconds": 1000},
+    "batch": {"level": 2, "max_queue_size": 8, "default_timeout_microseconds": 5000},
+}
 
 
 def free_ports(count: int) -> list[int]:

@@ -4,6 +4,7 @@ from dataclasses import replace
 
 import pytest
 
+from conftest import TWO_PRIORITY_LEVELS
 from contracts.errors import ConfigError
 from contracts.model_config import (
     OTHER_INSTANCE_PRIORITY, TensorSpec, config_text, instance_total, parse_config, read_model_config, render_onnx_cpu_config,
@@ -13,10 +14,7 @@ from serving.runtime.server import ServerSettings
 from contracts.serving_spec import ModelSpec, serving_spec_from_dict
 
 SERVING = serving_spec_from_dict({
-    "priorities": {
-        "realtime": {"level": 1, "max_queue_size": 4, "default_timeout_microseconds": 1000},
-        "batch": {"level": 2, "max_queue_size": 8, "default_timeout_microseconds": 5000},
-    },
+    "priorities": TWO_PRIORITY_LEVELS,
     "batching": {"default_priority": "batch", "max_queue_delay_microseconds": 7000},
     "models": {"m": {"recipe": "digit_cnn", "max_batch_size": 16}},
 })

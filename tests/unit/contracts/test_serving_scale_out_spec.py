@@ -5,15 +5,13 @@ import copy
 
 import pytest
 
+from conftest import TWO_PRIORITY_LEVELS
 from contracts.errors import ConfigError
 from contracts.scale_out_spec import Autoscaling, KubernetesSettings
 from contracts.serving_spec import serving_spec_from_dict
 
 BASE = {
-    "priorities": {
-        "realtime": {"level": 1, "max_queue_size": 4, "default_timeout_microseconds": 1000},
-        "batch": {"level": 2, "max_queue_size": 8, "default_timeout_microseconds": 5000},
-    },
+    "priorities": TWO_PRIORITY_LEVELS,
     "batching": {"default_priority": "batch", "max_queue_delay_microseconds": 10000},
     "models": {"m": {"recipe": "digit_cnn", "partition": "p"}},
     "partitions": {"p": {"compute_share": 50, "memory_mb": 512}},

@@ -2,14 +2,12 @@ from __future__ import annotations
 
 import pytest
 
+from conftest import TWO_PRIORITY_LEVELS
 from contracts.errors import ConfigError
 from contracts.serving_spec import ModelSpec, Variant, load_serving_spec, serving_spec_from_dict
 
 BASE = {
-    "priorities": {
-        "realtime": {"level": 1, "max_queue_size": 4, "default_timeout_microseconds": 1000},
-        "batch": {"level": 2, "max_queue_size": 8, "default_timeout_microseconds": 5000},
-    },
+    "priorities": TWO_PRIORITY_LEVELS,
     "batching": {"default_priority": "batch"},
     "models": {"m": {"recipe": "digit_cnn"}},
 }

@@ -5,6 +5,7 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
+from conftest import TWO_PRIORITY_LEVELS
 from contracts.errors import ConfigError
 from contracts.model_config import (
     TEXT_INPUT,
@@ -19,10 +20,7 @@ from contracts.model_config import (
 from contracts.serving_spec import ModelSpec, serving_spec_from_dict
 
 SERVING = serving_spec_from_dict({
-    "priorities": {
-        "realtime": {"level": 1, "max_queue_size": 4, "default_timeout_microseconds": 1000},
-        "batch": {"level": 2, "max_queue_size": 8, "default_timeout_microseconds": 5000},
-    },
+    "priorities": TWO_PRIORITY_LEVELS,
     "batching": {"default_priority": "batch", "max_queue_delay_microseconds": 7000},
     "models": {
         "enc": {"recipe": "minilm_encoder", "max_batch_size": 32},
