@@ -17,7 +17,7 @@ from serving.runtime.launcher import partition_server_settings, with_server_over
 from serving.runtime.native import preload_variables, wanted_helpers
 from contracts.partition_plan import PartitionPlan, PlannedPartition, plan_partitions
 from serving.runtime.security import ADMIN_KEY_ENV, AdminKey
-from contracts.serving_spec import CpuPlacement, ServingSpec
+from contracts.serving_spec import DEFAULT_RATE_LIMIT, CpuPlacement, ServingSpec
 from serving.runtime.supervisor import RestartPolicy
 
 #: NVIDIA's container for Triton 2.51.0 (the release this project pins: nvidia-pytriton 0.7.0's server).
@@ -77,7 +77,7 @@ def common_labels(partition: str) -> dict[str, str]:
             "app.kubernetes.io/version": TRITON_VERSION, "partition": partition}
 
 
-def server_args(part: PlannedPartition, gpu: bool, rate_limit: str = "execution_count") -> list[str]:
+def server_args(part: PlannedPartition, gpu: bool, rate_limit: str = DEFAULT_RATE_LIMIT) -> list[str]:
     """The launcher's flags for this partition, with the key taken from the pod's environment."""
     settings = partition_server_settings(part, MODEL_REPOSITORY, BACKEND_DIR, gpu_metrics=gpu,
                                          admin_key=AdminKey(_KEY_PLACEHOLDER, "k8s_deploy placeholder"),

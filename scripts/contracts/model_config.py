@@ -201,7 +201,7 @@ def instance_kind(model: ModelSpec) -> int:
 #: first instance free goes to it, and the others take work while it is busy.
 #: Why: at low load Triton 2.51 hands consecutive requests to the instances in turn, and each
 #: instance is a separate process with its own copy of the weights, so every call found its caches
-#: cold after the other instance had run (a lone text took ~20% longer: docs/performance.md,
+#: cold after the other instance had run (a lone text's ONNX Runtime call took ~17% longer: docs/performance.md,
 #: "The first instance first").
 OTHER_INSTANCE_PRIORITY = 1000
 

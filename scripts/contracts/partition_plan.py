@@ -28,7 +28,7 @@ from typing import Any, Sequence
 
 from contracts.devices import GpuProbe, detect_nvidia_gpu  # noqa: F401 (re-exported)
 from contracts.errors import ConfigError, find_named
-from contracts.serving_spec import GZIP_OFF, CpuPlacement, ServingSpec
+from contracts.serving_spec import DEFAULT_RATE_LIMIT, GZIP_OFF, CpuPlacement, ServingSpec
 
 #: Environment variable that carries a partition's ONNX Runtime intra-op thread count to the
 #: `onnxruntime_cpu` backend (used when a model's config leaves intra_op_num_threads at 0).
@@ -132,7 +132,7 @@ class PartitionPlan:
     cond_wait_cap_us: int = 10000
     http_gzip_level: int | str = GZIP_OFF
     #: `[server] rate_limit`, for every partition's server.
-    rate_limit: str = "execution_count"
+    rate_limit: str = DEFAULT_RATE_LIMIT
 
     def __post_init__(self) -> None:
         ports = [p for part in self.partitions for p in (part.http_port, part.grpc_port, part.metrics_port)]

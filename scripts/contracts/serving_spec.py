@@ -135,8 +135,9 @@ class Batching:
 
 #: `[server] http_gzip_level` = this: Triton answers HTTP uncompressed whatever the request accepts.
 GZIP_OFF = "off"
-#: `[server] rate_limit`: Triton's `--rate-limit` values.
+#: `[server] rate_limit`: Triton's `--rate-limit` values; the first is the served default.
 RATE_LIMIT_MODES = ("execution_count", "off")
+DEFAULT_RATE_LIMIT = RATE_LIMIT_MODES[0]
 
 
 @dataclass(frozen=True)
@@ -167,7 +168,7 @@ class ServerEndpoints:
     #: priorities of its config (contracts.model_config.render_instance_groups: a request that finds
     #: the first instance free goes to it, so at low load one process serves with warm caches);
     #: "off" = Triton's default (instances take turns). No resources are declared, so nothing waits.
-    rate_limit: str = "execution_count"
+    rate_limit: str = DEFAULT_RATE_LIMIT
 
     #: Binding anywhere but loopback is an explicit choice (here or `serve --allow-non-loopback`);
     #: the launcher logs a warning when it is made. Admin APIs stay locked by the key either way.

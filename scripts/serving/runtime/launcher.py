@@ -26,7 +26,7 @@ from contracts.layout import RunLayout
 from contracts.partition_plan import Mechanism, PartitionPlan, PlannedPartition
 from serving.runtime.security import AdminKey, launcher_admin_key, restricted_api_flags
 from serving.runtime.server import ServerSettings, TritonInstallation, TritonServerProcess
-from contracts.serving_spec import ServingSpec
+from contracts.serving_spec import DEFAULT_RATE_LIMIT, ServingSpec
 from contracts.supervisor_state import PartitionStatus
 
 MPS_CONTROL = "nvidia-cuda-mps-control"
@@ -45,7 +45,7 @@ def with_server_overrides(spec: ServingSpec, host: str | None = None, http_port:
 def partition_server_settings(partition: PlannedPartition, repository: Path, backend_dir: Path,
                               log_verbose: int = 0, gpu_metrics: bool = False,
                               admin_key: AdminKey | None = None, cond_wait_cap_us: int = 10000,
-                              http_gzip_level: int | str | None = None, rate_limit: str = "execution_count") -> ServerSettings:
+                              http_gzip_level: int | str | None = None, rate_limit: str = DEFAULT_RATE_LIMIT) -> ServerSettings:
     """The ONE place a partition's tritonserver flags are decided (add security flags here); the
     Kubernetes renderer (deploy/k8s_deploy) takes its container arguments from here too, passing a
     placeholder `admin_key` that the pod fills from a Secret."""

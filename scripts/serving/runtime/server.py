@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 
 from contracts.errors import ServerStartError
 from contracts.layout import SOURCE_DIRS, remove_server_shared_files
+from contracts.serving_spec import DEFAULT_RATE_LIMIT
 from contracts.processes import free_loopback_ports, http_ready, log_tail, pid_alive, stop_pid  # noqa: F401 (re-exported)
 from serving.runtime.stub_watch import stop_server_group
 
@@ -172,7 +173,7 @@ class ServerSettings:
     http_gzip_level: int | str | None = None
     #: Triton's `--rate-limit` ("execution_count" or "off"): with it, a model's instances are
     #: scheduled by the rate-limiter priorities of its config (contracts.model_config.render_instance_groups).
-    rate_limit: str = "execution_count"
+    rate_limit: str = DEFAULT_RATE_LIMIT
 
     def to_args_list(self) -> list[str]:
         args = [
