@@ -12,6 +12,8 @@
 # the main checkout, a copy's stubs import every backend module from the MAIN tree; only the
 # backend's model.py (copied into the run directory) and the runtime come from the copy. This venv
 # puts the copy's source folders first and then reads the main venv's site-packages (no install).
+# Since the model.py files append the runtime's PYTHONPATH to the stub's sys.path, a copy of a tree
+# that has them imports its own code either way; the venv keeps copies of older trees honest too.
 set -euo pipefail
 dest=${1:?usage: make_ab_copy.sh DEST [REV]}
 rev=${2:-}

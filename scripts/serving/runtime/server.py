@@ -127,7 +127,8 @@ def server_environment(installation: TritonInstallation, base: Mapping[str, str]
     # and takes its sys.prefix from the `python` first on PATH: this environment's, so the stub
     # imports the project's packages as installed here (an editable install: the checkout it maps).
     env["PATH"] = venv_bin + ":" + env.get("PATH", "")
-    # For the server process and anything it runs that does honour PYTHONPATH.
+    # The Python-backend model.py files append these entries to the stub's sys.path (so a server
+    # started from another checkout, or a pod, imports that tree's `serving`, not the editable install's).
     site_paths = [p for p in sys.path if p.endswith("site-packages")]
     project_paths = [str(d) for d in SOURCE_DIRS]
     env["PYTHONPATH"] = ":".join(site_paths + project_paths + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))

@@ -51,9 +51,17 @@ bucket), and the outputs are put back in request order. Every input must be [bat
 no output may have a sequence axis. Why: padding a mixed batch to its longest text wastes most of
 a transformer's work (contracts/sequence_buckets.py, scripts/perf_sweep/padding_report.py).
 """
+import os
+import sys
+
+# Triton's Python stub may run its interpreter isolated (PYTHONPATH ignored; measured with Triton
+# 2.51's stub: sys.flags.isolated 1); then it finds packages only through the venv first on PATH.
+# The runtime's PYTHONPATH (serving.runtime.server.server_environment; the pods' in deploy/k8s_deploy)
+# names the tree that started the server: append it (an appended entry still wins over an editable
+# install's finder, which comes last in sys.meta_path).
+sys.path.extend(p for p in dict.fromkeys(os.environ.get("PYTHONPATH", "").split(os.pathsep)) if p and p not in sys.path)
 import contextlib
 import json
-import os
 import time
 
 import numpy as np
