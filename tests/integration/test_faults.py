@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from serving.runtime.security import AdminKey, restricted_api_flags
-from contracts.processes import pid_alive
+from contracts.processes import cpu_ticks, pid_alive
 from contracts.supervisor_state import read_supervisor_state
 from conftest import in_process_probabilities, poll_until, raw_triton_client
 from supervision import partition_pid, serving_cli, supervised_server, write_serving_config
@@ -436,6 +436,16 @@ def test_the_supervisor_reloads_a_model_whose_backend_stub_died(supervised, digi
     assert before.pid == pid
     images, _ = digits_test_split
     images = images[:8]
+    # Kill the stub that lone requests reach: the model's first instance takes every request that
+    # finds it free (rate-limiter priority 1, contracts.model_config.render_instance_groups), so
+    # sequential requests would never reach the other one. Which stub that is: the one whose CPU
+    # time grows under a few hundred sequential requests.
+    ticks_before = {s.pid: cpu_ticks(Path(f"/proc/{s.pid}/stat").read_text()) for s in stubs}
+    with TritonModelClient(supervised["http"], "http", network_timeout_s=CLIENT_TIMEOUT_S) as client:
+        for i in range(300):
+            client.infer(GOOD, {"image": images[i % len(images):i % len(images) + 1]})
+    grew = {s.pid: cpu_ticks(Path(f"/proc/{s.pid}/stat").read_text()) - ticks_before[s.pid] for s in stubs}
+    stubs.sort(key=lambda s: -grew[s.pid])  # stubs[0]: the one to kill; stubs[1]: its sibling
     expected = expected_probabilities(images)
     sent, answered, stub_errors = 0, 0, []
     reloaded_after = healed_after = None
