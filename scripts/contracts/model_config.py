@@ -217,11 +217,6 @@ def render_instance_groups(model: ModelSpec) -> list[pb.ModelInstanceGroup]:
         priority=1 if i == 0 else OTHER_INSTANCE_PRIORITY)) for i in range(model.instance_count)]
 
 
-def instance_total(config: pb.ModelConfig) -> int:
-    """How many instances a config asks for (per device for KIND_GPU groups without `gpus`)."""
-    return sum(group.count or 1 for group in config.instance_group) or 1
-
-
 def _render_batched_model(backend: str, model: ModelSpec, serving: ServingSpec, inputs: Sequence[TensorSpec],
                           outputs: Sequence[TensorSpec], parameters: Mapping[str, str], ragged_inputs: bool = False) -> pb.ModelConfig:
     """What every batched model's config holds: the dynamic batcher with the priority levels and

@@ -6,6 +6,7 @@ sends known work, then waits for the flush: what it asserts is what an operator'
 from __future__ import annotations
 
 import re
+import time
 import urllib.request
 
 import numpy as np
@@ -30,8 +31,12 @@ def series_sum(text: str, name: str, model: str, **labels: str) -> float:
 
 def test_digit_batches_show_their_rows_and_time_as_prometheus_histograms(triton_server, digits_test_split):
     images, _ = digits_test_split
-    before = scrape(triton_server)
-    rows_before = series_sum(before, "serving_batch_rows_sum", "digit_classifier")
+    # requests of earlier tests on this server reach the metrics up to a flush interval (1 s) later:
+    # take the baseline once the sum holds still across a flush
+    rows = lambda: series_sum(scrape(triton_server), "serving_batch_rows_sum", "digit_classifier")
+    seen = [rows()]
+    poll_until(lambda: (time.sleep(1.2), seen.append(rows()))[1], lambda _: seen[-1] == seen[-2], timeout_s=15, interval_s=0)
+    rows_before = seen[-1]
     with TritonModelClient(triton_server.url("http"), "http") as client:
         for start in range(0, 15, 3):  # 5 requests of 3 images: 15 rows, however Triton batched them
             client.infer("digit_classifier", {"image": images[start:start + 3]})

@@ -19,11 +19,7 @@ Errors: bad input -> INVALID_ARG (HTTP 400) naming the problem; a full wait queu
 import os
 import sys
 
-# Triton's Python stub may run its interpreter isolated (PYTHONPATH ignored; measured with Triton
-# 2.51's stub: sys.flags.isolated 1); then it finds packages only through the venv first on PATH.
-# The runtime's PYTHONPATH (serving.runtime.server.server_environment; the pods' in deploy/k8s_deploy)
-# names the tree that started the server: append it (an appended entry still wins over an editable
-# install's finder, which comes last in sys.meta_path).
+# The runtime's PYTHONPATH, which the stub's isolated Python ignores (why: the onnxruntime_cpu backend's model.py).
 sys.path.extend(p for p in dict.fromkeys(os.environ.get("PYTHONPATH", "").split(os.pathsep)) if p and p not in sys.path)
 import itertools
 import json

@@ -108,7 +108,7 @@ class MetricTotals:
         bucket has always had its increment first) and a `_count` that is only equal to the +Inf
         bucket once the whole histogram is sent."""
         deltas = sorted([(series, value) for series, value in self.counters.items() if value > 0] + list(self.gauges.items()))
-        for (metric, labels), (counts, total, count) in sorted(self.histograms.items(), key=lambda item: item[0]):
+        for (metric, labels), (counts, total, count) in sorted(self.histograms.items()):
             cumulative, buckets = 0, []
             for le, in_bucket in zip(self.le_labels[metric], counts):
                 cumulative += in_bucket

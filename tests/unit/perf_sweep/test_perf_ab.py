@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from contracts.model_config import instance_total, read_model_config
+from contracts.model_config import read_model_config
 from contracts.serving_spec import ModelSpec, PriorityLevel, QueuePolicy, ServingSpec
 from perf_sweep.ab import CANDIDATE_THROUGHPUT_FLOOR, candidate_rows
 from perf_sweep.results import PerfRecord
@@ -39,11 +39,11 @@ def test_candidate_configs_render_instances_delay_and_preferred_sizes(tmp_path):
     repo = write_variant_repository(SPEC, "digits", variants, tmp_path / "repo")
     by_label = {v.label: read_model_config(repo / v.served_name) for v in variants}
     one = by_label["candidate_i1_d0us"]
-    assert instance_total(one) == 1 and one.dynamic_batching.priority_levels == 2
+    assert sum(g.count for g in one.instance_group) == 1 and one.dynamic_batching.priority_levels == 2
     four = by_label["candidate_i4_d500us"]
-    assert instance_total(four) == 4 and four.dynamic_batching.max_queue_delay_microseconds == 500
+    assert sum(g.count for g in four.instance_group) == 4 and four.dynamic_batching.max_queue_delay_microseconds == 500
     assert list(by_label["candidate_i2_d2000us_pref4_8_32"].dynamic_batching.preferred_batch_size) == [4, 8]
-    assert instance_total(by_label["dynamic"]) == 2  # the served model's own count
+    assert sum(g.count for g in by_label["dynamic"].instance_group) == 2  # the served model's own count
 
 
 def test_candidate_rows_compare_with_the_plain_batcher_and_count_stalls():
