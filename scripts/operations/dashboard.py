@@ -74,8 +74,9 @@ PANELS: tuple[tuple[str, str, list[tuple[str, str]]], ...] = (
      [(f"{_per_model_rate('serving_batch_overhead_seconds_sum')} / ({_per_model_rate('serving_batch_overhead_seconds_sum')}"
        f" + {_per_model_rate('serving_batch_framework_seconds_sum')})", "{{model}} overhead share"),
       (_ratio("serving_batch_overhead_seconds_sum", "serving_batch_overhead_seconds_count"), "{{model}} mean overhead s")]),
-    ("Framework calls per ONNX Runtime session (wide: a thread per core; narrow: 1 thread)", "ops",
-     [(f"sum by (partition, model, session) (rate(serving_framework_calls_total{_M}{_RATE}))", "{{model}} {{session}}")]),
+    ("Framework calls per ONNX Runtime session (wide: a thread per core; narrow: 1 thread) and why", "ops",
+     [(f"sum by (partition, model, session, reason) (rate(serving_framework_calls_total{_M}{_RATE}))",
+       "{{model}} {{session}} ({{reason}})")]),
     ("Requests refused by the backend (input contract, isolated framework failures)", "reqps",
      [(f"sum by (partition, model, reason) (rate(serving_rejected_requests_total{_M}{_RATE}))", "{{model}} {{reason}}")]),
     # Generation models (serving/generation/metrics.py): the scheduler and KV cache inside the model.

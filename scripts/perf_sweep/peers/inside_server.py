@@ -27,8 +27,11 @@ from perf_sweep.results import MetricKey, metric_sum, server_metrics_delta
 #: a unit test holds these names to that table).
 FRAMEWORK_SECONDS = "serving_batch_framework_seconds"
 REST_OF_EXECUTE_SECONDS = "serving_batch_overhead_seconds"
-#: The backend's framework calls by session (label `session`: wide or narrow).
+#: The backend's framework calls by session (label `session`: wide or narrow) and why that one
+#: (label `reason`: serving.backend.session_choice.Reason's values).
 FRAMEWORK_CALLS = "serving_framework_calls_total"
+#: The reasons that force the 1-thread session, whatever the instance measured.
+NARROW_FORCED = ("sibling_busy", "cores_busy")
 #: How long after a level its last executions reach the metrics endpoint (the backend's default
 #: flush interval, 1 s, and a margin).
 BACKEND_FLUSH_S = 1.2
@@ -47,6 +50,10 @@ class InsideServer:
     #: Share of the backend's framework calls that ran on the wide session (NaN: one session only,
     #: or a file written before this was recorded).
     wide_session_share: float = math.nan
+    #: Shares of the framework calls that ran narrow because a sibling instance computed, and because
+    #: the wide session's worker cores were busy (what is left of the narrow calls, the instance chose).
+    sibling_busy_share: float = math.nan
+    cores_busy_share: float = math.nan
 
     @property
     def requests_per_execution(self) -> float:
@@ -62,13 +69,16 @@ class InsideServer:
         return cls(**{k: math.nan if data.get(k) is None else float(data[k]) for k in cls.__dataclass_fields__})
 
 
-def _wide_share(before: Mapping[MetricKey, float], after: Mapping[MetricKey, float], model: str) -> float:
-    def calls(session: str) -> float:
-        return (metric_sum(after, FRAMEWORK_CALLS, model=model, session=session)
-                - metric_sum(before, FRAMEWORK_CALLS, model=model, session=session))
+def _call_shares(before: Mapping[MetricKey, float], after: Mapping[MetricKey, float], model: str) -> dict[str, float]:
+    """Shares of the level's framework calls: on the wide session, and narrow for each forced reason."""
+    def calls(**labels: str) -> float:
+        return metric_sum(after, FRAMEWORK_CALLS, model=model, **labels) - metric_sum(before, FRAMEWORK_CALLS, model=model, **labels)
 
-    wide, narrow = calls("wide"), calls("narrow")
-    return wide / (wide + narrow) if wide + narrow > 0 else math.nan
+    total = calls()
+    if not total > 0:
+        return {}
+    return {"wide_session_share": calls(session="wide") / total,
+            **{f"{reason}_share": calls(session="narrow", reason=reason) / total for reason in NARROW_FORCED}}
 
 
 def _per_execution_ms(before: Mapping[MetricKey, float], after: Mapping[MetricKey, float], histogram: str,
@@ -93,5 +103,5 @@ def inside_server(before: Mapping[MetricKey, float], after: Mapping[MetricKey, f
         compute_infer_ms_per_request=triton.compute_infer_ms_per_request,
         framework_ms_per_execution=_per_execution_ms(before, after, FRAMEWORK_SECONDS, model),
         rest_of_execute_ms_per_execution=_per_execution_ms(before, after, REST_OF_EXECUTE_SECONDS, model),
-        wide_session_share=_wide_share(before, after, model),
+        **_call_shares(before, after, model),
     )

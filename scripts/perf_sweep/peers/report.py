@@ -118,16 +118,19 @@ def inside_server_table(levels: Sequence[LevelSummary], model: ModelKind) -> lis
            "and the rest of `execute` (decoding, tokenizing, checks, responses). At one request per execution the two "
            "compare directly, and the difference is the Python backend's round trip to its stub process and waiting "
            "for a CPU (with larger batches, compute_infer per request weighs the large executions more). The last "
-           "column is the share of ONNX Runtime calls that ran on the wide session (a thread per core) rather than "
-           "the 1-thread one (serving/backend/session_choice.py):", "",
+           "columns are shares of the ONNX Runtime calls: on the wide session (a thread per core), and on the 1-thread "
+           "one because a sibling instance computed or because the wide session's worker cores were busy; the rest "
+           "ran on the 1-thread session by the instance's own measured choice (serving/backend/session_choice.py):", "",
            "| level | client P50 ms | requests per execution | queue ms per request | compute_infer ms per request | "
-           "ONNX Runtime ms per execution | rest of execute ms per execution | wide session |",
-           "|---|---:|---:|---:|---:|---:|---:|---:|"]
+           "ONNX Runtime ms per execution | rest of execute ms per execution | wide session | narrow: sibling busy | "
+           "narrow: cores busy |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for s in rows:
         v = s.server
         out.append(f"| {s.label} | {_f(s.p50_ms, 2)} | {_f(v['requests_per_execution'], 2)} | {_f(v['queue_ms_per_request'], 3)} | "
                    f"{_f(v['compute_infer_ms_per_request'], 3)} | {_f(v['framework_ms_per_execution'], 3)} | "
-                   f"{_f(v['rest_of_execute_ms_per_execution'], 3)} | {_percent(v.get('wide_session_share'))} |")
+                   f"{_f(v['rest_of_execute_ms_per_execution'], 3)} | {_percent(v.get('wide_session_share'))} | "
+                   f"{_percent(v.get('sibling_busy_share'))} | {_percent(v.get('cores_busy_share'))} |")
     return out + [""]
 
 

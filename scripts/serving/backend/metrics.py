@@ -14,7 +14,7 @@ the partition's Triton metrics endpoint (beside `nv_*`):
 | `serving_batch_bucket_calls_total{bucket}` | counter | framework calls per sequence-length bucket |
 | `serving_batch_framework_seconds` | histogram | time inside ONNX Runtime per execution |
 | `serving_batch_overhead_seconds` | histogram | time in `execute` outside ONNX Runtime (decode, checks, padding, responses) |
-| `serving_framework_calls_total{session}` | counter | framework calls on the wide (a thread per core) or the narrow (1 thread) session, for models with both (serving/backend/session_choice.py) |
+| `serving_framework_calls_total{session,reason}` | counter | framework calls on the wide (a thread per core) or the narrow (1 thread) session, for models with both, and why that one (`session_choice.Reason`: sibling_busy, cores_busy, exploring, recheck, preferred, size_class; serving/backend/session_choice.py) |
 | `serving_rejected_requests_total{reason}` | counter | requests refused before batching (input contract, text) or isolated after a framework failure |
 
 The histograms are published as the counter series of a Prometheus classic histogram, summed in
@@ -46,7 +46,7 @@ FAMILIES: FamilyTable = {
     "serving_batch_framework_seconds": ("histogram", "Time inside ONNX Runtime per execution.", SECONDS_BUCKETS, ()),
     "serving_batch_overhead_seconds": ("histogram", "Time in execute outside ONNX Runtime per execution.", SECONDS_BUCKETS, ()),
     "serving_rejected_requests_total": ("counter", "Requests refused before batching or isolated after a framework failure.", None, ("reason",)),
-    "serving_framework_calls_total": ("counter", "Framework calls per ONNX Runtime session (wide: a thread per core; narrow: 1 thread).", None, ("session",)),
+    "serving_framework_calls_total": ("counter", "Framework calls per ONNX Runtime session (wide: a thread per core; narrow: 1 thread) and why it ran.", None, ("session", "reason")),
 }
 
 
@@ -64,13 +64,13 @@ def bucket_of(width: int, boundaries: Sequence[int]) -> str:
 
 
 def batch_observations(stats: BatchStats | None, execute_s: float, refused: int, boundaries: Sequence[int] = (),
-                       calls_by_session: Mapping[str, int] | None = None) -> list[Observation]:
+                       calls_by_session: Mapping[tuple[str, str], int] | None = None) -> list[Observation]:
     """Everything one `execute` call adds to the metrics. `stats` is None when no request of the
     batch reached the framework (all refused); `calls_by_session` counts its framework calls by
-    session name (only for models with a wide and a narrow session)."""
+    (session name, reason) (only for models with a wide and a narrow session)."""
     out = [Observation("serving_rejected_requests_total", (("reason", "invalid_input"),), refused)] if refused else []
-    out += [Observation("serving_framework_calls_total", (("session", name),), calls)
-            for name, calls in sorted((calls_by_session or {}).items()) if calls]
+    out += [Observation("serving_framework_calls_total", (("reason", reason), ("session", session)), calls)
+            for (session, reason), calls in sorted((calls_by_session or {}).items()) if calls]
     if stats is None:
         return out
     out += [

@@ -52,6 +52,24 @@ class Session(enum.Enum):
     NARROW = "narrow"
 
 
+class Reason(enum.Enum):
+    """Why a call ran on its session: the `reason` label of `serving_framework_calls_total`, so an
+    operator (and the peer report) can tell a measured choice from a forced one."""
+
+    #: A sibling instance computed: narrow, so two instances do not ask for more threads than cores.
+    SIBLING_BUSY = "sibling_busy"
+    #: Alone, but the wide session's worker cores were busy with other work: narrow, untimed.
+    CORES_BUSY = "cores_busy"
+    #: A stint before the instance has timed both sessions enough to prefer one.
+    EXPLORING = "exploring"
+    #: One of the stints that re-time the sessions every `recheck_every` lone calls.
+    RECHECK = "recheck"
+    #: The session the instance prefers, from both sessions' medians.
+    PREFERRED = "preferred"
+    #: The other session, for a size class clearly faster on it (`class_margin`).
+    SIZE_CLASS = "size_class"
+
+
 @dataclass(frozen=True)
 class ChoicePolicy:
     """How long each session is tried before one is preferred, and how often the other is re-tried."""
@@ -115,6 +133,9 @@ class SessionChoice:
         self._since_check = 0           # lone calls since the last re-check stint
         self._check_on = 1              # session of the next re-check stint (they alternate)
         self._untimed = False           # the last lone call ran narrow because the cores were busy
+        self._stint_reason = Reason.EXPLORING
+        #: Why the last lone call got its session (read by the backend right after `choose`).
+        self.reason = Reason.EXPLORING
 
     def _times(self, size: int) -> _ClassTimes:
         key = size_class(size)
@@ -136,29 +157,33 @@ class SessionChoice:
         having been busy `worker_cores_busy` (a share) lately."""
         self._untimed = worker_cores_busy > self.policy.busy_cores_share
         if self._untimed:
+            self.reason = Reason.CORES_BUSY
             return Session.NARROW
         times = self._times(size)
         times.seen += 1
         if self._stint_left:
             self._stint_left -= 1
+            self.reason = self._stint_reason
             return _SESSIONS[self._stint_on]
         if self._stint_over:  # decide with what the stint just timed
             self._stint_over = False
             self._decide()
         if self._best is None:  # exploring: a stint on the session with fewer timed calls (wide first)
-            return self._start_stint(0 if self._timed[0] <= self._timed[1] else 1)
+            return self._start_stint(0 if self._timed[0] <= self._timed[1] else 1, Reason.EXPLORING)
         every = self.policy.recheck_every
         if every and self._since_check >= every:  # re-check: a stint on each session in turn
             self._since_check = 0
             if any(t.own is not None for t in self._classes.values()):  # some classes run each session
                 self._check_on = 1 - self._check_on
-                return self._start_stint(self._check_on)
-            return self._start_stint(1 - self._best)
+                return self._start_stint(self._check_on, Reason.RECHECK)
+            return self._start_stint(1 - self._best, Reason.RECHECK)
         self._since_check += 1
+        self.reason = Reason.PREFERRED if times.own is None else Reason.SIZE_CLASS
         return _SESSIONS[self._best if times.own is None else times.own]
 
-    def _start_stint(self, index: int) -> Session:
+    def _start_stint(self, index: int, reason: Reason) -> Session:
         self._stint_on, self._stint_left, self._stint_over = index, self.policy.stint_calls - 1, True
+        self._stint_reason = self.reason = reason
         return _SESSIONS[index]
 
     def record(self, size: int, session: Session, seconds: float, alone: bool = True) -> None:

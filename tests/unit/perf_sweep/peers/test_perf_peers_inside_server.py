@@ -9,7 +9,8 @@ from serving.backend.metrics import exposed_metric_names
 MODEL = "text_embedder"
 
 
-def scrape(success, executions, queue_us, infer_us, framework_s, framework_n, rest_s, other_model_success=0, wide_calls=0):
+def scrape(success, executions, queue_us, infer_us, framework_s, framework_n, rest_s, other_model_success=0, wide_calls=0,
+           cores_busy=0):
     labels = f'model="{MODEL}",version="1"'
     return parse_prometheus_text("\n".join([
         "# HELP nv_inference_request_success Number of successful inference requests",
@@ -24,23 +25,26 @@ def scrape(success, executions, queue_us, infer_us, framework_s, framework_n, re
         f"{FRAMEWORK_SECONDS}_count{{{labels}}} {framework_n}",
         f"{REST_OF_EXECUTE_SECONDS}_sum{{{labels}}} {rest_s}",
         f"{REST_OF_EXECUTE_SECONDS}_count{{{labels}}} {framework_n}",
-        f'{FRAMEWORK_CALLS}{{model="{MODEL}",session="wide",version="1"}} {wide_calls}',
-        f'{FRAMEWORK_CALLS}{{model="{MODEL}",session="narrow",version="1"}} {framework_n - wide_calls}',
-        f'{FRAMEWORK_CALLS}{{model="digit_classifier",session="wide",version="1"}} 999',
+        f'{FRAMEWORK_CALLS}{{model="{MODEL}",reason="preferred",session="wide",version="1"}} {wide_calls}',
+        f'{FRAMEWORK_CALLS}{{model="{MODEL}",reason="cores_busy",session="narrow",version="1"}} {cores_busy}',
+        f'{FRAMEWORK_CALLS}{{model="{MODEL}",reason="recheck",session="narrow",version="1"}} {framework_n - wide_calls - cores_busy}',
+        f'{FRAMEWORK_CALLS}{{model="digit_classifier",reason="sibling_busy",session="narrow",version="1"}} 999',
     ]))
 
 
 def test_a_level_is_the_difference_of_two_scrapes_per_request_and_per_execution():
-    before = scrape(100, 60, 5_000, 200_000, 0.1, 60, 0.02, other_model_success=7, wide_calls=10)
+    before = scrape(100, 60, 5_000, 200_000, 0.1, 60, 0.02, other_model_success=7, wide_calls=10, cores_busy=5)
     # 400 requests in 100 executions: 50 us queue and 2.5 ms compute per request; 8 ms of ONNX Runtime
     # and 1 ms of the rest of execute per execution
-    after = scrape(500, 160, 25_000, 1_200_000, 0.9, 160, 0.12, other_model_success=900, wide_calls=85)
+    after = scrape(500, 160, 25_000, 1_200_000, 0.9, 160, 0.12, other_model_success=900, wide_calls=85, cores_busy=25)
     inside = inside_server(before, after, MODEL)
     assert (inside.requests, inside.executions) == (400, 100)
     assert math.isclose(inside.requests_per_execution, 4.0)
     assert math.isclose(inside.queue_ms_per_request, 0.05) and math.isclose(inside.compute_infer_ms_per_request, 2.5)
     assert math.isclose(inside.framework_ms_per_execution, 8.0) and math.isclose(inside.rest_of_execute_ms_per_execution, 1.0)
     assert math.isclose(inside.wide_session_share, 0.75), "75 of the level's 100 framework calls ran wide"
+    assert math.isclose(inside.cores_busy_share, 0.20), "20 ran narrow because the worker cores were busy"
+    assert inside.sibling_busy_share == 0, "the other model's sibling-busy calls are not this model's"
 
 
 def test_nothing_is_said_about_a_level_without_a_successful_request():

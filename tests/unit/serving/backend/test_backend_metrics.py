@@ -103,13 +103,16 @@ def test_gauges_keep_their_latest_value_and_a_histogram_shows_every_series_from_
                                            ("latency_bucket", (("le", "+Inf"),)), ("latency_sum", ()), ("latency_count", ())]
 
 
-def test_framework_calls_are_counted_by_session_and_zero_counts_are_left_out():
+def test_framework_calls_are_counted_by_session_and_reason_and_zero_counts_are_left_out():
     stats = BatchStats(requests=2, rows=2, real_tokens=0, computed_tokens=0, framework_calls=3, framework_s=0.001,
                        failed_requests=0)
-    observed = batch_observations(stats, execute_s=0.002, refused=0, calls_by_session={"wide": 2, "narrow": 1})
+    calls = {("wide", "preferred"): 2, ("narrow", "sibling_busy"): 1}
+    observed = batch_observations(stats, execute_s=0.002, refused=0, calls_by_session=calls)
     by_name = {(o.metric, o.labels): o.value for o in observed}
-    assert by_name[("serving_framework_calls_total", (("session", "wide"),))] == 2
-    assert by_name[("serving_framework_calls_total", (("session", "narrow"),))] == 1
-    observed = batch_observations(stats, execute_s=0.002, refused=0, calls_by_session={"wide": 0, "narrow": 3})
-    assert [o.labels for o in observed if o.metric == "serving_framework_calls_total"] == [(("session", "narrow"),)]
+    assert by_name[("serving_framework_calls_total", (("reason", "preferred"), ("session", "wide")))] == 2
+    assert by_name[("serving_framework_calls_total", (("reason", "sibling_busy"), ("session", "narrow")))] == 1
+    observed = batch_observations(stats, execute_s=0.002, refused=0,
+                                  calls_by_session={("wide", "exploring"): 0, ("narrow", "cores_busy"): 3})
+    assert [o.labels for o in observed if o.metric == "serving_framework_calls_total"] == [
+        (("reason", "cores_busy"), ("session", "narrow"))]
     assert not [o for o in batch_observations(stats, 0.002, 0) if o.metric == "serving_framework_calls_total"]

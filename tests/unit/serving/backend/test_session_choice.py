@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from serving.backend.session_choice import ChoicePolicy, Session, SessionChoice, size_class
+from serving.backend.session_choice import ChoicePolicy, Reason, Session, SessionChoice, size_class
 
 WIDE, NARROW = Session.WIDE, Session.NARROW
 
@@ -145,3 +145,24 @@ def test_calls_made_while_a_sibling_computes_are_not_timed_and_make_the_next_cal
 def test_a_policy_out_of_range_is_refused_naming_the_ranges(kwargs):
     with pytest.raises(ValueError, match="stint_calls must be >= 2"):
         ChoicePolicy(**kwargs)
+
+
+def test_each_lone_call_says_why_it_got_its_session():
+    """The backend labels every framework call with `choice.reason` (serving_framework_calls_total{reason})."""
+    policy = ChoicePolicy(stint_calls=4, explore_calls=3, recheck_every=8, window=3)
+    choice = SessionChoice(policy)
+    reasons = []
+    for _ in range(8):  # a stint on each session, then the choice
+        which = choice.choose(300)
+        reasons.append(choice.reason)
+        choice.record(300, which, 0.003 if which is WIDE else 0.004)
+    assert set(reasons) == {Reason.EXPLORING}
+    assert choice.choose(300) is WIDE and choice.reason is Reason.PREFERRED
+    assert choice.choose(300, worker_cores_busy=0.95) is NARROW and choice.reason is Reason.CORES_BUSY
+    seen = []
+    for _ in range(12):
+        which = choice.choose(300)
+        seen.append((which, choice.reason))
+        choice.record(300, which, 0.003 if which is WIDE else 0.004)
+    assert (NARROW, Reason.RECHECK) in seen and (WIDE, Reason.PREFERRED) in seen
+    assert all(r is Reason.RECHECK for w, r in seen if w is NARROW), "the other session runs only to re-check it"

@@ -21,7 +21,8 @@ computing it. `max_sequence_length` (default: none): the longest variable axis a
 1-thread session beside the wide one, run it while a sibling instance computes and, alone, run
 whichever of the two this instance measured faster on its own warm calls
 (serving/backend/instance_activity.py, serving/backend/session_choice.py; the calls per session are
-the `serving_framework_calls_total{session}` metric).
+the `serving_framework_calls_total{session,reason}` metric; `reason` says why: a sibling computed,
+the cores were busy, exploring, re-checking, preferred, or a size class's own choice).
 `pinned_threads` (default true; with `adaptive_threads` on): the instance's main thread runs on a
 home core and the wide session's worker threads on the partition's other cores, the wide session
 spinning within a call (serving/backend/thread_placement.py).
@@ -60,6 +61,7 @@ import sys
 # names the tree that started the server: append it (an appended entry still wins over an editable
 # install's finder, which comes last in sys.meta_path).
 sys.path.extend(p for p in dict.fromkeys(os.environ.get("PYTHONPATH", "").split(os.pathsep)) if p and p not in sys.path)
+import collections
 import contextlib
 import json
 import time
@@ -77,7 +79,7 @@ from serving.backend.input_contract import contract_from_onnx
 from serving.backend.instance_activity import InstanceActivity, instance_index
 from serving.backend.thread_placement import ThreadPlacement, thread_ids
 from serving.backend.core_load import CoreLoad
-from serving.backend.session_choice import Session, SessionChoice
+from serving.backend.session_choice import Reason, Session, SessionChoice
 from contracts.sequence_buckets import (
     BUCKETS_PARAMETER,
     LENGTH_INPUT_PARAMETER,
@@ -136,7 +138,7 @@ class TritonPythonModel:
                 f"model '{name}': ONNX file {onnx_path} does not exist; run `make build-engines`."
             )
         self._open_sessions(name, args, config, params, onnx_path)
-        self.session_calls = {s.value: 0 for s in Session}  # this execute's framework calls per session
+        self.session_calls = collections.Counter()  # this execute's framework calls per (session, reason)
         self.request_inputs = [t["name"] for t in config["input"]]
         self.frontend = self._text_frontend(name, version_dir, config, params)
         # the framework's feeds: the config's inputs, or the graph's own when text is tokenized here
@@ -278,9 +280,10 @@ class TritonPythonModel:
             placement = self.placement
             busy = self.core_load.busy(placement.workers, placement.worker_tids) if placement and placement.workers else 0.0
             which = self.choice.choose(size, busy)
+            reason = self.choice.reason
         else:
-            which = Session.NARROW
-        self.session_calls[which.value] += 1
+            which, reason = Session.NARROW, Reason.SIBLING_BUSY
+        self.session_calls[which.value, reason.value] += 1
         started = time.perf_counter()
         outputs = (self.session if which is Session.WIDE else self.narrow).run(self.output_names, feeds)
         # timed alone throughout: comparable with the other session's times (session_choice.py)
@@ -312,7 +315,7 @@ class TritonPythonModel:
                 responses.append(pb_utils.InferenceResponse(output_tensors=tensors))
         self.metrics.record(batch_observations(stats, time.perf_counter() - started, len(requests) - len(valid),
                                                self.layout.buckets, self.session_calls))
-        self.session_calls = dict.fromkeys(self.session_calls, 0)
+        self.session_calls.clear()
         return responses
 
     def finalize(self):
