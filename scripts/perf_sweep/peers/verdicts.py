@@ -75,8 +75,19 @@ def _errors_note(s: LevelSummary) -> str:
     return f"; this project answered {s.errors} of {s.measured} requests wrongly or not at all" if s.errors else ""
 
 
-def concurrency_verdicts(summaries: Sequence[LevelSummary], model: str, unit: str) -> list[Verdict]:
-    """The three per-concurrency targets at every concurrency this project was measured at."""
+def _ceiling_note(needed: float, ceiling: float | None, unit: str) -> str:
+    """Why a throughput target was missed when no server could have met it on this machine: the
+    target asks for more than the model computes in-process, with no server at all."""
+    if ceiling is None or not needed > ceiling:
+        return ""
+    return (f"; unreachable on this machine: it needs {needed:,.0f} {unit}, above the in-process limit "
+            f"{ceiling:,.0f} {unit} (the model alone, no server)")
+
+
+def concurrency_verdicts(summaries: Sequence[LevelSummary], model: str, unit: str,
+                         ceiling: float | None = None) -> list[Verdict]:
+    """The three per-concurrency targets at every concurrency this project was measured at.
+    `ceiling`: the in-process limit (items/s), to say when a missed throughput target was out of reach."""
     out = []
     for c, mine in sorted(_closed(summaries, TargetKind.PROJECT.value, model).items()):
         peers = _peer_levels(summaries, model, c)
@@ -89,9 +100,11 @@ def concurrency_verdicts(summaries: Sequence[LevelSummary], model: str, unit: st
         if c >= HIGH_CONCURRENCY:
             bounds.append((THROUGHPUT_AT_LEAST_HIGH, f"throughput >= {THROUGHPUT_AT_LEAST_HIGH}x best peer at c >= {HIGH_CONCURRENCY}"))
         for bound, rule in bounds:
-            out.append(Verdict(model, rule, level, t_ratio, bound, True, _judge(t_ratio, bound, True, mine.errors),
+            met = _judge(t_ratio, bound, True, mine.errors)
+            why = _ceiling_note(bound * fastest.throughput, ceiling, unit) if fastest and met is False else ""
+            out.append(Verdict(model, rule, level, t_ratio, bound, True, met,
                                f"{model} {level}: throughput {mine.throughput:,.0f} {unit} vs {peer_t} = {t_ratio:.2f}x "
-                               f"[target >= {bound:g}x]{_errors_note(mine)}"))
+                               f"[target >= {bound:g}x]{_errors_note(mine)}{why}"))
         p_ratio = _ratio(mine.p99_ms, quickest.p99_ms) if quickest else math.nan
         peer_p = f"best peer {quickest.p99_ms:.2f} ms ({quickest.target})" if quickest else "no peer answered"
         out.append(Verdict(model, "P99 <= 1.2x best peer", level, p_ratio, P99_AT_MOST, False,
@@ -139,10 +152,10 @@ def all_verdicts(summaries: Sequence[LevelSummary], limits: Mapping[str, Mapping
     for model in ModelKind:
         if not any(s.model == model.value and s.target == TargetKind.PROJECT.value for s in summaries):
             continue
-        out += concurrency_verdicts(summaries, model.value, model.unit)
+        limit = limits.get(model.value)
+        out += concurrency_verdicts(summaries, model.value, model.unit, limit["throughput"] if limit else None)
         out.append(p50_verdict(summaries, model.value))
-        out.append(limit_verdict(summaries, model.value, model.unit, limits.get(model.value),
-                                 counted=model is ModelKind.TEXT))
+        out.append(limit_verdict(summaries, model.value, model.unit, limit, counted=model is ModelKind.TEXT))
     return out
 
 
