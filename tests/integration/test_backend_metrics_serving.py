@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from model_client.client import TritonModelClient
+from serving.backend.session_choice import Reason
 from conftest import poll_until, start_test_server
 
 pytestmark = pytest.mark.server
@@ -103,3 +104,6 @@ def test_calls_made_alone_try_both_sessions_and_every_call_is_counted_by_session
     wide, narrow, framework = calls(text)
     assert wide >= 3 and narrow >= 3, (wide, narrow)
     assert wide + narrow == framework, "every framework call of a model with both sessions is counted by session"
+    by_reason = {r.value: series_sum(text, "serving_framework_calls_total", "digit_classifier", reason=r.value) for r in Reason}
+    assert sum(by_reason.values()) == framework, f"every call says why its session ran: {by_reason}"
+    assert by_reason["exploring"] >= 3, f"lone calls before a choice are exploring: {by_reason}"

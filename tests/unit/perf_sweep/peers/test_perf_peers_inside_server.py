@@ -2,9 +2,17 @@
 per-execution histograms, differenced between two scrapes (parsed Prometheus text, no server)."""
 import math
 
-from perf_sweep.peers.inside_server import FRAMEWORK_CALLS, FRAMEWORK_SECONDS, REST_OF_EXECUTE_SECONDS, InsideServer, inside_server
+from perf_sweep.peers.inside_server import (
+    FRAMEWORK_CALLS,
+    FRAMEWORK_SECONDS,
+    NARROW_FORCED,
+    REST_OF_EXECUTE_SECONDS,
+    InsideServer,
+    inside_server,
+)
 from perf_sweep.results import parse_prometheus_text
 from serving.backend.metrics import exposed_metric_names
+from serving.backend.session_choice import Reason
 
 MODEL = "text_embedder"
 
@@ -71,3 +79,4 @@ def test_the_histograms_read_are_the_ones_the_backend_publishes():
     for name in (FRAMEWORK_SECONDS, REST_OF_EXECUTE_SECONDS):
         assert {f"{name}_sum", f"{name}_count"} <= published
     assert FRAMEWORK_CALLS in published
+    assert set(NARROW_FORCED) <= {r.value for r in Reason}, "the forced reasons are the backend's own label values"
