@@ -103,6 +103,11 @@ def model_tables(levels: Sequence[LevelSummary], model: ModelKind) -> list[str]:
     return out
 
 
+def _row(*cells: object) -> str:
+    """One Markdown table row."""
+    return "| " + " | ".join(map(str, cells)) + " |"
+
+
 def _percent(share: float | None) -> str:
     return "-" if share is None else f"{share:.0%}"
 
@@ -127,10 +132,10 @@ def inside_server_table(levels: Sequence[LevelSummary], model: ModelKind) -> lis
            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for s in rows:
         v = s.server
-        out.append(f"| {s.label} | {_f(s.p50_ms, 2)} | {_f(v['requests_per_execution'], 2)} | {_f(v['queue_ms_per_request'], 3)} | "
-                   f"{_f(v['compute_infer_ms_per_request'], 3)} | {_f(v['framework_ms_per_execution'], 3)} | "
-                   f"{_f(v['rest_of_execute_ms_per_execution'], 3)} | {_percent(v.get('wide_session_share'))} | "
-                   f"{_percent(v.get('sibling_busy_share'))} | {_percent(v.get('cores_busy_share'))} |")
+        out.append(_row(s.label, _f(s.p50_ms, 2), _f(v["requests_per_execution"], 2), _f(v["queue_ms_per_request"], 3),
+                        *(_f(v[k], 3) for k in ("compute_infer_ms_per_request", "framework_ms_per_execution",
+                                                 "rest_of_execute_ms_per_execution")),
+                        *(_percent(v.get(k)) for k in ("wide_session_share", "sibling_busy_share", "cores_busy_share"))))
     return out + [""]
 
 
@@ -140,10 +145,9 @@ def accounting_table(levels: Sequence[LevelSummary]) -> list[str]:
            "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for s in levels:
         o = s.outcomes
-        out.append(f"| {s.target} | {s.model} | {s.label} | {s.sent} | {s.warmup_requests} | {s.measured} | {s.ok} | "
-                   f"{o.get('http_error', 0)} | {o.get('wrong_answer', 0)} | {o.get('timeout', 0)} | "
-                   f"{o.get('connection_error', 0)} | {s.stalled} | {_f(s.min_score, 3)} | {_f(100 * s.client_cpu, 0)}% | "
-                   f"{(s.first_error or '')[:120]} |")
+        out.append(_row(s.target, s.model, s.label, s.sent, s.warmup_requests, s.measured, s.ok,
+                        *(o.get(k, 0) for k in ("http_error", "wrong_answer", "timeout", "connection_error")),
+                        s.stalled, _f(s.min_score, 3), f"{_f(100 * s.client_cpu, 0)}%", (s.first_error or "")[:120]))
     return out + [""]
 
 
