@@ -106,7 +106,7 @@ def test_noisy_neighbour_leaves_the_other_partitions_p99_within_factor(partition
     their partitions' home cores; isolated and loaded blocks alternate in this one test, so drift in
     the machine's other load hits both alike. Without a batching window a probe takes ~2 ms, so the
     shared last-level cache and kernel alone cost x1.3-1.6 here (also with `cpu_sets`), which is why
-    the bound is 2x and not the 1.5x target.
+    the bound is NOISY_NEIGHBOUR_P99_FACTOR and not the 1.5x target.
     """
     layout, manifest = partitions
     quiet, noisy = manifest["partitions"]["quiet"], manifest["partitions"]["noisy"]
