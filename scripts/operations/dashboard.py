@@ -77,6 +77,9 @@ PANELS: tuple[tuple[str, str, list[tuple[str, str]]], ...] = (
     ("Framework calls per ONNX Runtime session (wide: a thread per core; narrow: 1 thread) and why", "ops",
      [(f"sum by (partition, model, session, reason) (rate(serving_framework_calls_total{_M}{_RATE}))",
        "{{model}} {{session}} ({{reason}})")]),
+    ("Session choice: median lone-call time per session and size (elements fed)", "s",
+     [(f"max by (partition, model, instance, session, size_class) (serving_session_choice_median_seconds{_M})",
+       "{{model}}/{{instance}} {{session}} {{size_class}}")]),
     ("Requests refused by the backend (input contract, isolated framework failures)", "reqps",
      [(f"sum by (partition, model, reason) (rate(serving_rejected_requests_total{_M}{_RATE}))", "{{model}} {{reason}}")]),
     # Generation models (serving/generation/metrics.py): the scheduler and KV cache inside the model.

@@ -107,3 +107,7 @@ def test_calls_made_alone_try_both_sessions_and_every_call_is_counted_by_session
     by_reason = {r.value: series_sum(text, "serving_framework_calls_total", "digit_classifier", reason=r.value) for r in Reason}
     assert sum(by_reason.values()) == framework, f"every call says why its session ran: {by_reason}"
     assert by_reason["exploring"] >= 3, f"lone calls before a choice are exploring: {by_reason}"
+    if by_reason["preferred"] + by_reason["size_class"] > 0:  # an instance chose: its medians are published
+        medians = poll_until(lambda: scrape(server), lambda t: "serving_session_choice_median_seconds{" in t,
+                             timeout_s=5, interval_s=0.25)
+        assert re.search(r'serving_session_choice_median_seconds\{[^}]*session="narrow"[^}]*\} [0-9.e-]+$', medians, re.M)

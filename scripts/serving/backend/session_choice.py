@@ -134,6 +134,8 @@ class SessionChoice:
         self._check_on = 1              # session of the next re-check stint (they alternate)
         self._untimed = False           # the last lone call ran narrow because the cores were busy
         self._stint_reason = Reason.EXPLORING
+        #: How many times the instance (re)made its choice (the backend republishes `summary()` then).
+        self.decisions = 0
         #: Why the last lone call got its session (read by the backend right after `choose`).
         self.reason = Reason.EXPLORING
 
@@ -215,6 +217,7 @@ class SessionChoice:
             return
         wide_minus_narrow = sum(t.seen * (t.median_s(0) - t.median_s(1)) for t in both)
         self._best = best = 0 if wide_minus_narrow <= 0 else 1
+        self.decisions += 1
         enough, margin = max(1, self.policy.window // 3), 1 - self.policy.class_margin
         for t in both:
             t.own = 1 - best if min(t.timed) >= enough and t.median_s(1 - best) < margin * t.median_s(best) else None

@@ -116,3 +116,19 @@ def test_framework_calls_are_counted_by_session_and_reason_and_zero_counts_are_l
     assert [o.labels for o in observed if o.metric == "serving_framework_calls_total"] == [
         (("reason", "cores_busy"), ("session", "narrow"))]
     assert not [o for o in batch_observations(stats, 0.002, 0) if o.metric == "serving_framework_calls_total"]
+
+
+def test_the_session_choice_medians_are_gauges_per_instance_session_and_size_range():
+    from serving.backend.metrics import choice_observations
+    from serving.backend.stub_metrics import MetricTotals
+
+    observed = choice_observations(1, {4: {"wide": 3.2, "narrow": 3.9}, 6: {"wide": 7.5}})
+    assert [(o.labels, o.value) for o in observed] == [
+        ((("instance", "1"), ("session", "narrow"), ("size_class", "16-31")), 0.0039),
+        ((("instance", "1"), ("session", "wide"), ("size_class", "16-31")), 0.0032),
+        ((("instance", "1"), ("session", "wide"), ("size_class", "64-127")), 0.0075)]
+    totals = MetricTotals(FAMILIES)
+    totals.add(observed)
+    totals.add(choice_observations(1, {4: {"wide": 3.0, "narrow": 3.9}}))
+    drained = dict(totals.drain())
+    assert drained[("serving_session_choice_median_seconds", observed[1].labels)] == 0.003, "a gauge keeps the latest median"

@@ -166,3 +166,13 @@ def test_each_lone_call_says_why_it_got_its_session():
         choice.record(300, which, 0.003 if which is WIDE else 0.004)
     assert (NARROW, Reason.RECHECK) in seen and (WIDE, Reason.PREFERRED) in seen
     assert all(r is Reason.RECHECK for w, r in seen if w is NARROW), "the other session runs only to re-check it"
+
+
+def test_each_decision_is_counted_so_the_backend_can_republish_the_medians():
+    choice = SessionChoice(ChoicePolicy(stint_calls=4, explore_calls=3, recheck_every=8, window=3))
+    run(choice, 300, {WIDE: 0.003, NARROW: 0.004}, 8)
+    assert choice.decisions == 0, "no choice before both sessions were timed enough"
+    run(choice, 300, {WIDE: 0.003, NARROW: 0.004}, 1)
+    assert choice.decisions == 1 and choice.reason is Reason.PREFERRED
+    run(choice, 300, {WIDE: 0.003, NARROW: 0.004}, 24)
+    assert choice.decisions >= 3, "every re-check stint ends in a decision"

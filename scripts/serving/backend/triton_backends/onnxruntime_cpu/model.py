@@ -72,7 +72,7 @@ import onnxruntime as ort
 import triton_python_backend_utils as pb_utils
 
 from serving.backend.checks import model_arguments, model_file_in_version_dir
-from serving.backend.metrics import FAMILIES, batch_observations
+from serving.backend.metrics import FAMILIES, batch_observations, choice_observations
 from serving.backend.stub_metrics import StubMetrics
 from serving.backend.batch_execution import BatchLayout, execute_batch
 from serving.backend.input_contract import contract_from_onnx
@@ -268,7 +268,7 @@ class TritonPythonModel:
         if adaptive:
             self.narrow = _session(onnx_path, 1)
             self.activity = InstanceActivity(name, index)
-            self.choice = SessionChoice()
+            self.choice, self.instance, self.decisions_published = SessionChoice(), index, 0
             self.core_load = CoreLoad() if pinned else None  # the placement's worker cores: busy?
 
     def _run(self, feeds):
@@ -281,6 +281,9 @@ class TritonPythonModel:
             busy = self.core_load.busy(placement.workers, placement.worker_tids) if placement and placement.workers else 0.0
             which = self.choice.choose(size, busy)
             reason = self.choice.reason
+            if self.choice.decisions != self.decisions_published:  # the choice was (re)made: show its medians
+                self.decisions_published = self.choice.decisions
+                self.metrics.record(choice_observations(self.instance, self.choice.summary()))
         else:
             which, reason = Session.NARROW, Reason.SIBLING_BUSY
         self.session_calls[which.value, reason.value] += 1
