@@ -30,6 +30,7 @@ from __future__ import annotations
 from typing import Mapping, Sequence
 
 from serving.backend.batch_execution import BatchStats
+from serving.backend.session_choice import size_class_range
 from serving.backend.stub_metrics import FamilyTable, Observation, exposed_names
 
 #: Histogram buckets: requests/rows per batch (powers of two up to a max_batch_size of 128).
@@ -91,14 +92,10 @@ def batch_observations(stats: BatchStats | None, execute_s: float, refused: int,
     return out
 
 
-def size_class_label(size_class: int) -> str:
-    """A size class (elements fed, serving.backend.session_choice.size_class) as the range it covers."""
-    return f"{2 ** size_class}-{2 ** (size_class + 1) - 1}"
 
-
-def choice_observations(instance: int, medians_ms: Mapping[int, Mapping[str, float]]) -> list[Observation]:
-    """The session choice's medians (`SessionChoice.summary()`: per size class, ms per session) as
-    gauges of one instance, in seconds."""
+def choice_observations(instance: int, medians_s: Mapping[int, Mapping[str, float]]) -> list[Observation]:
+    """The session choice's medians (`SessionChoice.medians_s()`: per size class, seconds per
+    session) as gauges of one instance."""
     return [Observation("serving_session_choice_median_seconds",
-                        (("instance", str(instance)), ("session", session), ("size_class", size_class_label(size))), ms / 1e3)
-            for size, sessions in sorted(medians_ms.items()) for session, ms in sorted(sessions.items())]
+                        (("instance", str(instance)), ("session", session), ("size_class", size_class_range(size))), seconds)
+            for size, sessions in sorted(medians_s.items()) for session, seconds in sorted(sessions.items())]

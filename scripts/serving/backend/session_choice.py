@@ -100,6 +100,11 @@ def size_class(elements: int) -> int:
     return max(int(elements), 1).bit_length() - 1
 
 
+def size_class_range(size: int) -> str:
+    """The elements a size class covers, `low-high` (4 -> "16-31"): its label on the metrics."""
+    return f"{2 ** size}-{2 ** (size + 1) - 1}"
+
+
 _SESSIONS = (Session.WIDE, Session.NARROW)  # index 0 and 1 below
 
 
@@ -222,7 +227,12 @@ class SessionChoice:
         for t in both:
             t.own = 1 - best if min(t.timed) >= enough and t.median_s(1 - best) < margin * t.median_s(best) else None
 
-    def summary(self) -> dict[int, dict[str, float]]:
-        """Per size class, the median milliseconds of each session timed (for logs and tests)."""
-        return {size: {s.value: round(times.median_s(i) * 1e3, 3) for i, s in enumerate(_SESSIONS) if times.timed[i]}
+    def medians_s(self) -> dict[int, dict[str, float]]:
+        """Per size class, the median seconds of each session timed: what `_decide` compares."""
+        return {size: {s.value: times.median_s(i) for i, s in enumerate(_SESSIONS) if times.timed[i]}
                 for size, times in sorted(self._classes.items())}
+
+    def summary(self) -> dict[int, dict[str, float]]:
+        """`medians_s` in milliseconds, rounded (for logs and tests)."""
+        return {size: {name: round(seconds * 1e3, 3) for name, seconds in sessions.items()}
+                for size, sessions in self.medians_s().items()}

@@ -122,13 +122,13 @@ def test_the_session_choice_medians_are_gauges_per_instance_session_and_size_ran
     from serving.backend.metrics import choice_observations
     from serving.backend.stub_metrics import MetricTotals
 
-    observed = choice_observations(1, {4: {"wide": 3.2, "narrow": 3.9}, 6: {"wide": 7.5}})
+    observed = choice_observations(1, {4: {"wide": 0.0032, "narrow": 0.0039}, 6: {"wide": 0.0075}})
     assert [(o.labels, o.value) for o in observed] == [
         ((("instance", "1"), ("session", "narrow"), ("size_class", "16-31")), 0.0039),
         ((("instance", "1"), ("session", "wide"), ("size_class", "16-31")), 0.0032),
         ((("instance", "1"), ("session", "wide"), ("size_class", "64-127")), 0.0075)]
     totals = MetricTotals(FAMILIES)
     totals.add(observed)
-    totals.add(choice_observations(1, {4: {"wide": 3.0, "narrow": 3.9}}))
+    totals.add(choice_observations(1, {4: {"wide": 0.003, "narrow": 0.0039}}))
     drained = dict(totals.drain())
     assert drained[("serving_session_choice_median_seconds", observed[1].labels)] == 0.003, "a gauge keeps the latest median"

@@ -268,7 +268,7 @@ class TritonPythonModel:
         if adaptive:
             self.narrow = _session(onnx_path, 1)
             self.activity = InstanceActivity(name, index)
-            self.choice, self.instance, self.decisions_published = SessionChoice(), index, 0
+            self.choice, self.decisions_published = SessionChoice(), 0
             self.core_load = CoreLoad() if pinned else None  # the placement's worker cores: busy?
 
     def _run(self, feeds):
@@ -283,7 +283,7 @@ class TritonPythonModel:
             reason = self.choice.reason
             if self.choice.decisions != self.decisions_published:  # the choice was (re)made: show its medians
                 self.decisions_published = self.choice.decisions
-                self.metrics.record(choice_observations(self.instance, self.choice.summary()))
+                self.metrics.record(choice_observations(self.activity.index, self.choice.medians_s()))
         else:
             which, reason = Session.NARROW, Reason.SIBLING_BUSY
         self.session_calls[which.value, reason.value] += 1
