@@ -24,6 +24,8 @@ PEERS_MIN_VENV  := $(VENV)/peers-minimal
 PEERS_MIN_STAMP := $(PEERS_MIN_VENV)/.setup-stamp
 PIP_INSTALL := $(PY) -m pip install --disable-pip-version-check --no-compile -q -c requirements/constraints.txt
 SERVING_CONFIG ?= model_repository/serving.toml
+#: more options for make perf-peers, e.g. PEERS_ARGS="--texts my_queries.txt --models text_embedder"
+PEERS_ARGS  ?=
 
 .PHONY: help setup build-engines serve stop status demo test test-unit clean setup-peers-minimal k8s-tools lint-imports gpu-check
 
@@ -139,10 +141,10 @@ $(PEERS_MIN_STAMP): requirements/peers-minimal.txt requirements/peers-constraint
 	@touch $(PEERS_MIN_STAMP)
 
 perf-peers: setup setup-peers ## Peer comparison after build-engines: minimal FastAPI, PyTriton, infinity-emb vs this project, same files/inputs/client (~20 min)
-	$(PY) -m perf_sweep peers --config $(SERVING_CONFIG)
+	$(PY) -m perf_sweep peers --config $(SERVING_CONFIG) $(PEERS_ARGS)
 
 perf-peers-quick: setup setup-peers ## A short smoke run of `make perf-peers` (c = 1, 4, 16, 3 s per level; ~6 min)
-	$(PY) -m perf_sweep peers --quick --config $(SERVING_CONFIG)
+	$(PY) -m perf_sweep peers --quick --config $(SERVING_CONFIG) $(PEERS_ARGS)
 
 # --- Partitions: max_batch_size from measured memory (docs/partitions.md) ---
 .PHONY: size-batches

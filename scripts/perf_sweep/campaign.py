@@ -14,7 +14,6 @@ import json
 import math
 import os
 import platform
-import sysconfig
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -154,13 +153,10 @@ def prepare_inputs(model: str, model_config: Mapping[str, Any], out_dir: Path, o
         return PreparedInputs(name, kind, str(path), images, "FP32", text)
     if kind == "text":
         tokenizer = gen.minilm_tokenizer()
-        site = [Path(sysconfig.get_paths()["purelib"])]
-        paragraphs = gen.corpus_paragraphs(d for s in site for d in gen.installed_package_documents(s))
-        lengths = gen.long_tailed_token_lengths(opts.text_count, max_tokens, seed=opts.seed)
-        texts = gen.texts_with_token_lengths(paragraphs, lengths, tokenizer, seed=opts.seed)
+        texts, paragraphs = gen.long_tailed_texts(opts.text_count, max_tokens, tokenizer, seed=opts.seed)
         summary = gen.LengthSummary.of([tokenizer.count(t) for t in texts], max_tokens)
         path = gen.write_input_data(out_dir / f"{model}.json", gen.string_input_data(texts, name))
-        text = (f"{summary.count} texts from installed packages' documentation ({len(paragraphs)} paragraphs), "
+        text = (f"{summary.count} texts from installed packages' documentation ({paragraphs} paragraphs), "
                 f"MiniLM token lengths P50 {summary.p50:.0f}, P95 {summary.p95:.0f}, max {summary.longest}; "
                 f"{summary.near_max_fraction:.1%} at >= {summary.near_max_threshold} of {summary.max_tokens} tokens; "
                 f"seed {opts.seed}, file `inputs/{path.name}`")

@@ -54,9 +54,7 @@ def _inputs(args: argparse.Namespace) -> int:
         print(f"wrote {len(images)} images to {out}")
         return 0
     tokenizer = gen.minilm_tokenizer()
-    paragraphs = gen.corpus_paragraphs(gen.installed_package_documents(Path(args.site_packages)))
-    lengths = gen.long_tailed_token_lengths(args.count or 400, args.max_tokens, seed=args.seed)
-    texts = gen.texts_with_token_lengths(paragraphs, lengths, tokenizer, seed=args.seed)
+    texts, _ = gen.long_tailed_texts(args.count or 400, args.max_tokens, tokenizer, args.seed, Path(args.site_packages))
     gen.write_input_data(out, gen.string_input_data(texts, args.input_name or "TEXT"))
     summary = gen.LengthSummary.of([tokenizer.count(t) for t in texts], args.max_tokens)
     print(f"wrote {len(texts)} texts to {out}: {json.dumps(summary.__dict__)}")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import re
+import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Protocol, Sequence
@@ -150,6 +151,12 @@ def corpus_paragraphs(documents: Iterable[str]) -> list[str]:
     return list(seen)
 
 
+def installed_paragraphs(site_packages: Path | None = None) -> list[str]:
+    """Every prose paragraph of the installed distributions' READMEs (this interpreter's
+    site-packages unless told): real text, offline, the same on every machine of one lock file."""
+    return corpus_paragraphs(installed_package_documents(site_packages or Path(sysconfig.get_paths()["purelib"])))
+
+
 def long_tailed_token_lengths(
     count: int,
     max_tokens: int,
@@ -195,6 +202,15 @@ def texts_with_token_lengths(
             i += 1
         texts.append(tokenizer.cut(" ".join(pieces), int(target)))
     return texts
+
+
+def long_tailed_texts(count: int, max_tokens: int, tokenizer: Tokenizer, seed: int = 0,
+                      site_packages: Path | None = None) -> tuple[list[str], int]:
+    """`make perf`'s texts: `count` texts cut from the installed paragraphs to long-tailed token
+    lengths (`long_tailed_token_lengths`); also the number of paragraphs they were cut from."""
+    paragraphs = installed_paragraphs(site_packages)
+    lengths = long_tailed_token_lengths(count, max_tokens, seed=seed)
+    return texts_with_token_lengths(paragraphs, lengths, tokenizer, seed=seed), len(paragraphs)
 
 
 def string_input_data(texts: Sequence[str], input_name: str) -> dict[str, Any]:

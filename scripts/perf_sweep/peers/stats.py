@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from enum import Enum
 from typing import Any, Mapping, Sequence
 
@@ -76,6 +76,9 @@ class LevelSummary:
     first_error: str | None
     #: This project's levels: what its server saw (perf_sweep.peers.inside_server.InsideServer.as_dict).
     server: Mapping[str, float] | None = None
+    #: The host's speed-up of a call on every core over one, just before the window
+    #: (perf_sweep.peers.machine.HostParallelism; None: not probed, e.g. on one core).
+    host_speedup: float | None = None
 
     @property
     def errors(self) -> int:
@@ -86,8 +89,9 @@ class LevelSummary:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "LevelSummary":
-        # levels.jsonl written before `server` existed has no such key
-        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data or k != "server"})
+        # levels.jsonl of earlier runs lacks the fields added since (`server`, `host_speedup`): their defaults
+        # apply; a missing required field is the constructor's TypeError naming it
+        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -130,6 +134,7 @@ def accounting_line(summary: LevelSummary) -> str:
     return (f"{summary.target} {summary.model} {summary.label}: sent {summary.sent} = warm-up {summary.warmup_requests} + "
             f"measured {summary.measured} ({parts}); {summary.throughput:.1f} items/s, P50 {summary.p50_ms:.2f} / "
             f"P95 {summary.p95_ms:.2f} / P99 {summary.p99_ms:.2f} ms; client CPU {summary.client_cpu:.0%} of a core"
+            + ("" if summary.host_speedup is None else f"; host x{summary.host_speedup:.2f} on every core")
             + _server_part(summary.server))
 
 

@@ -20,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -67,7 +67,9 @@ class PeerSuiteOptions:
     threads: int = field(default_factory=lambda: len(os.sched_getaffinity(0)))
     pytriton_delay_us: int = 0  # PyTriton's own default
     infinity_batch_size: int = 32  # infinity-emb's own default
-    text_count: int | None = None  # None: every held-out sentence
+    text_count: int | None = None  # None: every text of the source
+    #: A references.TextSource value or a file of texts (references.read_text_file).
+    texts: str = "heldout"
     min_cosine: float = 0.9
     limit_seconds_per_batch: float = 1.5
     #: Measure the servers of this run/manifest.json (`make perf`) instead of starting this project.
@@ -154,6 +156,8 @@ class SuiteState:
     triton_versions: dict[str, str | None] = field(default_factory=dict)
     #: Cores busy on the idle machine before any target started (machine.wait_until_quiet's baseline).
     baseline_busy_cores: float = 0.0
+    #: Times the host's speed-up on every core before each window (None on one core).
+    probe: machine.ParallelismProbe | None = None
 
 
 def workload_for(state: SuiteState, running: servers.RunningTarget, model: ModelKind) -> codec.Workload:
@@ -167,12 +171,13 @@ def workload_for(state: SuiteState, running: servers.RunningTarget, model: Model
     return codec.Workload(running.launch.target.value, model, running.infer_urls[model], bodies, check)
 
 
-def _record_level(state: SuiteState, summary: LevelSummary, records, quiet: machine.QuietWait) -> None:
+def _record_level(state: SuiteState, summary: LevelSummary, records, quiet: machine.QuietWait,
+                  host: machine.HostParallelism | None) -> None:
     folder = state.opts.folder
     with (folder / "levels.jsonl").open("a") as out:
         out.write(json.dumps({**summary.as_dict(), "load_average": os.getloadavg()[0], "at": time.strftime("%H:%M:%S"),
                               "settle_s": quiet.waited_s, "busy_cores_at_start": quiet.busy_cores,
-                              "started_quiet": quiet.quiet}) + "\n")
+                              "started_quiet": quiet.quiet, "host_parallelism": host and asdict(host)}) + "\n")
     ok = sorted(round(r.latency_ms, 3) for r in records if r.outcome is Outcome.OK and r.scheduled_s >= summary.warmup_s)
     failed = [[r.index, r.outcome.value, r.detail] for r in records if r.outcome is not Outcome.OK][:50]
     with gzip.open(folder / "requests.jsonl.gz", "at") as out:
@@ -252,6 +257,7 @@ def measure_model(state: SuiteState, running: dict[TargetKind, servers.RunningTa
             progress(f"[peers] {workload.target} {model.value} {level.label}: waited {quiet.waited_s:g} s for the machine "
                      f"to go quiet ({quiet.busy_cores:g} busy cores, idle baseline {state.baseline_busy_cores:g})"
                      + ("" if quiet.quiet else "; starting anyway"))
+        host = state.probe.measure() if state.probe else None
         metrics_url = running[target].metrics_urls.get(model)
         before = _scrape(metrics_url, progress)
         try:
@@ -262,7 +268,9 @@ def measure_model(state: SuiteState, running: dict[TargetKind, servers.RunningTa
             return
         summary = summarize_level(run.records, level, workload.target, model.value, run.window_start_s, run.client_cpu)
         summary = _with_inside_server(summary, metrics_url, before, progress)
-        _record_level(state, summary, run.records, quiet)
+        if host:
+            summary = replace(summary, host_speedup=round(host.speedup, 3))
+        _record_level(state, summary, run.records, quiet, host)
         mine[target].append(summary)
         progress(f"[peers] {accounting_line(summary)}")
 
@@ -305,7 +313,7 @@ def measure_targets(state: SuiteState, targets: Sequence[TargetKind], progress: 
 
 def _prepare(opts: PeerSuiteOptions, progress: Progress) -> SuiteState:
     files = ServedFiles.from_repository(opts.config.parent)
-    inputs = references.load_suite_inputs(opts.artifacts, opts.seed, opts.text_count)
+    inputs = references.load_suite_inputs(opts.artifacts, opts.seed, opts.text_count, opts.texts, files.max_length)
     inputs.descriptions["text_embedder"] += "; " + references.token_length_summary(inputs.texts, files)
     progress(f"[peers] inputs: {inputs.descriptions}")
     argmax = references.digit_reference(files, inputs.images, opts.threads)
@@ -313,7 +321,9 @@ def _prepare(opts: PeerSuiteOptions, progress: Progress) -> SuiteState:
     checks = {ModelKind.DIGITS: codec.AnswerCheck(ModelKind.DIGITS, codec.Api.KSERVE_V2, "probabilities", 10, argmax),
               ModelKind.TEXT: codec.AnswerCheck(ModelKind.TEXT, codec.Api.KSERVE_V2, "embedding", embeddings.shape[1],
                                                 reference=embeddings, min_cosine=opts.min_cosine)}
-    return SuiteState(opts, files, inputs, checks)
+    probe = (machine.ParallelismProbe(files.text_onnx, references.probe_feeds(files, inputs.texts), opts.threads)
+             if opts.threads >= 2 else None)
+    return SuiteState(opts, files, inputs, checks, probe=probe)
 
 
 def _limits(state: SuiteState, when: str, runs: dict[str, dict[str, list]], progress: Progress) -> None:

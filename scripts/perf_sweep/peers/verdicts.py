@@ -26,6 +26,9 @@ HIGH_CONCURRENCY = 16
 THROUGHPUT_AT_LEAST_HIGH = 1.5
 P50_C1_AT_MOST = 1.5
 LIMIT_AT_LEAST = 0.85
+#: Host speed-ups on every core (machine.HostParallelism) this far apart put two windows in different
+#: host states: ~x1.6 outside the host's spells against ~x1.0 in one, on the Zen 4 KVM host of docs/performance.md.
+HOST_STATE_GAP = 0.3
 
 
 @dataclass(frozen=True)
@@ -75,6 +78,15 @@ def _errors_note(s: LevelSummary) -> str:
     return f"; this project answered {s.errors} of {s.measured} requests wrongly or not at all" if s.errors else ""
 
 
+def _host_note(mine: LevelSummary, peer: LevelSummary | None) -> str:
+    """Says when this project and the peer it is compared with were measured in different host states."""
+    a, b = mine.host_speedup, peer.host_speedup if peer else None
+    if a is None or b is None or abs(a - b) < HOST_STATE_GAP:
+        return ""
+    return (f"; the host differed: a call on every core ran x{a:.2f} faster than on one before this project's window, "
+            f"x{b:.2f} before {peer.target}'s")
+
+
 def _ceiling_note(needed: float, ceiling: float | None, unit: str) -> str:
     """Why a throughput target was missed when it asks for more than the model computes in-process
     (one process, ONNX Runtime threads = cores, its best batch, no server at all). Not a proof that no
@@ -106,13 +118,13 @@ def concurrency_verdicts(summaries: Sequence[LevelSummary], model: str, unit: st
             why = _ceiling_note(bound * fastest.throughput, ceiling, unit) if fastest and met is False else ""
             out.append(Verdict(model, rule, level, t_ratio, bound, True, met,
                                f"{model} {level}: throughput {mine.throughput:,.0f} {unit} vs {peer_t} = {t_ratio:.2f}x "
-                               f"[target >= {bound:g}x]{_errors_note(mine)}{why}"))
+                               f"[target >= {bound:g}x]{_errors_note(mine)}{why}{_host_note(mine, fastest)}"))
         p_ratio = _ratio(mine.p99_ms, quickest.p99_ms) if quickest else math.nan
         peer_p = f"best peer {quickest.p99_ms:.2f} ms ({quickest.target})" if quickest else "no peer answered"
         out.append(Verdict(model, "P99 <= 1.2x best peer", level, p_ratio, P99_AT_MOST, False,
                            _judge(p_ratio, P99_AT_MOST, False, mine.errors),
                            f"{model} {level}: P99 {mine.p99_ms:.2f} ms vs {peer_p} = {p_ratio:.2f}x "
-                           f"[target <= {P99_AT_MOST:g}x]{_errors_note(mine)}"))
+                           f"[target <= {P99_AT_MOST:g}x]{_errors_note(mine)}{_host_note(mine, quickest)}"))
     return out
 
 
@@ -126,7 +138,7 @@ def p50_verdict(summaries: Sequence[LevelSummary], model: str) -> Verdict:
     return Verdict(model, "P50 at c=1 <= 1.5x minimal", "c=1", ratio, P50_C1_AT_MOST, False,
                    _judge(ratio, P50_C1_AT_MOST, False, mine.errors),
                    f"{model} c=1: P50 {mine.p50_ms:.2f} ms vs the minimal server's {minimal.p50_ms:.2f} ms = {ratio:.2f}x "
-                   f"[target <= {P50_C1_AT_MOST:g}x]{_errors_note(mine)}")
+                   f"[target <= {P50_C1_AT_MOST:g}x]{_errors_note(mine)}{_host_note(mine, minimal)}")
 
 
 def limit_verdict(summaries: Sequence[LevelSummary], model: str, unit: str, limit: Mapping | None,

@@ -44,3 +44,23 @@ def test_a_level_waits_for_the_last_levels_backlog_and_gives_up_after_the_timeou
     assert quiet.quiet and quiet.busy_cores == 0.1
     busy = wait_until_quiet(0.05, 0.35, timeout_s=0, sample=lambda: 1.9)
     assert not busy.quiet and busy.busy_cores == 1.9
+
+
+def test_the_parallelism_probe_times_both_sessions_of_a_real_onnx_file(tmp_path):
+    import math
+
+    import numpy as np
+    import pytest
+
+    from perf_sweep.peers.machine import HostParallelism, ParallelismProbe
+    from tiny_onnx_models import masked_embedding_model, save
+
+    onnx_file = save(masked_embedding_model(), tmp_path / "model.onnx")
+    ids = np.array([[1, 2, 3, 4]], dtype=np.int64)
+    probe = ParallelismProbe(onnx_file, {"input_ids": ids, "attention_mask": np.ones_like(ids)}, threads=2, runs=3)
+    host = probe.measure()
+    assert host.threads == 2 and host.one_thread_ms > 0 and host.all_threads_ms > 0
+    assert host.speedup == pytest.approx(host.one_thread_ms / host.all_threads_ms)
+    assert math.isnan(HostParallelism(1.0, 0.0, 2).speedup)
+    with pytest.raises(ValueError, match="threads >= 2"):
+        ParallelismProbe(onnx_file, {}, threads=1)

@@ -72,8 +72,13 @@ def test_summaries_round_trip_through_results_json_and_print_their_accounting():
     assert LevelSummary.from_dict({**summary.as_dict(), "extra": 1}) == summary
     line = accounting_line(summary)
     assert "sent 2 = warm-up 0 + measured 2 (ok 2)" in line and "client CPU 25%" in line and "server:" not in line
-    older = {k: v for k, v in summary.as_dict().items() if k != "server"}  # levels.jsonl of earlier runs
+    older = {k: v for k, v in summary.as_dict().items() if k not in ("server", "host_speedup")}  # earlier runs
     assert LevelSummary.from_dict(older) == summary
+    with pytest.raises(TypeError, match="throughput"):  # a field without a default stays required
+        LevelSummary.from_dict({k: v for k, v in summary.as_dict().items() if k != "throughput"})
+    probed = replace(summary, host_speedup=1.04)
+    assert LevelSummary.from_dict(probed.as_dict()) == probed
+    assert accounting_line(probed).endswith("client CPU 25% of a core; host x1.04 on every core")
 
 
 def test_this_projects_progress_line_says_what_its_server_saw():

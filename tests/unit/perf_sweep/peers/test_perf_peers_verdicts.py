@@ -111,3 +111,19 @@ def test_poisson_lines_compare_p99_at_the_same_rate():
     rows = [level("minimal_fastapi", D, 500, 498, 8.0, mode="poisson"), level("this_project", D, 500, 499, 4.0, mode="poisson")]
     (line,) = poisson_lines(rows)
     assert "poisson 500/s" in line and "0.50x" in line and "minimal_fastapi" in line
+
+
+def test_a_verdict_says_when_its_two_sides_were_measured_in_different_host_states():
+    from dataclasses import replace
+
+    mine = replace(level("this_project", T, 1, 140, p99=17.0, p50=6.0), host_speedup=1.01)
+    peer = replace(level("minimal_fastapi", T, 1, 175, p99=11.0, p50=4.8), host_speedup=1.64)
+    verdicts = concurrency_verdicts([mine, peer], T, "texts/s") + [p50_verdict([mine, peer], T)]
+    for v in verdicts:  # the verdict stands as measured; the note says why it may not repeat
+        assert v.text.endswith("the host differed: a call on every core ran x1.01 faster than on one before this "
+                               "project's window, x1.64 before minimal_fastapi's"), v.text
+    assert by_rule(verdicts, "throughput >= best", "c=1").met is False
+    alike = [replace(mine, host_speedup=1.5), peer]  # within HOST_STATE_GAP: no note
+    assert not any("host differed" in v.text for v in concurrency_verdicts(alike, T, "texts/s"))
+    unprobed = [replace(mine, host_speedup=None), peer]  # a run on one core, or an older levels.jsonl
+    assert not any("host differed" in v.text for v in concurrency_verdicts(unprobed, T, "texts/s"))
