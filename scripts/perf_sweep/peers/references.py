@@ -39,11 +39,11 @@ class TextSource(str, Enum):
     """Where the text workload comes from (`--texts`; a path to a file of your own is the fourth way).
 
     Each shifts the token-length mix, which decides how much batching and bucketing can win: the
-    held-out sentences are short (P50 ~22 tokens), whole paragraphs about twice that with a tail past
-    the 128-token truncation, and `make perf`'s long-tailed texts put 6% at the maximum length."""
+    held-out sentences are short (P50 ~22 tokens), whole paragraphs about twice that (P50 ~41, 6% cut
+    at the 128-token truncation), and `make perf`'s long-tailed texts put 6% at the maximum length."""
 
     HELDOUT = "heldout"  # the build corpus's held-out sentences (never used for calibration)
-    PARAGRAPHS = "paragraphs"  # whole prose paragraphs of the installed packages' READMEs
+    PARAGRAPHS = "paragraphs"  # whole prose paragraphs of the installed packages' READMEs, cut at the truncation
     LONG_TAILED = "long_tailed"  # `make perf`'s texts: paragraphs cut to long-tailed token lengths
 
 
@@ -153,8 +153,9 @@ def _served_pipeline(files: ServedFiles, max_batch_size: int, buckets: tuple[int
 
 
 def probe_feeds(files: ServedFiles, texts: Sequence[str], tokens: int = 64) -> dict[str, np.ndarray]:
-    """The served text file's feeds for one text of exactly `tokens` tokens (the workload's texts
-    joined, then truncated): what machine.ParallelismProbe times, the same input at every level."""
+    """The served text file's feeds for one text of `tokens` tokens (the workload's texts joined, then
+    truncated; fewer only when they are all shorter together): what machine.ParallelismProbe times,
+    the same input at every level."""
     from perf_sweep.text_limit import encoder_feeds, served_tokenizer
 
     pipeline = replace(_served_pipeline(files, 1), max_length=tokens)
