@@ -30,7 +30,12 @@ and mostly the wide one in another; forced, one server, 6 s turns, the wide sess
   image is faster on one thread, a batch of 16 on two): each switch between sessions pays the cold
   start, which a choice per class on small differences would pay at every other call;
 - once chosen, one stint in `recheck_every` calls runs on the other session (on each in turn while
-  some classes run each), so a change in the machine's load is noticed;
+  some classes run each), so a change in the machine's load is noticed; the decision after it
+  judges that session, in each class of which the stint timed `recheck_own_calls` calls, on those
+  calls alone: its older times there are from before (the Zen 4 host's slow spells, minutes in
+  which two threads gain nothing, end sharply; judged on the whole window, a stint spread over four
+  size classes replaced too few of the spell's times, and the instance stayed on one thread for two
+  or three re-checks after the spell: docs/performance.md);
 - while the cores the wide session's workers would run on were busy (above `busy_cores_share` of
   their time lately, serving/backend/core_load.py), lone calls run narrow and are not timed: a
   lone call then is a gap in other work (at c=2, between the sibling's calls), and its second
@@ -87,12 +92,16 @@ class ChoicePolicy:
     #: A size class runs the other session than the instance's choice when that one's median is
     #: this much faster for it (and each session has `window` // 3 warm calls of the class).
     class_margin: float = 0.15
+    #: A re-check stint that timed at least this many calls of a size class is judged on those calls
+    #: alone for the class, not on its session's older times (from before a change of the host).
+    recheck_own_calls: int = 3
 
     def __post_init__(self) -> None:
         if (self.stint_calls < 2 or self.explore_calls < 1 or self.recheck_every < 0 or self.window < 1
-                or not 0 <= self.busy_cores_share <= 1 or self.class_margin < 0):
+                or not 0 <= self.busy_cores_share <= 1 or self.class_margin < 0 or self.recheck_own_calls < 1):
             raise ValueError(f"{self}: stint_calls must be >= 2 (its first call is not timed), explore_calls >= 1, "
-                             "recheck_every >= 0, window >= 1, busy_cores_share in [0, 1] and class_margin >= 0.")
+                             "recheck_every >= 0, window >= 1, busy_cores_share in [0, 1], class_margin >= 0 and "
+                             "recheck_own_calls >= 1.")
 
 
 def size_class(elements: int) -> int:
@@ -112,13 +121,19 @@ class _ClassTimes:
     """One size class: the last warm times (seconds, a ring of `window`) and the warm timed calls
     per session (by index), the lone calls seen, and the session it runs if not the instance's."""
 
-    __slots__ = ("recent_s", "timed", "seen", "own")
+    __slots__ = ("recent_s", "timed", "seen", "own", "fresh")
 
     def __init__(self) -> None:
         self.recent_s, self.timed, self.seen, self.own = ([], []), [0, 0], 0, None
+        self.fresh = [0, 0]  # warm timed calls per session since its last re-check stint began
 
-    def median_s(self, index: int) -> float:
-        recent = sorted(self.recent_s[index])
+    def median_s(self, index: int, latest: int = 0) -> float:
+        """The median of the session's window, or of its `latest` times only."""
+        recent, timed = self.recent_s[index], self.timed[index]
+        if latest:
+            latest = min(latest, len(recent))
+            recent = [recent[(timed - 1 - k) % len(recent)] for k in range(latest)]  # a full ring or a growing list
+        recent = sorted(recent)
         return recent[len(recent) // 2]
 
 
@@ -139,6 +154,7 @@ class SessionChoice:
         self._check_on = 1              # session of the next re-check stint (they alternate)
         self._untimed = False           # the last lone call ran narrow because the cores were busy
         self._stint_reason = Reason.EXPLORING
+        self._rechecked: int | None = None  # session of the re-check stint just run, until its decision
         #: How many times the instance (re)made its choice (the backend republishes `summary()` then).
         self.decisions = 0
         #: Why the last lone call got its session (read by the backend right after `choose`).
@@ -191,6 +207,10 @@ class SessionChoice:
     def _start_stint(self, index: int, reason: Reason) -> Session:
         self._stint_on, self._stint_left, self._stint_over = index, self.policy.stint_calls - 1, True
         self._stint_reason = self.reason = reason
+        self._rechecked = index if reason is Reason.RECHECK else None
+        if reason is Reason.RECHECK:
+            for times in self._classes.values():
+                times.fresh[index] = 0
         return _SESSIONS[index]
 
     def record(self, size: int, session: Session, seconds: float, alone: bool = True) -> None:
@@ -208,7 +228,16 @@ class SessionChoice:
         else:
             recent[times.timed[i] % window] = seconds
         times.timed[i] += 1
+        times.fresh[i] += 1
         self._timed[i] += 1
+
+    def _median_s(self, times: _ClassTimes, index: int) -> float:
+        """What a decision compares: the session's window, or, for the session a re-check stint just
+        ran, that stint's own calls of the class when it timed `recheck_own_calls` of them (its older
+        times may be from a slow spell of the host that has ended: docs/performance.md)."""
+        if index == self._rechecked and times.fresh[index] >= self.policy.recheck_own_calls:
+            return times.median_s(index, latest=times.fresh[index])
+        return times.median_s(index)
 
     def _decide(self) -> None:
         """Prefer the session that would have run the lone calls seen faster: per size class timed on
@@ -220,12 +249,14 @@ class SessionChoice:
         both = [t for t in self._classes.values() if min(t.timed)]
         if not both:
             return
-        wide_minus_narrow = sum(t.seen * (t.median_s(0) - t.median_s(1)) for t in both)
+        median = self._median_s
+        wide_minus_narrow = sum(t.seen * (median(t, 0) - median(t, 1)) for t in both)
         self._best = best = 0 if wide_minus_narrow <= 0 else 1
         self.decisions += 1
         enough, margin = max(1, self.policy.window // 3), 1 - self.policy.class_margin
         for t in both:
-            t.own = 1 - best if min(t.timed) >= enough and t.median_s(1 - best) < margin * t.median_s(best) else None
+            t.own = 1 - best if min(t.timed) >= enough and median(t, 1 - best) < margin * median(t, best) else None
+        self._rechecked = None
 
     def medians_s(self) -> dict[int, dict[str, float]]:
         """Per size class, the median seconds of each session timed: what `_decide` compares."""

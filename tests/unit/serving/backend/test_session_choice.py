@@ -141,7 +141,7 @@ def test_calls_made_while_a_sibling_computes_are_not_timed_and_make_the_next_cal
 
 
 @pytest.mark.parametrize("kwargs", [{"stint_calls": 1}, {"explore_calls": 0}, {"recheck_every": -1}, {"window": 0},
-                                    {"busy_cores_share": 1.5}, {"class_margin": -0.1}])
+                                    {"busy_cores_share": 1.5}, {"class_margin": -0.1}, {"recheck_own_calls": 0}])
 def test_a_policy_out_of_range_is_refused_naming_the_ranges(kwargs):
     with pytest.raises(ValueError, match="stint_calls must be >= 2"):
         ChoicePolicy(**kwargs)
@@ -176,3 +176,35 @@ def test_each_decision_is_counted_so_the_backend_can_republish_the_medians():
     assert choice.decisions == 1 and choice.reason is Reason.PREFERRED
     run(choice, 300, {WIDE: 0.003, NARROW: 0.004}, 24)
     assert choice.decisions >= 3, "every re-check stint ends in a decision"
+
+
+def test_the_end_of_a_slow_spell_is_noticed_at_the_first_recheck_across_size_classes():
+    """The Zen 4 host's spells (docs/performance.md): for minutes a call on two threads is no faster
+    than on one. The preferred session is timed at every call, so a spell's start is noticed within a
+    stint; the other one only at re-checks. Its window per class held the spell's times, and a
+    re-check stint spread over several classes replaced too few of them: with paragraph-length texts
+    the instance stayed narrow for two or three re-checks after the spell. A re-check stint is now
+    judged on its own calls of each class it timed `recheck_own_calls` of."""
+    sizes = [20, 40, 80]  # three size classes, in turn
+    policy = ChoicePolicy(stint_calls=10, explore_calls=3, recheck_every=16, window=6, recheck_own_calls=3)
+    choice, state = SessionChoice(policy), {"spell": False, "last": None, "i": 0}
+
+    def calls(n: int) -> None:
+        for _ in range(n):
+            size = sizes[state["i"] % 3]
+            state["i"] += 1
+            which = choice.choose(size)
+            one = size * 1e-4
+            wide = one * 1.08 if state["spell"] else one / 1.6
+            cold = 0.001 if state["last"] not in (None, which) else 0.0
+            choice.record(size, which, (wide if which is WIDE else one) + cold)
+            state["last"] = which
+
+    calls(120)
+    assert choice.preferred() is WIDE
+    state["spell"] = True
+    calls(120)
+    assert choice.preferred() is NARROW, "the spell is noticed"
+    state["spell"] = False
+    calls(policy.recheck_every + policy.stint_calls + 1)  # at most one re-check stint on wide, then its decision
+    assert choice.preferred() is WIDE, "back at the first re-check, judged on its own 3 wide calls per class"
