@@ -259,7 +259,9 @@ class SessionChoice:
         self._rechecked = None
 
     def medians_s(self) -> dict[int, dict[str, float]]:
-        """Per size class, the median seconds of each session timed: what `_decide` compares."""
+        """Per size class, the median seconds of each session's window: what `_decide` compares, except
+        right after a re-check stint, which judges its session on the stint's own calls of a class
+        (`recheck_own_calls`); the window then holds those calls as its latest."""
         return {size: {s.value: times.median_s(i) for i, s in enumerate(_SESSIONS) if times.timed[i]}
                 for size, times in sorted(self._classes.items())}
 
