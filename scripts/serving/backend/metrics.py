@@ -92,7 +92,6 @@ def batch_observations(stats: BatchStats | None, execute_s: float, refused: int,
     return out
 
 
-
 def choice_observations(instance: int, medians_s: Mapping[int, Mapping[str, float]]) -> list[Observation]:
     """The session choice's medians (`SessionChoice.medians_s()`: per size class, seconds per
     session) as gauges of one instance."""

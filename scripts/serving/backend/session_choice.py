@@ -154,7 +154,6 @@ class SessionChoice:
         self._check_on = 1              # session of the next re-check stint (they alternate)
         self._untimed = False           # the last lone call ran narrow because the cores were busy
         self._stint_reason = Reason.EXPLORING
-        self._rechecked: int | None = None  # session of the re-check stint just run, until its decision
         #: How many times the instance (re)made its choice (the backend republishes `summary()` then).
         self.decisions = 0
         #: Why the last lone call got its session (read by the backend right after `choose`).
@@ -207,7 +206,6 @@ class SessionChoice:
     def _start_stint(self, index: int, reason: Reason) -> Session:
         self._stint_on, self._stint_left, self._stint_over = index, self.policy.stint_calls - 1, True
         self._stint_reason = self.reason = reason
-        self._rechecked = index if reason is Reason.RECHECK else None
         if reason is Reason.RECHECK:
             for times in self._classes.values():
                 times.fresh[index] = 0
@@ -235,7 +233,8 @@ class SessionChoice:
         """What a decision compares: the session's window, or, for the session a re-check stint just
         ran, that stint's own calls of the class when it timed `recheck_own_calls` of them (its older
         times may be from a slow spell of the host that has ended: docs/performance.md)."""
-        if index == self._rechecked and times.fresh[index] >= self.policy.recheck_own_calls:
+        rechecked = self._stint_reason is Reason.RECHECK and index == self._stint_on  # _decide runs right after a stint
+        if rechecked and times.fresh[index] >= self.policy.recheck_own_calls:
             return times.median_s(index, latest=times.fresh[index])
         return times.median_s(index)
 
@@ -256,7 +255,6 @@ class SessionChoice:
         enough, margin = max(1, self.policy.window // 3), 1 - self.policy.class_margin
         for t in both:
             t.own = 1 - best if min(t.timed) >= enough and median(t, 1 - best) < margin * median(t, best) else None
-        self._rechecked = None
 
     def medians_s(self) -> dict[int, dict[str, float]]:
         """Per size class, the median seconds of each session's window: what `_decide` compares, except
