@@ -1,6 +1,6 @@
 """The throwaway in-server probe behind session-choice-ab.txt (kept as it was run).
 
-Usage: python server_probe.py HTTP_PORT METRICS_PORT CONCURRENCY WINDOW_S, with a `serving serve` up:
+Usage: python server_probe.py HTTP_PORT METRICS_PORT CONCURRENCY WINDOW_S [paragraphs], with a `serving serve` up:
 a closed loop of held-out texts at text_embedder, then Triton's counters and the backend's metrics
 differenced around it (throughput, ONNX Runtime and rest-of-execute ms per execution, calls per session).
 """
@@ -13,7 +13,12 @@ port, mport, conc, window = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 class Accept:
     def __init__(self, n): self.items = n
     def __call__(self, i, p): return None, 1.0
-texts = json.load(open("/work/main/artifacts/text_encoder/text_corpus.json"))["heldout"][:300]
+if len(sys.argv) > 5 and sys.argv[5] == "paragraphs":  # added 2026-12-05: the first 600 of `--texts paragraphs`
+    from pathlib import Path
+    from perf_sweep.peers.references import _texts_of
+    texts = _texts_of("paragraphs", Path("/work/main/artifacts"), 0, None, 128)[0][:600]
+else:
+    texts = json.load(open("/work/main/artifacts/text_encoder/text_corpus.json"))["heldout"][:300]
 tb = tuple(kserve_body("TEXT", "BYTES", [1, 1], [t]) for t in texts)
 def scrape():
     out = {}
