@@ -108,7 +108,7 @@ test-alerts: setup ## promtool check + fire/no-fire unit tests of the alert rule
 	cd scripts/operations && promtool check rules alert_rules.yml && promtool test rules alert_rules_test.yml
 	$(PY) -m pytest -q tests/unit/operations/test_operations_alert_rules.py tests/unit/operations/test_operations_dashboard.py
 
-# --- Security: the admin key for the model-repository/shared-memory/logging/trace APIs (scripts/serving/security.py) ---
+# --- Security: the admin key for the model-repository/shared-memory/logging/trace APIs (scripts/serving/runtime/security.py) ---
 .PHONY: admin-key
 
 admin-key: setup ## Create the admin key file (mode 0600, outside the repo; TRITON_ADMIN_KEY_FILE moves it) if missing; never prints it
@@ -152,7 +152,7 @@ perf-peers-quick: setup setup-peers ## A short smoke run of `make perf-peers` (c
 size-batches: setup ## Measure memory per batch size of built models, re-render configs (build-engines runs it cached; FORCE=1 re-measures)
 	$(PY) -m model_build size-batches --config $(SERVING_CONFIG) $(if $(FORCE),--force)
 
-# --- Text embedder: padding in the encoder's dynamic batches (scripts/serving/padding_report.py) ---
+# --- Text embedder: padding in the encoder's dynamic batches (scripts/perf_sweep/padding_report.py) ---
 .PHONY: padding-report
 
 padding-report: setup ## Padding efficiency before/after sequence-length bucketing on the held-out text mix (after build-engines); reports/serving/
