@@ -120,7 +120,7 @@ admin-key: setup ## Create the admin key file (mode 0600, outside the repo; TRIT
 perf: setup ## Sweep every served model (needs `make serve`): knees, A/B, priority mix, peers (if set up); reports/perf/<timestamp>/
 	$(PY) -m perf_sweep run --config $(SERVING_CONFIG)
 
-perf-quick: setup ## A short smoke run of `make perf` (fewer levels, short windows; ~4 min)
+perf-quick: setup ## A short smoke run of `make perf` (fewer levels, short windows; ~4 min, ~9 min with the peers section once `make setup-peers` ran)
 	$(PY) -m perf_sweep run --quick --config $(SERVING_CONFIG)
 
 # --- Peers: this project against what a user would run instead (scripts/perf_sweep/peers/, docs/performance.md) ---
