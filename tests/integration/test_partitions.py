@@ -25,12 +25,13 @@ from partition_probe import QUIET_MODEL, measure_noisy_neighbour, two_partition_
 pytestmark = [pytest.mark.server, pytest.mark.alone]
 
 #: A noisy neighbour may raise the quiet partition's P99 by at most this factor (see the test).
-#: The target is 1.5x; on this 2-core VM hard pinning itself measured x0.9-1.8 (median 1.46) over
-#: 16 runs once requests stopped waiting for a batching window, and x2.2 once on a fresh CI clone
-#: (docs/partitions.md). Without isolation (CPU shares) it is x4.8, so 2.5x still catches the
-#: regression this guards against; a run above it is measured once more (a noisy-machine moment
-#: hits one run, a lost isolation both). The ratios are printed.
-NOISY_NEIGHBOUR_P99_FACTOR = 2.5
+#: The target is 1.5x, read from series of runs (docs/partitions.md, "Isolation, measured": on a
+#: 2-core Zen 4, 50 of 55 runs within 1.5x and one above 2x once the noise generator's start-up was
+#: kept off the quiet core; before, its unpinned interpreter start landed in the first blocks and
+#: gave x1.95-2.37 in about one run in six). Without isolation (CPU shares) it is x4.8, so 2x
+#: catches the regression this guards against with room for a noisy machine; a run above it is
+#: measured once more (a noisy-machine moment hits one run, a lost isolation both). Printed.
+NOISY_NEIGHBOUR_P99_FACTOR = 2.0
 #: The supervisor must bring a kill -9'd partition back within this many seconds (measured ~3 s:
 #: 0.5 s backoff + ~2 s tritonserver start-up + the Python-backend model load).
 RESTART_BOUND_S = 30.0
@@ -104,9 +105,9 @@ def test_noisy_neighbour_leaves_the_other_partitions_p99_within_factor(partition
     x4.8 here: every hop of a quiet request waits for the scheduler to preempt a busy neighbour
     thread (docs/partitions.md). The probe (sequential one-image requests) and the noise run on
     their partitions' home cores; isolated and loaded blocks alternate in this one test, so drift in
-    the machine's other load hits both alike. Without a batching window a probe takes ~2 ms, so the
-    shared last-level cache and kernel alone cost x1.3-1.6 here (also with `cpu_sets`), which is why
-    the bound is NOISY_NEIGHBOUR_P99_FACTOR and not the 1.5x target.
+    the machine's other load hits both alike. A probe takes ~0.5 ms, so the shared last-level cache
+    and kernel alone move its P99 by x1.0-1.5 here; the bound is NOISY_NEIGHBOUR_P99_FACTOR, and the
+    1.5x target is read from series of runs (a timed test asserts a regression bound, not a target).
     """
     layout, manifest = partitions
     quiet, noisy = manifest["partitions"]["quiet"], manifest["partitions"]["noisy"]
