@@ -31,12 +31,25 @@ def free_loopback_ports(count: int) -> list[int]:
             s.close()
 
 
-def http_ready(host: str, port: int, timeout: float = 1.0) -> bool:
+def _answers_200(url: str, timeout: float) -> bool:
     try:
-        with urllib.request.urlopen(f"http://{host}:{port}/v2/health/ready", timeout=timeout) as resp:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
             return resp.status == 200
     except (urllib.error.URLError, ConnectionError, OSError):
         return False
+
+
+def http_ready(host: str, port: int, timeout: float = 1.0) -> bool:
+    """Triton's HTTP readiness endpoint answers 200 (the server and its startup models are ready)."""
+    return _answers_200(f"http://{host}:{port}/v2/health/ready", timeout)
+
+
+def server_ready(host: str, http_port: int, metrics_port: int | None, timeout: float = 1.0) -> bool:
+    """Ready on every endpoint a manifest lists: HTTP readiness, and the metrics endpoint when the
+    server has one. Why both: Triton starts its metrics service after the HTTP service (tens of ms
+    later, seen in its log), so a scrape right after HTTP readiness can be refused (a test did)."""
+    return http_ready(host, http_port, timeout) and (
+        metrics_port is None or _answers_200(f"http://{host}:{metrics_port}/metrics", timeout))
 
 
 def log_tail(path: Path, lines: int = 40) -> str:

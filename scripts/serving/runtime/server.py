@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 from contracts.errors import ServerStartError
 from contracts.layout import SOURCE_DIRS, remove_server_shared_files
 from contracts.serving_spec import DEFAULT_RATE_LIMIT
-from contracts.processes import free_loopback_ports, http_ready, log_tail, pid_alive, stop_pid  # noqa: F401 (re-exported)
+from contracts.processes import free_loopback_ports, http_ready, log_tail, pid_alive, server_ready, stop_pid  # noqa: F401 (re-exported)
 from serving.runtime.stub_watch import stop_server_group
 
 #: Environment variable that names a tritonserver binary explicitly (first in the search order).
@@ -279,7 +279,7 @@ class TritonServerProcess:
                     f"tritonserver exited with code {self.process.returncode} during start-up.\n"
                     f"Command: {' '.join(self.display_command)}\nLast lines of {self.log_path}:\n{log_tail(self.log_path)}"
                 )
-            if http_ready(self.settings.host, self.settings.http_port):
+            if server_ready(self.settings.host, self.settings.http_port, self.settings.metrics_port):
                 return
             time.sleep(0.25)
         self.stop()

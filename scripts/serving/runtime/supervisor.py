@@ -58,7 +58,7 @@ from contracts.manifest import write_manifest
 from serving.runtime.model_readiness import model_ready
 from contracts.partition_plan import Mechanism, PartitionPlan, PlannedPartition, plan_for_this_host
 from contracts.layout import remove_server_shared_files
-from contracts.processes import http_ready, log_tail
+from contracts.processes import log_tail, server_ready
 from serving.runtime.server import TritonServerProcess, find_tritonserver, prepare_backend_dir
 from contracts.serving_spec import load_serving_spec
 from contracts.supervisor_state import PartitionStatus, SupervisorState, write_supervisor_state
@@ -382,7 +382,7 @@ class Supervisor:
                     self._on_down(sp, now, describe_exit(code))
                     changed = True
                 elif sp.state is PartitionState.STARTING:
-                    if http_ready(sp.partition.host, sp.partition.http_port, timeout=0.5):
+                    if server_ready(sp.partition.host, sp.partition.http_port, sp.partition.metrics_port, timeout=0.5):
                         sp.state, sp.ready_since = PartitionState.READY, now
                         sp.liveness, sp.probe = LivenessHistory(), None
                         part = sp.partition

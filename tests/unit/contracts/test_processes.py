@@ -1,8 +1,10 @@
-"""contracts.processes: stop_pid (SIGTERM first, SIGKILL when the group lingers or has nothing left to finish) and the /proc readers."""
+"""contracts.processes: stop_pid (SIGTERM first, SIGKILL when the group lingers or has nothing left to finish), the /proc readers, and readiness."""
+import http.server
 import subprocess
+import threading
 import time
 
-from contracts.processes import cpu_idle_and_total, cpu_ticks, pid_alive, proc_stat_fields, stop_pid
+from contracts.processes import cpu_idle_and_total, cpu_ticks, free_loopback_ports, pid_alive, proc_stat_fields, server_ready, stop_pid
 
 
 def term_ignoring_group() -> subprocess.Popen:
@@ -43,3 +45,39 @@ def test_a_proc_stat_line_is_split_after_the_command_name_even_with_parentheses_
 def test_cpu_lines_give_idle_with_iowait_and_total_ticks_per_cpu():
     text = "cpu  300 0 100 600 5 0 0 0 0 0\ncpu0 100 0 50 350 5 0 0 0 0 0\ncpu1 200 0 50 250\nintr 12345\n"
     assert cpu_idle_and_total(text) == {"cpu": (605, 1005), "cpu0": (355, 505), "cpu1": (250, 500)}
+
+
+class _Answers200(http.server.BaseHTTPRequestHandler):
+    """Answers 200 on Triton's readiness and metrics paths, 404 elsewhere."""
+
+    def do_GET(self):  # noqa: N802 (http.server's name)
+        self.send_response(200 if self.path in ("/v2/health/ready", "/metrics") else 404)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+def _serve_on(port: int) -> http.server.HTTPServer:
+    server = http.server.HTTPServer(("127.0.0.1", port), _Answers200)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def test_a_server_is_ready_only_once_its_metrics_endpoint_answers_too():
+    """Triton starts its metrics service after HTTP: HTTP readiness alone is not the whole server."""
+    http_port, metrics_port = free_loopback_ports(2)
+    http_server = _serve_on(http_port)
+    try:
+        assert not server_ready("127.0.0.1", http_port, metrics_port, timeout=0.5), "metrics not listening yet"
+        assert server_ready("127.0.0.1", http_port, None, timeout=0.5), "a server without metrics: HTTP is enough"
+        metrics_server = _serve_on(metrics_port)
+        try:
+            assert server_ready("127.0.0.1", http_port, metrics_port, timeout=0.5)
+        finally:
+            metrics_server.shutdown()
+            metrics_server.server_close()
+    finally:
+        http_server.shutdown()
+        http_server.server_close()
+    assert not server_ready("127.0.0.1", http_port, metrics_port, timeout=0.5), "nothing listening"
