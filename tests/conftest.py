@@ -38,6 +38,18 @@ class RunningServer:
         return self.http_url if protocol == "http" else self.grpc_url
 
 
+def serve_loopback_http(handler: type, port: int = 0):
+    """A ThreadingHTTPServer for `handler` on 127.0.0.1 (port 0: a free one), answering from a daemon
+    thread; the caller shuts it down (`shutdown()`, then `server_close()`). What unit tests of an
+    HTTP client stand up in place of a server's health or metrics endpoint."""
+    import threading
+    from http.server import ThreadingHTTPServer
+
+    server = ThreadingHTTPServer(("127.0.0.1", port), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
 def start_test_server(workdir: Path, models: tuple[str, ...], repository: Path = REPOSITORY,
                       env: dict[str, str] | None = None, **settings):
     from serving.runtime.server import ServerSettings, TritonServerProcess, find_tritonserver, prepare_backend_dir

@@ -69,7 +69,7 @@ class PeerSuiteOptions:
     infinity_batch_size: int = 32  # infinity-emb's own default
     text_count: int | None = None  # None: every text of the source
     #: A references.TextSource value or a file of texts (references.read_text_file).
-    texts: str = "heldout"
+    texts: str = references.TextSource.HELDOUT.value
     min_cosine: float = 0.9
     limit_seconds_per_batch: float = 1.5
     #: Measure the servers of this run/manifest.json (`make perf`) instead of starting this project.

@@ -1,9 +1,9 @@
 """contracts.processes: stop_pid (SIGTERM first, SIGKILL when the group lingers or has nothing left to finish), the /proc readers, and readiness."""
 import http.server
 import subprocess
-import threading
 import time
 
+from conftest import serve_loopback_http
 from contracts.processes import cpu_idle_and_total, cpu_ticks, free_loopback_ports, pid_alive, proc_stat_fields, server_ready, stop_pid
 
 
@@ -58,20 +58,14 @@ class _Answers200(http.server.BaseHTTPRequestHandler):
         pass
 
 
-def _serve_on(port: int) -> http.server.HTTPServer:
-    server = http.server.HTTPServer(("127.0.0.1", port), _Answers200)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
-
-
 def test_a_server_is_ready_only_once_its_metrics_endpoint_answers_too():
     """Triton starts its metrics service after HTTP: HTTP readiness alone is not the whole server."""
     http_port, metrics_port = free_loopback_ports(2)
-    http_server = _serve_on(http_port)
+    http_server = serve_loopback_http(_Answers200, http_port)
     try:
         assert not server_ready("127.0.0.1", http_port, metrics_port, timeout=0.5), "metrics not listening yet"
         assert server_ready("127.0.0.1", http_port, None, timeout=0.5), "a server without metrics: HTTP is enough"
-        metrics_server = _serve_on(metrics_port)
+        metrics_server = serve_loopback_http(_Answers200, metrics_port)
         try:
             assert server_ready("127.0.0.1", http_port, metrics_port, timeout=0.5)
         finally:

@@ -3,11 +3,11 @@
 The decision logic only: a stand-in executable that never exits plays the hung perf_analyzer,
 and a small Prometheus text endpoint plays Triton's counters. (The real perf_analyzer against the
 real server is tests/integration/test_perf_sweep.py.)"""
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 
+from conftest import serve_loopback_http
 from perf_sweep.plan import Measurement, SweepSpec
 from perf_sweep.runner import RunFolder, run_level
 
@@ -31,8 +31,7 @@ def counters_endpoint(successes: int, failures: int = 0):
         def log_message(self, *args):
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server = serve_loopback_http(Handler)
     return server, f"http://127.0.0.1:{server.server_port}/metrics"
 
 

@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from conftest import serve_loopback_http
 from serving.runtime.liveness import LivenessHistory, probe_live, worst_case_detection_s
 from serving.runtime.supervisor import RestartPolicy
 
@@ -89,9 +90,7 @@ class _Health(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture
 def health_server():
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), type("Handler", (_Health,), {}))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    server = serve_loopback_http(type("Handler", (_Health,), {}))
     yield server
     server.shutdown()
     server.server_close()
