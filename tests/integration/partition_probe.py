@@ -186,11 +186,8 @@ def measure_noisy_neighbour(quiet: Mapping, noisy: Mapping, probe_cpus: Collecti
     isolated, loaded, noisy_cpu, noise_cpu, loaded_wall = [], [], 0.0, 0.0, 0.0
     args = json.dumps([sorted(noise_cpus), noisy["http"], NOISY_MODEL, NOISE_THREADS, NOISE_MAX_REQUESTS,
                        NOISE_MAX_SECONDS])
-    # Pinned from its first instruction (not only once its imports are done) and ready before the
-    # first probe: its interpreter start-up would otherwise run on any core, the quiet one included,
-    # and land in the first isolated block (seen: that block's probes at 3-5 ms instead of 0.5).
     noise = subprocess.Popen([sys.executable, "-c", NOISE_SCRIPT, args], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, text=True, preexec_fn=lambda: os.sched_setaffinity(0, sorted(noise_cpus)))
+                             stdout=subprocess.PIPE, text=True)
 
     def command(word: str, answer: str | None) -> None:
         noise.stdin.write(word + "\n")
@@ -201,6 +198,9 @@ def measure_noisy_neighbour(quiet: Mapping, noisy: Mapping, probe_cpus: Collecti
     original_affinity = os.sched_getaffinity(0)
     os.sched_setaffinity(0, probe_cpus)
     try:
+        # Its interpreter start-up (numpy, tritonclient: ~0.5 s of CPU) runs before it pins itself,
+        # on any core, the quiet one included: probing only after its "ready" keeps that out of the
+        # blocks (seen before the wait: a first block's probes at 1.5-5.4 ms instead of 0.5).
         assert noise.stdout.readline().strip() == "ready", "noise generator did not start"
         probe_latencies_ms(quiet["http"], QUIET_MODEL, image, warmup)
         for _ in range(blocks):

@@ -27,7 +27,7 @@ pytestmark = [pytest.mark.server, pytest.mark.alone]
 #: A noisy neighbour may raise the quiet partition's P99 by at most this factor (see the test).
 #: The target is 1.5x, read from series of runs (docs/partitions.md, "Isolation, measured": on a
 #: 2-core Zen 4, 50 of 55 runs within 1.5x and one above 2x once the noise generator's start-up was
-#: kept off the quiet core; before, its unpinned interpreter start landed in the first blocks and
+#: kept out of the measured blocks; before, its unpinned interpreter start landed in the first blocks and
 #: gave x1.95-2.37 in about one run in six). Without isolation (CPU shares) it is x4.8, so 2x
 #: catches the regression this guards against with room for a noisy machine; a run above it is
 #: measured once more (a noisy-machine moment hits one run, a lost isolation both). Printed.
