@@ -134,4 +134,4 @@ def detect_tensorrt() -> TensorRTAvailability:
         return TensorRTAvailability(False, f"TensorRT {trt.__version__} cannot create a builder ({exc})")
     if builder is None:
         return TensorRTAvailability(False, f"TensorRT {trt.__version__} cannot create a builder")
-    return TensorRTAvailability(True, f"TensorRT {trt.__version__}; {listed.stdout.strip().splitlines()[0]}")
+    return TensorRTAvailability(True, f"TensorRT {trt.__version__}; {gpu.detail}")

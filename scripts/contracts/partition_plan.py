@@ -55,9 +55,31 @@ def round_half_up(value: float) -> int:
     return int(value + 0.5)
 
 
-def cores_for_share(share_percent: int, cpu_count: int) -> int:
-    """Whole cores for a share: the nearest count, at least one (a partition must be able to run)."""
-    return max(1, round_half_up(share_percent * cpu_count / 100))
+def cores_for_shares(shares_percent: Sequence[int], cpu_count: int) -> tuple[int, ...]:
+    """Whole cores for partitions that split one host's `cpu_count` cores, in the shares' order.
+
+    Why not each share rounded on its own: that over-books odd core counts (50/50 on 3 cores is
+    2 + 2). Here the shares' total (at most 100%) sets how many cores are
+    handed out (the nearest count), then each share gets the whole part of its quota and the cores
+    left go to the largest remainders (ties: the partition declared first), and every partition gets
+    at least one core, taken from the one with most. So 50/50 on 3 cores is 2 + 1, 1/99 on 16 is
+    1 + 15, and a plan fails only with more partitions than cores (`ConfigError`, raised by the
+    caller with the partitions' names: this returns () then).
+    """
+    if not shares_percent or len(shares_percent) > cpu_count:
+        return ()
+    quotas = [share * cpu_count / 100 for share in shares_percent]
+    total = min(cpu_count, max(len(quotas), round_half_up(sum(quotas))))
+    counts = [int(q) for q in quotas]
+    by_remainder = sorted(range(len(quotas)), key=lambda i: (-(quotas[i] - counts[i]), i))
+    for i in by_remainder[:max(0, total - sum(counts))]:
+        counts[i] += 1
+    for i, count in enumerate(counts):
+        if count == 0:
+            richest = max(range(len(counts)), key=lambda j: (counts[j], -j))
+            counts[richest] -= 1
+            counts[i] = 1
+    return tuple(counts)
 
 
 @dataclass(frozen=True)
@@ -202,9 +224,9 @@ def plan_partitions(
     """Derive every partition's CPU set, thread count, ports and (on a GPU) MPS settings.
 
     With CPU shares every partition's set is every core. With CPU sets (and for the host threads
-    of an MPS plan) cores are handed out in declaration order, contiguously, `cores_for_share`
-    each; a CPU-sets plan that needs more cores than the host has is rejected (partitions never
-    share a core). `available_cpus` are the core ids this process may use (default
+    of an MPS plan) cores are handed out in declaration order, contiguously, as `cores_for_shares`
+    apportions them; a plan with more partitions than cores is rejected (partitions never share a
+    core). `available_cpus` are the core ids this process may use (default
     0..cpu_count-1); `placement` overrides `[placement] cpu` (Kubernetes pods get their own CPUs).
     `gpu_partitions`: the partitions that get CUDA MPS when `gpu_present` (default: every one, as
     the Kubernetes GPU overlay renders them); the others keep their CPU sets. With none, a GPU host
@@ -220,13 +242,12 @@ def plan_partitions(
     on_gpu = set(p.name for p in declared) if gpu_partitions is None else set(gpu_partitions)
     gpu_present = gpu_present and bool(on_gpu)
     shared = not gpu_present and placement is CpuPlacement.SHARES
-    counts = [cores_for_share(p.compute_share, cpu_count) for p in declared]
-    if not shared and sum(counts) > cpu_count:
-        wanted = {p.name: f"{p.compute_share}% -> {n} core(s)" for p, n in zip(declared, counts)}
+    counts = cores_for_shares([p.compute_share for p in declared], cpu_count)
+    if not shared and not counts:
         raise ConfigError(
-            f"`partitions.*.compute_share` needs {sum(counts)} cores ({wanted}) but this host has {cpu_count}: "
-            f"allowed at most {cpu_count} partitions of at least one core each with `placement.cpu = \"cpu_sets\"`; "
-            f"lower the shares, merge partitions or use `placement.cpu = \"shares\"`."
+            f"{len(declared)} partitions {[p.name for p in declared]} need a core each, but this host has {cpu_count}: "
+            f"with `placement.cpu = \"{placement.value}\"` allowed at most {cpu_count} partitions (partitions never "
+            f"share a home core); merge partitions or use `placement.cpu = \"shares\"`."
         )
     mechanism = Mechanism.CUDA_MPS if gpu_present else (
         Mechanism.CPU_SHARES if shared else Mechanism.ELASTIC_CPU_SETS if placement is CpuPlacement.ELASTIC

@@ -90,19 +90,19 @@ class KubernetesSettings:
     prometheus_release: str = "kube-prometheus-stack"
 
     def __post_init__(self) -> None:
-        if not isinstance(self.namespace, str) or not DNS_LABEL.match(self.namespace):
+        if not isinstance(self.namespace, str) or not DNS_LABEL.fullmatch(self.namespace):
             raise ConfigError(f"`kubernetes.namespace` = {self.namespace!r}: allowed a DNS-1123 label "
                               f"(lowercase letters, digits and '-', at most 63 characters).")
         _int_in("kubernetes.node_cpus", self.node_cpus, 1, 1024)
         _int_in("kubernetes.memory_overhead_mb", self.memory_overhead_mb, 0, 1 << 20)
         _int_in("kubernetes.startup_allowance_s", self.startup_allowance_s, 10, 3600)
-        if not isinstance(self.model_repository_image, str) or not IMAGE_REF.match(self.model_repository_image):
+        if not isinstance(self.model_repository_image, str) or not IMAGE_REF.fullmatch(self.model_repository_image):
             raise ConfigError(f"`kubernetes.model_repository_image` = {self.model_repository_image!r}: allowed an "
                               f"image reference like 'registry.example.com/team/model-repository:1.0'.")
-        if not isinstance(self.gpu_resource, str) or not GPU_RESOURCE.match(self.gpu_resource):
+        if not isinstance(self.gpu_resource, str) or not GPU_RESOURCE.fullmatch(self.gpu_resource):
             raise ConfigError(f"`kubernetes.gpu_resource` = {self.gpu_resource!r}: allowed 'nvidia.com/gpu' (MPS "
                               f"replica) or a MIG slice such as 'nvidia.com/mig-3g.40gb'.")
-        if not isinstance(self.prometheus_release, str) or not DNS_LABEL.match(self.prometheus_release):
+        if not isinstance(self.prometheus_release, str) or not DNS_LABEL.fullmatch(self.prometheus_release):
             raise ConfigError(f"`kubernetes.prometheus_release` = {self.prometheus_release!r}: allowed a label value "
                               f"(lowercase letters, digits and '-').")
 

@@ -55,7 +55,7 @@ def is_loopback_host(host: str) -> bool:
 
 def check_name(field_name: str, value: str) -> str:
     """Reject names that could escape the model repository or break a URL."""
-    if not isinstance(value, str) or not NAME_PATTERN.match(value):
+    if not isinstance(value, str) or not NAME_PATTERN.fullmatch(value):
         raise ConfigError(
             f"`{field_name}` = {value!r} is not a valid name: expected lowercase letters, digits and "
             f"underscores, starting with a letter, at most 64 characters (pattern {NAME_PATTERN.pattern})."
@@ -101,8 +101,12 @@ class QueuePolicy:
     allow_timeout_override: bool = True
 
     def __post_init__(self) -> None:
-        _check_int_range("max_queue_size", self.max_queue_size, 1)
-        _check_int_range("default_timeout_microseconds", self.default_timeout_microseconds, 1)
+        # the upper bounds are the types of Triton's ModelQueuePolicy fields (uint32, uint64)
+        _check_int_range("max_queue_size", self.max_queue_size, 1, 2**32 - 1)
+        _check_int_range("default_timeout_microseconds", self.default_timeout_microseconds, 1, 2**64 - 1)
+        if not isinstance(self.allow_timeout_override, bool):
+            raise ConfigError(f"`allow_timeout_override` = {self.allow_timeout_override!r} must be true or false "
+                              f"(a TOML boolean, not a string).")
 
 
 @dataclass(frozen=True)
@@ -261,6 +265,8 @@ class ModelSpec:
     def __post_init__(self) -> None:
         check_name("models.<name>", self.name)
         check_name(f"models.{self.name}.recipe", self.recipe)
+        if not isinstance(self.options, Mapping):
+            raise ConfigError(f"`models.{self.name}.options` = {self.options!r}: allowed a table of option = value.")
         for key, value in dict(self.options).items():
             if str(key).endswith(PATH_OPTION_SUFFIXES):
                 check_relative_path(f"models.{self.name}.options.{key}", value)
@@ -460,24 +466,54 @@ _MODEL_KEYS = {f.name for f in dataclasses.fields(ModelSpec)} - {"name"}
 _PARTITION_KEYS = {"compute_share", "memory_mb", "http_port", "grpc_port", "metrics_port", "autoscaling"}
 
 
-def _only_keys(table_name: str, table: Mapping[str, Any], allowed: set[str]) -> None:
-    unknown = set(table) - allowed
+#: The keys a [models.<name>] table must hold: ModelSpec's fields without a default.
+_MODEL_REQUIRED = {f.name for f in dataclasses.fields(ModelSpec)
+                   if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING} - {"name"}
+_PRIORITY_KEYS = {"level", "max_queue_size", "default_timeout_microseconds", "allow_timeout_override", "max_request_batch_size"}
+
+
+def _table(table_name: str, value: Any, form: str = "key = value lines") -> Mapping[str, Any]:
+    """`value` if it is a TOML table, else a ConfigError naming the key, what it holds and the form expected
+    (a string or a list where a table belongs otherwise fails later with a Python error, or worse: a
+    string's letters read as its keys)."""
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"`{table_name}` = {value!r} is a {type(value).__name__}: allowed a table "
+                          f"([{table_name}] followed by {form}).")
+    return value
+
+
+def _only_keys(table_name: str, table: Mapping[str, Any], allowed: set[str], required: set[str] = frozenset()) -> None:
+    unknown = set(_table(table_name, table)) - allowed
     if unknown:
         raise ConfigError(f"`{table_name}` has unknown keys {sorted(unknown)}; allowed: {sorted(allowed)}.")
+    missing = required - set(table)
+    if missing:
+        raise ConfigError(f"`{table_name}` is missing {sorted(missing)}; required: {sorted(required)}.")
+
+
+def _tables(section: str, data: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The named tables of a section ([models.<name>], [partitions.<name>], ...), each checked to be a table."""
+    tables = _table(section, data.get(section, {}), f"one [{section}.<name>] table per entry")
+    for name, table in tables.items():
+        _table(f"{section}.{name}", table)
+    return tables
 
 
 def serving_spec_from_dict(data: Mapping[str, Any]) -> ServingSpec:
     """Build a validated `ServingSpec` from the parsed TOML document."""
     _only_keys("<top level>", data, {"models", "priorities", "batching", "server", "partitions", "placement", "kubernetes"})
     models = []
-    for name, table in data.get("models", {}).items():
-        _only_keys(f"models.{name}", table, _MODEL_KEYS)
+    for name, table in _tables("models", data).items():
+        _only_keys(f"models.{name}", table, _MODEL_KEYS, _MODEL_REQUIRED)
         models.append(ModelSpec(name=name, **table))
     priorities = []
-    for name, table in data.get("priorities", {}).items():
-        _only_keys(f"priorities.{name}", table, {"level", "max_queue_size", "default_timeout_microseconds", "allow_timeout_override", "max_request_batch_size"})
+    for name, table in _tables("priorities", data).items():
+        _only_keys(f"priorities.{name}", table, _PRIORITY_KEYS, {"level", "max_queue_size", "default_timeout_microseconds"})
         level = table.get("level")
-        queue = QueuePolicy(**{k: v for k, v in table.items() if k not in ("level", "max_request_batch_size")})
+        try:
+            queue = QueuePolicy(**{k: v for k, v in table.items() if k not in ("level", "max_request_batch_size")})
+        except ConfigError as exc:
+            raise ConfigError(f"`priorities.{name}`: {exc}") from None
         priorities.append(PriorityLevel(name=name, level=level, queue=queue, max_request_batch_size=table.get("max_request_batch_size", 1)))
     batching_table = data.get("batching", {})
     _only_keys("batching", batching_table, {"max_queue_delay_microseconds", "default_priority"})
@@ -486,7 +522,7 @@ def serving_spec_from_dict(data: Mapping[str, Any]) -> ServingSpec:
                                         "allow_non_loopback", "supervisor_metrics_port", "cond_wait_cap_us",
                                         "http_gzip_level", "rate_limit"})
     partitions = []
-    for name, table in data.get("partitions", {}).items():
+    for name, table in _tables("partitions", data).items():
         _only_keys(f"partitions.{name}", table, _PARTITION_KEYS)
         missing = {"compute_share", "memory_mb"} - set(table)
         if missing:

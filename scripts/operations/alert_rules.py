@@ -77,12 +77,12 @@ class AlertThresholds:
                      "restart_window", "partition_down_for", "padding_window", "padding_for",
                      "kv_usage_for"):
             value = getattr(self, name)
-            if not isinstance(value, str) or not _DURATION.match(value):
+            if not isinstance(value, str) or not _DURATION.fullmatch(value):
                 raise MonitorConfigError(f"{name} = {value!r}: expected a Prometheus duration such as '30s', '5m' or '1h'.")
         if isinstance(self.queue_min_depth, bool) or not isinstance(self.queue_min_depth, int) or self.queue_min_depth < 1:
             raise MonitorConfigError(f"queue_min_depth = {self.queue_min_depth!r}: expected an integer >= 1.")
         for name in ("job", "supervisor_job"):
-            if not re.match(r"^[a-zA-Z_][a-zA-Z0-9_-]*$", getattr(self, name)):
+            if not re.fullmatch(r"^[a-zA-Z_][a-zA-Z0-9_-]*$", getattr(self, name)):
                 raise MonitorConfigError(f"{name} = {getattr(self, name)!r}: expected a Prometheus job name (letters, digits, _ and -).")
         if isinstance(self.restart_warning_count, bool) or not isinstance(self.restart_warning_count, int) or self.restart_warning_count < 1:
             raise MonitorConfigError(f"restart_warning_count = {self.restart_warning_count!r}: expected an integer >= 1.")

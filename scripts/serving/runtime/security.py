@@ -57,7 +57,7 @@ class AdminKey:
     source: str
 
     def __post_init__(self) -> None:
-        if not isinstance(self.value, str) or not KEY_PATTERN.match(self.value):
+        if not isinstance(self.value, str) or not KEY_PATTERN.fullmatch(self.value):
             length = len(self.value) if isinstance(self.value, str) else "?"
             raise SecurityError(
                 f"the admin key from {self.source} is not acceptable ({length} characters): expected 24 to "

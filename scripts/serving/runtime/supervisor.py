@@ -132,7 +132,9 @@ class RestartPolicy:
 
     def backoff_s(self, consecutive_failures: int) -> float:
         """Delay before the restart that follows the n-th consecutive failure (n >= 1)."""
-        return min(self.max_backoff_s, self.initial_backoff_s * 2 ** max(0, consecutive_failures - 1))
+        # the exponent is capped: a partition that fails for days reaches ~1,000 failures, and 2.0 ** 1025
+        # overflows a float (the delay is max_backoff_s long before that)
+        return min(self.max_backoff_s, self.initial_backoff_s * 2.0 ** min(max(0, consecutive_failures - 1), 64))
 
     def restarts_in_window(self, restart_times: Sequence[float], now: float) -> int:
         return sum(1 for t in restart_times if now - t < self.window_s)
@@ -282,6 +284,10 @@ class Supervisor:
             self.error = f"partition {sp.partition.name} (pid {pid}) {why} during start-up"
             log.error("%s; last lines of its log:\n%s", self.error, log_tail(self.layout.partition_log(sp.partition.name)))
             return
+        self._schedule_restart(sp, now, f"(pid {pid}) {why}")
+
+    def _schedule_restart(self, sp: SupervisedPartition, now: float, what: str) -> None:
+        """Count a failure of a running partition (or of its restart) and set when it is tried again."""
         sp.consecutive_failures += 1
         sp.ready_since = None
         state, delay = self.policy.next_restart(sp.restart_times, sp.consecutive_failures, now)
@@ -289,13 +295,25 @@ class Supervisor:
         if sp.state is PartitionState.CRASH_LOOP:
             if not sp.in_crash_loop:
                 sp.in_crash_loop, sp.crash_loops = True, sp.crash_loops + 1
-            log.error("partition %s (pid %d) %s; restart budget spent (%d restarts in %.0f s): CRASH LOOP, next attempt "
+            log.error("partition %s %s; restart budget spent (%d restarts in %.0f s): CRASH LOOP, next attempt "
                       "in %.0f s and every %.0f s after that while it keeps dying (alert ServingPartitionCrashLooping)",
-                      sp.partition.name, pid, why, self.policy.max_restarts, self.policy.window_s, delay,
+                      sp.partition.name, what, self.policy.max_restarts, self.policy.window_s, delay,
                       self.policy.crash_loop_backoff_s)
             return
-        log.warning("partition %s (pid %d) %s; restart %d/%d in %.1f s", sp.partition.name, pid, why,
+        log.warning("partition %s %s; restart %d/%d in %.1f s", sp.partition.name, what,
                     self.policy.restarts_in_window(sp.restart_times, now) + 1, self.policy.max_restarts, delay)
+
+    def _restart(self, sp: SupervisedPartition, now: float) -> None:
+        """Start a partition again. If it cannot even be started (its admin key file became unreadable,
+        the binary is gone, ...), that counts as one more failure of this partition, retried on the
+        same schedule; the others keep serving (an exception here used to end the supervisor, and
+        with it every partition)."""
+        sp.restart_times.append(now)
+        try:
+            self._launch(sp, now)
+        except Exception as exc:  # noqa: BLE001 - whatever stops one partition's start must not stop the rest
+            sp.last_exit = f"could not be started: {type(exc).__name__}: {exc}"
+            self._schedule_restart(sp, now, sp.last_exit)
 
     def _check_liveness(self, sp: SupervisedPartition, now: float) -> bool:
         """Collect a finished probe, act on a hung server, start the next probe when due."""
@@ -402,8 +420,7 @@ class Supervisor:
                 else:
                     changed |= self._check_stubs(sp, now) | self._check_stable(sp, now)
             elif sp.state in (PartitionState.BACKOFF, PartitionState.CRASH_LOOP) and now >= sp.deadline:
-                sp.restart_times.append(now)
-                self._launch(sp, now)
+                self._restart(sp, now)
                 changed = True
         states = {sp.state for sp in self.parts.values()}
         if self.status == "starting" and PartitionState.FAILED in states:

@@ -27,3 +27,22 @@ def test_cpu_info_from_proc_cpuinfo_text():
     assert cpu.describe() == "AMD EPYC, 2 logical CPUs, SIMD: AVX2"
     vnni = cpu_info_from_text("model name: Xeon\nflags: avx2 avx512f avx512_vnni\n", 4)
     assert vnni.int8_dot_product and "AVX-512 VNNI" in vnni.describe()
+
+
+def test_tensorrt_detection_on_a_gpu_host_names_the_version_and_the_gpu(monkeypatch):
+    """The path a GPU host takes (its success line named a variable that did not exist: NameError,
+    so `make build-engines` failed on exactly the hosts TensorRT is for). The driver, libcuda and
+    TensorRT are stood in for: this checks the probe's own logic, not TensorRT."""
+    import ctypes
+    import sys
+    import types
+
+    from contracts import devices
+
+    gpu_line = "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0)"
+    monkeypatch.setattr(devices, "detect_nvidia_gpu", lambda: devices.GpuProbe(True, gpu_line, (gpu_line,)))
+    monkeypatch.setattr(ctypes, "CDLL", lambda name: object())
+    fake = types.SimpleNamespace(__version__="10.5.0", Logger=type("Logger", (), {"ERROR": 1, "__init__": lambda self, level: None}),
+                                 Builder=lambda logger: object())
+    monkeypatch.setitem(sys.modules, "tensorrt", fake)
+    assert devices.detect_tensorrt() == devices.TensorRTAvailability(True, f"TensorRT 10.5.0; {gpu_line}")

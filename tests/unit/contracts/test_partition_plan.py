@@ -4,7 +4,8 @@ from __future__ import annotations
 import pytest
 
 from contracts.errors import ConfigError
-from contracts.partition_plan import INTRA_OP_THREADS_ENV, Mechanism, cores_for_share, plan_partitions
+from contracts.partition_plan import INTRA_OP_THREADS_ENV, Mechanism, cores_for_shares, plan_partitions
+from contracts.layout import MODEL_REPOSITORY as REPOSITORY
 from contracts.serving_spec import load_serving_spec, serving_spec_from_dict
 
 
@@ -70,13 +71,29 @@ def test_shares_summing_over_100_percent_are_rejected_with_the_shares():
 def test_more_partitions_than_cores_is_rejected_naming_the_core_count():
     parts = {n: {"compute_share": 30, "memory_mb": 128} for n in ("p", "q", "r")}
     models = {m: {"recipe": "digit_cnn", "partition": m_part} for m, m_part in (("a", "p"), ("b", "q"), ("c", "r"))}
-    with pytest.raises(ConfigError, match=r"needs 3 cores .* this host has 2"):
+    with pytest.raises(ConfigError, match=r"3 partitions \['p', 'q', 'r'\] need a core each, but this host has 2: "
+                                          r"with `placement.cpu = \"cpu_sets\"` allowed at most 2 partitions"):
         plan_partitions(spec_with(parts, models), cpu_count=2, gpu_present=False)
 
 
-@pytest.mark.parametrize("share, cpus, cores", [(50, 2, 1), (30, 2, 1), (1, 2, 1), (100, 2, 2), (75, 8, 6), (25, 3, 1)])
-def test_cores_for_share_rounds_to_nearest_with_at_least_one(share, cpus, cores):
-    assert cores_for_share(share, cpus) == cores
+@pytest.mark.parametrize("shares, cpus, cores", [
+    ((50, 50), 2, (1, 1)), ((50, 50), 3, (2, 1)), ((50, 50), 5, (3, 2)), ((50, 50), 9, (5, 4)),
+    ((1, 99), 2, (1, 1)), ((1, 99), 16, (1, 15)), ((75, 25), 8, (6, 2)), ((25, 25), 4, (1, 1)),
+    ((33, 33, 34), 3, (1, 1, 1)), ((10, 10, 80), 4, (1, 1, 2)), ((100,), 7, (7,)), ((50, 50), 1, ()),
+    ((30, 30, 30), 2, ()),
+])
+def test_cores_for_shares_apportions_one_hosts_cores_without_over_booking(shares, cpus, cores):
+    assert cores_for_shares(shares, cpus) == cores
+    assert sum(cores) <= cpus
+
+
+@pytest.mark.parametrize("cpus", [2, 3, 4, 5, 7, 9, 16])
+def test_the_shipped_serving_toml_plans_on_odd_and_even_core_counts(cpus):
+    """50/50 on 3 cores used to ask for 2 + 2 (each share rounded on its own) and was refused."""
+    plan = plan_partitions(load_serving_spec(REPOSITORY / "serving.toml"), cpu_count=cpus, gpu_present=False)
+    homes = [set(p.cpus) for p in plan.partitions]
+    assert all(homes) and set.union(*homes) <= set(range(cpus)) and sum(map(len, homes)) == len(set.union(*homes))
+    assert sum(map(len, homes)) == cpus  # the shares sum to 100%: every core is someone's home
 
 
 def test_model_naming_an_undeclared_partition_is_rejected_with_the_allowed_ones():

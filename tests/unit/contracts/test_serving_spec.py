@@ -42,6 +42,34 @@ def test_unknown_keys_are_rejected_with_the_allowed_keys():
         serving_spec_from_dict(data)
 
 
+_ONE_MODEL = {"a": {"recipe": "digit_cnn"}}
+_RT = {"level": 1, "max_queue_size": 4, "default_timeout_microseconds": 10}
+
+
+@pytest.mark.parametrize("document, message", [
+    ({"models": {"a": {}}}, r"`models.a` is missing \['recipe'\]"),
+    ({"models": "a"}, r"`models` = 'a' is a str: allowed a table"),
+    ({"models": {"a": "digit"}}, r"`models.a` = 'digit' is a str: allowed a table \(\[models.a\] followed by key = value lines\)"),
+    ({"models": _ONE_MODEL, "partitions": ["p"]}, r"`partitions` = \['p'\] is a list: allowed a table"),
+    ({"models": {"a": {"recipe": "digit_cnn", "options": ["x"]}}}, r"`models.a.options` = \['x'\]: allowed a table"),
+    ({"models": _ONE_MODEL, "batching": "x"}, r"`batching` = 'x' is a str: allowed a table"),
+    ({"models": _ONE_MODEL, "priorities": {"rt": {"level": 1}}},
+     r"`priorities.rt` is missing \['default_timeout_microseconds', 'max_queue_size'\]"),
+    ({"models": _ONE_MODEL, "priorities": {"rt": {**_RT, "allow_timeout_override": "false"}}},
+     r"`priorities.rt`: `allow_timeout_override` = 'false' must be true or false"),
+    ({"models": _ONE_MODEL, "priorities": {"rt": {**_RT, "max_queue_size": 2**33}}},
+     r"`priorities.rt`: `max_queue_size` = 8589934592 is out of range: allowed between 1 and 4294967295"),
+    ({"models": _ONE_MODEL, "priorities": {"rt": {**_RT, "default_timeout_microseconds": 2**64}}},
+     r"`default_timeout_microseconds` = 18446744073709551616 is out of range"),
+])
+def test_config_mistakes_are_config_errors_naming_the_key_and_the_expected_form(document, message):
+    """Each used to escape as a TypeError, AttributeError or ValueError traceback (or, for a string
+    where a model table belongs, as "unknown keys ['d', 'g', 'i', 't']"), or to pass validation and
+    fail only when Triton's config was rendered (a string boolean, a queue size beyond uint32)."""
+    with pytest.raises(ConfigError, match=message):
+        serving_spec_from_dict(document)
+
+
 def test_priority_levels_must_be_contiguous_from_one():
     data = {**BASE, "priorities": {"a": {"level": 1, "max_queue_size": 1, "default_timeout_microseconds": 1},
                                    "b": {"level": 3, "max_queue_size": 1, "default_timeout_microseconds": 1}},

@@ -14,7 +14,7 @@ from k8s_deploy.workload import NATIVE_LIBRARY_DIR, TRITON_IMAGE, plan_deploymen
 from operations.alert_rules import AlertThresholds, render_alert_rules
 from serving.runtime.launcher import partition_server_settings
 from serving.runtime.native import CAP_ENV, GZIP_LEVEL_ENV, HELPERS, preload_environment
-from contracts.partition_plan import cores_for_share
+from contracts.partition_plan import cores_for_shares
 from serving.runtime.security import AdminKey
 from serving.runtime.supervisor import RestartPolicy
 
@@ -91,9 +91,9 @@ def test_no_configured_admin_key_ever_reaches_a_rendered_file(serving_spec, monk
 
 def test_resources_are_whole_cpus_of_the_share_and_memory_of_the_partition_requests_equal_limits(serving_spec):
     k8s = serving_spec.kubernetes
-    for part in serving_spec.effective_partitions:
+    parts = serving_spec.effective_partitions
+    for part, cpus in zip(parts, cores_for_shares([p.compute_share for p in parts], k8s.node_cpus)):
         c = container(by_kind(base_docs(serving_spec, part.name), "Deployment")[0])
-        cpus = cores_for_share(part.compute_share, k8s.node_cpus)
         assert c["resources"]["requests"] == c["resources"]["limits"] == {
             "cpu": str(cpus), "memory": f"{part.memory_mb + k8s.memory_overhead_mb}Mi"}
         assert {"name": "SERVING_INTRA_OP_THREADS", "value": str(cpus)} in c["env"]
@@ -179,5 +179,5 @@ def test_unequal_gpu_shares_are_rejected_for_mps_and_allowed_with_mig_slices(ser
 
 def test_partitions_that_do_not_fit_one_node_are_rejected_naming_the_shares(serving_spec):
     tiny = dataclasses.replace(serving_spec, kubernetes=dataclasses.replace(serving_spec.kubernetes, node_cpus=1))
-    with pytest.raises(Exception, match=r"`partitions.\*.compute_share` needs 2 cores"):
+    with pytest.raises(Exception, match=r"2 partitions \['main', 'fallback'\] need a core each, but this host has 1"):
         render_files(tiny)

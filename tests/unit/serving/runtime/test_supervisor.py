@@ -14,7 +14,7 @@ from contracts.partition_plan import plan_partitions
 from serving.runtime.server import TritonInstallation
 from contracts.serving_spec import serving_spec_from_dict
 from contracts.supervisor_state import PartitionStatus, SupervisorState
-from serving.runtime.supervisor import RestartPolicy, describe_exit, stop_supervisor
+from serving.runtime.supervisor import PartitionState, RestartPolicy, Supervisor, describe_exit, stop_supervisor
 
 SPEC = serving_spec_from_dict({
     "server": {"http_port": 9000, "grpc_port": 9001, "metrics_port": 9002},
@@ -91,6 +91,34 @@ def test_command_line_overrides_move_the_base_ports():
 def test_backoff_doubles_and_is_capped():
     policy = RestartPolicy(initial_backoff_s=0.5, max_backoff_s=4.0)
     assert [policy.backoff_s(n) for n in range(1, 7)] == [0.5, 1.0, 2.0, 4.0, 4.0, 4.0]
+
+
+def test_backoff_after_days_of_failures_stays_capped_instead_of_overflowing():
+    """A partition crash-looping for ~35 h reaches ~1,025 failures; 0.5 * 2 ** 1024 used to raise
+    OverflowError inside the supervisor's tick, which then stopped every partition."""
+    policy = RestartPolicy()
+    assert policy.backoff_s(1_026) == policy.backoff_s(10**9) == policy.max_backoff_s
+
+
+def test_a_partition_that_cannot_even_be_started_again_is_retried_and_the_supervisor_keeps_running(tmp_path, monkeypatch):
+    supervisor = Supervisor(plan_partitions(SPEC, 2, False), tmp_path / "repository", RunLayout(tmp_path))
+    try:
+        supervisor.status = "degraded"
+        broken, other = supervisor.parts["p"], supervisor.parts["q"]
+        broken.state, broken.deadline = PartitionState.BACKOFF, 0.0
+        other.state, other.deadline = PartitionState.BACKOFF, 1e9  # not due: the tick leaves it alone
+
+        def refuse(sp, now):
+            raise PermissionError("admin key file run/admin.key is readable by its group")
+
+        monkeypatch.setattr(supervisor, "_launch", refuse)
+        assert supervisor.tick(10.0)
+        assert supervisor.status == "degraded" and supervisor.error is None
+        assert broken.last_exit == "could not be started: PermissionError: admin key file run/admin.key is readable by its group"
+        assert (broken.state, broken.deadline, broken.consecutive_failures) == (PartitionState.BACKOFF, 10.5, 1)
+        assert broken.restart_times == [10.0]
+    finally:
+        supervisor.probes.shutdown()
 
 
 def test_restarts_are_bounded_within_the_window():
