@@ -22,6 +22,7 @@ from model_client.client import (
     ModelInterface,
     Protocol,
     classify_triton_error,
+    deadline_error,
     interface_from_metadata,
     prepare_infer_call,
 )
@@ -63,27 +64,37 @@ class AsyncTritonModelClient:
     async def __aexit__(self, *exc) -> None:
         await self.close()
 
-    async def interface(self, model: str) -> ModelInterface:
+    async def _call(self, model: str, client_timeout_s: float | None, awaitable):
+        """Await `awaitable`, its errors classified; within `client_timeout_s` when given (over gRPC the
+        call also carries it as its own deadline)."""
+        try:
+            if client_timeout_s is None:
+                return await awaitable
+            return await asyncio.wait_for(awaitable, max(client_timeout_s, 0.001))
+        except asyncio.TimeoutError:
+            raise deadline_error(self.url, model, client_timeout_s) from None
+        except Exception as exc:  # tritonclient raises its own and transport errors
+            raise classify_triton_error(exc, self.url, model) from None
+
+    async def interface(self, model: str, client_timeout_s: float | None = None) -> ModelInterface:
+        """The model's inputs and outputs (fetched once; within `client_timeout_s` when given)."""
         if model not in self._interfaces:
-            try:
-                if self.protocol is Protocol.HTTP:
-                    meta = await self._client.get_model_metadata(model)
-                else:
-                    meta = await self._client.get_model_metadata(model, as_json=True)
-            except Exception as exc:  # tritonclient raises its own and transport errors
-                raise classify_triton_error(exc, self.url, model) from None
+            if self.protocol is Protocol.HTTP:
+                fetch = self._client.get_model_metadata(model)
+            else:
+                fetch = self._client.get_model_metadata(model, as_json=True, client_timeout=client_timeout_s)
+            meta = await self._call(model, client_timeout_s, fetch)
             self._interfaces[model] = interface_from_metadata(model, meta)
         return self._interfaces[model]
 
     async def infer(self, model: str, inputs: Mapping[str, np.ndarray], priority: int = 0, timeout_us: int | None = None,
                     output_names: Sequence[str] | None = None, client_timeout_s: float | None = None) -> dict[str, np.ndarray]:
-        """Like `TritonModelClient.infer`; `client_timeout_s` is a gRPC deadline (HTTP: ignored)."""
-        call = prepare_infer_call(self._module, self.protocol, await self.interface(model), inputs, priority,
-                                  timeout_us, output_names, client_timeout_s)
-        try:
-            result = await self._client.infer(model, call.inputs, outputs=call.outputs, **call.kwargs)
-        except Exception as exc:
-            raise classify_triton_error(exc, self.url, model) from None
+        """Like `TritonModelClient.infer`: `client_timeout_s` bounds the whole call, metadata included."""
+        deadline = None if client_timeout_s is None else time.monotonic() + client_timeout_s
+        interface = await self.interface(model, client_timeout_s)
+        left = None if deadline is None else deadline - time.monotonic()
+        call = prepare_infer_call(self._module, self.protocol, interface, inputs, priority, timeout_us, output_names, left)
+        result = await self._call(model, left, self._client.infer(model, call.inputs, outputs=call.outputs, **call.kwargs))
         return {n: result.as_numpy(n) for n in call.output_names}
 
 
@@ -108,17 +119,24 @@ class AsyncResilientClient(ResilientClientBase):
                     timeout_us: int | None = None) -> InferenceOutcome:
         start = self._clock()
         plan = plan_call(model, inputs, priority, self.limits, self.fallback)
-        # The parts of one call go concurrently: each is its own request in the server's queue.
-        parts = await asyncio.gather(*(
-            self._request(plan, slice_inputs(inputs, lo, hi), priority, timeout_us) for lo, hi in plan.ranges
-        ))
+        # The parts of one call go concurrently (each is its own request in the server's queue), all
+        # within the call's one deadline; when one fails, the others are cancelled, not left retrying.
+        tasks = [asyncio.ensure_future(self._request(plan, slice_inputs(inputs, lo, hi), priority, timeout_us, start))
+                 for lo, hi in plan.ranges]
+        try:
+            parts = await asyncio.gather(*tasks)
+        except BaseException:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
         return InferenceOutcome(merge_parts([p[0] for p in parts]), model, tuple(p[1] for p in parts),
                                 sum(p[2] for p in parts), self._clock() - start)
 
     async def _request(self, plan: CallPlan, inputs: dict[str, np.ndarray], priority: int,
-                       timeout_us: int | None) -> tuple[dict[str, np.ndarray], str, int]:
+                       timeout_us: int | None, call_start_s: float) -> tuple[dict[str, np.ndarray], str, int]:
         """`ResilientClient._request`, awaited: the same `AttemptPlanner` decides every step."""
-        planner = self._attempt_planner(plan, timeout_us)
+        planner = self._attempt_planner(plan, timeout_us, call_start_s)
         while True:
             step = planner.next_step(self._clock())  # raises the final error when it gives up
             if isinstance(step, SleepBeforeRetry):

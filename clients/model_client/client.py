@@ -9,6 +9,8 @@ Retries, backoff and fallback live in `model_client.resilient`; the asyncio clie
 """
 from __future__ import annotations
 
+import threading
+import time
 from dataclasses import dataclass
 from enum import Enum
 from typing import Mapping, Sequence
@@ -44,12 +46,31 @@ class ModelInterface:
     outputs: tuple[TensorInfo, ...]
 
 
+#: How the transports say the connection ended before an answer came (geventhttpclient, aiohttp, gRPC):
+#: the server went down or restarted mid-request. Unavailable, not bad input: inference is idempotent,
+#: so it is retried like a refused connection.
+CONNECTION_LOST_TYPES = frozenset({"HTTPConnectionClosed", "ClientConnectionError", "ServerDisconnectedError"})
+CONNECTION_LOST_TEXTS = ("connection closed", "server disconnected", "connection reset", "broken pipe",
+                         "stream removed", "socket closed", "connection aborted")
+
+
+def deadline_error(url: str, model: str | None, seconds: float) -> OverloadedError:
+    """The answer did not come within the caller's deadline: as gRPC's DEADLINE_EXCEEDED, for every transport."""
+    return OverloadedError(f"model {model!r} at {url} did not answer within the client deadline ({seconds:.3g} s).")
+
+
 def classify_triton_error(exc: Exception, url: str, model: str | None = None) -> ClientError:
     """Map a tritonclient/transport exception to one of our error types with a one-line message."""
     message = exc.message() if callable(getattr(exc, "message", None)) else str(exc)
     text = (message or repr(exc)).strip().splitlines()[0]
     status = str(exc.status() if callable(getattr(exc, "status", None)) else "")
     lowered = text.lower()
+    if isinstance(exc, TimeoutError):  # a socket or network timeout: no answer in time, as a client deadline
+        return OverloadedError(f"model {model!r} at {url} did not answer within the client's network timeout ({text}).")
+    if (CONNECTION_LOST_TYPES & {c.__name__ for c in type(exc).__mro__}
+            or any(marker in lowered for marker in CONNECTION_LOST_TEXTS)):
+        return ServerUnavailableError(f"server at {url} closed the connection before answering ({text}): it went "
+                                      f"down or restarted; retry while your deadline allows.")
     if isinstance(exc, (ConnectionError, OSError)) or "failed to connect" in lowered or "connection refused" in lowered:
         return ServerUnavailableError(f"server at {url} is not reachable ({text}); is it running? try `make serve`.")
     if "unknown model" in lowered or "not found" in lowered or "is not ready" in lowered or status in ("StatusCode.NOT_FOUND",):
@@ -85,7 +106,13 @@ def build_wire_inputs(module, interface: ModelInterface, inputs: Mapping[str, np
     wire_inputs = []
     for name, array in inputs.items():
         tensor = module.InferInput(name, list(array.shape), known[name].datatype)
-        tensor.set_data_from_numpy(array)
+        try:
+            tensor.set_data_from_numpy(array)
+        except Exception as exc:  # tritonclient's own check (dtype, BYTES content): bad input, never sent
+            raise RequestRejectedError(
+                f"input {name!r} of model {interface.name!r}: {str(exc).strip().splitlines()[0]} (expected "
+                f"{known[name].datatype}, shape {list(known[name].shape)}; got {array.dtype}, shape {list(array.shape)})."
+            ) from None
         wire_inputs.append(tensor)
     return wire_inputs
 
@@ -114,6 +141,10 @@ def prepare_infer_call(module, protocol: Protocol, interface: ModelInterface, in
                      names, kwargs)
 
 
+class _DeadlineExceeded(Exception):
+    """Raised into a blocking HTTP call by its gevent timer (see `TritonModelClient._call`)."""
+
+
 class TritonModelClient:
     """One connection to one server; safe to reuse across calls (not across threads for HTTP)."""
 
@@ -127,6 +158,8 @@ class TritonModelClient:
             self._client = module.InferenceServerClient(
                 url, connection_timeout=network_timeout_s, network_timeout=network_timeout_s
             )
+            #: The thread that first used it: gevent's hub, hence its connections, belong to that thread.
+            self._thread: int | None = None
         else:
             import tritonclient.grpc as module
 
@@ -143,12 +176,27 @@ class TritonModelClient:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def interface(self, model: str) -> ModelInterface:
+    def _call(self, model: str, client_timeout_s: float | None, function, *args, **kwargs):
+        """`function(*args, **kwargs)`, its errors classified. Over HTTP a `client_timeout_s` bounds the
+        wait: tritonclient.http blocks in gevent, so a gevent timer interrupts it (its connection is
+        dropped, not reused); gRPC calls take the deadline as their own `client_timeout`."""
+        try:
+            if self.protocol is Protocol.HTTP and client_timeout_s is not None:
+                import gevent
+
+                with gevent.Timeout(max(client_timeout_s, 0.001), _DeadlineExceeded):
+                    return function(*args, **kwargs)
+            return function(*args, **kwargs)
+        except _DeadlineExceeded:
+            raise deadline_error(self.url, model, client_timeout_s) from None
+        except Exception as exc:  # tritonclient raises its own and transport errors
+            raise classify_triton_error(exc, self.url, model) from None
+
+    def interface(self, model: str, client_timeout_s: float | None = None) -> ModelInterface:
+        """The model's inputs and outputs (fetched once; within `client_timeout_s` when given)."""
         if model not in self._interfaces:
-            try:
-                meta = self._client.get_model_metadata(model)
-            except Exception as exc:  # tritonclient raises its own and transport errors
-                raise classify_triton_error(exc, self.url, model) from None
+            grpc = {"client_timeout": client_timeout_s} if self.protocol is Protocol.GRPC else {}
+            meta = self._call(model, client_timeout_s, self._client.get_model_metadata, model, **grpc)
             if self.protocol is Protocol.GRPC:
                 from google.protobuf.json_format import MessageToDict
 
@@ -160,14 +208,18 @@ class TritonModelClient:
     def infer(self, model: str, inputs: Mapping[str, np.ndarray], priority: int = 0, timeout_us: int | None = None,
               output_names: Sequence[str] | None = None, client_timeout_s: float | None = None) -> dict[str, np.ndarray]:
         """Run one request. `priority` 0 means the model's default level; `timeout_us` shortens the
-        queue timeout (the server rejects the request if it waits longer); `client_timeout_s` is
-        a gRPC deadline for the whole call (HTTP uses the connection's network timeout)."""
-        call = prepare_infer_call(self._module, self.protocol, self.interface(model), inputs, priority, timeout_us,
-                                  output_names, client_timeout_s)
-        try:
-            result = self._client.infer(model, call.inputs, outputs=call.outputs, **call.kwargs)
-        except Exception as exc:
-            raise classify_triton_error(exc, self.url, model) from None
+        queue timeout (the server rejects the request if it waits longer); `client_timeout_s` bounds
+        the whole call, the first call's metadata fetch included (OverloadedError when it passes)."""
+        if self.protocol is Protocol.HTTP and self._thread != threading.get_ident():
+            if self._thread is not None:  # sharing one used to hang (a read waited in the other thread's hub)
+                raise ClientError(f"this HTTP client of {self.url} is used by another thread: tritonclient.http's "
+                                  f"connections are not shared across threads; make one client per thread.")
+            self._thread = threading.get_ident()
+        deadline = None if client_timeout_s is None else time.monotonic() + client_timeout_s
+        interface = self.interface(model, client_timeout_s)
+        left = None if deadline is None else deadline - time.monotonic()
+        call = prepare_infer_call(self._module, self.protocol, interface, inputs, priority, timeout_us, output_names, left)
+        result = self._call(model, left, self._client.infer, model, call.inputs, outputs=call.outputs, **call.kwargs)
         return {n: result.as_numpy(n) for n in call.output_names}
 
 

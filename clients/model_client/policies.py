@@ -122,12 +122,14 @@ def server_timeout_us(requested_us: int | None, remaining_s: float) -> int:
 
 
 def attempt_error(errors: Sequence[tuple[str, ClientError]]) -> ClientError:
-    """The error of one attempt: the primary model's, and what its fallback said (same type as
-    the last one, which decides whether to retry)."""
+    """The error of one attempt: the primary model's, and what its fallback said. Of the primary's
+    type, which decides whether to retry: the fallback is tried only after a retryable error of the
+    primary, and a fallback that is missing or refuses the request (a smaller model may take smaller
+    batches) must not stop the primary from being retried."""
     if len(errors) == 1:
         return errors[0][1]
     (_, first), (fallback, last) = errors[0], errors[-1]
-    return type(last)(f"{first} Fallback {fallback!r}: {last}")
+    return type(first)(f"{first} Fallback {fallback!r}: {last}")
 
 
 @dataclass(frozen=True)
@@ -137,7 +139,7 @@ class SendRequest:
     model: str
     #: Queue timeout for the server (`server_timeout_us`).
     timeout_us: int
-    #: Deadline of the whole call on the client side (gRPC; HTTP uses its network timeout).
+    #: Deadline of the whole call on the client side (every transport: gRPC as its own deadline, HTTP by a timer).
     client_timeout_s: float
 
 

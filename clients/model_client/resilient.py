@@ -133,10 +133,11 @@ class ResilientClientBase:
             self._clients[url] = self._client_factory(url, self.protocol, self._network_timeout_s)
         return self._clients[url]
 
-    def _attempt_planner(self, plan: CallPlan, timeout_us: int | None) -> AttemptPlanner:
-        """The decisions of one request: its own jittered backoff schedule, its deadline from now."""
+    def _attempt_planner(self, plan: CallPlan, timeout_us: int | None, call_start_s: float) -> AttemptPlanner:
+        """The decisions of one request: its own jittered backoff schedule, and the deadline of the
+        whole call it is part of (a call cut into several requests gets one deadline, not one each)."""
         return AttemptPlanner(plan.models, self.retry, backoff_schedule(self.retry, self._rng), timeout_us,
-                              self._clock())
+                              call_start_s)
 
 
 class ResilientClient(ResilientClientBase):
@@ -159,17 +160,17 @@ class ResilientClient(ResilientClientBase):
         start = self._clock()
         plan = plan_call(model, inputs, priority, self.limits, self.fallback)
         parts, answered_by, calls = [], [], 0
-        for lo, hi in plan.ranges:
-            outputs, used, n = self._request(plan, slice_inputs(inputs, lo, hi), priority, timeout_us)
+        for lo, hi in plan.ranges:  # one after another, all within the call's deadline
+            outputs, used, n = self._request(plan, slice_inputs(inputs, lo, hi), priority, timeout_us, start)
             parts.append(outputs)
             answered_by.append(used)
             calls += n
         return InferenceOutcome(merge_parts(parts), model, tuple(answered_by), calls, self._clock() - start)
 
     def _request(self, plan: CallPlan, inputs: dict[str, np.ndarray], priority: int,
-                 timeout_us: int | None) -> tuple[dict[str, np.ndarray], str, int]:
+                 timeout_us: int | None, call_start_s: float) -> tuple[dict[str, np.ndarray], str, int]:
         """One request with retries: (outputs, model that answered, server calls made)."""
-        planner = self._attempt_planner(plan, timeout_us)
+        planner = self._attempt_planner(plan, timeout_us, call_start_s)
         while True:
             step = planner.next_step(self._clock())  # raises the final error when it gives up
             if isinstance(step, SleepBeforeRetry):

@@ -9,6 +9,7 @@ import pytest
 
 from model_client.errors import (
     ClientError,
+    ModelNotFoundError,
     OverloadedError,
     QueueTimeoutError,
     RequestRejectedError,
@@ -88,10 +89,21 @@ def test_giving_up_after_max_attempts_keeps_the_type_and_names_both_models():
     retry = RetryPolicy(max_attempts=2, deadline_s=60)
     steps, error = drive(planner(models=("big", "small"), retry=retry),
                          [full(), QueueTimeoutError("Request timeout expired"), full(), QueueTimeoutError("expired")])
-    assert type(error) is QueueTimeoutError  # the last error decides the type
+    assert type(error) is OverloadedError  # the primary's error decides the type (and whether to retry)
     assert "model 'big' is overloaded." in str(error) and "Fallback 'small'" in str(error)
     assert "Gave up after 2 attempt(s)" in str(error) and "up to 2 attempt(s) within 60 s" in str(error)
     assert [kind for kind, _ in steps] == ["send", "send", "sleep", "send", "send"]
+
+
+def test_a_fallback_that_is_missing_does_not_stop_the_overloaded_primary_from_being_retried():
+    """The fallback's error used to decide: an overloaded primary whose fallback model is not served
+    (or refuses the batch) gave up at once with ModelNotFoundError instead of backing off."""
+    steps, error = drive(planner(models=("big", "small")),
+                         [full(), ModelNotFoundError("model 'small' is not served"), full(), ModelNotFoundError("no"),
+                          "ok"])
+    assert error is None
+    assert [kind for kind, _ in steps] == ["send", "send", "sleep", "send", "send", "sleep", "send"]
+    assert steps[-1] == ("send", "big")
 
 
 def test_no_sleep_crosses_the_deadline():

@@ -177,6 +177,9 @@ def test_async_client_makes_the_same_decisions_and_accounts_for_every_job():
     ("Request timeout expired", "StatusCode.UNAVAILABLE", QueueTimeoutError),
     ("Request timeout expired", "503", QueueTimeoutError),
     ("unexpected shape for input 'image'", "400", RequestRejectedError),
+    # a gRPC server that dies mid-request: UNAVAILABLE like a full queue, but it is the server that is gone
+    ("Stream removed", "StatusCode.UNAVAILABLE", ServerUnavailableError),
+    ("Socket closed", "StatusCode.UNAVAILABLE", ServerUnavailableError),
 ])
 def test_triton_errors_map_to_what_a_caller_can_act_on(message, status, expected):
     from tritonclient.utils import InferenceServerException

@@ -1,0 +1,199 @@
+"""The clients against a scripted loopback HTTP server: what a caller sees when the transport, not
+Triton, misbehaves (a connection closed mid-request, an answer slower than the deadline, metadata
+that never comes), which a real tritonserver cannot be made to do on cue. What these check is the
+client library's own handling; serving itself is tested against tritonserver (tests/integration).
+
+The server speaks just enough of KServe v2 over HTTP: model metadata (one FP32 input `x` [-1, 2],
+one output `y`), and infer, whose answer is chosen by the model name (`ok`, `slow`, `eof`,
+`overloaded`) or, for the model `by_value`, by the first value of the request (1: 400, 2: 503).
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import socket
+import struct
+import threading
+import time
+from http.server import BaseHTTPRequestHandler
+
+import numpy as np
+import pytest
+
+from conftest import serve_loopback_http
+from model_client.aio import AsyncResilientClient, AsyncTritonModelClient
+from model_client.client import TritonModelClient
+from model_client.errors import ClientError, OverloadedError, RequestRejectedError, ServerUnavailableError
+from model_client.policies import PriorityLimits, RetryPolicy
+from model_client.resilient import ResilientClient
+
+SLOW_S = 2.0
+X = np.zeros((1, 2), np.float32)
+
+
+class ScriptedTriton(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    calls: list[tuple[float, str]] = []
+
+    def log_message(self, *args):
+        pass
+
+    def _send(self, code: int, body: dict) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self):
+        model = self.path.strip("/").split("/")[2]
+        if model.startswith("slowmeta"):
+            time.sleep(SLOW_S)
+        self._send(200, {"name": model, "versions": ["1"], "platform": "scripted",
+                         "inputs": [{"name": "x", "datatype": "FP32", "shape": [-1, 2]}],
+                         "outputs": [{"name": "y", "datatype": "FP32", "shape": [-1, 1]}]})
+
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        header_length = self.headers.get("Inference-Header-Content-Length")
+        header = json.loads(body[:int(header_length)] if header_length else body)
+        model = self.path.strip("/").split("/")[2]
+        ScriptedTriton.calls.append((time.monotonic(), model))
+        rows = header["inputs"][0]["shape"][0]
+        first = struct.unpack("<f", body[int(header_length):int(header_length) + 4])[0] if header_length else 0.0
+        answer = {"model_name": model, "outputs": [{"name": "y", "datatype": "FP32", "shape": [rows, 1], "data": [1.0] * rows}]}
+        if model.startswith("slow"):
+            time.sleep(SLOW_S)
+            self._send(200, answer)
+        elif model == "eof":  # the server goes away mid-request: the connection closes, no answer
+            self.close_connection = True
+            self.connection.shutdown(socket.SHUT_RDWR)
+        elif model == "overloaded" or (model == "by_value" and first == 2.0):
+            self._send(503, {"error": "Exceeds maximum queue size"})
+        elif model == "by_value" and first == 1.0:
+            self._send(400, {"error": "inference input 'x': bad values"})
+        else:
+            self._send(200, answer)
+
+
+@pytest.fixture()
+def url():
+    server = serve_loopback_http(ScriptedTriton)
+    ScriptedTriton.calls = []
+    yield f"127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def timed(function):
+    started = time.monotonic()
+    try:
+        return function(), time.monotonic() - started
+    except ClientError as exc:
+        return exc, time.monotonic() - started
+
+
+def test_a_connection_closed_mid_request_is_unavailable_and_retried_not_bad_input(url):
+    """It was RequestRejectedError ("connection closed."): never retried, although it is what a
+    caller sees when a partition is killed under its request (docs/operations.md)."""
+    with TritonModelClient(url) as client:
+        error, _ = timed(lambda: client.infer("eof", {"x": X}))
+    assert isinstance(error, ServerUnavailableError) and "closed the connection before answering" in str(error)
+    with ResilientClient(url=url, retry=RetryPolicy(max_attempts=3, base_delay_s=0.01, deadline_s=5), rng=random.Random(0)) as client:
+        error, _ = timed(lambda: client.infer("eof", {"x": X}))
+    assert isinstance(error, ServerUnavailableError) and "Gave up after 3 attempt(s)" in str(error)
+    assert {m for _, m in ScriptedTriton.calls} == {"eof"} and len(ScriptedTriton.calls) >= 4  # (geventhttpclient re-sends too)
+
+
+def test_the_deadline_bounds_a_slow_answer_over_http_sync_and_async(url):
+    """Over HTTP the deadline used to bound only the server's queue time: a slow answer held the
+    caller for as long as it took (5 s against a 1-s deadline)."""
+    retry = RetryPolicy(max_attempts=1, deadline_s=0.3)
+    with ResilientClient(url=url, retry=retry) as client:
+        error, took = timed(lambda: client.infer("slow", {"x": X}))
+    assert isinstance(error, OverloadedError) and "did not answer within the client deadline" in str(error)
+    assert took < 1.0
+
+    async def run():
+        async with AsyncResilientClient(url=url, retry=retry) as client:
+            started = time.monotonic()
+            try:
+                await client.infer("slow", {"x": X})
+            except ClientError as exc:
+                return exc, time.monotonic() - started
+
+    error, took = asyncio.run(run())
+    assert isinstance(error, OverloadedError) and took < 1.0
+
+
+def test_the_deadline_covers_the_first_calls_metadata_fetch(url):
+    with TritonModelClient(url) as client:
+        error, took = timed(lambda: client.infer("slowmeta", {"x": X}, client_timeout_s=0.3))
+    assert isinstance(error, OverloadedError) and took < 1.0
+
+    async def run():
+        async with AsyncTritonModelClient(url) as client:
+            started = time.monotonic()
+            try:
+                await client.infer("slowmeta", {"x": X}, client_timeout_s=0.3)
+            except ClientError as exc:
+                return exc, time.monotonic() - started
+
+    error, took = asyncio.run(run())
+    assert isinstance(error, OverloadedError) and took < 1.0
+
+
+def test_after_a_deadline_the_connection_answers_the_next_request_with_its_own_answer(url):
+    with TritonModelClient(url) as client:
+        assert isinstance(timed(lambda: client.infer("slow", {"x": np.zeros((3, 2), np.float32)}, client_timeout_s=0.2))[0],
+                          OverloadedError)
+        time.sleep(SLOW_S + 0.3)  # the late 3-row answer has arrived on the interrupted connection by now
+        assert client.infer("ok", {"x": X})["y"].shape == (1, 1)
+
+
+def test_an_array_of_the_wrong_dtype_is_bad_input_naming_the_expected_type(url):
+    with TritonModelClient(url) as client:
+        error, _ = timed(lambda: client.infer("ok", {"x": X.astype(np.float64)}))
+    assert isinstance(error, RequestRejectedError)
+    assert "input 'x' of model 'ok'" in str(error) and "expected FP32" in str(error) and "got float64" in str(error)
+    assert ScriptedTriton.calls == []  # refused before anything was sent
+
+
+def test_one_deadline_for_a_call_cut_into_several_requests(url):
+    """Each request of a split call used to get a fresh deadline: 3 requests x 1 s took 2.4 s."""
+    limits = PriorityLimits(default_level=2, max_items=((1, 1), (2, 1)))
+    retry = RetryPolicy(max_attempts=1, deadline_s=0.5)
+    with ResilientClient(url=url, retry=retry, limits=limits) as client:
+        error, took = timed(lambda: client.infer("slow", {"x": np.zeros((3, 2), np.float32)}, priority=2))
+    assert isinstance(error, OverloadedError) and took < 1.0
+    assert len(ScriptedTriton.calls) == 1  # the first request used up the deadline: nothing else was sent
+
+
+def test_when_one_part_of_an_async_split_call_fails_the_others_stop_retrying(url):
+    limits = PriorityLimits(default_level=2, max_items=((1, 1), (2, 1)))
+    retry = RetryPolicy(max_attempts=50, base_delay_s=0.02, max_delay_s=0.05, deadline_s=5)
+    rejected_then_overloaded = np.array([[1.0, 0.0], [2.0, 0.0]], np.float32)
+
+    async def run():
+        async with AsyncResilientClient(url=url, retry=retry, limits=limits) as client:
+            with pytest.raises(RequestRejectedError):
+                await client.infer("by_value", {"x": rejected_then_overloaded}, priority=2)
+            gave_up = time.monotonic()
+            await asyncio.sleep(0.5)
+            return gave_up
+
+    gave_up = asyncio.run(run())
+    assert not [t for t, _ in ScriptedTriton.calls if t > gave_up + 0.05]  # used to go on retrying in the background
+
+
+def test_a_blocking_http_client_used_from_a_second_thread_is_refused_not_hung(url):
+    """tritonclient.http's connections belong to the thread that used them first; sharing one hung."""
+    with TritonModelClient(url) as client:
+        assert client.infer("ok", {"x": X})["y"].shape == (1, 1)
+        outcome = []
+        worker = threading.Thread(target=lambda: outcome.append(timed(lambda: client.infer("ok", {"x": X}))[0]))
+        worker.start()
+        worker.join(timeout=10)
+    assert isinstance(outcome[0], ClientError) and "make one client per thread" in str(outcome[0])
