@@ -20,8 +20,6 @@ launcher passes its answer in, so the plan is tested without hardware.
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Sequence

@@ -95,6 +95,19 @@ def timed(function):
         return exc, time.monotonic() - started
 
 
+def timed_async(make_client, model: str, **infer_kwargs):
+    """`timed` for an async client: (outputs or the ClientError, seconds)."""
+    async def run():
+        async with make_client() as client:
+            started = time.monotonic()
+            try:
+                return await client.infer(model, {"x": X}, **infer_kwargs), time.monotonic() - started
+            except ClientError as exc:
+                return exc, time.monotonic() - started
+
+    return asyncio.run(run())
+
+
 def test_a_connection_closed_mid_request_is_unavailable_and_retried_not_bad_input(url):
     """It was RequestRejectedError ("connection closed."): never retried, although it is what a
     caller sees when a partition is killed under its request (docs/operations.md)."""
@@ -116,15 +129,7 @@ def test_the_deadline_bounds_a_slow_answer_over_http_sync_and_async(url):
     assert isinstance(error, OverloadedError) and "did not answer within the client deadline" in str(error)
     assert took < 1.0
 
-    async def run():
-        async with AsyncResilientClient(url=url, retry=retry) as client:
-            started = time.monotonic()
-            try:
-                await client.infer("slow", {"x": X})
-            except ClientError as exc:
-                return exc, time.monotonic() - started
-
-    error, took = asyncio.run(run())
+    error, took = timed_async(lambda: AsyncResilientClient(url=url, retry=retry), "slow")
     assert isinstance(error, OverloadedError) and took < 1.0
 
 
@@ -133,15 +138,7 @@ def test_the_deadline_covers_the_first_calls_metadata_fetch(url):
         error, took = timed(lambda: client.infer("slowmeta", {"x": X}, client_timeout_s=0.3))
     assert isinstance(error, OverloadedError) and took < 1.0
 
-    async def run():
-        async with AsyncTritonModelClient(url) as client:
-            started = time.monotonic()
-            try:
-                await client.infer("slowmeta", {"x": X}, client_timeout_s=0.3)
-            except ClientError as exc:
-                return exc, time.monotonic() - started
-
-    error, took = asyncio.run(run())
+    error, took = timed_async(lambda: AsyncTritonModelClient(url), "slowmeta", client_timeout_s=0.3)
     assert isinstance(error, OverloadedError) and took < 1.0
 
 
