@@ -9,12 +9,12 @@ import pytest
 
 from model_client.errors import (
     ClientError,
-    ModelNotFoundError,
     OverloadedError,
     QueueTimeoutError,
     RequestRejectedError,
     ServerUnavailableError,
 )
+from model_client.errors import ModelNotFoundError
 from model_client.policies import AttemptPlanner, RetryPolicy, SendRequest, SleepBeforeRetry
 
 SCHEDULE = (0.1, 0.2, 0.4, 0.8, 1.6)
