@@ -9,6 +9,7 @@ the request on the server, which frees its KV blocks at the next step.
 """
 from __future__ import annotations
 
+import asyncio
 import json
 import queue
 from dataclasses import dataclass, field
@@ -189,7 +190,9 @@ async def generate_http_async(url: str, prompt: str, settings: GenerationSetting
 
     endpoint = f"http://{url}/v2/models/{model}/{'generate_stream' if stream else 'generate'}"
     try:
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as session:
+        # per read, as the blocking clients: a long generation streams for longer than `timeout_s` in all
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=timeout_s, sock_read=timeout_s)
+        async with aiohttp.ClientSession(timeout=timeout) as session:
             async with session.post(endpoint, data=_http_body(prompt, settings, stream), headers={"Content-Type": "application/json"}) as response:
                 if response.status != 200:
                     detail = await response.text()
@@ -204,6 +207,8 @@ async def generate_http_async(url: str, prompt: str, settings: GenerationSetting
                         yield chunk
                         if chunk.finish_reason:
                             return
+    except asyncio.TimeoutError:
+        raise ClientError(f"no response from {model!r} at {url} within {timeout_s} s.") from None
     except aiohttp.ClientConnectionError as exc:
         raise _classify(str(exc), "", url, model) from None
 
@@ -216,9 +221,15 @@ async def generate_grpc_async(url: str, prompt: str, settings: GenerationSetting
         async def requests():
             yield {"model_name": model, "inputs": _grpc_inputs(grpc_aio, prompt, settings, stream)}
 
-        responses = client.stream_infer(requests(), stream_timeout=timeout_s)
+        responses = client.stream_infer(requests())
         try:
-            async for result, error in responses:
+            while True:  # `timeout_s` per response, as the blocking clients (a stream_timeout would cap the whole stream)
+                try:
+                    result, error = await asyncio.wait_for(responses.__anext__(), timeout_s)
+                except StopAsyncIteration:
+                    return
+                except asyncio.TimeoutError:
+                    raise ClientError(f"no response from {model!r} at {url} within {timeout_s} s.") from None
                 if error is not None:
                     raise _classify(error.message() if hasattr(error, "message") else str(error), str(error.status()), url, model)
                 chunk = _chunk_from_result(result)

@@ -69,9 +69,10 @@ class GenerationEngine:
         self._rngs: dict[str, np.random.Generator] = {}
 
     def submit(self, request: GenerationRequest) -> Sequence:
-        with self.lock:
+        rng = new_rng(request.sampling)
+        with self.lock:  # its generator is in place before the loop's next plan can see the sequence
             sequence = self.scheduler.submit(request, self.clock())
-        self._rngs[request.request_id] = new_rng(request.sampling)
+            self._rngs[request.request_id] = rng
         return sequence
 
     def cancel(self, request_id: str) -> bool:

@@ -64,9 +64,8 @@ class PrefixCache:
 
     def match(self, prompt: Sequence[int]) -> list[int]:
         """Retain and return the cached blocks of the longest cached prefix of `prompt` (full
-        blocks only, never covering the last prompt token)."""
-        self.stats.lookups += 1
-        self.stats.looked_up_tokens += len(prompt)
+        blocks only, never covering the last prompt token). Not counted in `stats`: a request that
+        must wait for blocks is matched again at every step (`count_admitted` counts it once)."""
         if not self.enabled:
             return []
         usable = prompt[:max(0, len(prompt) - 1)]
@@ -77,8 +76,13 @@ class PrefixCache:
                 break
             self.allocator.retain(block)
             blocks.append(block)
-        self.stats.hit_tokens += len(blocks) * self.block_size
         return blocks
+
+    def count_admitted(self, prompt_tokens: int, shared_blocks: int) -> None:
+        """Count one admitted request's lookup: its prompt tokens, and those its shared blocks cover."""
+        self.stats.lookups += 1
+        self.stats.looked_up_tokens += prompt_tokens
+        self.stats.hit_tokens += shared_blocks * self.block_size
 
     def insert(self, prompt: Sequence[int], blocks: Sequence[int], computed_tokens: int) -> int:
         """Index the full blocks of `prompt` whose K/V are computed; returns how many are new."""

@@ -18,7 +18,7 @@ from serving.generation.errors import InvalidGenerationRequest
 #: field -> (type, description of the allowed values)
 SAMPLING_FIELDS: dict[str, tuple[type | tuple[type, ...], str]] = {
     "max_tokens": (int, "an integer >= 1"),
-    "temperature": ((int, float), "a number >= 0 (0 = greedy)"),
+    "temperature": ((int, float), "a number >= 0 (0, or below 1e-5, = greedy)"),
     "top_p": ((int, float), "a number in (0, 1]"),
     "top_k": (int, "an integer >= 0 (0 = no limit)"),
     "seed": (int, "an integer >= 0"),
@@ -27,6 +27,10 @@ SAMPLING_FIELDS: dict[str, tuple[type | tuple[type, ...], str]] = {
     "deadline_ms": ((int, float), "a number of milliseconds > 0"),
 }
 DEFAULT_MAX_TOKENS = 16
+#: Temperatures below this sample greedily (vLLM's threshold): dividing logits by a subnormal
+#: temperature overflows to inf, and a NaN distribution used to fail the whole step, every
+#: running request with it.
+GREEDY_BELOW_TEMPERATURE = 1e-5
 
 
 @dataclass(frozen=True)
@@ -40,7 +44,7 @@ class SamplingParams:
 
     @property
     def greedy(self) -> bool:
-        return self.temperature == 0.0 or self.top_k == 1
+        return self.temperature < GREEDY_BELOW_TEMPERATURE or self.top_k == 1
 
 
 @dataclass(frozen=True)
@@ -111,8 +115,9 @@ def build_request(request_id: str, prompt: tuple[int, ...], fields: Mapping[str,
         raise InvalidGenerationRequest(
             f"the prompt is {len(prompt)} tokens; the model's context is {max_context} tokens, so at most "
             f"{max_context - 1} prompt tokens (leaving room for one output token) are accepted.")
-    max_tokens = int(fields.get("max_tokens", DEFAULT_MAX_TOKENS))
     room = max_context - len(prompt)
+    # not asked for: the default, cut to what the context leaves (as vLLM); asked for: checked
+    max_tokens = int(fields["max_tokens"]) if "max_tokens" in fields else min(DEFAULT_MAX_TOKENS, room)
     if max_tokens > room:
         raise InvalidGenerationRequest(
             f"sampling_parameters `max_tokens` = {max_tokens}: the prompt is {len(prompt)} tokens and the context "

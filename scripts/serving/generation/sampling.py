@@ -19,6 +19,8 @@ def sample_token(logits: np.ndarray, params: SamplingParams, rng: np.random.Gene
     if params.greedy:
         return int(np.argmax(logits))
     scaled = logits.astype(np.float64) / params.temperature
+    if not np.isfinite(scaled.max()):  # a temperature so small the scale overflows: its limit is greedy
+        return int(np.argmax(logits))
     if params.top_k and params.top_k < scaled.size:
         kth = np.partition(scaled, -params.top_k)[-params.top_k]
         scaled = np.where(scaled >= kth, scaled, -np.inf)

@@ -11,10 +11,15 @@ passed in), so every rule below is unit-tested without a model.
   running sequences' next token by one chunk, not by the whole prompt.
 * Priorities: the wait queue has one FIFO per level; level 1 (realtime) is admitted first. Each
   level's queue is bounded (`max_waiting`); a full one raises `WaitQueueFull` (503 / UNAVAILABLE).
-* Memory: blocks are allocated as a sequence grows. When a decode step finds no block, the most
-  recently admitted sequence of the lowest priority is preempted: its blocks are released and it
-  goes back to the front of its wait queue with its generated tokens, to be recomputed (prefix
-  blocks it shared stay with the others).
+* Memory: a sequence is admitted only if its whole pending prefill (plus one block to decode) fits
+  in the blocks nobody else has been promised: the running sequences' unfinished prefills are
+  promised theirs, so two admissions never count on the same free blocks. Blocks are allocated as
+  a sequence grows. When a step finds no block for a sequence (decoding, or a prefill chunk after
+  decode growth took the free ones), the most recently admitted sequence of the lowest priority,
+  the one asking included, is preempted: its blocks are released and it goes back to the front of
+  its wait queue with its generated tokens, to be recomputed (prefix blocks it shared stay with the
+  others). So a batch sequence never evicts a realtime one, nor a newer one an older one of its
+  level, and a pool with every sequence stuck mid-prefill cannot happen.
 * Endings (`FinishReason`): EOS ("stop"), `max_tokens` or the context ("length"), client
   cancellation ("cancelled"), the request's deadline ("deadline"). The tokens so far are kept.
 
@@ -170,7 +175,7 @@ class Scheduler:
         finished = [self._finish(s, reason) for s, reason in self._expired(now)]
         self._admit(now)
         decode = self._plan_decode()
-        prefill = self._plan_prefill()
+        prefill = self._plan_prefill(decode)
         return StepPlan(tuple(prefill), tuple(decode), tuple(finished))
 
     def _expired(self, now: float) -> list[tuple[Sequence, FinishReason]]:
@@ -195,19 +200,29 @@ class Scheduler:
             return 0  # static and one-at-a-time admit only when the batch has drained
         return self.config.max_running if self.config.policy is Policy.STATIC else 1
 
+    def _blocks_to_finish_prefill(self, sequence: Sequence) -> int:
+        """Blocks a running sequence's pending prefill will still allocate (plus one to decode)."""
+        if sequence.decoding:
+            return 0
+        return max(0, blocks_for_tokens(len(sequence.tokens) + 1, self.config.block_size) - len(sequence.table.blocks))
+
     def _admit(self, now: float) -> None:
+        promised = sum(self._blocks_to_finish_prefill(s) for s in self.running)
         for _ in range(max(0, self._slots())):
             sequence = self._next_waiting()
             if sequence is None:
                 return
             tokens = sequence.tokens
             shared = self.prefix_cache.match(tokens)
-            # Admit only if its whole pending prefill can get blocks now (plus one to decode).
+            # Admit only if its whole pending prefill can get blocks now (plus one to decode), from
+            # the blocks not already promised to the running sequences' prefills.
             needed = blocks_for_tokens(len(tokens) + 1, self.config.block_size) - len(shared)
-            if needed > self.allocator.num_free:
+            if needed > self.allocator.num_free - promised:
                 for block in shared:
                     self.allocator.release(block)
                 return
+            promised += needed
+            self.prefix_cache.count_admitted(len(tokens), len(shared))
             self.waiting[sequence.request.priority].popleft()
             sequence.table.blocks = list(shared)
             sequence.table.num_tokens = len(shared) * self.config.block_size
@@ -221,41 +236,44 @@ class Scheduler:
         for sequence in list(self.running):
             if sequence not in self.running or not sequence.decoding:
                 continue
-            while True:
-                try:
-                    sequence.table.grow(self.allocator, 1)
-                    decode.append(sequence)
-                    break
-                except OutOfKvBlocks:
-                    victim = self._preemption_victim(exclude=sequence)
-                    if victim is None:
-                        break  # nothing to free: it waits a step (the others finish and free blocks)
-                    self._preempt(victim)
-                    if victim in decode:
-                        decode.remove(victim)
+            if self._grow_or_preempt(sequence, 1, decode, []):
+                decode.append(sequence)
         return decode
 
-    def _plan_prefill(self) -> list[PrefillChunk]:
-        budget, chunks = self.config.prefill_chunk_tokens, []
-        for sequence in self.running:
-            if budget == 0:
+    def _plan_prefill(self, decode: list[Sequence]) -> list[PrefillChunk]:
+        chunks: list[PrefillChunk] = []
+        for sequence in list(self.running):
+            budget = self.config.prefill_chunk_tokens - sum(c.count for c in chunks)
+            if budget <= 0:
                 break
-            if sequence.decoding or sequence.num_pending == 0:
+            if sequence not in self.running or sequence.decoding or sequence.num_pending == 0:
                 continue
             count = min(sequence.num_pending, budget)
-            try:
-                sequence.table.grow(self.allocator, count)
-            except OutOfKvBlocks:
-                continue
-            chunks.append(PrefillChunk(sequence, sequence.table.num_tokens, count))
-            budget -= count
+            if self._grow_or_preempt(sequence, count, decode, chunks):
+                chunks.append(PrefillChunk(sequence, sequence.table.num_tokens, count))
         return chunks
 
-    def _preemption_victim(self, exclude: Sequence) -> Sequence | None:
-        candidates = [s for s in self.running if s is not exclude]
-        if not candidates:
-            return None
-        return max(candidates, key=lambda s: (s.request.priority, s.admitted_at or 0.0))
+    def _grow_or_preempt(self, sequence: Sequence, new_tokens: int, decode: list[Sequence],
+                         chunks: list[PrefillChunk]) -> bool:
+        """Allocate `sequence`'s blocks for `new_tokens`, preempting the lowest-priority newest running
+        sequences until they fit. False if `sequence` was that one itself (it waits, its blocks freed).
+        A victim already planned for this step (in `decode` or `chunks`) is taken out of the plan."""
+        while True:
+            try:
+                sequence.table.grow(self.allocator, new_tokens)
+                return True
+            except OutOfKvBlocks:
+                victim = self._preemption_victim()
+                self._preempt(victim)
+                decode[:] = [s for s in decode if s is not victim]
+                chunks[:] = [c for c in chunks if c.sequence is not victim]
+                if victim is sequence:
+                    return False
+
+    def _preemption_victim(self) -> Sequence:
+        """The most recently admitted running sequence of the lowest priority (the one asking for
+        blocks included: a batch sequence never evicts a realtime one, a newer one never an older one)."""
+        return max(self.running, key=lambda s: (s.request.priority, s.admitted_at or 0.0))
 
     def _preempt(self, sequence: Sequence) -> None:
         self.running.remove(sequence)

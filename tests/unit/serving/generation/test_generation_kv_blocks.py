@@ -86,6 +86,8 @@ def test_prefix_cache_shares_full_blocks_of_a_common_prefix_and_counts_hits():
     shared = cache.match(system + [7, 8])
     assert shared == first.blocks[:2]
     assert allocator.refcount(shared[0]) == 2
+    assert cache.stats.lookups == 0  # counted when the request is admitted, not at each (re)match
+    cache.count_admitted(len(system) + 2, len(shared))
     assert cache.stats.hit_tokens == 8 and cache.stats.looked_up_tokens == 10
 
 

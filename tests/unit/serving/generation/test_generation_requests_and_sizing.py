@@ -54,6 +54,25 @@ def test_greedy_sampling_is_argmax_and_seeded_sampling_is_reproducible():
     assert len(set(draws)) == 1 and draws[0] in (1, 2)
 
 
+def test_a_tiny_temperature_samples_greedily_instead_of_failing_the_step():
+    """1e-310 passed validation, overflowed logits / temperature to inf and made the probabilities NaN;
+    the exception failed the engine's whole step, every running request with it."""
+    logits = np.array([0.1, 3.0, 2.9, -1.0], dtype=np.float32)
+    for temperature in (1e-310, 1e-6):
+        params = SamplingParams(**parse_sampling_parameters(f'{{"temperature": {temperature}}}'))
+        assert params.greedy and sample_token(logits, params, new_rng(params)) == 1
+    tiny_but_sampled = SamplingParams(temperature=2e-5, top_k=3, seed=1)  # above the threshold: scaled, still finite
+    assert sample_token(logits, tiny_but_sampled, new_rng(tiny_but_sampled)) == 1
+
+
+def test_without_max_tokens_the_default_is_cut_to_the_room_the_context_leaves():
+    """A prompt of 1009-1023 tokens with no max_tokens was refused, blaming a max_tokens never sent."""
+    request = build_request("a", tuple(range(28)), {}, max_context=32)
+    assert request.sampling.max_tokens == 4
+    with pytest.raises(InvalidGenerationRequest, match=r"`max_tokens` = 16: .* at most 4 output tokens fit"):
+        build_request("a", tuple(range(28)), {"max_tokens": 16}, max_context=32)
+
+
 def test_incremental_detokenizer_holds_back_an_incomplete_utf8_character():
     table = {1: b"Gr", 2: b"\xc3", 3: b"\xbc", 4: b"n"}
     decode = lambda ids: b"".join(table[i] for i in ids).decode("utf-8", errors="replace")

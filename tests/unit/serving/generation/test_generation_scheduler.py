@@ -185,3 +185,59 @@ def test_many_mixed_requests_leave_no_block_in_use():
             scheduler.cancel(f"r{i}")
     done = run_all(scheduler, limit=5000)
     assert len(done) == 300 and scheduler.allocator.num_used == 0
+
+
+def test_a_batch_sequence_short_of_blocks_never_preempts_a_realtime_one():
+    """The victim used to be chosen among the OTHER running sequences: a batch sequence needing a
+    block evicted a realtime one (the requester is now a candidate too, and the lowest-priority one)."""
+    scheduler = make(num_blocks=4, max_running=8, max_context=16, prefill_chunk_tokens=64)
+    realtime = scheduler.submit(request("realtime", prompt_len=5, max_tokens=8, priority=1), 0.0)
+    batch = scheduler.submit(request("batch", prompt_len=7, max_tokens=8, priority=2), 0.0)
+    for i in range(40):
+        step(scheduler, now=float(i))
+        assert realtime.preemptions == 0
+        if realtime.finish_reason is not None:
+            break
+    assert realtime.finish_reason is FinishReason.LENGTH and realtime.generated == [7] * 8
+    assert batch.preemptions >= 1
+    run_all(scheduler)
+    assert batch.finish_reason is FinishReason.LENGTH and scheduler.allocator.num_used == 0
+
+
+def test_a_pool_with_every_running_sequence_mid_prefill_does_not_stall():
+    """The served shape (16-token blocks, 64-token chunks, 1024 context, 8 slots) on the smallest pool
+    sizing allows (64 blocks): admissions used to count on the same free blocks and a prefill chunk
+    that found none waited forever (2,010 steps with nothing computed, free blocks 0)."""
+    scheduler = make(num_blocks=64, block_size=16, max_running=8, max_context=1024, prefill_chunk_tokens=64,
+                     max_waiting={1: 8, 2: 8})
+    arrivals = {14: [(0, 647, 292)], 33: [(3, 786, 135), (4, 295, 388)], 34: [(1, 321, 53)], 40: [(5, 394, 283)],
+                51: [(2, 887, 88)]}
+    sequences, idle = [], 0
+    for now in range(6000):
+        for n, prompt_len, max_tokens in arrivals.get(now, ()):
+            prompt = range(1000 * n + 3, 1000 * n + 3 + prompt_len)
+            sequences.append(scheduler.submit(request(f"r{n}", max_tokens=max_tokens, prompt=prompt), float(now)))
+        plan, _, finished = step(scheduler, now=float(now))
+        idle = idle + 1 if plan.empty and not finished and now > 51 else 0
+        assert idle < 3, f"step {now}: nothing computed for {idle} steps, {scheduler.allocator.num_free} blocks free"
+        if now > 51 and not scheduler.running and not scheduler.num_waiting:
+            break
+    assert [s.finish_reason for s in sequences] == [FinishReason.LENGTH] * 6
+    assert scheduler.allocator.num_used == 0
+
+
+def test_prefix_cache_hits_are_counted_once_per_admitted_request_not_per_step_waited():
+    scheduler = make(num_blocks=6, max_running=2, max_context=16, prefill_chunk_tokens=64)
+    system = list(range(100, 108))  # two full blocks of 4
+    first = scheduler.submit(request("first", max_tokens=2, prompt=system + [1, 2]), 0.0)
+    for i in range(4):
+        step(scheduler, now=float(i))
+    assert first.finish_reason is not None
+    big = scheduler.submit(request("big", max_tokens=8, prompt=list(range(200, 211))), 10.0)  # holds 4 of 6 blocks
+    second = scheduler.submit(request("second", max_tokens=2, prompt=system + [3, 4]), 10.0)
+    for i in range(10, 20):  # `second` waits for blocks for several of these steps
+        step(scheduler, now=float(i))
+    run_all(scheduler)
+    assert big.finish_reason is second.finish_reason is FinishReason.LENGTH
+    stats = scheduler.prefix_cache.stats
+    assert stats.lookups == 3 and stats.looked_up_tokens == 10 + 11 + 10
