@@ -118,6 +118,11 @@ def create_cpu_groups(weights: Mapping[str, CpuWeight]) -> None:
     for weight in weights.values():
         if weight.cgroup_dir is None:
             continue
+        if weight.method is WeightMethod.CGROUP_V2:
+            # cgroup v2 gives a group's children cpu.weight only when the group hands the cpu
+            # controller down: the run's own group (parent of the partitions') must enable it
+            weight.cgroup_dir.parent.mkdir(exist_ok=True)
+            (weight.cgroup_dir.parent / "cgroup.subtree_control").write_text("+cpu\n")
         weight.cgroup_dir.mkdir(parents=True, exist_ok=True)
         knob = "cpu.weight" if weight.method is WeightMethod.CGROUP_V2 else "cpu.shares"
         (weight.cgroup_dir / knob).write_text(f"{weight.cgroup_value}\n")

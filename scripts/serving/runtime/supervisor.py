@@ -352,7 +352,10 @@ class Supervisor:
         return changed or bool(restart_because)
 
     def _check_stable(self, sp: SupervisedPartition, now: float) -> bool:
-        """A server ready for `stable_after_s` has recovered: quick restarts again, crash loop over."""
+        """A server ready for `stable_after_s` has recovered: the crash loop is over and the backoff
+        starts again from `initial_backoff_s`. The restart budget still counts the restarts of the
+        last `window_s`: a partition that crashes again within it, having spent the budget, goes back
+        to the crash-loop interval (a flapping partition is not given a fresh budget every minute)."""
         if sp.ready_since is None or now - sp.ready_since < self.policy.stable_after_s:
             return False
         if not (sp.consecutive_failures or sp.in_crash_loop):

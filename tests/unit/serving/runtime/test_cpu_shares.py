@@ -32,3 +32,22 @@ def test_niceness_plan_needs_no_cgroup_directory():
 def test_a_cgroup_plan_without_a_directory_is_refused():
     with pytest.raises(ValueError, match="needs the cgroup directory"):
         plan_cpu_weights({"a": 50}, WeightMethod.CGROUP_V2, None)
+
+
+def test_cgroup_v2_groups_hand_the_cpu_controller_down_before_weights_are_written(tmp_path, monkeypatch):
+    """Without "+cpu" in the run group's cgroup.subtree_control its children have no cpu.weight to
+    write (the kernel creates the file only for an enabled controller). Here a plain directory
+    stands in for the cgroup filesystem: this checks what is written where, in which order."""
+    from serving.runtime.cpu_shares import create_cpu_groups
+
+    written, write_text = [], Path.write_text
+
+    def record(path, text, *args, **kwargs):
+        written.append((path.relative_to(tmp_path).as_posix(), text.strip()))
+        return write_text(path, text, *args, **kwargs)
+
+    weights = plan_cpu_weights({"main": 75, "fallback": 25}, WeightMethod.CGROUP_V2, tmp_path / "triton-serving-1")
+    monkeypatch.setattr(Path, "write_text", record)
+    create_cpu_groups(weights)
+    assert written[0] == ("triton-serving-1/cgroup.subtree_control", "+cpu")
+    assert ("triton-serving-1/main/cpu.weight", str(weights["main"].cgroup_value)) in written
