@@ -22,9 +22,13 @@ def pad_rows(rows: Sequence[Sequence[int]], pad_value: int = 0) -> np.ndarray:
     return out
 
 
+#: The token-type input's name (Hugging Face's): padded with 0, like the mask.
+TOKEN_TYPES_INPUT = "token_type_ids"
+
+
 def padded_token_tensors(encodings: Sequence, pad_id: int, names: Sequence[str] = ("input_ids", "attention_mask")) -> dict[str, np.ndarray]:
     """{name: int64 [rows, longest]} of `tokenizers` encodings for the requested tensor names, right-padded."""
     make = {"input_ids": lambda: pad_rows([e.ids for e in encodings], pad_id),
             "attention_mask": lambda: pad_rows([[1] * len(e.ids) for e in encodings], 0),
-            "token_type_ids": lambda: pad_rows([e.type_ids for e in encodings], 0)}
+            TOKEN_TYPES_INPUT: lambda: pad_rows([e.type_ids for e in encodings], 0)}
     return {name: make[name]() for name in names}  # only the tensors asked for

@@ -184,7 +184,8 @@ def test_model_client_maps_bad_input_to_non_retryable_errors(triton_server):
 
 
 def test_nan_request_batched_with_good_ones_fails_alone(triton_server, expected, digits_test_split):
-    """Concurrent requests share dynamic batches: only the NaN request may fail."""
+    """Concurrent requests share dynamic batches: only the NaN request, and the finite one the model
+    overflows on (pixels of 3e38: NaN probabilities, once answered with status 200), may fail."""
     from concurrent.futures import ThreadPoolExecutor
 
     from tritonclient.utils import InferenceServerException
@@ -196,6 +197,8 @@ def test_nan_request_batched_with_good_ones_fails_alone(triton_server, expected,
         batch = images[i:i + 2].copy()
         if i % 4 == 0:
             batch[1, 0, 3, 3] = np.nan
+        elif i % 4 == 2:  # finite, but the model overflows on it: its answer would be NaN
+            batch[0] = 3e38
         try:
             return i, infer(module, client, MODEL, "image", batch, "FP32").as_numpy("probabilities")
         except InferenceServerException as exc:
@@ -208,6 +211,10 @@ def test_nan_request_batched_with_good_ones_fails_alone(triton_server, expected,
     for i, outcome in results:
         if i % 4 == 0:
             assert isinstance(outcome, InferenceServerException) and "1 NaN and 0 Inf" in outcome.message(), outcome
+        elif i % 4 == 2:
+            assert isinstance(outcome, InferenceServerException), f"answered {outcome} for pixels of 3e38"
+            assert "output 'probabilities' for it holds" in outcome.message() and "NaN/Inf" in outcome.message(), outcome
+            assert outcome.status() in ("400", "StatusCode.INVALID_ARGUMENT"), outcome
         else:
             np.testing.assert_allclose(outcome, expected[i:i + 2], rtol=1e-5, atol=1e-6)
 

@@ -79,6 +79,43 @@ def test_bytes_that_are_not_utf8_get_a_clear_error_and_the_server_keeps_serving(
     np.testing.assert_allclose(embed(client, ["Still serving."], model=MODEL).vectors, reference(["Still serving."]), atol=ATOL)
 
 
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_a_request_without_rows_is_refused_alone_while_concurrent_texts_get_their_answers(triton_server, reference, protocol):
+    """A [0, 1] TEXT request: Triton 2.51 refuses some forms itself ("got 0" string elements); one
+    that reaches the backend used to raise out of its execute ("pad_rows needs at least one row"),
+    and Triton would fail every request of that batch with it. Either way it must fail alone."""
+    import importlib
+
+    from tritonclient.utils import InferenceServerException
+
+    module = importlib.import_module(f"tritonclient.{protocol}")
+    texts = [f"Sentence number {i} about serving." for i in range(12)]
+    expected = reference(texts)
+
+    def one(i):
+        client = module.InferenceServerClient(triton_server.url(protocol))
+        rows = np.array([[texts[i].encode()]] if i >= 0 else np.zeros((0, 1)), dtype=object)
+        tensor = module.InferInput("TEXT", list(rows.shape), "BYTES")
+        tensor.set_data_from_numpy(rows)
+        try:
+            return i, client.infer(MODEL, [tensor]).as_numpy("embedding")
+        except InferenceServerException as exc:
+            return i, exc
+        finally:
+            client.close()
+
+    for _ in range(3):
+        with ThreadPoolExecutor(8) as pool:
+            results = list(pool.map(one, [-1, *range(6), -1, *range(6, 12), -1]))
+        for i, outcome in results:
+            if i < 0:
+                assert isinstance(outcome, InferenceServerException), outcome
+                assert outcome.status() in ("400", "StatusCode.INVALID_ARGUMENT"), (outcome.status(), outcome.message())
+                assert "TEXT has no rows" in outcome.message() or "got 0" in outcome.message(), outcome.message()
+            else:
+                np.testing.assert_allclose(outcome[0], expected[i], atol=ATOL, rtol=0)
+
+
 def _embedder_counts(http_url: str) -> tuple[int, int]:
     import tritonclient.http as http
 

@@ -22,7 +22,8 @@ from typing import Callable, Mapping, Sequence, TypeVar
 
 import numpy as np
 
-from contracts.sequence_buckets import real_lengths, run_in_length_buckets
+from contracts.sequence_buckets import is_mask_input, real_lengths, run_in_length_buckets
+from contracts.token_padding import TOKEN_TYPES_INPUT
 
 #: A framework call: feeds by input name -> outputs (rows on axis 0), in the model's output order.
 RunFeeds = Callable[[dict[str, np.ndarray]], Sequence[np.ndarray]]
@@ -74,6 +75,13 @@ class BatchLayout:
     def __post_init__(self) -> None:
         if self.buckets and self.length_input not in self.input_names:
             raise ValueError(f"bucketing needs `length_input` among the inputs {list(self.input_names)}, got {self.length_input!r}.")
+
+    def pad_for(self, name: str) -> int:
+        """What pads input `name` across the requests of a batch, by contracts.token_padding's rule:
+        token ids the [PAD] id (`pad_value`), a 0/1 mask and token types 0 (a mask padded with a
+        [PAD] id of 1 would let every row attend to its padding)."""
+        masks = [self.length_input] if self.length_input else []
+        return 0 if is_mask_input(name, masks) or name == TOKEN_TYPES_INPUT else self.pad_value
 
 
 @dataclass(frozen=True)
@@ -127,7 +135,7 @@ def execute_batch(run: RunFeeds, layout: BatchLayout, requests: Sequence[Mapping
     sizes = [int(r[layout.input_names[0]].shape[0]) for r in requests]
 
     def run_group(indices: Sequence[int]) -> list[list[np.ndarray]]:
-        feeds = {name: concat_padded([requests[i][name] for i in indices], layout.pad_value) for name in layout.input_names}
+        feeds = {name: concat_padded([requests[i][name] for i in indices], layout.pad_for(name)) for name in layout.input_names}
         if layout.buckets:
             outputs = run_in_length_buckets(meter, feeds, layout.length_input, layout.buckets)
         else:

@@ -35,6 +35,19 @@ def non_finite_error(name: str, array: np.ndarray) -> str | None:
     )
 
 
+def non_finite_answer_error(named_outputs) -> str | None:
+    """None when every floating-point output of one request is finite; else a one-line error. Finite
+    inputs can still overflow a model (the digit classifier answers NaN for pixels of 3e38): such an
+    answer is refused like a non-finite input, never returned with status 200."""
+    for name, array in named_outputs:
+        if array.dtype.kind in "fc" and array.size and not np.isfinite(array).all():
+            bad = int(array.size - np.isfinite(array).sum())
+            return (f"{INVALID_INPUT_PREFIX}: this request's inputs are finite but the model's output '{name}' for it "
+                    f"holds {bad} NaN/Inf values out of {array.size} (inputs far outside the range the model "
+                    f"computes in); expected inputs of the model's usual magnitude (the request was not answered).")
+    return None
+
+
 def first_request_error(named_arrays) -> str | None:
     """The first problem in one request's (name, array) pairs, or None when all are acceptable."""
     for name, array in named_arrays:

@@ -25,7 +25,11 @@ SUPPORTED_OUTPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 
 def decode_texts(array: np.ndarray) -> list[str]:
-    """Row texts of one request's [rows, 1] TEXT tensor; raises ValueError naming a bad row."""
+    """Row texts of one request's [rows, 1] TEXT tensor; raises ValueError naming a bad row (or none:
+    Triton 2.51 passes a request of shape [0, 1] through, and a request without rows must be refused
+    alone, not fail its batch)."""
+    if array.size == 0:
+        raise ValueError(f"TEXT has no rows (shape {list(array.shape)}): expected at least one text, shape [rows >= 1, 1].")
     texts = []
     for row, item in enumerate(array.reshape(-1)):
         if isinstance(item, str):

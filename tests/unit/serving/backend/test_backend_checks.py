@@ -32,3 +32,32 @@ def test_first_problem_of_a_request_is_reported():
     bad = np.array([[np.nan, 1, 2, 3]], np.float32)
     assert first_request_error([("a", good), ("b", good)]) is None
     assert "'b'" in first_request_error([("a", good), ("b", bad)])
+
+
+def test_an_answer_holding_nan_or_inf_is_an_error_naming_the_output():
+    from serving.backend.checks import non_finite_answer_error
+
+    fine = [("probabilities", np.array([[0.1, 0.9]], np.float32)), ("label", np.array([[1]], np.int64))]
+    assert non_finite_answer_error(fine) is None
+    overflowed = [("probabilities", np.array([[np.nan, np.nan, 0.5]], np.float32))]
+    message = non_finite_answer_error(overflowed)
+    assert message.startswith("invalid input: this request's inputs are finite but the model's output 'probabilities'")
+    assert "holds 2 NaN/Inf values out of 3" in message
+
+
+def test_a_text_request_without_rows_is_refused_alone_and_its_batch_mates_are_tokenized(tmp_path):
+    """Triton 2.51 passes a [0, 1] TEXT request to the backend; it used to raise out of `execute`
+    ("pad_rows needs at least one row"), and Triton failed every request of that batch with it."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    from serving.backend.text_frontend import TextFrontEnd
+
+    tokenizer = Tokenizer(models.WordLevel({"[UNK]": 0, "[PAD]": 1, "hello": 2, "world": 3}, unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer.save(str(tmp_path / "tokenizer.json"))
+    frontend = TextFrontEnd(str(tmp_path / "tokenizer.json"), max_length=8, pad_id=1, output_names=["input_ids", "attention_mask"])
+    good = np.array([[b"hello world"]], dtype=object)
+    result = frontend.tokenize([good, np.zeros((0, 1), dtype=object), good])
+    assert result.problems[0] is None and result.problems[2] is None
+    assert result.problems[1] == "TEXT has no rows (shape [0, 1]): expected at least one text, shape [rows >= 1, 1]."
+    np.testing.assert_array_equal(result.tensors[2]["input_ids"], [[2, 3]])

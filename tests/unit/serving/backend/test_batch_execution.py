@@ -78,3 +78,24 @@ def test_concat_pads_the_variable_axis_with_the_pad_value():
 def test_bucketing_needs_its_length_input():
     with pytest.raises(ValueError, match="length_input"):
         BatchLayout(("ids",), buckets=(8,), length_input="mask")
+
+
+def test_masks_and_token_types_are_padded_with_zero_across_requests_whatever_the_pad_id():
+    """Padding between requests used the token [PAD] id for every input: with a [PAD] id of 1
+    (RoBERTa-style tokenizers) each shorter request's mask was padded with 1, so it attended to
+    its padding (0.28 from its answer alone on the served encoder)."""
+    seen = []
+
+    def run(feeds):
+        seen.append({name: array.copy() for name, array in feeds.items()})
+        return [feeds["input_ids"][:, :1].astype(np.float32)]
+
+    layout = BatchLayout(("input_ids", "attention_mask", "token_type_ids"), pad_value=1, length_input="attention_mask")
+    short, long = ([4, 5], [6, 7, 8, 9])
+    requests = [{"input_ids": np.asarray([ids], np.int64), "attention_mask": np.ones((1, len(ids)), np.int64),
+                 "token_type_ids": np.zeros((1, len(ids)), np.int64)} for ids in (short, long)]
+    execute_batch(run, layout, requests)
+    (feeds,) = seen
+    np.testing.assert_array_equal(feeds["input_ids"][0], [4, 5, 1, 1])       # ids: the [PAD] id
+    np.testing.assert_array_equal(feeds["attention_mask"][0], [1, 1, 0, 0])  # mask: 0
+    np.testing.assert_array_equal(feeds["token_type_ids"][0], [0, 0, 0, 0])  # token types: 0

@@ -16,7 +16,7 @@ by the partition launcher from the cores it may run on; ONNX Runtime's default w
 (default 1: how often the batch metrics go to the server; serving/backend/stub_metrics.py says why not
 per batch).
 `reject_non_finite` (default true): answer a request holding NaN/Inf with INVALID_ARG instead of
-computing it. `max_sequence_length` (default: none): the longest variable axis a request may have.
+computing it, and likewise a request whose finite inputs made the model answer NaN/Inf. `max_sequence_length` (default: none): the longest variable axis a request may have.
 `adaptive_threads` (default true): with several instances and more than one thread each, keep a
 1-thread session beside the wide one, run it while a sibling instance computes and, alone, run
 whichever of the two this instance measured faster on its own warm calls
@@ -71,7 +71,7 @@ import onnx
 import onnxruntime as ort
 import triton_python_backend_utils as pb_utils
 
-from serving.backend.checks import model_arguments, model_file_in_version_dir
+from serving.backend.checks import model_arguments, model_file_in_version_dir, non_finite_answer_error
 from serving.backend.metrics import FAMILIES, batch_observations, choice_observations
 from serving.backend.stub_metrics import StubMetrics
 from serving.backend.batch_execution import BatchLayout, execute_batch
@@ -144,6 +144,11 @@ class TritonPythonModel:
         # the framework's feeds: the config's inputs, or the graph's own when text is tokenized here
         self.input_names = [i.name for i in self.session.get_inputs()] if self.frontend else self.request_inputs
         self.output_names = [t["name"] for t in config["output"]]
+        variable = {t["name"]: [int(d) for d in t.get("dims", [])] for t in config["output"] if any(int(d) < 0 for d in t.get("dims", []))}
+        if variable:  # rows are split back per request, but a padded axis could not be trimmed to each one's own length
+            raise pb_utils.TritonModelException(
+                f"model '{name}': outputs {variable} have a variable axis: the requests of a batch are padded to the "
+                f"longest and an output axis cannot be cut back per request; expected fixed output dims (pool in the graph).")
         self.output_dtypes = {
             t["name"]: pb_utils.triton_string_to_numpy(t["data_type"]) for t in config["output"]
         }
@@ -158,6 +163,7 @@ class TritonPythonModel:
             raise pb_utils.TritonModelException(
                 f"model '{name}': `{LENGTH_INPUT_PARAMETER}` = {self.layout.length_input!r} is not one of the inputs {self.input_names}.")
         self.contract = None if self.frontend else self._input_contract(name, onnx_path, config, params)
+        self.reject_non_finite = _flag(params, "reject_non_finite")
         if buckets:
             pb_utils.Logger.log_info(
                 f"model '{name}': sequence-length bucketing on, boundaries {list(buckets)}, "
@@ -229,10 +235,6 @@ class TritonPythonModel:
         if length_input not in inputs:
             problems.append(f"`{LENGTH_INPUT_PARAMETER}` = {length_input!r} is not one of the inputs {sorted(inputs)}")
         problems += [f"input '{n}' has dims {d}, expected [-1] (one sequence axis)" for n, d in inputs.items() if d != [-1]]
-        problems += [
-            f"output '{t['name']}' has a variable axis {[int(d) for d in t.get('dims', [])]}"
-            for t in config["output"] if any(int(d) < 0 for d in t.get("dims", []))
-        ]
         if problems:
             raise pb_utils.TritonModelException(
                 f"model '{model_name}': `{BUCKETS_PARAMETER}` = {params[BUCKETS_PARAMETER]!r} cannot be used: "
@@ -310,6 +312,8 @@ class TritonPythonModel:
                 responses.append(error_response(problem, pb_utils.TritonError.INVALID_ARG))
             elif isinstance(by_request[i], Exception):
                 responses.append(framework_error_response(by_request[i]))
+            elif self.reject_non_finite and (overflow := non_finite_answer_error(zip(self.output_names, by_request[i]))):
+                responses.append(error_response(overflow, pb_utils.TritonError.INVALID_ARG))
             else:
                 tensors = [
                     pb_utils.Tensor(name, np.ascontiguousarray(out).astype(self.output_dtypes[name], copy=False))
