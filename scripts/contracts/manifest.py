@@ -51,6 +51,14 @@ class PartitionEntry:
     cpus: tuple[int, ...] = ()
     intra_op_threads: int = 0
     models: tuple[str, ...] = ()
+    #: Every core the partition may run on: its home cores, or every core when elastic CPU sets lend
+    #: it the idle ones (what an in-process comparison must be pinned to); () in older manifests.
+    reachable_cpus: tuple[int, ...] = ()
+
+    @property
+    def runs_on(self) -> tuple[int, ...]:
+        """The cores the partition's server may compute on (its home cores where nothing more is known)."""
+        return self.reachable_cpus or self.cpus
 
 
 @dataclass(frozen=True)
@@ -76,7 +84,7 @@ class Manifest:
             partitions[name] = PartitionEntry(
                 name, entry.get("http"), entry.get("grpc"), entry.get("metrics"), entry.get("pid"), str(entry.get("state", "unknown")),
                 int(entry.get("restarts") or 0), tuple(int(c) for c in entry.get("cpus") or ()), int(entry.get("intra_op_threads") or 0),
-                tuple(entry.get("models") or ()))
+                tuple(entry.get("models") or ()), tuple(int(c) for c in entry.get("reachable_cpus") or ()))
         return cls(str(data.get("mechanism", "unknown")), models, partitions, (data.get("supervisor") or {}).get("metrics"))
 
     def model(self, name: str) -> ModelEndpoints:

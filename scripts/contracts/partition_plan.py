@@ -183,7 +183,7 @@ class PartitionPlan:
             "partitions": {
                 p.name: {
                     **p.endpoints, "models": list(p.models), "compute_share": p.compute_share,
-                    "memory_mb": p.memory_mb, "cpus": list(p.cpus), "intra_op_threads": p.intra_op_threads,
+                    "memory_mb": p.memory_mb, "cpus": list(p.cpus), "reachable_cpus": list(p.reachable_cpus or p.cpus), "intra_op_threads": p.intra_op_threads,
                     **({"mps": {k: v for k, v in p.environment().items() if k.startswith("CUDA_MPS")}}
                        if p.gpu else {}),
                 }

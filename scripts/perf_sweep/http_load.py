@@ -62,7 +62,10 @@ async def send_one(session, workload: Workload, index: int, scheduled_s: float, 
     if status != 200:
         text = payload[:200].decode("utf-8", "replace")
         return RequestRecord(index, scheduled_s, sent, done, Outcome.HTTP_ERROR, f"HTTP {status}: {text}")
-    error, score = workload.check(index, payload)
+    try:
+        error, score = workload.check(index, payload)
+    except Exception as exc:  # noqa: BLE001 - a checker that breaks on an answer must not lose the level's records
+        error, score = f"the answer could not be checked ({type(exc).__name__}: {exc})", math.nan
     return RequestRecord(index, scheduled_s, sent, done, Outcome.OK if error is None else Outcome.WRONG_ANSWER, error, score)
 
 

@@ -279,7 +279,9 @@ class Endpoint:
     grpc_url: str
     metrics_url: str
     server: str = "default"
-    #: The partition's pinned CPU set and ONNX Runtime thread count (empty/0: not partitioned).
+    #: The cores the partition may run on (elastic CPU sets: every core its idle neighbours lend it)
+    #: and its ONNX Runtime thread count (empty/0: not partitioned): what in-process limits and A/B
+    #: servers are pinned to, so they compare with what the served model computes on.
     cpus: tuple[int, ...] = ()
     intra_op_threads: int = 0
 

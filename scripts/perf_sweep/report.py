@@ -33,7 +33,9 @@ def records_table(records: Sequence[PerfRecord]) -> list[str]:
     ]
     for r in records:
         server = r.server or {}
-        errors = r.errors + int(server.get("requests_failed") or 0)
+        # the larger of perf_analyzer's count and Triton's: a backend failure is in both (adding them
+        # counted it twice), a request Triton refused before perf_analyzer saw an answer may be in one
+        errors = max(r.errors, int(server.get("requests_failed") or 0))
         total = r.requests + errors
         lines.append(
             f"| {r.load:g} | {_f(r.throughput)} | {_f(r.p50_ms, 2)} | {_f(r.p95_ms, 2)} | {_f(r.p99_ms, 2)} | "

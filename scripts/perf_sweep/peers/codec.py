@@ -124,6 +124,9 @@ class AnswerCheck:
             vector = self._vector(payload)
         except AnswerError as exc:
             return str(exc), math.nan
+        except Exception as exc:  # noqa: BLE001 - any other malformed answer (strings for numbers, a bare
+            # number for an object): counted as a wrong answer, never an exception that loses the level
+            return f"malformed answer ({type(exc).__name__}: {exc}): {payload[:120]!r}", math.nan
         if not np.all(np.isfinite(vector)):
             return "the answer holds NaN or infinite values.", math.nan
         i = index % self.items

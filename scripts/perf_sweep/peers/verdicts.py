@@ -58,10 +58,14 @@ def _ratio(a: float, b: float) -> float:
 
 
 def _judge(ratio: float, bound: float, at_least: bool, project_errors: int) -> bool | None:
+    """Met, missed, or None (not measured). A level where this project failed requests is missed
+    whatever its ratios, also when it answered none (then its P99 and P50 are NaN: that used to read
+    "not measured" and shrink the missed count)."""
+    if project_errors:
+        return False
     if math.isnan(ratio):
         return None
-    ok = ratio >= bound if at_least else ratio <= bound
-    return ok and project_errors == 0
+    return ratio >= bound if at_least else ratio <= bound
 
 
 def _closed(summaries: Sequence[LevelSummary], target: str, model: str) -> dict[int, LevelSummary]:

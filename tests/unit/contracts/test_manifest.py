@@ -36,3 +36,20 @@ def test_broken_manifests_are_explained(tmp_path):
         write_manifest({"models": {"m": {}}}, tmp_path / "never.json")
     assert not (tmp_path / "never.json").exists()
     assert json.loads(json.dumps(DOCUMENT)) == DOCUMENT
+
+
+def served_plan_manifest() -> dict:
+    """run/manifest.json's partitions and models as the launcher writes them for serving.toml on 2 cores."""
+    from contracts.layout import SERVING_CONFIG
+    from contracts.partition_plan import plan_partitions
+    from contracts.serving_spec import load_serving_spec
+
+    plan = plan_partitions(load_serving_spec(SERVING_CONFIG), cpu_count=2, gpu_present=False)
+    return {"mechanism": plan.mechanism.value, "partitions": plan.to_dict()["partitions"],
+            "models": {m: {**p.endpoints, "partition": p.name} for p in plan.partitions for m in p.models}}
+
+
+def test_an_elastic_partition_runs_on_every_core_it_may_borrow():
+    main = Manifest.from_dict(served_plan_manifest()).partition_of("text_embedder")
+    assert main.cpus == (0,) and main.runs_on == (0, 1)
+    assert Manifest.from_dict(DOCUMENT).partition_of("m").runs_on == (0, 1)  # older manifests: the home cores

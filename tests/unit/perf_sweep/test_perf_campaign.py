@@ -26,6 +26,20 @@ def test_endpoints_from_manifest():
         endpoints_from_manifest({"models": {"m": {"http": "x"}}})
 
 
+def test_an_elastic_partitions_endpoint_is_pinned_to_every_core_it_may_borrow():
+    """The in-process text limit and the A/B servers were pinned to the partition's home core while
+    the elastic partition they are compared with computed on both: "served at 141-152% of the limit"."""
+    from contracts.layout import SERVING_CONFIG
+    from contracts.partition_plan import plan_partitions
+    from contracts.serving_spec import load_serving_spec
+
+    plan = plan_partitions(load_serving_spec(SERVING_CONFIG), cpu_count=2, gpu_present=False)
+    manifest = {"partitions": plan.to_dict()["partitions"],
+                "models": {m: {**p.endpoints, "partition": p.name} for p in plan.partitions for m in p.models}}
+    endpoint = next(e for e in endpoints_from_manifest(manifest) if e.model == "text_embedder")
+    assert plan.partition_of("text_embedder").cpus == (0,) and endpoint.cpus == (0, 1)
+
+
 def test_input_kind_recognises_digit_images_and_any_string_input():
     image = {"input": [{"name": "image", "data_type": "TYPE_FP32", "dims": ["1", "8", "8"]}]}
     text = {"input": [{"name": "TEXT", "data_type": "TYPE_STRING", "dims": ["1"]}]}
@@ -105,15 +119,26 @@ def test_ensemble_steps_are_found_from_the_served_configs():
     assert ensemble_steps(configs) == {"text_tokenizer", "text_encoder"}
 
 
-def test_sweep_stops_two_levels_past_a_confirmed_knee():
+def test_sweep_stops_three_levels_past_a_confirmed_knee():
     from perf_sweep.campaign import past_the_knee
 
     rising = [_record(1, 100, 10), _record(2, 200, 10), _record(4, 400, 11)]
     assert past_the_knee(rising) is None
-    one_past = [_record(1, 100, 10), _record(2, 200, 10), _record(4, 205, 20)]
-    assert past_the_knee(one_past) is None
-    two_past = one_past + [_record(8, 206, 40)]
-    assert "knee (load 2)" in past_the_knee(two_past)
+    two_past = [_record(1, 100, 10), _record(2, 200, 10), _record(4, 205, 20), _record(8, 206, 40)]
+    assert past_the_knee(two_past) is None
+    three_past = two_past + [_record(16, 207, 80)]
+    assert "knee (load 2) is 3 levels behind" in past_the_knee(three_past)
+
+
+def test_a_plateau_that_a_later_level_breaks_does_not_stop_the_sweep():
+    """The served digit classifier's real curve (peers run 2026-12-04 16:35): flat from c=4 to 16,
+    then x1.66 at c=32. Stopping two levels past c=4 reported a peak 40% low."""
+    from perf_sweep.campaign import knee_of, past_the_knee
+
+    curve = [(1, 965, 2.3), (2, 1458, 4.2), (4, 2344, 4.6), (8, 2206, 9.9), (16, 2434, 15.3), (32, 4049, 18.4)]
+    records = [_record(c, t, p) for c, t, p in curve]
+    assert all(past_the_knee(records[:n]) is None for n in range(1, len(records) + 1))
+    assert knee_of(records).peak.throughput == 4049
 
 
 def test_limit_headlines_put_each_models_served_throughput_against_its_own_limit():

@@ -35,6 +35,9 @@ def test_records_table_shows_percentiles_queue_compute_errors_and_error_rate():
     rows = records_table([PerfRecord.from_dict(results()["records"][0])])
     assert "P99 ms" in rows[0] and "queue ms" in rows[0] and "error rate" in rows[0]
     assert "| 1 | 100.0 | 2.50 | 4.50 | 5.00 | 1.00 | 2.00 | 3.0 | 50.0% | 1000 | 0 | 2 | 0.2% | ok |" == rows[2]
+    # a failure perf_analyzer and Triton both counted is one failure, not two
+    both = PerfRecord.from_dict({**results()["records"][0], "errors": 2})
+    assert records_table([both])[2].endswith("| 1000 | 0 | 2 | 0.2% | ok |")
 
 
 def test_markdown_has_every_section_and_marks_failed_levels():

@@ -51,6 +51,10 @@ def test_a_digit_answer_must_agree_with_the_in_process_argmax():
     (kserve_answer("other", [0.0] * 10), "output `probabilities`"),
     (kserve_answer("probabilities", [0.0] * 9), r"expected \[1, 10\]"),
     (kserve_answer("probabilities", [float("nan")] * 10), "NaN"),
+    # each of these used to raise out of the checker and lose every record of the level
+    (kserve_answer("probabilities", ["x"] * 10), "malformed answer"),
+    (b'{"outputs": ["probabilities"]}', "not a KServe v2 response|malformed answer"),
+    (json.dumps({"outputs": [{"name": "probabilities", "shape": 10, "data": [0.0] * 10}]}).encode(), "malformed answer"),
 ])
 def test_malformed_digit_answers_are_errors_with_a_reason(payload, match):
     check = AnswerCheck(ModelKind.DIGITS, Api.KSERVE_V2, "probabilities", 10, expected_argmax=(0,))

@@ -65,6 +65,16 @@ def test_a_level_where_this_project_failed_requests_is_missed_whatever_its_ratio
     assert verdict.ratio == pytest.approx(10) and verdict.met is False and "3 of 100" in verdict.text
 
 
+def test_a_level_where_this_project_answered_nothing_is_missed_not_unmeasured():
+    """Every request failed: P99 and P50 are NaN, and the P99 and P50 verdicts said "not measured"."""
+    rows = [level("minimal_fastapi", D, 1, 100, p99=5, p50=1.0),
+            level("this_project", D, 1, 0, p99=math.nan, p50=math.nan, errors=100)]
+    verdicts = concurrency_verdicts(rows, D, "images/s")
+    assert by_rule(verdicts, "throughput >= best", "c=1").status == "MISSED"
+    assert by_rule(verdicts, "P99", "c=1").status == "MISSED"
+    assert p50_verdict(rows, D).status == "MISSED"
+
+
 def test_a_level_no_peer_answered_is_not_measured_rather_than_met():
     rows = [level("minimal_fastapi", D, 4, 0, p99=math.nan, errors=100), level("this_project", D, 4, 10, p99=5)]
     verdict = by_rule(concurrency_verdicts(rows, D, "images/s"), "throughput >= best", "c=4")
