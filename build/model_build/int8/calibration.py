@@ -67,11 +67,20 @@ def proportional_allocation(stratum_sizes: Mapping[str, int], size: int) -> dict
 
     Every count is at most its stratum's size and the counts add up to `size` exactly; ties in the
     remainder go to the larger stratum, then to the stratum name, so the result is deterministic.
+    When `size` allows one row per stratum, every stratum gets at least one: a small stratum (the
+    41 longest training texts of 2,837) must not be left out by rounding, which is what stratifying
+    is for; its row comes from the stratum with the most rows.
     """
     total = sum(stratum_sizes.values())
     _check_size(size, total)
     quotas = {name: size * count / total for name, count in stratum_sizes.items()}
     counts = {name: int(np.floor(q)) for name, q in quotas.items()}
+    if size >= sum(1 for n in stratum_sizes.values() if n):
+        for name in sorted(stratum_sizes, key=lambda n: (quotas[n], n)):
+            if stratum_sizes[name] and counts[name] == 0:
+                counts[name] = 1
+        while sum(counts.values()) > size:  # the floors plus the guaranteed rows: give back from the largest
+            counts[max((n for n in counts if counts[n] > 1), key=lambda n: (counts[n] - quotas[n], counts[n], n))] -= 1
     left = size - sum(counts.values())
     order = sorted(stratum_sizes, key=lambda n: (-(quotas[n] - counts[n]), -stratum_sizes[n], n))
     for name in order:

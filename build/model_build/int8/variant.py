@@ -15,6 +15,7 @@ evaluation batches, the metric and its budget); everything else is generic:
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import time
 from dataclasses import dataclass, field
@@ -33,6 +34,7 @@ from model_build.int8.sensitivity import (
     plan_from_selection, rank_by_sensitivity, sensitivity_key,
 )
 from model_build.onnx_export.validate import validate_variants
+from model_build.sources import code_digest
 
 INT8_CPU_ONNX = "int8_mixed.onnx"
 INT8_GPU_ONNX = "int8_mixed_gpu.onnx"
@@ -95,6 +97,12 @@ class Int8Inputs:
     fp32_extra: Mapping[str, Any] = field(default_factory=dict)
 
 
+def _ort_version() -> str:
+    import onnxruntime
+
+    return onnxruntime.__version__
+
+
 def _digest_batches(batches) -> str:
     digest = hashlib.sha256()
     for batch in batches:
@@ -123,7 +131,10 @@ def _cpu_scheme_by_measurement(inputs: Int8Inputs, settings: Int8Settings, layer
     from contracts.devices import read_cpu_info
 
     cpu = read_cpu_info().model
-    key = sensitivity_key(model=model_digest, cpu=cpu, ort=onnxruntime.__version__, method=settings.calibration_method.value)
+    # everything the choice depends on: the calibration (its settings), the data and budget it is
+    # judged on, and the code that quantizes and measures (a change to any forces a new measurement)
+    key = sensitivity_key(model=model_digest, cpu=cpu, ort=onnxruntime.__version__, settings=dataclasses.asdict(settings),
+                          data=_digest_batches(inputs.eval_batches), budget=repr(inputs.budget), code=code_digest(__name__))
     path = Path(inputs.workdir) / CPU_SCHEME_CACHE
     cached = json.loads(path.read_text()) if path.exists() else {}
     if "batch_invariance_error" not in cached.get(key, {}):
@@ -211,7 +222,8 @@ def _layer_sensitivities(run: _Int8Run):
     """Step 3: each layer alone in INT8 (fake-quantized, symmetric), cached on disk; (results, measured, seconds)."""
     cache = SensitivityCache(run.workdir / SENSITIVITY_CACHE)
     key = sensitivity_key(model=run.model_digest, ranges=run.ranges, data=_digest_batches(run.sens_batches),
-                          metric=run.inputs.budget.metric, scheme=ActivationScheme.STATIC_INT8_SYMMETRIC.value)
+                          metric=run.inputs.budget.metric, scheme=ActivationScheme.STATIC_INT8_SYMMETRIC.value,
+                          ort=_ort_version(), code=code_digest(__name__))
     started = time.perf_counter()
     results, measured = measure_sensitivities(
         run.layers, lambda l: run.evaluate(simulated_graph(run.fp32_model, [l], ActivationScheme.STATIC_INT8_SYMMETRIC, run.ranges),

@@ -3,14 +3,14 @@ from __future__ import annotations
 
 import dataclasses
 
-from model_build import pipeline
+from model_build import pipeline, sources
 from model_build.recipes.registry import RECIPES
 from contracts.serving_spec import load_serving_spec
 from conftest import PROJECT_ROOT
 
 
 def names(paths) -> set[str]:
-    return {p.relative_to(pipeline.PACKAGE_DIR).as_posix() for p in paths}
+    return {p.relative_to(sources.PACKAGE_DIR).as_posix() for p in paths}
 
 
 def test_recipe_sources_follow_imports_including_lazy_ones():
@@ -34,19 +34,23 @@ def test_fingerprint_changes_with_own_sources_and_settings_only(tmp_path, monkey
 
     # Copy the package, then edit a text-only module in the copy: the digit fingerprint is unchanged.
     copy = tmp_path / "model_build"
-    for source in pipeline.PACKAGE_DIR.rglob("*.py"):
-        target = copy / source.relative_to(pipeline.PACKAGE_DIR)
+    for source in sources.PACKAGE_DIR.rglob("*.py"):
+        target = copy / source.relative_to(sources.PACKAGE_DIR)
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(source.read_bytes())
-    monkeypatch.setattr(pipeline, "PACKAGE_DIR", copy)
+    monkeypatch.setattr(sources, "PACKAGE_DIR", copy)
     assert pipeline.build_fingerprint(digit_recipe, digit_model) == before
     text_before = pipeline.build_fingerprint(text_recipe, spec.model("text_encoder"))
     (copy / "data" / "text_corpus.py").write_text((copy / "data" / "text_corpus.py").read_text() + "\n# edited\n")
     assert pipeline.build_fingerprint(digit_recipe, digit_model) == before
     assert pipeline.build_fingerprint(text_recipe, spec.model("text_encoder")) != text_before
+    int8_code = sources.code_digest("model_build.int8.variant")
     (copy / "int8" / "quantize.py").write_text((copy / "int8" / "quantize.py").read_text() + "\n# edited\n")
     assert pipeline.build_fingerprint(digit_recipe, digit_model) != before
+    # the caches inside the INT8 step (sensitivity scores, CPU scheme) key on this digest: an edit to
+    # the quantizer used to leave them valid, so a rebuild ranked layers on the old code's scores
+    assert sources.code_digest("model_build.int8.variant") != int8_code
 
-    monkeypatch.setattr(pipeline, "PACKAGE_DIR", pipeline.Path(pipeline.__file__).parent)
+    monkeypatch.setattr(sources, "PACKAGE_DIR", pipeline.Path(sources.__file__).parent)
     other_options = dataclasses.replace(digit_model, options={**digit_model.options, "epochs": 999})
     assert pipeline.build_fingerprint(digit_recipe, other_options) != before

@@ -20,6 +20,17 @@ def test_proportional_allocation_never_exceeds_a_stratum():
     assert counts == {"big": 1000, "tiny": 1}
 
 
+def test_a_small_stratum_is_not_rounded_out_when_the_size_allows_one_row_each():
+    """The text encoder's training strata (964 / 1,330 / 502 / 41 texts): at 16 or 32 rows the
+    longest texts got 0 by rounding, the very miss stratifying exists to prevent."""
+    strata = {"1-16": 964, "17-32": 1330, "33-64": 502, "65-128": 41}
+    for size in (4, 16, 32, 256):
+        counts = proportional_allocation(strata, size)
+        assert sum(counts.values()) == size and counts["65-128"] >= 1, (size, counts)
+    assert proportional_allocation({"short": 1000, "long": 2}, 100) == {"short": 99, "long": 1}
+    assert proportional_allocation({"a": 1, "b": 1, "c": 1}, 2) == {"a": 1, "b": 1, "c": 0}  # too few rows for all
+
+
 def test_stratified_set_is_proportional_per_class():
     labels = np.repeat(np.arange(4), [400, 200, 100, 100])
     cal = stratified_calibration_set(labels, 64, seed=3)
