@@ -17,7 +17,7 @@ from operations.alert_rules import AlertThresholds, render_alert_rules
 from contracts.serving_spec import ServingSpec
 
 from k8s_deploy.errors import DeployConfigError
-from k8s_deploy.workload import PART_OF
+from k8s_deploy.workload import CONTAINER, PART_OF
 
 #: The custom metric the HPAs read (per pod, microseconds).
 QUEUE_METRIC = "triton_queue_time_per_request_us"
@@ -80,6 +80,6 @@ def render_prometheus_rule(spec: ServingSpec, thresholds: AlertThresholds) -> di
     return {
         "apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule",
         "metadata": {"name": "tritonserver-alerts", "labels": monitoring_labels(spec)},
-        # no supervisor in a cluster: the kubelet restarts pods (KubePodCrashLooping covers loops)
-        "spec": render_alert_rules(thresholds, supervisor=False),
+        # per-pod CPU and memory; no supervisor in a cluster (the kubelet restarts pods)
+        "spec": render_alert_rules(thresholds, pod_container=CONTAINER),
     }

@@ -8,6 +8,7 @@ that the pod expands from a Secret (`$(TRITON_ADMIN_KEY)`), so no key is ever re
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from pathlib import PurePosixPath
@@ -15,6 +16,7 @@ from typing import Any
 
 from serving.runtime.launcher import partition_server_settings, with_server_overrides
 from serving.runtime.native import preload_variables, wanted_helpers
+from serving.runtime.server import SERVER_STACK_LIMIT_BYTES
 from contracts.partition_plan import PartitionPlan, PlannedPartition, plan_partitions
 from serving.runtime.security import ADMIN_KEY_ENV, AdminKey
 from contracts.serving_spec import DEFAULT_RATE_LIMIT, CpuPlacement, ServingSpec
@@ -78,11 +80,30 @@ def common_labels(partition: str) -> dict[str, str]:
 
 
 def server_args(part: PlannedPartition, gpu: bool, rate_limit: str = DEFAULT_RATE_LIMIT) -> list[str]:
-    """The launcher's flags for this partition, with the key taken from the pod's environment."""
+    """The launcher's flags for this partition, with the key taken from the pod's environment.
+
+    Two differ from a host's: a pod has no launcher checking each model's readiness and no
+    supervisor, so `--strict-readiness=true` (the pod is Ready only while every model is; Triton's
+    default) and `--exit-on-error=true` (a model that fails to load ends the server, and the kubelet
+    restarts the pod: CrashLoopBackOff, visible, instead of a Ready pod failing every request)."""
     settings = partition_server_settings(part, MODEL_REPOSITORY, BACKEND_DIR, gpu_metrics=gpu,
                                          admin_key=AdminKey(_KEY_PLACEHOLDER, "k8s_deploy placeholder"),
                                          rate_limit=rate_limit)
+    settings = dataclasses.replace(settings, strict_readiness=True, exit_on_error=True)
     return [arg.replace(_KEY_PLACEHOLDER, f"$({ADMIN_KEY_ENV})") for arg in settings.to_args_list()]
+
+
+#: The container's command: Triton's threads run with the stack limit a host's launcher sets
+#: (serving.runtime.server.SERVER_STACK_LIMIT_BYTES; Kubernetes has no ulimit field and containers
+#: inherit 8 MiB, with which a ~4 MiB HTTP body crashed the server: docs/operations.md), then the
+#: server replaces the shell. `$@` is the container's args.
+SERVER_COMMAND = ["sh", "-c",
+                  f'ulimit -s {SERVER_STACK_LIMIT_BYTES // 1024} || echo "[serving] could not raise the stack limit '
+                  f'(hard limit $(ulimit -Hs) KiB): HTTP bodies of a few MiB may crash the server" >&2; '
+                  f'exec tritonserver "$@"', "tritonserver"]
+#: Seconds a terminating pod keeps serving while its endpoint is removed from the Services (the
+#: kubelet runs preStop before SIGTERM; Triton stops taking new work at SIGTERM).
+PRE_STOP_SLEEP_S = 5
 
 
 def container_env(plan: PartitionPlan, part: PlannedPartition) -> list[dict[str, Any]]:
@@ -128,12 +149,13 @@ def container_probes(deploy: DeployPlan) -> dict[str, Any]:
 def render_container(deploy: DeployPlan, part: PlannedPartition) -> dict[str, Any]:
     return {
         "name": CONTAINER, "image": TRITON_IMAGE, "imagePullPolicy": "IfNotPresent",
-        "command": ["tritonserver"], "args": server_args(part, deploy.gpu, deploy.plan.rate_limit), "env": container_env(deploy.plan, part),
+        "command": SERVER_COMMAND, "args": server_args(part, deploy.gpu, deploy.plan.rate_limit), "env": container_env(deploy.plan, part),
         "ports": [{"name": "http", "containerPort": part.http_port, "protocol": "TCP"},
                   {"name": "grpc", "containerPort": part.grpc_port, "protocol": "TCP"},
                   {"name": "metrics", "containerPort": part.metrics_port, "protocol": "TCP"}],
         "resources": container_resources(deploy, part),
         **container_probes(deploy),
+        "lifecycle": {"preStop": {"exec": {"command": ["sleep", str(PRE_STOP_SLEEP_S)]}}},
         "volumeMounts": [{"name": "serving", "mountPath": str(SERVING_ROOT), "readOnly": True},
                          {"name": "dshm", "mountPath": "/dev/shm"}],
         "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
@@ -158,7 +180,7 @@ def render_deployment(deploy: DeployPlan, part: PlannedPartition) -> dict[str, A
         "containers": [render_container(deploy, part)],
         "volumes": [{"name": "serving", "emptyDir": {}},
                     {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{SHM_SIZE_MB}Mi"}}],
-        # Triton's --exit-timeout-secs (10 s) to finish in-flight requests, plus slack.
+        # preStop's sleep, then Triton's --exit-timeout-secs (10 s) to finish in-flight requests, plus slack.
         "terminationGracePeriodSeconds": 30,
         # The NVIDIA image's non-root user.
         "securityContext": {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000, "fsGroup": 1000,

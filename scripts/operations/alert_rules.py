@@ -100,10 +100,37 @@ def _rule(name: str, expr: str, duration: str, severity: str, resource: str, sum
     }
 
 
-def render_alert_rules(t: AlertThresholds, supervisor: bool = True) -> dict[str, Any]:
-    """The rule file as a mapping (groups -> rules), ready for YAML. `supervisor=False` leaves out
-    the rules on the supervisor's own metrics (a Kubernetes deployment has no supervisor: the
-    kubelet restarts pods, and kube-state-metrics' KubePodCrashLooping covers the crash loop)."""
+def _pod_cpu_memory_rules(t: AlertThresholds, container: str) -> list[dict[str, Any]]:
+    """The CPU and memory rules for pods. Triton's nv_cpu_* metrics read /proc/stat and /proc/meminfo,
+    which in a container describe the whole node, not the pod: its memory rule would stay silent
+    until the pod is OOM-killed at its own limit. These read the container's usage (cAdvisor) against
+    its limits (kube-state-metrics), both of which kube-prometheus-stack scrapes."""
+    by_pod = f'container="{container}"'
+
+    def limit(resource: str) -> str:
+        return f'max by (namespace, pod) (kube_pod_container_resource_limits{{{by_pod}, resource="{resource}"}})'
+
+    util_pct, mem_pct = f"{t.low_utilisation:.0%}", f"{t.memory_fraction:.0%}"
+    return [
+        _rule("TritonCpuUtilisationLow",
+              f"sum by (namespace, pod) (rate(container_cpu_usage_seconds_total{{{by_pod}}}[{t.low_utilisation_for}])) "
+              f"/ {limit('cpu')} < {t.low_utilisation}", t.low_utilisation_for,
+              "info", "cpu", f"Pod CPU utilisation below {util_pct} of its limit for {t.low_utilisation_for}",
+              "Pod {{ $labels.pod }} uses {{ $value | humanizePercentage }} of its CPUs: "
+              "capacity is idle (larger batches, fewer replicas, or a lower HPA target)."),
+        _rule("TritonCpuMemoryHigh",
+              f"max by (namespace, pod) (container_memory_working_set_bytes{{{by_pod}}}) / {limit('memory')} "
+              f"> {t.memory_fraction}", t.memory_for, "warning", "cpu", f"Pod memory above {mem_pct} of its limit",
+              "Pod {{ $labels.pod }} is at {{ $value | humanizePercentage }} of its memory limit: the kubelet "
+              "OOM-kills it at 100%."),
+    ]
+
+
+def render_alert_rules(t: AlertThresholds, pod_container: str | None = None) -> dict[str, Any]:
+    """The rule file as a mapping (groups -> rules), ready for YAML. With `pod_container` (the server's
+    container name), the rules for a Kubernetes deployment: CPU and memory per pod against its limits
+    (`_pod_cpu_memory_rules`), and no rules on the supervisor's own metrics (a cluster has no
+    supervisor: the kubelet restarts pods, and kube-state-metrics' KubePodCrashLooping covers loops)."""
     util_pct, mem_pct = f"{t.low_utilisation:.0%}", f"{t.memory_fraction:.0%}"
     failures = f"sum by ({MODEL_LABELS}) (rate(nv_inference_request_failure[{t.error_rate_window}]))"
     successes = f"sum by ({MODEL_LABELS}) (rate(nv_inference_request_success[{t.error_rate_window}]))"
@@ -143,9 +170,12 @@ def render_alert_rules(t: AlertThresholds, supervisor: bool = True) -> dict[str,
               "Triton metrics endpoint down",
               "{{ $labels.instance }} (partition {{ $labels.partition }}) does not answer scrapes: the server is down or hung."),
     ]
+    if pod_container:
+        pod_rules = {r["alert"]: r for r in _pod_cpu_memory_rules(t, pod_container)}
+        rules = [pod_rules.get(r["alert"], r) for r in rules]
     groups = [{"name": "triton-field-report", "rules": rules}, {"name": "serving-batching", "rules": batching_rules(t)},
               {"name": "llm-generation", "rules": generation_rules(t)}]
-    if supervisor:
+    if not pod_container:
         groups.append({"name": "serving-supervisor", "rules": supervisor_rules(t)})
     return {"groups": groups}
 

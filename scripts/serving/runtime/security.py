@@ -176,7 +176,9 @@ def create_admin_key_file(
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(descriptor, "w") as handle:
-        handle.write(secrets.token_urlsafe(32) + "\n")
+        # no trailing newline: `kubectl create secret --from-file` stores the bytes as they are, and a
+        # newline would end up in Triton's admin-key flag, which no client header can match
+        handle.write(secrets.token_urlsafe(32))
     return path, True
 
 

@@ -62,7 +62,15 @@ def test_container_arguments_are_the_launchers_with_the_key_from_the_secret(serv
         key = AdminKey("x" * 32, "test")
         launcher = partition_server_settings(part, "/serving/models", "/serving/backends", admin_key=key).to_args_list()
         c = container(by_kind(base_docs(serving_spec, part.name), "Deployment")[0])
-        assert c["args"] == [a.replace(key.value, "$(TRITON_ADMIN_KEY)") for a in launcher]
+        # a pod has no launcher checking models and no supervisor: strict readiness, and a failed
+        # model load ends the server (the kubelet restarts it) instead of a Ready pod failing requests
+        in_pod = {"--strict-readiness=false": "--strict-readiness=true", "--exit-on-error=false": "--exit-on-error=true"}
+        assert c["args"] == [in_pod.get(a, a).replace(key.value, "$(TRITON_ADMIN_KEY)") for a in launcher]
+        assert set(in_pod.values()) <= set(c["args"])
+        # the host's stack limit (a ~4 MiB body crashed Triton on 8 MiB), then the server replaces the shell
+        assert c["command"][:2] == ["sh", "-c"] and "ulimit -s 262144" in c["command"][2]
+        assert c["command"][2].endswith('exec tritonserver "$@"') and c["command"][3] == "tritonserver"
+        assert c["lifecycle"]["preStop"]["exec"]["command"] == ["sleep", "5"]
         assert "--model-control-mode=explicit" in c["args"] and f"--http-port={part.http_port}" in c["args"]
         assert [f"--load-model={m}" for m in part.models] == [a for a in c["args"] if a.startswith("--load-model=")]
         secret = next(e for e in c["env"] if e["name"] == "TRITON_ADMIN_KEY")["valueFrom"]["secretKeyRef"]
@@ -143,7 +151,11 @@ def test_adapter_query_is_nvidias_queue_time_per_request_with_the_adapters_templ
 
 def test_prometheus_rule_is_the_alert_rule_generators_output_and_the_scrape_matches_its_labels(serving_spec):
     service_monitor, rule = render_documents(serving_spec)["kustomize/base/monitoring.yaml"]
-    assert rule["spec"] == render_alert_rules(AlertThresholds(), supervisor=False)
+    assert rule["spec"] == render_alert_rules(AlertThresholds(), pod_container="tritonserver")
+    rules = {r["alert"]: r["expr"] for g in rule["spec"]["groups"] for r in g["rules"]}
+    # in a container nv_cpu_* describe the node: the pod's usage against its own limits instead
+    assert "container_memory_working_set_bytes" in rules["TritonCpuMemoryHigh"] and "nv_cpu" not in rules["TritonCpuMemoryHigh"]
+    assert 'kube_pod_container_resource_limits{container="tritonserver", resource="cpu"}' in rules["TritonCpuUtilisationLow"]
     assert [g["name"] for g in rule["spec"]["groups"]] == ["triton-field-report", "serving-batching", "llm-generation"]  # no supervisor in a cluster
     metrics = [s for s in by_kind(base_docs(serving_spec, "main"), "Service") if s["metadata"]["name"].endswith("-metrics")][0]
     assert metrics["metadata"]["labels"][service_monitor["spec"]["jobLabel"]] == AlertThresholds().job
