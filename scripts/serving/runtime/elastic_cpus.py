@@ -33,6 +33,8 @@ class Activity(str, Enum):
     IDLE = "idle"
     BUSY = "busy"
     SATURATED = "saturated"
+    #: Not running (starting, restarting, crash loop): keeps its home cores, lends and borrows nothing.
+    DOWN = "down"
 
 
 def lend_idle_cores(home: Mapping[str, Sequence[int]], shares: Mapping[str, int],
@@ -49,12 +51,17 @@ def lend_idle_cores(home: Mapping[str, Sequence[int]], shares: Mapping[str, int]
     spare = [core for name in home if activity.get(name, Activity.IDLE) is Activity.IDLE for core in home[name]]
     if not borrowers or not spare:
         return {name: tuple(cores) for name, cores in assigned.items()}
+    # the spare cores in proportion to the borrowers' shares, largest remainder first (rounding each
+    # share on its own handed out more cores than were spare with three or more borrowers)
     total = sum(shares[name] for name in borrowers)
+    quotas = {name: len(spare) * shares[name] / total for name in borrowers}
+    counts = {name: int(quotas[name]) for name in borrowers}
+    for name in sorted(borrowers, key=lambda n: (-(quotas[n] - counts[n]), borrowers.index(n)))[:len(spare) - sum(counts.values())]:
+        counts[name] += 1
     given = 0
-    for i, name in enumerate(borrowers):
-        count = len(spare) - given if i == len(borrowers) - 1 else round(len(spare) * shares[name] / total)
-        assigned[name] += spare[given:given + count]
-        given += count
+    for name in borrowers:
+        assigned[name] += spare[given:given + counts[name]]
+        given += counts[name]
     return {name: tuple(sorted(cores)) for name, cores in assigned.items()}
 
 

@@ -107,13 +107,22 @@ def served_model_config(host: str, http_port: int, model: str, timeout_s: float 
         return json.loads(response.read())
 
 
-def model_ready(host: str, http_port: int, model: str, timeout_s: float = 5.0) -> bool:
-    """GET /v2/models/<model>/ready (open to everyone): 200 means ready."""
+def model_readiness(host: str, http_port: int, model: str, timeout_s: float = 5.0) -> bool | None:
+    """GET /v2/models/<model>/ready (open to everyone): True when ready, False when Triton answered
+    that it is not, None when Triton could not be asked (unreachable, or no answer in `timeout_s`:
+    a busy server is not an unloaded model)."""
     try:
         with urllib.request.urlopen(f"http://{host}:{http_port}/v2/models/{model}/ready", timeout=timeout_s) as response:
             return response.status == 200
-    except (urllib.error.URLError, OSError):
+    except urllib.error.HTTPError:
         return False
+    except (urllib.error.URLError, OSError):
+        return None
+
+
+def model_ready(host: str, http_port: int, model: str, timeout_s: float = 5.0) -> bool:
+    """`model_readiness` is True: ready, and Triton said so."""
+    return model_readiness(host, http_port, model, timeout_s) is True
 
 
 def check_models_loaded(host: str, http_port: int, expected: Sequence[str], key: AdminKey | None = None,

@@ -45,7 +45,7 @@ from typing import Any, Callable, Iterable, Mapping
 from contracts.errors import ConfigError
 from contracts.processes import proc_stat_fields, stop_pid
 from contracts.supervisor_state import StubSummary
-from serving.runtime.model_readiness import model_ready, served_model_config
+from serving.runtime.model_readiness import model_readiness, served_model_config
 
 log = logging.getLogger("serving.runtime.supervisor")
 STUB_PROGRAM = "triton_python_backend_stub"
@@ -292,15 +292,17 @@ def observe(m: ModelStubs, live: frozenset[int], now: float, max_reloads: int, w
 
 @dataclass(frozen=True)
 class ReloadOutcome:
-    """What `reload_model` did: "reloaded", "not_ready" (nothing sent) or "failed"."""
+    """What `reload_model` did: "reloaded"; "not_ready" (Triton says the model is not ready, e.g. an
+    operator unloaded it: nothing sent); "unanswered" (Triton could not be asked: nothing sent, tried
+    again at the next scan within the reload budget); or "failed" (the load request failed)."""
 
     result: str
     seconds: float
     detail: str = ""
 
     def __post_init__(self) -> None:
-        if self.result not in ("reloaded", "not_ready", "failed"):
-            raise ConfigError(f"reload result {self.result!r}: allowed reloaded, not_ready, failed.")
+        if self.result not in ("reloaded", "not_ready", "unanswered", "failed"):
+            raise ConfigError(f"reload result {self.result!r}: allowed reloaded, not_ready, unanswered, failed.")
 
 
 def after_reload(m: ModelStubs, outcome: ReloadOutcome, live: frozenset[int], now: float) -> tuple[ModelStubs, Decision]:
@@ -313,6 +315,11 @@ def after_reload(m: ModelStubs, outcome: ReloadOutcome, live: frozenset[int], no
         return (replace(m, status=StubStatus.WATCHING, generation=new, before=frozenset(), reloads=m.reloads + 1,
                         last_reason=reason, leftovers=m.before & live if new else frozenset(), leftovers_since=now),
                 Decision(Action.RELOADED, reason))
+    if outcome.result == "unanswered":  # a busy or briefly unreachable server: the next scan tries again
+        # (this attempt counts against the budget: a server that never answers ends in gave_up, not a loop)
+        reason = f"{m.last_reason}; not reloaded yet: {outcome.detail}"
+        return (replace(m, status=StubStatus.WATCHING, generation=frozenset(), before=frozenset(), last_reason=reason),
+                Decision(Action.NOT_READY, reason))
     if outcome.result == "not_ready":
         reason = f"{m.last_reason}; not reloaded: {outcome.detail}"
         return (replace(m, status=StubStatus.NOT_READY, generation=frozenset(), before=frozenset(),
@@ -352,7 +359,10 @@ def reload_model(host: str, http_port: int, model: str, attempt: int, headers: M
                  timeout_s: float) -> ReloadOutcome:
     """Reload `model` with its served config plus the attempt marker; never raises."""
     start = time.monotonic()
-    if not model_ready(host, http_port, model, timeout_s=min(5.0, timeout_s)):
+    ready = model_readiness(host, http_port, model, timeout_s=min(5.0, timeout_s))
+    if ready is None:
+        return ReloadOutcome("unanswered", time.monotonic() - start, f"Triton did not answer whether {model} is ready")
+    if not ready:
         return ReloadOutcome("not_ready", time.monotonic() - start, f"Triton reports {model} not ready (unloaded?)")
     try:
         config = served_model_config(host, http_port, model, min(5.0, timeout_s))

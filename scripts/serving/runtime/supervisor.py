@@ -376,7 +376,7 @@ class Supervisor:
             if running and (refresh or name not in self.members):
                 self.members[name] = group_members(sp.process.pid)
             activity[name] = self.activity.update(name, cpu_seconds(self.members.get(name, ())), now,
-                                                  len(sp.partition.cpus)) if running else Activity.BUSY
+                                                  len(sp.partition.cpus)) if running else Activity.DOWN
             if not running:  # starting or restarting: it keeps its home cores, lends nothing
                 self.activity.forget(name)
                 self.members.pop(name, None)

@@ -40,8 +40,9 @@ def start_supervisor(config: Path, repository: Path, layout: RunLayout, timeout_
     existing = read_supervisor_state(layout)
     if existing and pid_alive(existing.supervisor_pid) and "supervise" in _cmdline(existing.supervisor_pid):
         raise ServerStartError(f"a supervisor is already running (pid {existing.supervisor_pid}); run `make stop` first.")
+    for line in clear_stale_run(layout):
+        print(f"[serve] {line}", flush=True)
     layout.logs.mkdir(parents=True, exist_ok=True)
-    layout.supervisor_state.unlink(missing_ok=True)
     command = [sys.executable, "-m", "serving", "supervise", "--config", str(config), "--repository", str(repository),
                "--run-dir", str(layout.run_dir), *extra_args]
     with open(layout.supervisor_log, "ab") as out:
@@ -59,6 +60,16 @@ def start_supervisor(config: Path, repository: Path, layout: RunLayout, timeout_
         time.sleep(0.25)
     stop_supervisor(layout)
     raise ServerStartError(f"partitions were not ready within {timeout_s:.0f} s.\n" + _failure_report(layout, read_supervisor_state(layout)))
+
+
+def clear_stale_run(layout: RunLayout) -> list[str]:
+    """Before a new start: what a supervisor that died (SIGKILL, out of memory) left behind. Its
+    partition servers run in their own sessions and outlive it, and run/supervisor.json is the only
+    record of them: stop them first (deleting the file alone left them holding their ports, every
+    later `make serve` failing and `make stop` finding nothing). What it did, for the caller to print."""
+    done = stop_supervisor(layout) if read_supervisor_state(layout) else []
+    layout.supervisor_state.unlink(missing_ok=True)
+    return done
 
 
 def _failure_report(layout: RunLayout, state: SupervisorState | None) -> str:

@@ -26,6 +26,17 @@ def test_spare_cores_go_to_the_saturated_partitions_in_proportion_to_their_share
     assert lent == {"a": (0, 1, 2, 4, 5, 6), "b": (3, 7), "idle": (4, 5, 6, 7)}
 
 
+def test_never_more_cores_are_handed_out_than_are_spare_and_a_down_partition_borrows_none():
+    """Rounding each borrower's share on its own gave 30/30/30/10 of 2 spare cores as 1+1+0+0... or
+    more than 2; and a restarting partition was recorded as borrowing the idle one's cores."""
+    home = {"a": (0,), "b": (1,), "c": (2,), "d": (3,), "idle": (4, 5)}
+    shares = {"a": 30, "b": 30, "c": 30, "d": 10, "idle": 1}
+    lent = lend_idle_cores(home, shares, {"a": SATURATED, "b": SATURATED, "c": SATURATED, "d": SATURATED, "idle": IDLE})
+    borrowed = [core for name in "abcd" for core in lent[name] if core not in home[name]]
+    assert sorted(borrowed) == [4, 5]  # each spare core to exactly one borrower
+    assert lend_idle_cores(HOME, SHARES, {"main": Activity.DOWN, "fallback": IDLE}) == HOME
+
+
 def test_activity_is_set_at_once_and_cleared_only_after_a_quiet_spell():
     tracker = ActivityTracker(busy_fraction=0.05, burst_fraction=0.25, saturated_fraction=0.85, idle_after_s=2.0)
     assert tracker.update("p", 10.0, now=0.0) is IDLE              # first sample: no rate yet

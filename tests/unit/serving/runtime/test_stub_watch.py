@@ -185,6 +185,22 @@ def test_a_failed_reload_restarts_the_partition_and_a_not_ready_model_is_left_un
     assert decision.action is Action.ADOPT and (back.status, back.generation) == (StubStatus.WATCHING, {31})
 
 
+def test_a_readiness_check_triton_did_not_answer_is_tried_again_within_the_budget():
+    """A timed-out or refused readiness check used to count as "not ready": the model was parked until
+    its stubs ran again, which a dead stub never does, so it failed every request until a restart."""
+    m, _ = observe(ModelStubs("a", 2, generation=frozenset({11, 12})), frozenset({12}), 5.0, **BUDGET)
+    waited, decision = after_reload(m, ReloadOutcome("unanswered", 5.0, "Triton did not answer whether a is ready"),
+                                    frozenset({12}), 10.0)
+    assert waited.status is StubStatus.WATCHING and waited.reload_times == (5.0,)  # the attempt counts
+    again, decision = observe(waited, frozenset({12}), 12.0, **BUDGET)
+    assert decision.action is Action.RELOAD and again.attempts == 2
+    reloaded, decision = after_reload(again, ReloadOutcome("reloaded", 1.0), frozenset({21, 22}), 13.0)
+    assert decision.action is Action.RELOADED and reloaded.generation == {21, 22}
+    # a server that never answers spends the budget and is given up on, not retried forever
+    stuck, _ = after_reload(again, ReloadOutcome("unanswered", 5.0, "no answer"), frozenset({12}), 17.0)
+    assert observe(stuck, frozenset({12}), 19.0, **BUDGET)[0].status is StubStatus.GAVE_UP
+
+
 def test_without_a_key_the_model_is_marked_and_not_reloaded():
     m, decision = observe(ModelStubs("a", 1, generation=frozenset({11})), frozenset(), 5.0, **BUDGET, can_reload=False)
     assert decision.action is Action.NO_KEY and m.status is StubStatus.NO_KEY and m.attempts == 0

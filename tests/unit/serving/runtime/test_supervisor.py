@@ -13,7 +13,7 @@ from serving.runtime.launcher import (
 from contracts.partition_plan import plan_partitions
 from serving.runtime.server import TritonInstallation
 from contracts.serving_spec import serving_spec_from_dict
-from contracts.supervisor_state import PartitionStatus, SupervisorState
+from contracts.supervisor_state import PartitionStatus, SupervisorState, write_supervisor_state
 from serving.runtime.supervisor import PartitionState, RestartPolicy, Supervisor, describe_exit, stop_supervisor
 
 SPEC = serving_spec_from_dict({
@@ -158,6 +158,34 @@ def test_exit_descriptions_name_the_signal():
 
 def test_stop_with_nothing_running_does_nothing(tmp_path):
     assert stop_supervisor(RunLayout(tmp_path)) == []
+
+
+def test_a_new_start_stops_the_servers_a_dead_supervisor_left_behind(tmp_path):
+    """They run in their own sessions and outlive a SIGKILLed supervisor; a new start deleted the
+    state file that recorded them, so they kept their ports and `make stop` found nothing."""
+    import subprocess
+    import sys
+
+    from serving.runtime.supervisor_control import clear_stale_run
+
+    stand_in = tmp_path / "tritonserver"  # a process whose command line names tritonserver, as a server's does
+    stand_in.write_text(f"#!{sys.executable}\nimport time\ntime.sleep(60)\n")
+    stand_in.chmod(0o755)
+    orphan = subprocess.Popen([str(stand_in)], start_new_session=True)
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    layout = RunLayout(tmp_path / "run")
+    layout.run_dir.mkdir(parents=True)
+    write_supervisor_state(SupervisorState.from_dict(
+        {"supervisor_pid": dead.pid, "status": "ready", "partitions": {"main": {"pid": orphan.pid, "state": "ready"}}}),
+        layout.supervisor_state)
+    try:
+        done = clear_stale_run(layout)
+        assert done == [f"stopped partition main (pid {orphan.pid}) left behind"]
+        assert orphan.wait(timeout=10) is not None and not layout.supervisor_state.exists()
+        assert clear_stale_run(layout) == []  # nothing recorded: nothing to do
+    finally:
+        orphan.kill()
 
 
 def test_status_shows_what_the_supervisor_did_to_a_partition():
