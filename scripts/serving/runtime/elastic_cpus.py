@@ -104,6 +104,12 @@ class ActivityTracker:
             return Activity.SATURATED
         return Activity.BUSY if recent(self.last_busy_at) else Activity.IDLE
 
+    def rebase(self, partition: str, joined_cpu_seconds: float) -> None:
+        """Processes joined the partition's member list (stubs after a reload) with `joined_cpu_seconds`
+        already used: shift its history by that much, so their past is not read as a burst of work
+        (that marked an idle partition saturated and moved cores for `idle_after_s`)."""
+        self.samples[partition] = [(t, cpu + joined_cpu_seconds) for t, cpu in self.samples.get(partition, [])]
+
     def forget(self, partition: str) -> None:
         """A restarted server starts a new count (its processes are new)."""
         for table in (self.samples, self.last_busy_at, self.last_saturated_at):

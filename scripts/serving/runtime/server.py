@@ -23,6 +23,7 @@ from contracts.errors import ServerStartError
 from contracts.layout import SOURCE_DIRS, remove_server_shared_files
 from contracts.serving_spec import DEFAULT_RATE_LIMIT
 from contracts.processes import free_loopback_ports, http_ready, log_tail, pid_alive, server_ready, stop_pid  # noqa: F401 (re-exported)
+from serving.runtime.security import ADMIN_KEY_ENV
 from serving.runtime.stub_watch import stop_server_group
 
 #: Environment variable that names a tritonserver binary explicitly (first in the search order).
@@ -119,6 +120,9 @@ def server_environment(installation: TritonInstallation, base: Mapping[str, str]
     multiprocessing breaks inside model.py).
     """
     env = dict(os.environ if base is None else base)
+    # the server takes the admin key from its restricted-API flags; its environment, which every
+    # backend stub and so every model's Python code inherits, does not need to carry it
+    env.pop(ADMIN_KEY_ENV, None)
     lib_dirs = [sysconfig.get_config_var("LIBDIR") or "", *map(str, installation.library_dirs)]
     existing = env.get("LD_LIBRARY_PATH", "")
     env["LD_LIBRARY_PATH"] = ":".join([d for d in lib_dirs if d] + ([existing] if existing else []))

@@ -374,7 +374,11 @@ class Supervisor:
         for name, sp in self.parts.items():
             running = sp.state is PartitionState.READY and sp.process is not None and sp.process.process.poll() is None
             if running and (refresh or name not in self.members):
-                self.members[name] = group_members(sp.process.pid)
+                members = group_members(sp.process.pid)
+                joined = sorted(set(members) - set(self.members.get(name, members)))
+                if joined:  # their CPU time so far is not this tick's work
+                    self.activity.rebase(name, cpu_seconds(joined))
+                self.members[name] = members
             activity[name] = self.activity.update(name, cpu_seconds(self.members.get(name, ())), now,
                                                   len(sp.partition.cpus)) if running else Activity.DOWN
             if not running:  # starting or restarting: it keeps its home cores, lends nothing

@@ -70,3 +70,12 @@ def test_saturation_is_relative_to_the_partitions_home_cores():
     assert tracker.update("p", 0.2, now=0.2, home_cores=2) is BUSY  # one core's worth of two
     tracker.forget("p")
     assert tracker.update("p", 5.0, now=3.0) is IDLE
+
+
+def test_processes_joining_a_partition_bring_no_burst_of_past_cpu_time():
+    """Stubs listed after a reload brought all the CPU time they had used: an idle partition read as saturated."""
+    tracker = ActivityTracker(busy_fraction=0.05, burst_fraction=0.25, saturated_fraction=0.85, idle_after_s=2.0)
+    for t in range(11):
+        assert tracker.update("p", 1.0 + 0.001 * t, float(t)) is IDLE
+    tracker.rebase("p", 2.0)  # two seconds of CPU the newcomers had used before they were listed
+    assert tracker.update("p", 3.0 + 0.011, 11.0) is IDLE

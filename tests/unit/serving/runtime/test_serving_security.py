@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import stat
+from pathlib import Path
 
 import pytest
 
@@ -245,3 +246,14 @@ def test_server_processes_get_a_stack_limit_large_enough_for_big_http_bodies():
     hard = resource.getrlimit(resource.RLIMIT_STACK)[1]
     expected = SERVER_STACK_LIMIT_BYTES if hard == resource.RLIM_INFINITY else min(SERVER_STACK_LIMIT_BYTES, hard)
     assert int(out.stdout) == expected
+
+
+def test_the_servers_environment_does_not_carry_the_admin_key_to_backend_stubs():
+    """Every stub (so every model's Python code) inherits the server's environment; the server takes
+    the key from its flags and needs no copy of it there."""
+    from serving.runtime.server import TritonInstallation, server_environment
+
+    installation = TritonInstallation(binary=Path("/opt/tritonserver/bin/tritonserver"),
+                                      backends_dir=Path("/opt/tritonserver/backends"), bundled=False)
+    env = server_environment(installation, {"TRITON_ADMIN_KEY": "k" * 32, "HOME": "/home/x"})
+    assert "TRITON_ADMIN_KEY" not in env and env["HOME"] == "/home/x"
