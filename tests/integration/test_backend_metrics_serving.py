@@ -100,7 +100,11 @@ def test_calls_made_alone_try_both_sessions_and_every_call_is_counted_by_session
     with TritonModelClient(server.url("http"), "http") as client:
         for i in range(96):
             client.infer("digit_classifier", {"image": images[i:i + 1]})
-    text = poll_until(lambda: scrape(server), lambda t: calls(t)[2] >= before[2] + 96, timeout_s=15, interval_s=0.25)
+    # A stub sends one flush's counters one series at a time (bucket calls sort first): wait for both
+    # totals, not the first alone, or a scrape in the middle of a flush reads the session counters short.
+    # An uncounted call keeps the session total short for good: the assertion below then fails.
+    text = poll_until(lambda: scrape(server), lambda t: calls(t)[2] >= before[2] + 96
+                      and calls(t)[0] + calls(t)[1] >= before[0] + before[1] + 96, timeout_s=15, interval_s=0.25)
     wide, narrow, framework = calls(text)
     assert wide >= 3 and narrow >= 3, (wide, narrow)
     assert wide + narrow == framework, "every framework call of a model with both sessions is counted by session"
