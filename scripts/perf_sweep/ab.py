@@ -119,7 +119,7 @@ def run_ab_block(spec, endpoint, prepared, main_knee: Mapping[str, Any], opts, f
         return out
     onnx = opts.config.parent / model / "1" / "model.onnx"
     pinning = describe_pinning(endpoint.cpus, endpoint.intra_op_threads, endpoint.server)
-    best = _in_process_limit(out, onnx, prepared, endpoint, pinning, opts, progress)
+    best = _in_process_limit(out, onnx, prepared, endpoint, opts, progress)
     extra = extra_variant_files(opts.artifacts, model)
     if not extra:
         out.skipped.append(f"INT8-mixed vs FP32: no other CPU precision of {model} in {opts.artifacts / model}/build.json.")
@@ -154,11 +154,12 @@ def _describe_variant(v: ServedVariant) -> str:
             + "".join(f", {e}" for e in extra) + ")")
 
 
-def _in_process_limit(out: AbOutcome, onnx: Path, prepared, endpoint, pinning: str, opts, progress: Progress):
+def _in_process_limit(out: AbOutcome, onnx: Path, prepared, endpoint, opts, progress: Progress):
     """Step 6, measured first: the in-process ONNX Runtime limit (the ceiling every served figure is held to)."""
+    pinning = describe_pinning(endpoint.limit_cpus, endpoint.intra_op_threads, endpoint.server)
     progress(f"[perf] in-process ONNX Runtime limit of {endpoint.model} ({pinning})")
     points = measure_in_process_limit(onnx, prepared.samples, prepared.input_name,
-                                      intra_op_threads=endpoint.intra_op_threads, cpus=endpoint.cpus)
+                                      intra_op_threads=endpoint.intra_op_threads, cpus=endpoint.limit_cpus)
     best = best_point(points)
     # The served-vs-limit headlines are written by the campaign (perf_sweep.limits.served_vs_limit_headlines).
     out.results["limit"] = {

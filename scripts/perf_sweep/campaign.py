@@ -88,7 +88,8 @@ def endpoints_from_manifest(manifest: Mapping[str, Any]) -> tuple[Endpoint, ...]
             raise SweepPlanError(f"manifest entry of model {name!r} lacks {missing}.")
         part = document.partition_of(name)
         endpoints.append(Endpoint(model=name, http_url=entry.http, grpc_url=entry.grpc, metrics_url=entry.metrics,
-                                  server=part.name, cpus=part.runs_on, intra_op_threads=part.intra_op_threads))
+                                  server=part.name, cpus=part.cpus, intra_op_threads=part.intra_op_threads,
+                                  reachable_cpus=part.runs_on))
     return tuple(endpoints)
 
 
@@ -272,8 +273,8 @@ def _measure_text_limit(pipeline, where: Endpoint, prepared: PreparedInputs, whe
 
     threads = pipeline.intra_op_threads(where.intra_op_threads)
     progress(f"[perf] in-process limit ({pipeline.tokenizer_model} -> {pipeline.encoder_model} as served, "
-             f"{describe_pinning(where.cpus, threads, where.server)}), {when}")
-    points = measure_text_limit(pipeline, decode_texts(prepared.samples), where.intra_op_threads, where.cpus)
+             f"{describe_pinning(where.limit_cpus, threads, where.server)}), {when}")
+    points = measure_text_limit(pipeline, decode_texts(prepared.samples), where.intra_op_threads, where.limit_cpus)
     progress(f"[perf] in-process limit {when}: " + ", ".join(f"batch {p.batch_size}: {p.throughput:.0f} texts/s" for p in points))
     return points
 

@@ -279,11 +279,18 @@ class Endpoint:
     grpc_url: str
     metrics_url: str
     server: str = "default"
-    #: The cores the partition may run on (elastic CPU sets: every core its idle neighbours lend it)
-    #: and its ONNX Runtime thread count (empty/0: not partitioned): what in-process limits and A/B
-    #: servers are pinned to, so they compare with what the served model computes on.
+    #: The partition's home cores and ONNX Runtime thread count (empty/0: not partitioned): what the
+    #: A/B server is pinned to (a controlled comparison of variants, as docs/performance.md reads it).
     cpus: tuple[int, ...] = ()
     intra_op_threads: int = 0
+    #: Every core the partition may run on (elastic CPU sets: also the ones idle neighbours lend it):
+    #: what in-process limits are pinned to, so a served figure is held against the cores it computed
+    #: on (pinned to the home core alone, reports said "served at 137-152% of the limit"). () = `cpus`.
+    reachable_cpus: tuple[int, ...] = ()
+
+    @property
+    def limit_cpus(self) -> tuple[int, ...]:
+        return self.reachable_cpus or self.cpus
 
     def url(self, protocol: Protocol) -> str:
         return self.grpc_url if Protocol(protocol) is Protocol.GRPC else self.http_url

@@ -302,7 +302,7 @@ def text_limit_entry(pipeline: TextPipeline, where: Endpoint, variant: str, text
     raw runs, and how they were measured. Pure."""
     points = ceiling_of_runs(list(runs.values()))
     best = best_point(points)
-    pinning = describe_pinning(where.cpus, pipeline.intra_op_threads(where.intra_op_threads), where.server)
+    pinning = describe_pinning(where.limit_cpus, pipeline.intra_op_threads(where.intra_op_threads), where.server)
     spread = "; ".join(f"{when}: best {best_point(run).throughput:.0f} texts/s" for when, run in runs.items())
     text = (f"{pipeline.describe(root)}, the {variant} encoder, in this process, {pinning}. Batches are consecutive "
             f"slices of the {texts} swept texts (each batch size times whole passes over all of them), up to the "
