@@ -156,10 +156,11 @@ def _describe_variant(v: ServedVariant) -> str:
 
 def _in_process_limit(out: AbOutcome, onnx: Path, prepared, endpoint, opts, progress: Progress):
     """Step 6, measured first: the in-process ONNX Runtime limit (the ceiling every served figure is held to)."""
-    pinning = describe_pinning(endpoint.limit_cpus, endpoint.intra_op_threads, endpoint.server)
+    # pinned like the A/B server (the home cores): the block holds its own figures against this limit
+    pinning = describe_pinning(endpoint.cpus, endpoint.intra_op_threads, endpoint.server)
     progress(f"[perf] in-process ONNX Runtime limit of {endpoint.model} ({pinning})")
     points = measure_in_process_limit(onnx, prepared.samples, prepared.input_name,
-                                      intra_op_threads=endpoint.intra_op_threads, cpus=endpoint.limit_cpus)
+                                      intra_op_threads=endpoint.intra_op_threads, cpus=endpoint.cpus)
     best = best_point(points)
     # The served-vs-limit headlines are written by the campaign (perf_sweep.limits.served_vs_limit_headlines).
     out.results["limit"] = {
