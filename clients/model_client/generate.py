@@ -58,6 +58,11 @@ class GenerationSettings:
         return json.dumps({**fields, **self.extra})
 
 
+def _no_response(url: str, model: str, timeout_s: float) -> ClientError:
+    """Nothing came within `timeout_s` of the previous response (every client times each read alike)."""
+    return ClientError(f"no response from {model!r} at {url} within {timeout_s} s.")
+
+
 def _classify(message: str, status: str, url: str, model: str) -> ClientError:
     lowered = message.lower()
     if status in ("503", "StatusCode.UNAVAILABLE") or "wait queue" in lowered:
@@ -170,7 +175,7 @@ def generate_grpc(url: str, prompt: str, settings: GenerationSettings = Generati
             try:
                 result, error = results.get(timeout=timeout_s)
             except queue.Empty:
-                raise ClientError(f"no response from {model!r} at {url} within {timeout_s} s.") from None
+                raise _no_response(url, model, timeout_s) from None
             if error is not None:
                 finished = True
                 raise _classify(error.message() if hasattr(error, "message") else str(error), str(error.status()), url, model)
@@ -208,7 +213,7 @@ async def generate_http_async(url: str, prompt: str, settings: GenerationSetting
                         if chunk.finish_reason:
                             return
     except asyncio.TimeoutError:
-        raise ClientError(f"no response from {model!r} at {url} within {timeout_s} s.") from None
+        raise _no_response(url, model, timeout_s) from None
     except aiohttp.ClientConnectionError as exc:
         raise _classify(str(exc), "", url, model) from None
 
@@ -229,7 +234,7 @@ async def generate_grpc_async(url: str, prompt: str, settings: GenerationSetting
                 except StopAsyncIteration:
                     return
                 except asyncio.TimeoutError:
-                    raise ClientError(f"no response from {model!r} at {url} within {timeout_s} s.") from None
+                    raise _no_response(url, model, timeout_s) from None
                 if error is not None:
                     raise _classify(error.message() if hasattr(error, "message") else str(error), str(error.status()), url, model)
                 chunk = _chunk_from_result(result)

@@ -53,6 +53,18 @@ def round_half_up(value: float) -> int:
     return int(value + 0.5)
 
 
+def largest_remainder(quotas: Sequence[float], total: int) -> list[int]:
+    """Whole numbers for fractional `quotas`: each gets the whole part of its quota, and what is left
+    of `total` goes one each to the largest remainders (ties: the earlier quota). One rule for every
+    share of cores: the partitions' home cores (`cores_for_shares`) and the idle cores an elastic
+    partition lends (serving.runtime.elastic_cpus)."""
+    counts = [int(q) for q in quotas]
+    by_remainder = sorted(range(len(quotas)), key=lambda i: (-(quotas[i] - counts[i]), i))
+    for i in by_remainder[:max(0, total - sum(counts))]:
+        counts[i] += 1
+    return counts
+
+
 def cores_for_shares(shares_percent: Sequence[int], cpu_count: int) -> tuple[int, ...]:
     """Whole cores for partitions that split one host's `cpu_count` cores, in the shares' order.
 
@@ -67,11 +79,7 @@ def cores_for_shares(shares_percent: Sequence[int], cpu_count: int) -> tuple[int
     if not shares_percent or len(shares_percent) > cpu_count:
         return ()
     quotas = [share * cpu_count / 100 for share in shares_percent]
-    total = min(cpu_count, max(len(quotas), round_half_up(sum(quotas))))
-    counts = [int(q) for q in quotas]
-    by_remainder = sorted(range(len(quotas)), key=lambda i: (-(quotas[i] - counts[i]), i))
-    for i in by_remainder[:max(0, total - sum(counts))]:
-        counts[i] += 1
+    counts = largest_remainder(quotas, min(cpu_count, max(len(quotas), round_half_up(sum(quotas)))))
     for i, count in enumerate(counts):
         if count == 0:
             richest = max(range(len(counts)), key=lambda j: (counts[j], -j))
@@ -114,12 +122,17 @@ class PlannedPartition:
         return self.mps_active_thread_percentage is not None
 
     @property
+    def runs_on(self) -> tuple[int, ...]:
+        """Every core the partition may run on (`reachable_cpus`, or its home cores)."""
+        return self.reachable_cpus or self.cpus
+
+    @property
     def intra_op_threads(self) -> int:
         """ONNX Runtime intra-op threads per model instance: one per core the partition may run on.
         Measured here (2 cores, 2 instances, threads do not spin when idle): 2 threads per instance
         gave the lone text request 14.7 ms instead of 26.7 ms with 1, at the same throughput under
         load; the instances time-share the cores when both are busy."""
-        return len(self.reachable_cpus or self.cpus)
+        return len(self.runs_on)
 
     @property
     def memory_budget_bytes(self) -> int:
@@ -183,7 +196,7 @@ class PartitionPlan:
             "partitions": {
                 p.name: {
                     **p.endpoints, "models": list(p.models), "compute_share": p.compute_share,
-                    "memory_mb": p.memory_mb, "cpus": list(p.cpus), "reachable_cpus": list(p.reachable_cpus or p.cpus), "intra_op_threads": p.intra_op_threads,
+                    "memory_mb": p.memory_mb, "cpus": list(p.cpus), "reachable_cpus": list(p.runs_on), "intra_op_threads": p.intra_op_threads,
                     **({"mps": {k: v for k, v in p.environment().items() if k.startswith("CUDA_MPS")}}
                        if p.gpu else {}),
                 }

@@ -124,16 +124,13 @@ def _cpu_scheme_by_measurement(inputs: Int8Inputs, settings: Int8Settings, layer
     chosen scheme: the selection's first trial (every layer INT8) is that same graph on the same
     evaluation batches, so it is not quantized and run a second time."""
     import json
-    import platform
-
-    import onnxruntime
 
     from contracts.devices import read_cpu_info
 
     cpu = read_cpu_info().model
     # everything the choice depends on: the calibration (its settings), the data and budget it is
     # judged on, and the code that quantizes and measures (a change to any forces a new measurement)
-    key = sensitivity_key(model=model_digest, cpu=cpu, ort=onnxruntime.__version__, settings=dataclasses.asdict(settings),
+    key = sensitivity_key(model=model_digest, cpu=cpu, ort=_ort_version(), settings=dataclasses.asdict(settings),
                           data=_digest_batches(inputs.eval_batches), budget=repr(inputs.budget), code=code_digest(__name__))
     path = Path(inputs.workdir) / CPU_SCHEME_CACHE
     cached = json.loads(path.read_text()) if path.exists() else {}

@@ -200,11 +200,13 @@ class Scheduler:
             return 0  # static and one-at-a-time admit only when the batch has drained
         return self.config.max_running if self.config.policy is Policy.STATIC else 1
 
+    def _blocks_for_prefill(self, sequence: Sequence) -> int:
+        """Blocks a sequence holds once its whole prefill is computed, plus one to decode."""
+        return blocks_for_tokens(len(sequence.tokens) + 1, self.config.block_size)
+
     def _blocks_to_finish_prefill(self, sequence: Sequence) -> int:
         """Blocks a running sequence's pending prefill will still allocate (plus one to decode)."""
-        if sequence.decoding:
-            return 0
-        return max(0, blocks_for_tokens(len(sequence.tokens) + 1, self.config.block_size) - len(sequence.table.blocks))
+        return 0 if sequence.decoding else max(0, self._blocks_for_prefill(sequence) - len(sequence.table.blocks))
 
     def _admit(self, now: float) -> None:
         promised = sum(self._blocks_to_finish_prefill(s) for s in self.running)
@@ -216,7 +218,7 @@ class Scheduler:
             shared = self.prefix_cache.match(tokens)
             # Admit only if its whole pending prefill can get blocks now (plus one to decode), from
             # the blocks not already promised to the running sequences' prefills.
-            needed = blocks_for_tokens(len(tokens) + 1, self.config.block_size) - len(shared)
+            needed = self._blocks_for_prefill(sequence) - len(shared)
             if needed > self.allocator.num_free - promised:
                 for block in shared:
                     self.allocator.release(block)

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Mapping, Sequence
 
+from contracts.partition_plan import largest_remainder
 from contracts.processes import cpu_ticks, proc_stat_fields
 
 
@@ -54,14 +55,11 @@ def lend_idle_cores(home: Mapping[str, Sequence[int]], shares: Mapping[str, int]
     # the spare cores in proportion to the borrowers' shares, largest remainder first (rounding each
     # share on its own handed out more cores than were spare with three or more borrowers)
     total = sum(shares[name] for name in borrowers)
-    quotas = {name: len(spare) * shares[name] / total for name in borrowers}
-    counts = {name: int(quotas[name]) for name in borrowers}
-    for name in sorted(borrowers, key=lambda n: (-(quotas[n] - counts[n]), borrowers.index(n)))[:len(spare) - sum(counts.values())]:
-        counts[name] += 1
+    counts = largest_remainder([len(spare) * shares[name] / total for name in borrowers], len(spare))
     given = 0
-    for name in borrowers:
-        assigned[name] += spare[given:given + counts[name]]
-        given += counts[name]
+    for name, count in zip(borrowers, counts):
+        assigned[name] += spare[given:given + count]
+        given += count
     return {name: tuple(sorted(cores)) for name, cores in assigned.items()}
 
 
