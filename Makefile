@@ -23,16 +23,23 @@ PEERS_STAMP := $(PEERS_VENV)/.setup-stamp
 PEERS_MIN_VENV  := $(VENV)/peers-minimal
 PEERS_MIN_STAMP := $(PEERS_MIN_VENV)/.setup-stamp
 PIP_INSTALL := $(PY) -m pip install --disable-pip-version-check --no-compile -q -c requirements/constraints.txt
+#: requirements/gpu.txt in place of the CPU onnxruntime, remembered by its own stamp
+GPU_STAMP   := $(VENV)/.gpu-stamp
+GPU_INSTALL  = echo "[setup] GPU: installing requirements/gpu.txt (TensorRT 10.5, onnxruntime-gpu 1.20.2; replaces the CPU onnxruntime)" \
+               && $(PY) -m pip uninstall -y -q onnxruntime && $(PY) -m pip install --disable-pip-version-check -q -r requirements/gpu.txt \
+               && touch $(GPU_STAMP)
 SERVING_CONFIG ?= model_repository/serving.toml
 #: more options for make perf-peers, e.g. PEERS_ARGS="--texts my_queries.txt --models text_embedder"
 PEERS_ARGS  ?=
+#: more options for make serve, e.g. SERVE_ARGS="--supervise-arg=--max-restarts=3" (python -m serving serve --help)
+SERVE_ARGS  ?=
 
 .PHONY: help setup build-engines serve stop status demo test test-unit clean setup-peers-minimal k8s-tools lint-imports gpu-check
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*?## "} /^[a-zA-Z0-9_-]+:.*?## / {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-setup: $(STAMP) ## Create .venv with the pinned dependencies (a second run does nothing)
+setup: $(STAMP) $(if $(filter 1,$(GPU)),$(GPU_STAMP)) ## Create .venv with the pinned dependencies (GPU=1: the GPU set too; a second run does nothing)
 
 $(STAMP): scripts/serving/runtime/native/cond_wait_cap.c requirements/serve.txt requirements/build.txt requirements/test.txt requirements/no_deps.txt requirements/constraints.txt requirements/uv.txt pyproject.toml
 	@bash scripts/setup_system_packages.sh
@@ -46,16 +53,19 @@ $(STAMP): scripts/serving/runtime/native/cond_wait_cap.c requirements/serve.txt 
 	$(PIP_INSTALL) --no-deps --no-build-isolation -e .
 	$(PY) -m serving build-native
 	@if [ "$(GPU)" = "1" ] || { [ "$(GPU)" != "0" ] && command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; }; then \
-	  echo "[setup] GPU: installing requirements/gpu.txt (TensorRT 10.5, onnxruntime-gpu 1.20.2; replaces the CPU onnxruntime)"; \
-	  $(PY) -m pip uninstall -y -q onnxruntime && $(PY) -m pip install --disable-pip-version-check -q -r requirements/gpu.txt; \
+	  $(GPU_INSTALL); \
 	else echo "[setup] no NVIDIA GPU (or GPU=0): the CPU set only (make setup GPU=1 installs requirements/gpu.txt)"; fi
 	@touch $(STAMP)
+
+# The GPU set on an existing .venv: `make setup GPU=1` after a CPU-only setup (or after gpu.txt changed).
+$(GPU_STAMP): requirements/gpu.txt | $(STAMP)
+	@$(GPU_INSTALL)
 
 build-engines: setup ## Build every model and variant that model_repository/serving.toml asks for
 	$(PY) -m model_build build --config $(SERVING_CONFIG)
 
-serve: setup ## Start one tritonserver per partition under a supervisor (run/); returns once all are ready
-	$(PY) -m serving serve --config $(SERVING_CONFIG)
+serve: setup ## Start one tritonserver per partition under a supervisor (run/); returns once all are ready (SERVE_ARGS: more options)
+	$(PY) -m serving serve --config $(SERVING_CONFIG) $(SERVE_ARGS)
 
 stop: ## Stop everything `make serve` started (supervisor first, then servers, MPS daemon)
 	@if [ -x $(PY) ]; then $(PY) -m serving stop; else echo "nothing to stop (no .venv)"; fi
@@ -89,7 +99,7 @@ lint-imports: setup ## Check the package layers of pyproject.toml [tool.importli
 test-unit: setup $(K8S_STAMP) ## Fast tests only (no server, no build)
 	$(PY) -m pytest -m "not server and not slow and not gpu and not built"
 
-clean: stop monitor-stop ## Remove generated artifacts (never build/ or model sources)
+clean: stop monitor-stop ## Stop the servers and Prometheus, then remove generated artifacts (never build/ or model sources)
 	rm -rf artifacts run reports
 	find model_repository -name config.pbtxt -delete
 	find model_repository -mindepth 2 -maxdepth 2 -type d -name warmup -exec rm -rf {} +

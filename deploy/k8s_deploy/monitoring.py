@@ -5,9 +5,12 @@
 - The PrometheusRule's groups ARE `operations.alert_rules.render_alert_rules` (one generator).
 - prometheus-adapter turns NVIDIA's k8s-onprem queue-time query into a per-pod custom metric: the
   average over a pod's models of queue time per request (µs) in the last 30 s,
-  avg(delta(nv_inference_queue_duration_us[30s]) / (1 + delta(nv_inference_request_success[30s]))),
+  avg(increase(nv_inference_queue_duration_us[30s]) / clamp_min(increase(nv_inference_request_success[30s]), 1)),
   with the adapter's `<<.LabelMatchers>>` (namespace and pod names) and `by (<<.GroupBy>>)` (pod).
-  The `1 +` keeps an idle pod at 0 rather than dividing by zero.
+  NVIDIA's chart writes `delta(...)` and `1 + ...`; both counters only grow, so `increase` (which
+  Prometheus documents for counters) keeps a restarted server's reset from reading as a negative
+  queue time, and `clamp_min(..., 1)` keeps an idle pod at 0 without biasing a quiet one low (two
+  30 ms waits in the window read 30 ms, not 20).
 """
 from __future__ import annotations
 
@@ -24,8 +27,8 @@ QUEUE_METRIC = "triton_queue_time_per_request_us"
 #: The delta window of NVIDIA's chart; the local rehearsal shortens it (tests/integration/test_scaling_signal.py).
 QUEUE_WINDOW = "30s"
 SCRAPE_INTERVAL = "15s"
-_QUERY = ("avg(delta(nv_inference_queue_duration_us{{{m}}}[{w}])"
-          "/(1+delta(nv_inference_request_success{{{m}}}[{w}]))) by ({g})")
+_QUERY = ("avg(increase(nv_inference_queue_duration_us{{{m}}}[{w}])"
+          "/clamp_min(increase(nv_inference_request_success{{{m}}}[{w}]),1)) by ({g})")
 
 
 def adapter_metrics_query(window: str = QUEUE_WINDOW) -> str:

@@ -186,6 +186,7 @@ def render_onnx_cpu_config(
     itself, so ragged batches are safe for it.
     """
     parameters = {"onnx_file": onnx_file, "intra_op_num_threads": str(model.intra_op_threads)}
+    parameters.update(model.backend_parameters)
     parameters.update(extra_parameters or {})
     return _render_batched_model("onnxruntime_cpu", model, serving, inputs, outputs, parameters, ragged_inputs)
 
@@ -310,7 +311,16 @@ def render_python_model_config(
 ) -> pb.ModelConfig:
     """Config for a model whose own model.py runs in Triton's Python backend (e.g. a tokenizer),
     with the same dynamic batcher, priority levels and queue policies as every other model."""
+    refuse_backend_parameters(model, "Triton's Python backend (its own model.py)")
     return _render_batched_model("python", model, serving, inputs, outputs, parameters or {})
+
+
+def refuse_backend_parameters(model: ModelSpec, served_by: str) -> None:
+    """`backend_parameters` are the onnxruntime_cpu backend's switches: set on a model that another
+    backend serves, they would be ignored in silence, so they are refused."""
+    if model.backend_parameters:
+        raise ConfigError(f"`models.{model.name}.backend_parameters` = {dict(model.backend_parameters)}: this model is "
+                          f"served by {served_by}, not the onnxruntime_cpu backend they configure; remove them.")
 
 
 @dataclass(frozen=True)
@@ -351,6 +361,7 @@ def render_ensemble_config(
     """Config for `platform: "ensemble"`. An ensemble has no dynamic batcher of its own: each step
     batches and applies its priority levels and queue policies; the request's priority and timeout
     are passed to every step by Triton's ensemble scheduler."""
+    refuse_backend_parameters(model, "Triton's ensemble scheduler")
     available = {t.name for t in inputs}
     for step in steps:
         if step.model_name not in step_max_batch_sizes:

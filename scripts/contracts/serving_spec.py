@@ -239,6 +239,38 @@ class Placement:
                 raise ConfigError(f"`placement.cpu` = {self.cpu!r} is not a CPU placement: allowed {allowed}.") from None
 
 
+#: The `onnxruntime_cpu` backend's switches a serving.toml may set per model (`backend_parameters`):
+#: name -> (kind, what it does). The backend (serving/backend/triton_backends/onnxruntime_cpu/model.py)
+#: documents each; "flag" values are true/false.
+TUNABLE_BACKEND_PARAMETERS: Mapping[str, tuple[str, str]] = {
+    "adaptive_threads": ("flag", "a 1-thread session beside the wide one, chosen per call (default true)"),
+    "pinned_threads": ("flag", "main thread on a home core, wide-session workers on the others (default true)"),
+    "reject_non_finite": ("flag", "answer NaN/Inf inputs or answers with INVALID_ARG (default true)"),
+    "metrics_flush_interval_s": ("seconds", "how often the batch metrics go to the server (default 1)"),
+}
+
+
+def _backend_parameters(model: str, parameters: Any) -> dict[str, str]:
+    """`backend_parameters` as the config's string values, each key and value checked."""
+    if not isinstance(parameters, Mapping):
+        raise ConfigError(f"`models.{model}.backend_parameters` = {parameters!r}: expected a table of name = value.")
+    rendered = {}
+    for key, value in parameters.items():
+        where = f"`models.{model}.backend_parameters.{key}`"
+        if key not in TUNABLE_BACKEND_PARAMETERS:
+            raise ConfigError(f"{where} is not a backend parameter this project sets; allowed: {sorted(TUNABLE_BACKEND_PARAMETERS)}.")
+        kind = TUNABLE_BACKEND_PARAMETERS[key][0]
+        if kind == "flag":
+            if not isinstance(value, bool):
+                raise ConfigError(f"{where} = {value!r}: expected true or false.")
+            rendered[key] = "true" if value else "false"
+        else:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 3600:
+                raise ConfigError(f"{where} = {value!r}: expected a number of seconds in (0, 3600].")
+            rendered[key] = f"{value:g}"
+    return rendered
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     """One served model: what builds it, which variant is served, how it is batched."""
@@ -259,6 +291,10 @@ class ModelSpec:
     #: it holds requests until one is reached). Empty: none (the default; measured in docs/triton-batcher-stall.md).
     preferred_batch_sizes: tuple[int, ...] = ()
     options: Mapping[str, Any] = field(default_factory=dict)
+    #: Run-time switches of the `onnxruntime_cpu` backend, written into the model's config
+    #: `parameters` (e.g. `{ pinned_threads = false }`); TUNABLE_BACKEND_PARAMETERS lists them. The
+    #: rest of the backend's parameters (files, buckets, lengths) are derived by the build.
+    backend_parameters: Mapping[str, Any] = field(default_factory=dict)
     #: Which `[partitions.<name>]` serves this model; None: the first partition declared.
     partition: str | None = None
 
@@ -270,6 +306,7 @@ class ModelSpec:
         for key, value in dict(self.options).items():
             if str(key).endswith(PATH_OPTION_SUFFIXES):
                 check_relative_path(f"models.{self.name}.options.{key}", value)
+        object.__setattr__(self, "backend_parameters", _backend_parameters(self.name, self.backend_parameters))
         if self.partition is not None:
             check_name(f"models.{self.name}.partition", self.partition)
         if not isinstance(self.variant, Variant):

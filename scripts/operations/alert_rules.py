@@ -20,12 +20,16 @@ from pathlib import Path
 from typing import Any
 
 from operations.errors import MonitorConfigError
+from serving.generation.metrics import SEQUENCES_RUNNING
 
 RULES_PATH = Path(__file__).with_name("alert_rules.yml")
 RULES_TEST_PATH = Path(__file__).with_name("alert_rules_test.yml")
 #: Labels that identify one model on one partition (Triton's own plus the scrape's).
 MODEL_LABELS = "job, instance, partition, model, version"
 _DURATION = re.compile(r"^[1-9][0-9]*[smh]$")
+#: A series every generation model exports: marks decoupled models whose request duration is a
+#: whole generation, not a latency to hold against the SLA.
+GENERATION_MARKER = SEQUENCES_RUNNING.name
 
 
 @dataclass(frozen=True)
@@ -144,8 +148,12 @@ def render_alert_rules(t: AlertThresholds, pod_container: str | None = None) -> 
               "info", "cpu", f"CPU utilisation below {util_pct} for {t.low_utilisation_for}",
               "Host of {{ $labels.instance }} is {{ $value | humanizePercentage }} busy: "
               "capacity is idle (larger batches or fewer partitions)."),
+        # A generation model's request lasts until its last token (seconds, by design), so the models
+        # that export the generation metrics are left to their own time-to-first-token and
+        # inter-token panels instead of raising this alert whenever they serve.
         _rule("TritonP99LatencyNearSla",
-              f'nv_inference_request_summary_us{{quantile="0.99"}} / 1e6 > {t.p99_warning_seconds}', t.latency_for,
+              f'nv_inference_request_summary_us{{quantile="0.99"}} / 1e6 > {t.p99_warning_seconds}'
+              f" unless on (instance, model, version) {GENERATION_MARKER}", t.latency_for,
               "warning", "latency",
               f"P99 above {t.sla_warning_fraction:.0%} of the {t.p99_sla_ms:g} ms SLA",
               "{{ $labels.model }} v{{ $labels.version }} on {{ $labels.instance }}: P99 {{ $value | humanizeDuration }} "

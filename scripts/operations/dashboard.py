@@ -7,6 +7,7 @@ the `$datasource` and `$model` template variables, so the JSON imports into any 
 """
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import sys
@@ -45,11 +46,13 @@ PANELS: tuple[tuple[str, str, list[tuple[str, str]]], ...] = (
      [(f"sum by (partition, model) (nv_inference_pending_request_count{_M})", "{{model}}")]),
     ("Average batch size (inferences / executions)", "short",
      [(_ratio("nv_inference_count", "nv_inference_exec_count"), "{{model}}")]),
-    ("Compute time per execution", "µs",
-     [(_ratio("nv_inference_compute_input_duration_us", "nv_inference_exec_count"), "{{model}} input"),
-      (_ratio("nv_inference_compute_infer_duration_us", "nv_inference_exec_count"), "{{model}} infer"),
-      (_ratio("nv_inference_compute_output_duration_us", "nv_inference_exec_count"), "{{model}} output")]),
-    ("Failures and rejections by reason (REJECTED = queue timeout)", "reqps",
+    # Triton adds an execution's whole compute time to each of its requests' duration counters, so
+    # these divide by requests (per execution would multiply by the batch size).
+    ("Compute time per request (each request is charged its whole batch's time)", "µs",
+     [(_ratio("nv_inference_compute_input_duration_us", "nv_inference_request_success"), "{{model}} input"),
+      (_ratio("nv_inference_compute_infer_duration_us", "nv_inference_request_success"), "{{model}} infer"),
+      (_ratio("nv_inference_compute_output_duration_us", "nv_inference_request_success"), "{{model}} output")]),
+    ("Failures and rejections by reason (REJECTED: refused before execution, e.g. queue full or timed out)", "reqps",
      [(f"sum by (partition, model, reason) (rate(nv_inference_request_failure{_M}{_RATE}))", "{{model}} {{reason}}")]),
     ("Error rate (alert above 0.5%)", "percentunit",
      [(f"{_per_model_rate('nv_inference_request_failure')} / ({_per_model_rate('nv_inference_request_success')}"
@@ -72,14 +75,15 @@ PANELS: tuple[tuple[str, str, list[tuple[str, str]]], ...] = (
      [(f"sum by (partition, model, bucket) (rate(serving_batch_bucket_calls_total{_M}{_RATE}))", "{{model}} <= {{bucket}} tokens")]),
     ("Time outside the framework call per execution (overhead share)", "percentunit",
      [(f"{_per_model_rate('serving_batch_overhead_seconds_sum')} / ({_per_model_rate('serving_batch_overhead_seconds_sum')}"
-       f" + {_per_model_rate('serving_batch_framework_seconds_sum')})", "{{model}} overhead share"),
-      (_ratio("serving_batch_overhead_seconds_sum", "serving_batch_overhead_seconds_count"), "{{model}} mean overhead s")]),
+       f" + {_per_model_rate('serving_batch_framework_seconds_sum')})", "{{model}} overhead share")]),
+    ("Time outside the framework call per execution (mean)", "s",
+     [(_ratio("serving_batch_overhead_seconds_sum", "serving_batch_overhead_seconds_count"), "{{model}} mean overhead")]),
     ("Framework calls per ONNX Runtime session (wide: a thread per core; narrow: 1 thread) and why", "ops",
      [(f"sum by (partition, model, session, reason) (rate(serving_framework_calls_total{_M}{_RATE}))",
        "{{model}} {{session}} ({{reason}})")]),
     ("Session choice: median lone-call time per session and size (elements fed)", "s",
-     [(f"max by (partition, model, instance, session, size_class) (serving_session_choice_median_seconds{_M})",
-       "{{model}}/{{instance}} {{session}} {{size_class}}")]),
+     [(f"max by (partition, model, model_instance, session, size_class) (serving_session_choice_median_seconds{_M})",
+       "{{model}}/{{model_instance}} {{session}} {{size_class}}")]),
     ("Requests refused by the backend (input contract, isolated framework failures)", "reqps",
      [(f"sum by (partition, model, reason) (rate(serving_rejected_requests_total{_M}{_RATE}))", "{{model}} {{reason}}")]),
     # Generation models (serving/generation/metrics.py): the scheduler and KV cache inside the model.
@@ -144,9 +148,12 @@ def triton_metric_names(gpu: bool = True) -> set[str]:
     return names(scraped) | (names(documented.split("\n", 1)[1]) if gpu else set())
 
 
-def main() -> int:
-    DASHBOARD_PATH.write_text(json.dumps(render_dashboard(), indent=2, ensure_ascii=False) + "\n")
-    print(f"wrote {DASHBOARD_PATH}")
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="operations.dashboard", description="Write the Grafana dashboard JSON (render_dashboard()).")
+    parser.add_argument("--output", type=Path, default=DASHBOARD_PATH)
+    args = parser.parse_args(argv)
+    args.output.write_text(json.dumps(render_dashboard(), indent=2, ensure_ascii=False) + "\n")
+    print(f"wrote {args.output}")
     return 0
 
 

@@ -1,4 +1,4 @@
-"""`python -m perf_sweep run|inputs|report|write-back`.
+"""`python -m perf_sweep run|inputs|report|write-back|peers`.
 
 run         sweeps against the running servers (run/manifest.json), A/B block, report
 inputs      only generate the perf_analyzer input files (digit images or long-tailed texts)
@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="perf_sweep", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="sweep the running servers and write reports/perf/<timestamp>/")
-    run.add_argument("--quick", action="store_true", help="short windows and fewer levels (a smoke run, ~3 min)")
+    run.add_argument("--quick", action="store_true", help="short windows and fewer levels (a smoke run, ~4 min; ~9 min with the peers section)")
     run.add_argument("--models", nargs="+", help="only these served models (default: all in the manifest)")
     run.add_argument("--max-concurrency", type=int)
     run.add_argument("--ab-model", help="model for the A/B block (default digit_classifier)")

@@ -13,7 +13,7 @@ def add_peers_parser(sub) -> None:
     peers = sub.add_parser("peers", help="this project against a minimal FastAPI server, PyTriton and infinity-emb "
                                          "(the same ONNX files, inputs and client); reports/perf/peers-<timestamp>/")
     peers.add_argument("--quick", action="store_true", help="c = 1, 4, 16 and one Poisson rate, 1 s + 2 s per level, "
-                                                            "200 texts (a development smoke run, ~5 min)")
+                                                            "200 texts (a development smoke run, ~6 min)")
     peers.add_argument("--targets", nargs="+", choices=[t.value for t in TargetKind],
                        help="targets to measure (default all; this project is always measured)")
     peers.add_argument("--models", nargs="+", choices=[m.value for m in ModelKind], help="default both")

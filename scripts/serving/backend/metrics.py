@@ -15,7 +15,7 @@ the partition's Triton metrics endpoint (beside `nv_*`):
 | `serving_batch_framework_seconds` | histogram | time inside ONNX Runtime per execution |
 | `serving_batch_overhead_seconds` | histogram | time in `execute` outside ONNX Runtime (decode, checks, padding, responses) |
 | `serving_framework_calls_total{session,reason}` | counter | framework calls on the wide (a thread per core) or the narrow (1 thread) session, for models with both, and why that one (`session_choice.Reason`: sibling_busy, cores_busy, exploring, recheck, preferred, size_class; serving/backend/session_choice.py) |
-| `serving_session_choice_median_seconds{instance,session,size_class}` | gauge | per instance and size class (elements fed, a power-of-two range), the median of each session's last warm lone calls that the choice compares; republished at each decision (serving/backend/session_choice.py) |
+| `serving_session_choice_median_seconds{model_instance,session,size_class}` | gauge | per instance and size class (elements fed, a power-of-two range), the median of each session's last warm lone calls that the choice compares; republished at each decision (serving/backend/session_choice.py) |
 | `serving_rejected_requests_total{reason}` | counter | requests refused before batching (input contract, text) or isolated after a framework failure |
 
 The histograms are published as the counter series of a Prometheus classic histogram, summed in
@@ -48,7 +48,7 @@ FAMILIES: FamilyTable = {
     "serving_batch_framework_seconds": ("histogram", "Time inside ONNX Runtime per execution.", SECONDS_BUCKETS, ()),
     "serving_batch_overhead_seconds": ("histogram", "Time in execute outside ONNX Runtime per execution.", SECONDS_BUCKETS, ()),
     "serving_rejected_requests_total": ("counter", "Requests refused before batching or isolated after a framework failure.", None, ("reason",)),
-    "serving_session_choice_median_seconds": ("gauge", "Median of a session's last warm lone calls of a size class, as the session choice compares them.", None, ("instance", "session", "size_class")),
+    "serving_session_choice_median_seconds": ("gauge", "Median of a session's last warm lone calls of a size class, as the session choice compares them.", None, ("model_instance", "session", "size_class")),
     "serving_framework_calls_total": ("counter", "Framework calls per ONNX Runtime session (wide: a thread per core; narrow: 1 thread) and why it ran.", None, ("session", "reason")),
 }
 
@@ -96,5 +96,5 @@ def choice_observations(instance: int, medians_s: Mapping[int, Mapping[str, floa
     """The session choice's medians (`SessionChoice.medians_s()`: per size class, seconds per
     session) as gauges of one instance."""
     return [Observation("serving_session_choice_median_seconds",
-                        (("instance", str(instance)), ("session", session), ("size_class", size_class_range(size))), seconds)
+                        (("model_instance", str(instance)), ("session", session), ("size_class", size_class_range(size))), seconds)
             for size, sessions in sorted(medians_s.items()) for session, seconds in sorted(sessions.items())]

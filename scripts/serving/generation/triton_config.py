@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from contracts.model_config import ModelConfig, TensorSpec, model_input, model_output, set_parameters
+from contracts.model_config import ModelConfig, TensorSpec, model_input, model_output, refuse_backend_parameters, set_parameters
 from contracts.serving_spec import ModelSpec
 
 #: (name, Triton type, dims, optional)
@@ -36,6 +36,7 @@ GENERATION_OUTPUTS = (
 
 
 def render_generation_config(model: ModelSpec, parameters: Mapping[str, str]) -> ModelConfig:
+    refuse_backend_parameters(model, "the generation model's own model.py (serving/generation)")
     config = ModelConfig(
         name=model.name, backend="python", max_batch_size=0,
         input=[model_input(TensorSpec(name, dtype, dims), optional=optional) for name, dtype, dims, optional in GENERATION_INPUTS],

@@ -117,3 +117,33 @@ def test_server_rate_limit_follows_the_serving_spec(tmp_path):
     assert serving_spec_from_dict({"models": models, "server": {"rate_limit": "off"}}).server.rate_limit == "off"
     with pytest.raises(ConfigError, match="rate_limit"):
         serving_spec_from_dict({"models": models, "server": {"rate_limit": "resources"}})
+
+
+def test_backend_parameters_of_serving_toml_reach_the_config_as_strings():
+    spec = serving_spec_from_dict({
+        "priorities": TWO_PRIORITY_LEVELS, "batching": {"default_priority": "batch"},
+        "models": {"m": {"recipe": "digit_cnn", "backend_parameters": {"pinned_threads": False, "metrics_flush_interval_s": 0.5}}},
+    })
+    config = render_onnx_cpu_config(spec.model("m"), spec, [TensorSpec("x", "TYPE_FP32", (3,))], [TensorSpec("y", "TYPE_FP32", (2,))])
+    parameters = {k: v.string_value for k, v in config.parameters.items()}
+    assert parameters["pinned_threads"] == "false" and parameters["metrics_flush_interval_s"] == "0.5"
+    assert parameters["onnx_file"] == "model.onnx"  # derived parameters stay
+
+
+@pytest.mark.parametrize("parameters, message", [
+    ({"onnx_file": "other.onnx"}, "not a backend parameter this project sets; allowed"),
+    ({"pinned_threads": "false"}, "expected true or false"),
+    ({"metrics_flush_interval_s": 0}, r"expected a number of seconds in \(0, 3600\]"),
+    ("pinned_threads=false", "expected a table of name = value"),
+])
+def test_backend_parameters_are_checked_naming_the_key_and_the_expected_form(parameters, message):
+    with pytest.raises(ConfigError, match=message):
+        ModelSpec(name="m", recipe="digit_cnn", backend_parameters=parameters)
+
+
+def test_backend_parameters_on_a_model_another_backend_serves_are_refused_not_ignored():
+    from contracts.model_config import render_python_model_config
+
+    model = ModelSpec(name="tok", recipe="text_tokenizer", backend_parameters={"pinned_threads": False})
+    with pytest.raises(ConfigError, match="served by Triton's Python backend"):
+        render_python_model_config(model, SERVING, [TensorSpec("TEXT", "TYPE_STRING", (1,))], [TensorSpec("y", "TYPE_INT64", (-1,))])

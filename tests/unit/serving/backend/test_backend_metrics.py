@@ -124,11 +124,23 @@ def test_the_session_choice_medians_are_gauges_per_instance_session_and_size_ran
 
     observed = choice_observations(1, {4: {"wide": 0.0032, "narrow": 0.0039}, 6: {"wide": 0.0075}})
     assert [(o.labels, o.value) for o in observed] == [
-        ((("instance", "1"), ("session", "narrow"), ("size_class", "16-31")), 0.0039),
-        ((("instance", "1"), ("session", "wide"), ("size_class", "16-31")), 0.0032),
-        ((("instance", "1"), ("session", "wide"), ("size_class", "64-127")), 0.0075)]
+        ((("model_instance", "1"), ("session", "narrow"), ("size_class", "16-31")), 0.0039),
+        ((("model_instance", "1"), ("session", "wide"), ("size_class", "16-31")), 0.0032),
+        ((("model_instance", "1"), ("session", "wide"), ("size_class", "64-127")), 0.0075)]
     totals = MetricTotals(FAMILIES)
     totals.add(observed)
     totals.add(choice_observations(1, {4: {"wide": 0.003, "narrow": 0.0039}}))
     drained = dict(totals.drain())
     assert drained[("serving_session_choice_median_seconds", observed[1].labels)] == 0.003, "a gauge keeps the latest median"
+
+
+def test_no_custom_family_declares_a_label_that_prometheus_or_triton_sets_itself():
+    """Prometheus sets `job` and `instance` on every scraped sample (a sample's own `instance` becomes
+    `exported_instance` under the default honor_labels: false, and queries on it see nothing); Triton
+    adds `model` and `version` to every custom metric. A family declaring one of them would be misread."""
+    from serving.generation.metrics import family_table
+
+    reserved = {"job", "instance", "model", "version"}
+    for table in (FAMILIES, family_table()):
+        for name, (_kind, _help, _buckets, labels) in table.items():
+            assert not reserved & set(labels), f"{name} declares {sorted(reserved & set(labels))}"
