@@ -216,3 +216,85 @@ def test_a_request_that_makes_onnx_runtime_fail_is_found_and_fails_alone(doublin
     print(f"\n70 requests (10 failing in ONNX Runtime) in {executions} executions: 60 answered exactly, 10 refused alone")
     assert counted(stats) - counted(before) == 70 and executions < 70, "requests were never co-batched: isolation was not exercised"
     assert doubling_model_server.process.process.poll() is None
+
+
+# --- what Triton 2.51 itself lets through: refused per request by the preloaded request guard -----
+
+def binary_text_request(url: str, blob: bytes, rows: int = 1):
+    """A text_embedder request whose TEXT is `blob` as binary tensor data (the KServe binary
+    extension, as hand-made clients and perf_analyzer input files send it): (status, body)."""
+    import http.client
+    import json
+
+    header = json.dumps({"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [rows, 1],
+                                     "parameters": {"binary_data_size": len(blob)}}]}).encode()
+    host, port = url.split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=30)
+    try:
+        connection.request("POST", "/v2/models/text_embedder/infer", header + blob,
+                           {"Inference-Header-Content-Length": str(len(header))})
+        response = connection.getresponse()
+        return response.status, response.read()
+    finally:
+        connection.close()
+
+
+def bytes_element(text: bytes) -> bytes:
+    return len(text).to_bytes(4, "little") + text
+
+
+def test_a_bytes_element_longer_than_its_data_is_refused_alone_and_fails_no_batch_mate(triton_server):
+    """Triton 2.51's core counts BYTES elements but misses one whose length prefix runs past the end
+    of the data; its Python backend then fails the WHOLE batch with that request's error ("incomplete
+    string data ... expecting string of length 4294967280"). serving/runtime/native/request_guard.c
+    refuses it before batching; the batch mates (binary and JSON) get their answers."""
+    import json
+
+    url = triton_server.url("http")
+    poison = (0xFFFFFFF0).to_bytes(4, "little") + b"abcd"
+    status, body = binary_text_request(url, poison)
+    assert status == 400, body
+    assert re.search(r"input 'TEXT' \(BYTES\): element 0 declares 4294967280 bytes but only 4 follow in the request; "
+                     r"expected each element as a 4-byte little-endian length", body.decode()), body
+    short_by_six = (10).to_bytes(4, "little") + b"abcd"
+    texts = [s.encode() for s in SENTENCES[:8]]
+    solo = [json.loads(binary_text_request(url, bytes_element(t))[1])["outputs"][0]["data"] for t in texts]
+    wrong, refused = [], 0
+    for _ in range(8):
+        results = concurrently([lambda t=t: binary_text_request(url, bytes_element(t)) for t in texts]
+                               + [lambda: binary_text_request(url, poison), lambda: binary_text_request(url, short_by_six)])
+        for i, ((status, body), expected) in enumerate(zip(results[:8], solo)):
+            if status != 200 or not np.allclose(json.loads(body)["outputs"][0]["data"], expected, rtol=RTOL, atol=ATOL):
+                wrong.append((i, status, body[:200]))
+        refused += (results[8][0] == 400) + (results[9][0] == 400)
+    assert not wrong, wrong[:3]
+    assert refused == 16
+    # a well-formed binary request of several elements (one empty) is untouched by the guard
+    status, body = binary_text_request(url, b"".join(bytes_element(t) for t in (b"first", b"", b"third")), rows=3)
+    assert status == 200 and json.loads(body)["outputs"][0]["shape"] == [3, 384], body[:300]
+
+
+def test_a_shape_whose_size_overflows_is_refused_and_the_model_keeps_answering(triton_server, token_ids):
+    """gRPC shape [1, 2**61 + 3] of INT64 with 24 bytes: Triton 2.51's byte-size check wraps around to
+    24 and passes, and the backend stub then aborts ("array is too big"); the model answered "Stub
+    process is not healthy" until the stub was restarted. Refused per request now."""
+    import grpc
+    from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+    url = triton_server.url("grpc")
+    solo = encode(url, "grpc", token_ids[0])
+    stub = service_pb2_grpc.GRPCInferenceServiceStub(grpc.insecure_channel(url))
+    request = service_pb2.ModelInferRequest(model_name=ENCODER)
+    for name, values in (("input_ids", [101, 2000, 102]), ("attention_mask", [1, 1, 1])):
+        tensor = request.inputs.add()
+        tensor.name, tensor.datatype = name, "INT64"
+        tensor.shape.extend([1, 2**61 + 3])
+        request.raw_input_contents.append(np.array(values, np.int64).tobytes())
+    with pytest.raises(grpc.RpcError) as refused:
+        stub.ModelInfer(request, timeout=30)
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT, refused.value
+    assert re.search(r"input '(input_ids|attention_mask)' has shape \[1,2305843009213693955\] of INT64: more elements than "
+                     r"any request can hold", refused.value.details()), refused.value.details()
+    after = [encode(url, "grpc", token_ids[0]) for _ in range(4)]  # both instances, in turn or not
+    for answer in after:
+        np.testing.assert_allclose(answer, solo, rtol=RTOL, atol=ATOL)

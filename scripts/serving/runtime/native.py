@@ -4,8 +4,11 @@
   costs milliseconds instead of 500 ms (its header; docs/triton-batcher-stall.md).
 - `gzip_level.c`: sets the zlib level of the HTTP responses Triton compresses for clients that
   send `Accept-Encoding: gzip` (its header; docs/performance.md, "Compressed responses").
+- `request_guard.c`: refuses, per request and before batching, the two malformed requests that get
+  past Triton 2.51's own checks and then fail a whole batch or a backend stub (a BYTES element
+  longer than the data, a shape whose size overflows); always on (its header; docs/operations.md).
 
-Both are compiled by `make setup` (`python -m serving build-native`) into the virtual environment,
+All are compiled by `make setup` (`python -m serving build-native`) into the virtual environment,
 next to nothing of the repository, and `preload_environment` is how a server process gets them;
 a Kubernetes pod gets the same variables from `preload_variables`, with the libraries that the
 model-repository image builds (`python -m serving.runtime.native DIR`, deploy/image/Dockerfile);
@@ -28,6 +31,7 @@ NATIVE_DIR = Path(__file__).parent / "native"
 LIBRARY_DIR = Path(sys.prefix) / "lib" / "triton-serving"
 CAP_ENV = "SERVING_COND_WAIT_CAP_US"
 GZIP_LEVEL_ENV = "SERVING_HTTP_GZIP_LEVEL"
+REQUEST_GUARD_ENV = "SERVING_REQUEST_GUARD"
 
 
 @dataclass(frozen=True)
@@ -50,7 +54,11 @@ COND_WAIT_CAP = NativeHelper(
 GZIP_LEVEL = NativeHelper(
     "HTTP gzip level", NATIVE_DIR / "gzip_level.c", LIBRARY_DIR / "libgzip_level.so", GZIP_LEVEL_ENV,
     "Triton compresses HTTP responses at zlib's level 6 for clients that accept gzip (docs/performance.md)")
-HELPERS = (COND_WAIT_CAP, GZIP_LEVEL)
+REQUEST_GUARD = NativeHelper(
+    "request guard", NATIVE_DIR / "request_guard.c", LIBRARY_DIR / "librequest_guard.so", REQUEST_GUARD_ENV,
+    "a BYTES element longer than its request's data fails every request batched with it, and a shape whose size "
+    "overflows stops the model's backend stub (docs/operations.md)")
+HELPERS = (COND_WAIT_CAP, GZIP_LEVEL, REQUEST_GUARD)
 
 
 def build_helper(helper: NativeHelper, dest: Path | None = None, compiler: str | None = None) -> tuple[Path | None, str]:
@@ -78,9 +86,11 @@ def build_helpers(directory: Path | None = None) -> list[tuple[NativeHelper, Pat
 
 def wanted_helpers(cap_us: int, gzip_level: int | str | None) -> dict[NativeHelper, int | str]:
     """The helpers a server with these settings preloads, each with its variable's value: the cap
-    when `cap_us` > 0, the gzip level ("off" or 0-9) when `gzip_level` is not None."""
+    when `cap_us` > 0, the gzip level ("off" or 0-9) when `gzip_level` is not None, and the request
+    guard always (it only refuses requests that would otherwise fail others)."""
     return {helper: value for helper, wanted, value in ((COND_WAIT_CAP, cap_us > 0, cap_us),
-                                                        (GZIP_LEVEL, gzip_level is not None, gzip_level))
+                                                        (GZIP_LEVEL, gzip_level is not None, gzip_level),
+                                                        (REQUEST_GUARD, True, "on"))
             if wanted}
 
 
@@ -97,11 +107,11 @@ def preload_variables(wanted: Mapping[NativeHelper, int | str], library_of: Call
 
 
 def preload_environment(cap_us: int, base: dict[str, str], library: Path = COND_WAIT_CAP.library,
-                        gzip_level: int | str | None = None, gzip_library: Path = GZIP_LEVEL.library
-                        ) -> tuple[dict[str, str], str | None]:
+                        gzip_level: int | str | None = None, gzip_library: Path = GZIP_LEVEL.library,
+                        guard_library: Path = REQUEST_GUARD.library) -> tuple[dict[str, str], str | None]:
     """`base` plus `preload_variables` for the helpers that are asked for and built here.
     (environment, one line of warnings or None)."""
-    libraries = {COND_WAIT_CAP: library, GZIP_LEVEL: gzip_library}
+    libraries = {COND_WAIT_CAP: library, GZIP_LEVEL: gzip_library, REQUEST_GUARD: guard_library}
     wanted, warnings = wanted_helpers(cap_us, gzip_level), []
     for helper in list(wanted):
         if not libraries[helper].exists():

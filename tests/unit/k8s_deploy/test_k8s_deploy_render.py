@@ -13,7 +13,7 @@ from k8s_deploy.tree import render_documents, render_files, stale_files
 from k8s_deploy.workload import NATIVE_LIBRARY_DIR, TRITON_IMAGE, plan_deployment, resource_name
 from operations.alert_rules import AlertThresholds, render_alert_rules
 from serving.runtime.launcher import partition_server_settings
-from serving.runtime.native import CAP_ENV, GZIP_LEVEL_ENV, HELPERS, preload_environment
+from serving.runtime.native import CAP_ENV, GZIP_LEVEL_ENV, HELPERS, REQUEST_GUARD_ENV, preload_environment
 from contracts.partition_plan import cores_for_shares
 from serving.runtime.security import AdminKey
 from serving.runtime.supervisor import RestartPolicy
@@ -86,9 +86,10 @@ def test_every_pod_preloads_the_helpers_the_hosts_servers_get_with_the_same_sett
         assert env["LD_PRELOAD"] == ":".join(str(NATIVE_LIBRARY_DIR / h.library.name) for h in HELPERS)
         assert env[CAP_ENV] == str(serving_spec.server.cond_wait_cap_us) != "0"
         assert env[GZIP_LEVEL_ENV] == str(serving_spec.server.http_gzip_level)
+        assert env[REQUEST_GUARD_ENV] == "on"
         on_host, _ = preload_environment(deploy.plan.cond_wait_cap_us, {}, gzip_level=deploy.plan.http_gzip_level,
-                                         library=tmp_path, gzip_library=tmp_path)  # tmp_path exists: both "built"
-        assert {k: v for k, v in on_host.items() if k != "LD_PRELOAD"} == {k: env[k] for k in (CAP_ENV, GZIP_LEVEL_ENV)}
+                                         library=tmp_path, gzip_library=tmp_path, guard_library=tmp_path)  # exists: "built"
+        assert {k: v for k, v in on_host.items() if k != "LD_PRELOAD"} == {k: env[k] for k in (CAP_ENV, GZIP_LEVEL_ENV, REQUEST_GUARD_ENV)}
 
 
 def test_no_configured_admin_key_ever_reaches_a_rendered_file(serving_spec, monkeypatch):

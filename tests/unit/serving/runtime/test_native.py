@@ -12,49 +12,51 @@ from pathlib import PurePosixPath
 import pytest
 
 from contracts.layout import PROJECT_ROOT
-from serving.runtime.native import (CAP_ENV, COND_WAIT_CAP, GZIP_LEVEL, GZIP_LEVEL_ENV, HELPERS, preload_environment,
+from serving.runtime.native import (CAP_ENV, COND_WAIT_CAP, GZIP_LEVEL, GZIP_LEVEL_ENV, HELPERS, REQUEST_GUARD,
+                                    REQUEST_GUARD_ENV, preload_environment,
                                     preload_variables, wanted_helpers)
 
 
 def libraries(tmp_path):
-    cap, gzip = tmp_path / "libcond_wait_cap.so", tmp_path / "libgzip_level.so"
-    cap.write_bytes(b""), gzip.write_bytes(b"")
-    return cap, gzip
+    cap, gzip, guard = tmp_path / "libcond_wait_cap.so", tmp_path / "libgzip_level.so", tmp_path / "librequest_guard.so"
+    cap.write_bytes(b""), gzip.write_bytes(b""), guard.write_bytes(b"")
+    return cap, gzip, guard
 
 
-def test_both_helpers_are_preloaded_before_an_inherited_preload_with_their_settings(tmp_path):
-    cap, gzip = libraries(tmp_path)
+def test_every_helper_is_preloaded_before_an_inherited_preload_with_its_settings(tmp_path):
+    cap, gzip, guard = libraries(tmp_path)
     env, warning = preload_environment(10000, {"LD_PRELOAD": "/x/other.so", "KEEP": "1"}, library=cap,
-                                       gzip_level=0, gzip_library=gzip)
-    assert env["LD_PRELOAD"] == f"{cap}:{gzip}:/x/other.so"
-    assert env[CAP_ENV] == "10000" and env[GZIP_LEVEL_ENV] == "0" and env["KEEP"] == "1" and warning is None
+                                       gzip_level=0, gzip_library=gzip, guard_library=guard)
+    assert env["LD_PRELOAD"] == f"{cap}:{gzip}:{guard}:/x/other.so"
+    assert env[CAP_ENV] == "10000" and env[GZIP_LEVEL_ENV] == "0" and env[REQUEST_GUARD_ENV] == "on"
+    assert env["KEEP"] == "1" and warning is None
 
 
-def test_a_helper_not_asked_for_is_neither_preloaded_nor_configured(tmp_path):
-    cap, gzip = libraries(tmp_path)
-    env, warning = preload_environment(0, {}, library=cap, gzip_level=None, gzip_library=gzip)
-    assert env == {} and warning is None
-    env, _ = preload_environment(0, {}, library=cap, gzip_level=6, gzip_library=gzip)
-    assert env == {"LD_PRELOAD": str(gzip), GZIP_LEVEL_ENV: "6"}
-    env, _ = preload_environment(0, {}, library=cap, gzip_level="off", gzip_library=gzip)
-    assert env == {"LD_PRELOAD": str(gzip), GZIP_LEVEL_ENV: "off"}
+def test_a_helper_not_asked_for_is_neither_preloaded_nor_configured_and_the_guard_always_is(tmp_path):
+    cap, gzip, guard = libraries(tmp_path)
+    env, warning = preload_environment(0, {}, library=cap, gzip_level=None, gzip_library=gzip, guard_library=guard)
+    assert env == {"LD_PRELOAD": str(guard), REQUEST_GUARD_ENV: "on"} and warning is None
+    env, _ = preload_environment(0, {}, library=cap, gzip_level=6, gzip_library=gzip, guard_library=guard)
+    assert env == {"LD_PRELOAD": f"{gzip}:{guard}", GZIP_LEVEL_ENV: "6", REQUEST_GUARD_ENV: "on"}
+    env, _ = preload_environment(0, {}, library=cap, gzip_level="off", gzip_library=gzip, guard_library=guard)
+    assert env == {"LD_PRELOAD": f"{gzip}:{guard}", GZIP_LEVEL_ENV: "off", REQUEST_GUARD_ENV: "on"}
 
 
-def test_a_missing_library_is_named_in_the_warning_and_the_other_still_preloaded(tmp_path):
-    cap, gzip = libraries(tmp_path)
+def test_a_missing_library_is_named_in_the_warning_and_the_others_still_preloaded(tmp_path):
+    cap, gzip, guard = libraries(tmp_path)
     gzip.unlink()
-    env, warning = preload_environment(2000, {}, library=cap, gzip_level=1, gzip_library=gzip)
-    assert env["LD_PRELOAD"] == str(cap) and GZIP_LEVEL_ENV not in env
+    env, warning = preload_environment(2000, {}, library=cap, gzip_level=1, gzip_library=gzip, guard_library=guard)
+    assert env["LD_PRELOAD"] == f"{cap}:{guard}" and GZIP_LEVEL_ENV not in env
     assert str(gzip) in warning and "make setup" in warning and "level 6" in warning
 
 
 def test_preload_variables_are_pure_and_put_the_helpers_before_an_inherited_preload():
     wanted = wanted_helpers(2000, 0)
-    assert wanted == {COND_WAIT_CAP: 2000, GZIP_LEVEL: 0}
-    assert wanted_helpers(0, None) == {} and preload_variables({}, lambda h: PurePosixPath("/x")) == {}
+    assert wanted == {COND_WAIT_CAP: 2000, GZIP_LEVEL: 0, REQUEST_GUARD: "on"}
+    assert wanted_helpers(0, None) == {REQUEST_GUARD: "on"} and preload_variables({}, lambda h: PurePosixPath("/x")) == {}
     variables = preload_variables(wanted, lambda h: PurePosixPath("/pod/lib") / h.library.name, "/x/other.so")
-    assert variables == {"LD_PRELOAD": "/pod/lib/libcond_wait_cap.so:/pod/lib/libgzip_level.so:/x/other.so",
-                         CAP_ENV: "2000", GZIP_LEVEL_ENV: "0"}
+    assert variables == {"LD_PRELOAD": "/pod/lib/libcond_wait_cap.so:/pod/lib/libgzip_level.so:/pod/lib/librequest_guard.so:/x/other.so",
+                         CAP_ENV: "2000", GZIP_LEVEL_ENV: "0", REQUEST_GUARD_ENV: "on"}
 
 
 @pytest.mark.skipif(not (shutil.which("cc") or shutil.which("gcc")), reason="no C compiler on PATH")

@@ -1,0 +1,351 @@
+/*
+ * request_guard: per-request checks that Triton 2.51 leaves to the backend, done before a request
+ * can join a batch.
+ *
+ * Why: two malformed requests get past Triton 2.51's own checks and then fail every request of the
+ * batch they land in, or the backend stub that runs it (docs/operations.md, "One request never
+ * hurts another"):
+ * - A BYTES element whose 4-byte length prefix declares more bytes than the request holds. The
+ *   core's check (InferenceRequest::ValidateBytesInputs) counts the elements but does not notice
+ *   that the last one runs past the end of the data; the Python backend's check
+ *   (backend_common's ValidateStringBuffer, called while it copies the whole batch's inputs) does,
+ *   and fails the whole batch: every good request batched with it got "incomplete string data for
+ *   inference input 'TEXT', expecting string of length 4294967280 but only 4 bytes available".
+ *   Seen with hand-made binary data and with perf_analyzer input files that hold raw bytes.
+ * - A shape whose element count overflows 64 bits (gRPC [1, 2^61 + 3] of INT64 with 24 bytes of
+ *   data: the core's byte-size check wraps around to 24 and passes). The backend stub then aborts
+ *   building the array ("array is too big"), and the model answers "Stub process is not healthy"
+ *   until the stub is restarted.
+ *
+ * What this does: preloaded into `tritonserver` with SERVING_REQUEST_GUARD=on (serving.runtime.native),
+ * it wraps the server API calls the HTTP and gRPC frontends make to build a request
+ * (TRITONSERVER_InferenceRequestAddInput, ...AppendInputData, ...Remove*, ...Delete) to remember
+ * each input's data type, shape and CPU buffers, and checks them in TRITONSERVER_ServerInferAsync.
+ * A request that fails is answered alone with INVALID_ARG naming the input, the problem and the
+ * expected form (the frontends turn an error from ServerInferAsync into that request's HTTP 400 /
+ * gRPC INVALID_ARGUMENT); it never reaches a batch. Everything else, including every check Triton
+ * makes itself, is unchanged. Inputs in GPU memory are not read. Inert in any other process and
+ * when the variable is unset.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tritonserver_only.h"
+
+/* The few parts of tritonserver.h this needs (Triton 2.51's values), so no Triton headers are needed. */
+typedef struct TRITONSERVER_Error TRITONSERVER_Error;
+typedef struct TRITONSERVER_Server TRITONSERVER_Server;
+typedef struct TRITONSERVER_InferenceRequest TRITONSERVER_InferenceRequest;
+typedef struct TRITONSERVER_InferenceTrace TRITONSERVER_InferenceTrace;
+typedef struct TRITONSERVER_BufferAttributes TRITONSERVER_BufferAttributes;
+enum { TYPE_BOOL = 1, TYPE_UINT8, TYPE_UINT16, TYPE_UINT32, TYPE_UINT64, TYPE_INT8, TYPE_INT16, TYPE_INT32,
+       TYPE_INT64, TYPE_FP16, TYPE_FP32, TYPE_FP64, TYPE_BYTES, TYPE_BF16 };
+enum { MEMORY_CPU = 0, MEMORY_CPU_PINNED = 1 };
+enum { ERROR_INVALID_ARG = 3 };
+
+typedef TRITONSERVER_Error *(*add_input_fn)(TRITONSERVER_InferenceRequest *, const char *, int, const int64_t *, uint64_t);
+typedef TRITONSERVER_Error *(*append_fn)(TRITONSERVER_InferenceRequest *, const char *, const void *, size_t, int, int64_t);
+typedef TRITONSERVER_Error *(*append_attr_fn)(TRITONSERVER_InferenceRequest *, const char *, const void *,
+                                              TRITONSERVER_BufferAttributes *);
+typedef TRITONSERVER_Error *(*by_name_fn)(TRITONSERVER_InferenceRequest *, const char *);
+typedef TRITONSERVER_Error *(*by_request_fn)(TRITONSERVER_InferenceRequest *);
+typedef TRITONSERVER_Error *(*infer_fn)(TRITONSERVER_Server *, TRITONSERVER_InferenceRequest *, TRITONSERVER_InferenceTrace *);
+typedef TRITONSERVER_Error *(*error_new_fn)(int, const char *);
+typedef TRITONSERVER_Error *(*attr_type_fn)(TRITONSERVER_BufferAttributes *, int *);
+typedef TRITONSERVER_Error *(*attr_size_fn)(TRITONSERVER_BufferAttributes *, size_t *);
+typedef void (*error_delete_fn)(TRITONSERVER_Error *);
+
+static int enabled;
+
+static void *real(const char *name) { return dlsym(RTLD_NEXT, name); }
+
+__attribute__((constructor)) static void request_guard_init(void) {
+    const char *on = getenv("SERVING_REQUEST_GUARD");
+    enabled = on && strcmp(on, "on") == 0 && running_in_tritonserver();
+}
+
+/* --- What is remembered per request: its inputs, each with its type, shape and CPU buffers --- */
+
+struct buffer { const char *base; size_t size; struct buffer *next; };
+struct input {
+    char *name;
+    int datatype;
+    int64_t *shape;
+    uint64_t dims;
+    int unreadable; /* data outside CPU memory: not checked */
+    struct buffer *buffers, **tail;
+    struct input *next;
+};
+struct request { TRITONSERVER_InferenceRequest *handle; struct input *inputs; struct request *next; };
+
+#define BUCKETS 1024
+static struct request *table[BUCKETS];
+static pthread_mutex_t locks[64] = { [0 ... 63] = PTHREAD_MUTEX_INITIALIZER };
+
+static size_t bucket_of(TRITONSERVER_InferenceRequest *handle) { return ((uintptr_t)handle >> 4) % BUCKETS; }
+static pthread_mutex_t *lock_of(size_t bucket) { return &locks[bucket % 64]; }
+
+static void free_buffers(struct input *in) {
+    for (struct buffer *b = in->buffers, *next; b; b = next) { next = b->next; free(b); }
+    in->buffers = NULL; in->tail = &in->buffers; in->unreadable = 0;
+}
+static void free_input(struct input *in) { free_buffers(in); free(in->name); free(in->shape); free(in); }
+static void free_request(struct request *r) {
+    for (struct input *in = r->inputs, *next; in; in = next) { next = in->next; free_input(in); }
+    free(r);
+}
+
+/* The entry of `handle` (created when `create`), with its bucket's lock HELD when non-NULL. */
+static struct request *find_locked(TRITONSERVER_InferenceRequest *handle, int create) {
+    size_t b = bucket_of(handle);
+    pthread_mutex_lock(lock_of(b));
+    for (struct request *r = table[b]; r; r = r->next)
+        if (r->handle == handle) return r;
+    if (create) {
+        struct request *r = calloc(1, sizeof *r);
+        if (r) { r->handle = handle; r->next = table[b]; table[b] = r; return r; }
+    }
+    pthread_mutex_unlock(lock_of(b));
+    return NULL;
+}
+static void unlock(TRITONSERVER_InferenceRequest *handle) { pthread_mutex_unlock(lock_of(bucket_of(handle))); }
+
+/* Take `handle`'s entry out of the table (the caller frees it), or NULL. */
+static struct request *detach(TRITONSERVER_InferenceRequest *handle) {
+    size_t b = bucket_of(handle);
+    pthread_mutex_lock(lock_of(b));
+    struct request *found = NULL;
+    for (struct request **p = &table[b]; *p; p = &(*p)->next)
+        if ((*p)->handle == handle) { found = *p; *p = found->next; break; }
+    pthread_mutex_unlock(lock_of(b));
+    return found;
+}
+
+static struct input *input_named(struct request *r, const char *name) {
+    for (struct input *in = r->inputs; in; in = in->next)
+        if (strcmp(in->name, name) == 0) return in;
+    return NULL;
+}
+
+/* --- The wrapped calls: each forwards first and remembers only what Triton accepted --- */
+
+TRITONSERVER_Error *TRITONSERVER_InferenceRequestAddInput(TRITONSERVER_InferenceRequest *handle, const char *name,
+                                                          int datatype, const int64_t *shape, uint64_t dims) {
+    static add_input_fn next;
+    if (!next) next = (add_input_fn)real("TRITONSERVER_InferenceRequestAddInput");
+    TRITONSERVER_Error *err = next(handle, name, datatype, shape, dims);
+    if (err || !enabled || !name) return err;
+    struct input *in = calloc(1, sizeof *in);
+    if (!in) return err;
+    in->name = strdup(name);
+    in->shape = malloc((dims ? dims : 1) * sizeof *shape);
+    if (!in->name || !in->shape) { free(in->name); free(in->shape); free(in); return err; }
+    if (dims) memcpy(in->shape, shape, dims * sizeof *shape);
+    in->dims = dims; in->datatype = datatype; in->tail = &in->buffers;
+    struct request *r = find_locked(handle, 1);
+    if (!r) { free_input(in); return err; }
+    in->next = r->inputs; r->inputs = in;
+    unlock(handle);
+    return err;
+}
+
+static void remember_buffer(TRITONSERVER_InferenceRequest *handle, const char *name, const void *base, size_t size,
+                            int cpu) {
+    struct request *r = find_locked(handle, 0);
+    if (!r) return;
+    struct input *in = input_named(r, name);
+    if (in && !cpu) in->unreadable = 1;
+    if (in && cpu) {
+        struct buffer *b = calloc(1, sizeof *b);
+        if (b) { b->base = base; b->size = size; *in->tail = b; in->tail = &b->next; }
+        else in->unreadable = 1;
+    }
+    unlock(handle);
+}
+
+TRITONSERVER_Error *TRITONSERVER_InferenceRequestAppendInputData(TRITONSERVER_InferenceRequest *handle, const char *name,
+                                                                 const void *base, size_t size, int memory_type,
+                                                                 int64_t memory_type_id) {
+    static append_fn next;
+    if (!next) next = (append_fn)real("TRITONSERVER_InferenceRequestAppendInputData");
+    TRITONSERVER_Error *err = next(handle, name, base, size, memory_type, memory_type_id);
+    if (!err && enabled && name)
+        remember_buffer(handle, name, base, size, memory_type == MEMORY_CPU || memory_type == MEMORY_CPU_PINNED);
+    return err;
+}
+
+TRITONSERVER_Error *TRITONSERVER_InferenceRequestAppendInputDataWithBufferAttributes(
+    TRITONSERVER_InferenceRequest *handle, const char *name, const void *base, TRITONSERVER_BufferAttributes *attributes) {
+    static append_attr_fn next;
+    static attr_type_fn type_of;
+    static attr_size_fn size_of;
+    static error_delete_fn error_delete;
+    if (!next) next = (append_attr_fn)real("TRITONSERVER_InferenceRequestAppendInputDataWithBufferAttributes");
+    TRITONSERVER_Error *err = next(handle, name, base, attributes);
+    if (err || !enabled || !name) return err;
+    if (!type_of) type_of = (attr_type_fn)real("TRITONSERVER_BufferAttributesMemoryType");
+    if (!size_of) size_of = (attr_size_fn)real("TRITONSERVER_BufferAttributesByteSize");
+    if (!error_delete) error_delete = (error_delete_fn)real("TRITONSERVER_ErrorDelete");
+    int type = -1;
+    size_t size = 0;
+    TRITONSERVER_Error *e1 = type_of ? type_of(attributes, &type) : NULL;
+    TRITONSERVER_Error *e2 = size_of ? size_of(attributes, &size) : NULL;
+    int known = type_of && size_of && !e1 && !e2;
+    if (e1 && error_delete) error_delete(e1);
+    if (e2 && error_delete) error_delete(e2);
+    remember_buffer(handle, name, base, size, known && (type == MEMORY_CPU || type == MEMORY_CPU_PINNED));
+    return err;
+}
+
+TRITONSERVER_Error *TRITONSERVER_InferenceRequestRemoveAllInputData(TRITONSERVER_InferenceRequest *handle,
+                                                                    const char *name) {
+    static by_name_fn next;
+    if (!next) next = (by_name_fn)real("TRITONSERVER_InferenceRequestRemoveAllInputData");
+    TRITONSERVER_Error *err = next(handle, name);
+    if (err || !enabled || !name) return err;
+    struct request *r = find_locked(handle, 0);
+    if (!r) return err;
+    struct input *in = input_named(r, name);
+    if (in) free_buffers(in);
+    unlock(handle);
+    return err;
+}
+
+TRITONSERVER_Error *TRITONSERVER_InferenceRequestRemoveInput(TRITONSERVER_InferenceRequest *handle, const char *name) {
+    static by_name_fn next;
+    if (!next) next = (by_name_fn)real("TRITONSERVER_InferenceRequestRemoveInput");
+    TRITONSERVER_Error *err = next(handle, name);
+    if (err || !enabled || !name) return err;
+    struct request *r = find_locked(handle, 0);
+    if (!r) return err;
+    for (struct input **p = &r->inputs; *p; p = &(*p)->next)
+        if (strcmp((*p)->name, name) == 0) { struct input *gone = *p; *p = gone->next; free_input(gone); break; }
+    unlock(handle);
+    return err;
+}
+
+TRITONSERVER_Error *TRITONSERVER_InferenceRequestRemoveAllInputs(TRITONSERVER_InferenceRequest *handle) {
+    static by_request_fn next;
+    if (!next) next = (by_request_fn)real("TRITONSERVER_InferenceRequestRemoveAllInputs");
+    TRITONSERVER_Error *err = next(handle);
+    if (err || !enabled) return err;
+    struct request *r = find_locked(handle, 0);
+    if (!r) return err;
+    for (struct input *in = r->inputs, *nx; in; in = nx) { nx = in->next; free_input(in); }
+    r->inputs = NULL;
+    unlock(handle);
+    return err;
+}
+
+TRITONSERVER_Error *TRITONSERVER_InferenceRequestDelete(TRITONSERVER_InferenceRequest *handle) {
+    static by_request_fn next;
+    if (!next) next = (by_request_fn)real("TRITONSERVER_InferenceRequestDelete");
+    if (enabled) {
+        struct request *r = detach(handle);
+        if (r) free_request(r);
+    }
+    return next(handle);
+}
+
+/* --- The checks --- */
+
+static const char *type_name(int datatype) {
+    static const char *names[] = { "INVALID", "BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16",
+                                   "INT32", "INT64", "FP16", "FP32", "FP64", "BYTES", "BF16" };
+    return datatype >= 0 && datatype <= TYPE_BF16 ? names[datatype] : "?";
+}
+static uint64_t element_size(int datatype) {
+    switch (datatype) {
+    case TYPE_BOOL: case TYPE_UINT8: case TYPE_INT8: return 1;
+    case TYPE_UINT16: case TYPE_INT16: case TYPE_FP16: case TYPE_BF16: return 2;
+    case TYPE_UINT32: case TYPE_INT32: case TYPE_FP32: return 4;
+    case TYPE_UINT64: case TYPE_INT64: case TYPE_FP64: return 8;
+    default: return 1; /* BYTES: at least the 4-byte length of each element, checked below */
+    }
+}
+
+static int shape_text(const struct input *in, char *out, size_t room) {
+    int n = snprintf(out, room, "[");
+    for (uint64_t i = 0; i < in->dims && n < (int)room; i++)
+        n += snprintf(out + n, room - n, "%s%" PRId64, i ? "," : "", in->shape[i]);
+    if (n < (int)room) n += snprintf(out + n, room - n, "]");
+    return n;
+}
+
+/* The shape's element count times the element size must fit in 63 bits (what any buffer can hold). */
+static int check_shape(const struct input *in, char *message, size_t room) {
+    uint64_t bytes = element_size(in->datatype);
+    for (uint64_t i = 0; i < in->dims; i++) {
+        if (in->shape[i] < 0) return 0; /* Triton's own check names this one */
+        if (__builtin_mul_overflow(bytes, (uint64_t)in->shape[i], &bytes) || bytes > (uint64_t)INT64_MAX) {
+            char shape[256];
+            shape_text(in, shape, sizeof shape);
+            snprintf(message, room, "input '%s' has shape %s of %s: more elements than any request can hold; expected "
+                     "the shape of the data sent (its element count times the element size = the bytes sent)",
+                     in->name, shape, type_name(in->datatype));
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Every BYTES element is a 4-byte little-endian length and that many bytes; none may run past the end. */
+static int check_bytes(const struct input *in, char *message, size_t room) {
+    if (in->datatype != TYPE_BYTES || in->unreadable) return 0;
+    uint64_t total = 0;
+    for (const struct buffer *b = in->buffers; b; b = b->next) total += b->size;
+    const struct buffer *b = in->buffers;
+    size_t offset = 0;
+    uint64_t position = 0, element = 0;
+    while (position < total) {
+        if (total - position < 4) return 0; /* Triton's own check names a cut-off length */
+        unsigned char length_bytes[4];
+        for (int k = 0; k < 4; k++) {
+            while (offset == b->size) { b = b->next; offset = 0; }
+            length_bytes[k] = (unsigned char)b->base[offset++];
+        }
+        position += 4;
+        uint64_t length = (uint64_t)length_bytes[0] | (uint64_t)length_bytes[1] << 8 | (uint64_t)length_bytes[2] << 16 |
+                          (uint64_t)length_bytes[3] << 24;
+        if (length > total - position) {
+            snprintf(message, room, "input '%s' (BYTES): element %" PRIu64 " declares %" PRIu64 " bytes but only %" PRIu64
+                     " follow in the request; expected each element as a 4-byte little-endian length followed by "
+                     "exactly that many bytes", in->name, element, length, total - position);
+            return 1;
+        }
+        for (uint64_t skip = length; skip > 0;) {
+            while (offset == b->size) { b = b->next; offset = 0; }
+            size_t step = b->size - offset < skip ? b->size - offset : (size_t)skip;
+            offset += step; skip -= step;
+        }
+        position += length;
+        element++;
+    }
+    return 0;
+}
+
+TRITONSERVER_Error *TRITONSERVER_ServerInferAsync(TRITONSERVER_Server *server, TRITONSERVER_InferenceRequest *handle,
+                                                  TRITONSERVER_InferenceTrace *trace) {
+    static infer_fn next;
+    static error_new_fn error_new;
+    if (!next) next = (infer_fn)real("TRITONSERVER_ServerInferAsync");
+    struct request *r = enabled ? detach(handle) : NULL;
+    if (r) {
+        char message[768];
+        int refused = 0;
+        for (struct input *in = r->inputs; in && !refused; in = in->next)
+            refused = check_shape(in, message, sizeof message) || check_bytes(in, message, sizeof message);
+        free_request(r);
+        if (refused) {
+            if (!error_new) error_new = (error_new_fn)real("TRITONSERVER_ErrorNew");
+            if (error_new) return error_new(ERROR_INVALID_ARG, message);
+        }
+    }
+    return next(server, handle, trace);
+}
