@@ -119,7 +119,8 @@ def _bad_requests():
     return [
         ("", {}, "text_input is empty"),
         ("word " * 1200, {}, "the model's context is 1024 tokens"),
-        ("hi", {"max_tokens": 0}, r"`max_tokens` = 0: expected an integer >= 1"),
+        ("word " * 50_000, {}, r"the prompt is 250000 bytes; the model's context is 1024 tokens, .* cannot fit: shorten it"),
+        ("hi", {"max_tokens": 0}, r"`max_tokens` = 0: expected an integer from 1 to 2\*\*31 - 1"),
         ("hi", {"max_tokens": 10**9}, r"`max_tokens` = 1000000000: .* output tokens fit"),
         ("hi", {"extra": {"beam_width": 2}}, r"unknown fields \['beam_width'\]"),
     ]

@@ -37,7 +37,8 @@ from serving.generation.detokenize import IncrementalDetokenizer
 from serving.generation.engine import DecoderGraph, GenerationEngine, StepResult
 from serving.generation.errors import InvalidGenerationRequest, WaitQueueFull
 from serving.generation.kv_store import KvStore
-from serving.generation.requests import build_request, parse_sampling_parameters
+from serving.generation.requests import (FROM_REQUEST, build_request, check_prompt_size, parse_sampling_parameters,
+                                        prompt_bytes_limit)
 from serving.generation.scheduler import FinishReason, Policy, Scheduler, SchedulerConfig
 from serving.generation.sizing import KvLayout
 
@@ -111,6 +112,7 @@ class TritonPythonModel:
         self.tokenizer = Tokenizer.from_file(os.path.join(version_dir, params["tokenizer_file"]))
         self.system_prompt = spec["system_prompt"]
         self.max_context = int(params["max_context"])
+        self.prompt_bytes_limit = prompt_bytes_limit(self.max_context, self.tokenizer.get_vocab())
         self.default_priority = int(params.get("default_priority", "2"))
         layout = KvLayout(facts["layers"], facts["kv_heads"], facts["hidden"] // facts["heads"], int(params["block_size"]), params["kv_dtype"])
         threads = int(params.get("intra_op_num_threads", "0") or 0) or int(os.environ.get("SERVING_INTRA_OP_THREADS", "0") or 0)
@@ -156,7 +158,8 @@ class TritonPythonModel:
         if prepend and stream:
             raise InvalidGenerationRequest("exclude_input_in_output = false is not allowed with stream = true.")
         sampling = _input(request, "sampling_parameters")
-        fields = parse_sampling_parameters(_text(sampling, "sampling_parameters") if sampling is not None else request.parameters())
+        fields = (parse_sampling_parameters(_text(sampling, "sampling_parameters")) if sampling is not None
+                  else parse_sampling_parameters(request.parameters(), FROM_REQUEST))
         chat = _input(request, "apply_chat_template")
         system = _input(request, "system_prompt")
         if text == "":
@@ -170,6 +173,7 @@ class TritonPythonModel:
         sender = request.get_response_sender()
         try:
             text, prompt_text, stream, prepend, fields = self._parse(request)
+            check_prompt_size(prompt_text, self.prompt_bytes_limit, self.max_context)
             ids = tuple(self.tokenizer.encode(prompt_text, add_special_tokens=False).ids)
             request_id = f"r{next(self.ids)}"
             generation = build_request(request_id, ids, fields, self.max_context, self.default_priority, stream)

@@ -11,21 +11,25 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from serving.generation.errors import InvalidGenerationRequest
 
 #: field -> (type, description of the allowed values)
 SAMPLING_FIELDS: dict[str, tuple[type | tuple[type, ...], str]] = {
-    "max_tokens": (int, "an integer >= 1"),
-    "temperature": ((int, float), "a number >= 0 (0, or below 1e-5, = greedy)"),
+    "max_tokens": (int, "an integer from 1 to 2**31 - 1"),
+    "temperature": ((int, float), "a number from 0 to 1e6 (0, or below 1e-5, = greedy)"),
     "top_p": ((int, float), "a number in (0, 1]"),
-    "top_k": (int, "an integer >= 0 (0 = no limit)"),
-    "seed": (int, "an integer >= 0"),
+    "top_k": (int, "an integer from 0 (no limit) to 2**31 - 1"),
+    "seed": (int, "an integer from 0 to 2**64 - 1"),
     "ignore_eos": (bool, "true or false"),
     "priority": (int, "1 (realtime) or 2 (batch)"),
-    "deadline_ms": ((int, float), "a number of milliseconds > 0"),
+    "deadline_ms": ((int, float), "a number of milliseconds in (0, 1e9]"),
 }
+#: Where the fields came from, as the caller named them: the `sampling_parameters` input (the vLLM
+#: backend's) or, without it, the request's own parameters (the generate endpoint's "parameters").
+FROM_INPUT, FROM_REQUEST = "sampling_parameters", "the request's parameters"
+_INT31, _UINT64 = 2**31 - 1, 2**64 - 1
 DEFAULT_MAX_TOKENS = 16
 #: Temperatures below this sample greedily (vLLM's threshold): dividing logits by a subnormal
 #: temperature overflows to inf, and a NaN distribution used to fail the whole step, every
@@ -59,51 +63,75 @@ class GenerationRequest:
     stream: bool = False
 
 
-def _check(name: str, value: Any) -> Any:
+def _check(name: str, value: Any, source: str = FROM_INPUT) -> Any:
     types, allowed = SAMPLING_FIELDS[name]
     ok = isinstance(value, types) and not (isinstance(value, bool) and types is not bool)
     if ok and isinstance(value, float) and not math.isfinite(value):
         ok = False
-    if ok:
+    if ok:  # upper bounds too: a 400-digit integer must be refused here, not overflow a float later
         if name == "max_tokens":
-            ok = value >= 1
+            ok = 1 <= value <= _INT31
         elif name in ("temperature",):
-            ok = value >= 0
+            ok = 0 <= value <= 1e6
         elif name == "top_p":
             ok = 0 < value <= 1
-        elif name in ("top_k", "seed"):
-            ok = value >= 0
+        elif name == "top_k":
+            ok = 0 <= value <= _INT31
+        elif name == "seed":
+            ok = 0 <= value <= _UINT64
         elif name == "priority":
             ok = value in (1, 2)
         elif name == "deadline_ms":
-            ok = value > 0
+            ok = 0 < value <= 1e9
     if not ok:
-        raise InvalidGenerationRequest(f"sampling_parameters `{name}` = {value!r}: expected {allowed}.")
+        shown = repr(value) if len(repr(value)) <= 40 else f"{repr(value)[:20]}... ({len(repr(value))} characters)"
+        raise InvalidGenerationRequest(f"{source} `{name}` = {shown}: expected {allowed}.")
     return value
 
 
-def parse_sampling_parameters(text: str | bytes | None) -> dict[str, Any]:
-    """The JSON object of `sampling_parameters`, each field checked; "" or None is {}."""
+def parse_sampling_parameters(text: str | bytes | None, source: str = FROM_INPUT) -> dict[str, Any]:
+    """The JSON object of `sampling_parameters` (or of the request's parameters: `source`), each
+    field checked; "" or None is {}."""
     if text is None:
         return {}
     if isinstance(text, bytes):
         try:
             text = text.decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise InvalidGenerationRequest(f"sampling_parameters is not valid UTF-8 (byte {exc.start}).") from None
+            raise InvalidGenerationRequest(f"{source} is not valid UTF-8 (byte {exc.start}).") from None
     if not text.strip():
         return {}
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise InvalidGenerationRequest(f"sampling_parameters is not valid JSON ({exc.msg} at {exc.pos}): expected an object such as "
+        raise InvalidGenerationRequest(f"{source} is not valid JSON ({exc.msg} at {exc.pos}): expected an object such as "
+                                       '{"max_tokens": 32, "temperature": 0}.') from None
+    except ValueError as exc:  # e.g. an integer of more digits than Python converts (4300)
+        raise InvalidGenerationRequest(f"{source} holds a value JSON cannot be read as ({exc}): expected an object such as "
                                        '{"max_tokens": 32, "temperature": 0}.') from None
     if not isinstance(data, dict):
-        raise InvalidGenerationRequest(f"sampling_parameters must be a JSON object, got {type(data).__name__}.")
+        raise InvalidGenerationRequest(f"{source} must be a JSON object, got {type(data).__name__}.")
     unknown = sorted(set(data) - set(SAMPLING_FIELDS))
     if unknown:
-        raise InvalidGenerationRequest(f"sampling_parameters has unknown fields {unknown}; allowed: {sorted(SAMPLING_FIELDS)}.")
-    return {name: _check(name, value) for name, value in data.items()}
+        raise InvalidGenerationRequest(f"{source} has unknown fields {unknown}; allowed: {sorted(SAMPLING_FIELDS)}.")
+    return {name: _check(name, value, source) for name, value in data.items()}
+
+
+def prompt_bytes_limit(max_context: int, vocabulary: "Iterable[str]") -> int:
+    """The most UTF-8 bytes a prompt can have and still fit `max_context` tokens: no token covers
+    more bytes than the longest vocabulary entry's UTF-8 form (an over-count for byte-level
+    vocabularies, whose entries spell one byte as one, sometimes two-byte, character), so a longer
+    prompt is refused before it is tokenized. Why: tokenizing an 8 MB prompt only to refuse it took
+    6 s and froze every running stream of the model for as long (its Python thread holds the GIL)."""
+    return max_context * max(len(entry.encode("utf-8")) for entry in vocabulary)
+
+
+def check_prompt_size(prompt_text: str, limit_bytes: int, max_context: int) -> None:
+    size = len(prompt_text.encode("utf-8", "surrogatepass"))
+    if size > limit_bytes:
+        raise InvalidGenerationRequest(
+            f"the prompt is {size} bytes; the model's context is {max_context} tokens, and no token covers more than "
+            f"{limit_bytes // max_context} bytes, so a prompt of more than {limit_bytes} bytes cannot fit: shorten it.")
 
 
 def build_request(request_id: str, prompt: tuple[int, ...], fields: Mapping[str, Any], max_context: int,
@@ -120,7 +148,7 @@ def build_request(request_id: str, prompt: tuple[int, ...], fields: Mapping[str,
     max_tokens = int(fields["max_tokens"]) if "max_tokens" in fields else min(DEFAULT_MAX_TOKENS, room)
     if max_tokens > room:
         raise InvalidGenerationRequest(
-            f"sampling_parameters `max_tokens` = {max_tokens}: the prompt is {len(prompt)} tokens and the context "
+            f"`max_tokens` = {max_tokens}: the prompt is {len(prompt)} tokens and the context "
             f"{max_context}, so at most {room} output tokens fit; lower max_tokens or shorten the prompt.")
     sampling = SamplingParams(
         max_tokens=max_tokens, temperature=float(fields.get("temperature", 0.0)), top_p=float(fields.get("top_p", 1.0)),

@@ -203,17 +203,29 @@ TRITONSERVER_Error *TRITONSERVER_InferenceRequestAppendInputDataWithBufferAttrib
     return err;
 }
 
+/* What Triton forgot of a request, forgotten here too: one input's data, one input, or every input. */
+enum forget { FORGET_DATA, FORGET_INPUT, FORGET_ALL };
+
+static void forget(TRITONSERVER_InferenceRequest *handle, const char *name, enum forget what) {
+    struct request *r = find_locked(handle, 0);
+    if (!r) return;
+    for (struct input **p = &r->inputs; *p;) {
+        struct input *in = *p;
+        if (what != FORGET_ALL && (!name || strcmp(in->name, name) != 0)) { p = &in->next; continue; }
+        if (what == FORGET_DATA) { free_buffers(in); break; }
+        *p = in->next;
+        free_input(in);
+        if (what == FORGET_INPUT) break;
+    }
+    unlock(handle);
+}
+
 TRITONSERVER_Error *TRITONSERVER_InferenceRequestRemoveAllInputData(TRITONSERVER_InferenceRequest *handle,
                                                                     const char *name) {
     static by_name_fn next;
     if (!next) next = (by_name_fn)real("TRITONSERVER_InferenceRequestRemoveAllInputData");
     TRITONSERVER_Error *err = next(handle, name);
-    if (err || !enabled || !name) return err;
-    struct request *r = find_locked(handle, 0);
-    if (!r) return err;
-    struct input *in = input_named(r, name);
-    if (in) free_buffers(in);
-    unlock(handle);
+    if (!err && enabled) forget(handle, name, FORGET_DATA);
     return err;
 }
 
@@ -221,12 +233,7 @@ TRITONSERVER_Error *TRITONSERVER_InferenceRequestRemoveInput(TRITONSERVER_Infere
     static by_name_fn next;
     if (!next) next = (by_name_fn)real("TRITONSERVER_InferenceRequestRemoveInput");
     TRITONSERVER_Error *err = next(handle, name);
-    if (err || !enabled || !name) return err;
-    struct request *r = find_locked(handle, 0);
-    if (!r) return err;
-    for (struct input **p = &r->inputs; *p; p = &(*p)->next)
-        if (strcmp((*p)->name, name) == 0) { struct input *gone = *p; *p = gone->next; free_input(gone); break; }
-    unlock(handle);
+    if (!err && enabled) forget(handle, name, FORGET_INPUT);
     return err;
 }
 
@@ -234,12 +241,7 @@ TRITONSERVER_Error *TRITONSERVER_InferenceRequestRemoveAllInputs(TRITONSERVER_In
     static by_request_fn next;
     if (!next) next = (by_request_fn)real("TRITONSERVER_InferenceRequestRemoveAllInputs");
     TRITONSERVER_Error *err = next(handle);
-    if (err || !enabled) return err;
-    struct request *r = find_locked(handle, 0);
-    if (!r) return err;
-    for (struct input *in = r->inputs, *nx; in; in = nx) { nx = in->next; free_input(in); }
-    r->inputs = NULL;
-    unlock(handle);
+    if (!err && enabled) forget(handle, NULL, FORGET_ALL);
     return err;
 }
 

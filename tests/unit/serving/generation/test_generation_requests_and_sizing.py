@@ -22,7 +22,10 @@ def test_sampling_parameters_accept_the_vllm_style_fields():
 
 
 @pytest.mark.parametrize("text, message", [
-    ('{"max_tokens": 0}', r"`max_tokens` = 0: expected an integer >= 1"),
+    ('{"max_tokens": 0}', r"`max_tokens` = 0: expected an integer from 1 to 2\*\*31 - 1"),
+    ('{"temperature": 1' + "0" * 400 + "}", r"`temperature` = 1(0){19}\.\.\. \(401 characters\): expected a number from 0 to 1e6"),
+    ('{"seed": 1' + "0" * 4400 + "}", r"sampling_parameters holds a value JSON cannot be read as \(.*4300"),
+    ('{"deadline_ms": 1e12}', r"`deadline_ms` = 1000000000000.0: expected a number of milliseconds in \(0, 1e9\]"),
     ('{"max_tokens": true}', r"`max_tokens` = True"),
     ('{"temperature": -1}', r"`temperature` = -1"),
     ('{"beam_width": 4}', r"unknown fields \['beam_width'\]; allowed: \["),
@@ -33,6 +36,14 @@ def test_sampling_parameters_accept_the_vllm_style_fields():
 def test_bad_sampling_parameters_name_the_field_and_the_rule(text, message):
     with pytest.raises(InvalidGenerationRequest, match=message):
         parse_sampling_parameters(text)
+
+
+def test_fields_from_the_requests_own_parameters_are_named_as_such():
+    """The generate endpoint's "parameters" arrive as the request's parameters, not an input."""
+    from serving.generation.requests import FROM_REQUEST
+
+    with pytest.raises(InvalidGenerationRequest, match=r"^the request's parameters `priority` = 7: expected 1"):
+        parse_sampling_parameters('{"priority": 7}', FROM_REQUEST)
 
 
 def test_prompt_and_max_tokens_are_checked_against_the_context():
@@ -128,3 +139,14 @@ def test_generation_config_is_decoupled_with_the_vllm_tensor_names():
     assert {"text_input", "stream", "sampling_parameters", "exclude_input_in_output", "text_output", "finish_reason"} <= names
     assert [t.name for t in config.input if not t.optional] == ["text_input"]
     assert config.parameters["num_blocks"].string_value == "10"
+
+
+def test_a_prompt_longer_than_any_context_could_hold_is_refused_before_tokenizing():
+    from serving.generation.requests import check_prompt_size, prompt_bytes_limit
+
+    limit = prompt_bytes_limit(4, ["a", "hello", "Ġworld"])  # longest entry: 7 UTF-8 bytes
+    assert limit == 28
+    check_prompt_size("x" * 28, limit, 4)
+    with pytest.raises(InvalidGenerationRequest, match=r"the prompt is 29 bytes; the model's context is 4 tokens, and no token "
+                                                       r"covers more than 7 bytes, so a prompt of more than 28 bytes cannot fit"):
+        check_prompt_size("x" * 29, limit, 4)
