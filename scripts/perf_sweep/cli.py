@@ -1,4 +1,4 @@
-"""`python -m perf_sweep run|inputs|report|write-back|peers`.
+"""`python -m perf_sweep run|inputs|report|write-back|peers|analyzer`.
 
 run         sweeps against the running servers (run/manifest.json), A/B block, report
 inputs      only generate the perf_analyzer input files (digit images or long-tailed texts)
@@ -6,6 +6,8 @@ report      re-render report.md and the PNGs of an earlier run folder
 write-back  set [models.<name>] max_queue_delay_microseconds in serving.toml
 peers       this project against the peers (minimal FastAPI, PyTriton, infinity-emb) on the same
             ONNX files, inputs and client (`make perf-peers`; needs `make setup-peers`)
+analyzer    perf_analyzer itself, with the library path the wheel's binary needs (libcudart.so.12
+            from nvidia-cuda-runtime-cu12): `python -m perf_sweep analyzer -- -m digit_classifier ...`
 """
 from __future__ import annotations
 
@@ -81,6 +83,18 @@ def _write_back(args: argparse.Namespace) -> int:
     return 0
 
 
+def _analyzer(args: argparse.Namespace) -> int:
+    """Replace this process with perf_analyzer: its exit status and output are perf_analyzer's own."""
+    import os
+
+    from perf_sweep.plan import find_perf_analyzer, perf_analyzer_environment
+
+    binary = find_perf_analyzer()
+    arguments = args.arguments[1:] if args.arguments[:1] == ["--"] else args.arguments
+    os.execve(binary, [str(binary), *arguments], perf_analyzer_environment())
+    return 0  # not reached
+
+
 def main(argv: list[str] | None = None) -> int:
     import sysconfig
 
@@ -119,6 +133,9 @@ def main(argv: list[str] | None = None) -> int:
     wb.add_argument("--delay-us", type=int, required=True)
     wb.add_argument("--config", default=str(PROJECT_ROOT / "model_repository" / "serving.toml"))
     wb.set_defaults(func=_write_back)
+    analyzer = sub.add_parser("analyzer", help="run perf_analyzer with the library path its wheel needs (arguments after --)")
+    analyzer.add_argument("arguments", nargs=argparse.REMAINDER, help="perf_analyzer's own arguments, e.g. -- -m digit_classifier")
+    analyzer.set_defaults(func=_analyzer)
     from perf_sweep.peers.cli import add_peers_parser
 
     add_peers_parser(sub)
