@@ -216,3 +216,32 @@ def test_blocks_in_use_return_to_zero_after_1000_mixed_requests_with_cancellatio
     assert metric(triton_server, "llm_kv_blocks_used") == 0
     assert metric(triton_server, "llm_sequences_running") == 0 and metric(triton_server, "llm_sequences_waiting") == 0
     assert run(triton_server, "grpc", PROMPTS[0], max_tokens=16, ignore_eos=True)[2] == "length"  # still serving
+
+
+def test_the_requests_triton_timeout_bounds_its_wait_for_a_slot(triton_server):
+    """gRPC `timeout` (microseconds) is Triton's queue timeout: a request not admitted by then gets
+    UNAVAILABLE "Request timeout expired", as a batched model answers. 1 us always expires (the
+    scheduler sees the request after it arrived); a generous one changes nothing."""
+    import queue
+
+    import tritonclient.grpc as grpcclient
+    from tritonclient.utils import InferenceServerException
+
+    def stream_once(timeout_us):
+        answers = queue.Queue()
+        client = grpcclient.InferenceServerClient(triton_server.url("grpc"))
+        client.start_stream(callback=lambda result, error: answers.put((result, error)))
+        text = grpcclient.InferInput("text_input", [1], "BYTES")
+        text.set_data_from_numpy(np.array([PROMPTS[0].encode()], dtype=object))
+        client.async_stream_infer(MODEL, [text], timeout=timeout_us, parameters={"max_tokens": 3, "ignore_eos": True},
+                                  enable_empty_final_response=True)
+        result, error = answers.get(timeout=60)
+        client.stop_stream()
+        client.close()
+        return result, error
+
+    _, error = stream_once(1)
+    assert isinstance(error, InferenceServerException), error
+    assert error.message() == "Request timeout expired", error  # (a stream error carries no status code in tritonclient)
+    result, error = stream_once(60_000_000)
+    assert error is None and result.as_numpy("num_output_tokens").sum() >= 1

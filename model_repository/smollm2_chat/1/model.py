@@ -125,7 +125,8 @@ class TritonPythonModel:
             eos_token_ids=tuple(spec["eos_token_ids"])))
         self.engine = GenerationEngine(graph, scheduler, KvStore(layout, scheduler.config.num_blocks))
         self.metrics = _Metrics({"model": args["model_name"], "version": args["model_version"]})
-        self.metrics.create_all(finish_reasons=[r.value for r in FinishReason], reject_reasons=["invalid", "queue_full"])
+        self.metrics.create_all(finish_reasons=[r.value for r in FinishReason if r is not FinishReason.QUEUE_TIMEOUT],
+                                reject_reasons=["invalid", "queue_full", "queue_timeout"])
         self.pending, self.ids, self.published = {}, itertools.count(), {}
         self.wake, self.stopping = threading.Event(), False
         self._warm_up()
@@ -176,7 +177,8 @@ class TritonPythonModel:
             check_prompt_size(prompt_text, self.prompt_bytes_limit, self.max_context)
             ids = tuple(self.tokenizer.encode(prompt_text, add_special_tokens=False).ids)
             request_id = f"r{next(self.ids)}"
-            generation = build_request(request_id, ids, fields, self.max_context, self.default_priority, stream)
+            generation = build_request(request_id, ids, fields, self.max_context, self.default_priority, stream,
+                                       queue_timeout_us=int(request.timeout() or 0))
             decode = lambda tokens: self.tokenizer.decode(list(tokens), skip_special_tokens=True)
             self.pending[request_id] = _Pending(request, sender, stream, text if prepend else "", IncrementalDetokenizer(decode), len(ids))
             try:
@@ -249,6 +251,11 @@ class TritonPythonModel:
             if pending is None:
                 continue
             reason = sequence.finish_reason.value
+            if sequence.finish_reason is FinishReason.QUEUE_TIMEOUT:  # Triton's own answer to a queue timeout
+                self.metrics.add(gm.REQUESTS_REJECTED, 1, reason="queue_timeout")
+                error = pb_utils.TritonError("Request timeout expired", pb_utils.TritonError.UNAVAILABLE)
+                self._send(pending, pb_utils.InferenceResponse(error=error), FINAL)
+                continue
             self.metrics.add(gm.REQUESTS_FINISHED, 1, reason=reason)
             if pending.stream:
                 response = self._response(pending.delta + pending.detokenizer.flush(), reason, pending, pending.last_tokens)

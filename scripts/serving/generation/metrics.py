@@ -28,7 +28,7 @@ PREFIX_HIT_TOKENS = MetricDef("llm_prefix_cache_hit_tokens_total", "counter", "P
 TOKENS_GENERATED = MetricDef("llm_generated_tokens_total", "counter", "Output tokens generated")
 REQUESTS_FINISHED = MetricDef("llm_requests_finished_total", "counter", "Finished requests, by finish reason (label `reason`)",
                              labels=("reason",))
-REQUESTS_REJECTED = MetricDef("llm_requests_rejected_total", "counter", "Rejected requests, by reason (label `reason`: invalid, queue_full)",
+REQUESTS_REJECTED = MetricDef("llm_requests_rejected_total", "counter", "Rejected requests, by reason (label `reason`: invalid, queue_full, queue_timeout)",
                              labels=("reason",))
 TIME_TO_FIRST_TOKEN = MetricDef("llm_time_to_first_token_seconds", "histogram", "Arrival to first output token",
                                 (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0))

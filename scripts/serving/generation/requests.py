@@ -61,6 +61,9 @@ class GenerationRequest:
     priority: int
     deadline_s: float | None = None
     stream: bool = False
+    #: The request's Triton `timeout` (seconds): not admitted by then, it is refused as Triton refuses
+    #: a batched model's request that waited too long in its queue.
+    queue_timeout_s: float | None = None
 
 
 def _check(name: str, value: Any, source: str = FROM_INPUT) -> Any:
@@ -135,7 +138,7 @@ def check_prompt_size(prompt_text: str, limit_bytes: int, max_context: int) -> N
 
 
 def build_request(request_id: str, prompt: tuple[int, ...], fields: Mapping[str, Any], max_context: int,
-                  default_priority: int = 2, stream: bool = False) -> GenerationRequest:
+                  default_priority: int = 2, stream: bool = False, queue_timeout_us: int = 0) -> GenerationRequest:
     """Check the prompt and max_tokens against the context; the first error names the limit."""
     if not prompt:
         raise InvalidGenerationRequest("text_input is empty: send at least one character of prompt text.")
@@ -156,4 +159,5 @@ def build_request(request_id: str, prompt: tuple[int, ...], fields: Mapping[str,
     )
     deadline = fields.get("deadline_ms")
     return GenerationRequest(request_id, tuple(prompt), sampling, int(fields.get("priority", default_priority)),
-                             None if deadline is None else float(deadline) / 1000.0, stream)
+                             None if deadline is None else float(deadline) / 1000.0, stream,
+                             queue_timeout_us / 1e6 if queue_timeout_us > 0 else None)

@@ -51,6 +51,9 @@ class FinishReason(str, Enum):
     LENGTH = "length"
     CANCELLED = "cancelled"
     DEADLINE = "deadline"
+    #: Never admitted within the request's Triton timeout (its `timeout`): answered as Triton answers
+    #: a batched model's queue timeout, with an UNAVAILABLE error, not with text.
+    QUEUE_TIMEOUT = "queue_timeout"
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,7 @@ class Sequence:
         self.request = request
         self.arrival = arrival
         self.deadline = None if request.deadline_s is None else arrival + request.deadline_s
+        self.admit_by = None if request.queue_timeout_s is None else arrival + request.queue_timeout_s
         self.table = BlockTable(block_size)
         self.generated: list[int] = []
         self.finish_reason: FinishReason | None = None
@@ -185,6 +189,8 @@ class Scheduler:
                 ended.append((sequence, FinishReason.CANCELLED))
             elif sequence.deadline is not None and now >= sequence.deadline:
                 ended.append((sequence, FinishReason.DEADLINE))
+            elif sequence.admitted_at is None and sequence.admit_by is not None and now >= sequence.admit_by:
+                ended.append((sequence, FinishReason.QUEUE_TIMEOUT))
         return ended
 
     def _next_waiting(self) -> Sequence | None:

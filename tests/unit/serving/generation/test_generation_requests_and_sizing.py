@@ -55,6 +55,8 @@ def test_prompt_and_max_tokens_are_checked_against_the_context():
         build_request("a", tuple(range(10)), {"max_tokens": 1_000_000}, max_context=32)
     request = build_request("a", (1, 2), {"max_tokens": 4, "deadline_ms": 1500, "priority": 1}, max_context=32)
     assert request.deadline_s == 1.5 and request.priority == 1 and request.sampling.greedy
+    assert request.queue_timeout_s is None  # no Triton timeout: waits as long as it takes
+    assert build_request("a", (1, 2), {}, max_context=32, queue_timeout_us=250_000).queue_timeout_s == 0.25
 
 
 def test_greedy_sampling_is_argmax_and_seeded_sampling_is_reproducible():

@@ -147,6 +147,21 @@ def test_deadline_returns_the_tokens_so_far_with_finish_reason_deadline():
     assert len(sequence.generated) == 3
 
 
+def test_a_request_not_admitted_within_its_triton_timeout_ends_with_queue_timeout_and_an_admitted_one_never_does():
+    """The request's Triton `timeout` bounds its wait for a slot, as the dynamic batcher's queue does."""
+    from dataclasses import replace
+
+    scheduler = make(max_running=1)
+    running = scheduler.submit(replace(request("a", max_tokens=50), queue_timeout_s=0.5), 0.0)
+    waiting = scheduler.submit(replace(request("b", max_tokens=3), queue_timeout_s=1.5), 0.0)
+    step(scheduler, now=0.0)
+    _, _, finished = step(scheduler, now=1.0)
+    assert finished == [] and running.admitted_at == 0.0  # admitted at once: its timeout no longer applies
+    _, _, finished = step(scheduler, now=2.0)
+    assert finished == [waiting] and waiting.finish_reason is FinishReason.QUEUE_TIMEOUT and not waiting.generated
+    assert running.finish_reason is None
+
+
 def test_context_limit_ends_with_length():
     scheduler = make(max_context=12)
     sequence = scheduler.submit(request("a", prompt_len=10, max_tokens=50), 0.0)
