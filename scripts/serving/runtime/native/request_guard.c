@@ -30,6 +30,7 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <inttypes.h>
+#include <link.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -63,7 +64,32 @@ typedef void (*error_delete_fn)(TRITONSERVER_Error *);
 
 static int enabled;
 
-static void *real(const char *name) { return dlsym(RTLD_NEXT, name); }
+/* The next definition of `name`: the server library's. Found in the objects loaded after this one, or
+ * else in any other loaded object (a process may have loaded the server library privately,
+ * RTLD_LOCAL, where RTLD_NEXT cannot see it); a call with no definition anywhere cannot be
+ * forwarded, so it aborts with a message instead of jumping to address 0. */
+struct lookup { const char *name; const char *self; void *found; };
+
+static int search_other_objects(struct dl_phdr_info *info, size_t size, void *data) {
+    (void)size;
+    struct lookup *lookup = data;
+    if (!info->dlpi_name || !*info->dlpi_name || (lookup->self && strcmp(info->dlpi_name, lookup->self) == 0)) return 0;
+    void *handle = dlopen(info->dlpi_name, RTLD_LAZY | RTLD_NOLOAD);
+    if (handle) { lookup->found = dlsym(handle, lookup->name); dlclose(handle); }
+    return lookup->found != NULL;
+}
+
+static void *real(const char *name) {
+    struct lookup lookup = { name, NULL, dlsym(RTLD_NEXT, name) };
+    Dl_info self;
+    if (!lookup.found && dladdr((void *)real, &self)) lookup.self = self.dli_fname;
+    if (!lookup.found) dl_iterate_phdr(search_other_objects, &lookup);
+    if (!lookup.found) {
+        fprintf(stderr, "request_guard: %s is called but no library defines it\n", name);
+        abort();
+    }
+    return lookup.found;
+}
 
 __attribute__((constructor)) static void request_guard_init(void) {
     const char *on = getenv("SERVING_REQUEST_GUARD");
@@ -268,7 +294,7 @@ static uint64_t element_size(int datatype) {
     case TYPE_UINT16: case TYPE_INT16: case TYPE_FP16: case TYPE_BF16: return 2;
     case TYPE_UINT32: case TYPE_INT32: case TYPE_FP32: return 4;
     case TYPE_UINT64: case TYPE_INT64: case TYPE_FP64: return 8;
-    default: return 1; /* BYTES: at least the 4-byte length of each element, checked below */
+    default: return 8; /* BYTES: the stub holds each element as a Python object (8-byte pointers) */
     }
 }
 
@@ -280,21 +306,24 @@ static int shape_text(const struct input *in, char *out, size_t room) {
     return n;
 }
 
-/* The shape's element count times the element size must fit in 63 bits (what any buffer can hold). */
+/* No dimension may be negative, and the product of the non-zero ones times the element size must fit
+ * in 63 bits (numpy's rule for the array the backend stub builds; a zero dimension must not hide an
+ * overflow of the others, as Triton drops a batch dimension of 0 and then expects 0 bytes). */
 static int check_shape(const struct input *in, char *message, size_t room) {
     uint64_t bytes = element_size(in->datatype);
-    for (uint64_t i = 0; i < in->dims; i++) {
-        if (in->shape[i] < 0) return 0; /* Triton's own check names this one */
-        if (__builtin_mul_overflow(bytes, (uint64_t)in->shape[i], &bytes) || bytes > (uint64_t)INT64_MAX) {
-            char shape[256];
-            shape_text(in, shape, sizeof shape);
-            snprintf(message, room, "input '%s' has shape %s of %s: more elements than any request can hold; expected "
-                     "the shape of the data sent (its element count times the element size = the bytes sent)",
-                     in->name, shape, type_name(in->datatype));
-            return 1;
-        }
+    const char *problem = NULL;
+    for (uint64_t i = 0; i < in->dims && !problem; i++) {
+        if (in->shape[i] < 0)
+            problem = "a negative dimension; expected every dimension >= 0";
+        else if (in->shape[i] > 0 && (__builtin_mul_overflow(bytes, (uint64_t)in->shape[i], &bytes) || bytes > (uint64_t)INT64_MAX))
+            problem = "more elements than any request can hold; expected the shape of the data sent (its element count "
+                      "times the element size = the bytes sent)";
     }
-    return 0;
+    if (!problem) return 0;
+    char shape[256];
+    shape_text(in, shape, sizeof shape);
+    snprintf(message, room, "input '%s' has shape %s of %s: %s", in->name, shape, type_name(in->datatype), problem);
+    return 1;
 }
 
 /* Every BYTES element is a 4-byte little-endian length and that many bytes; none may run past the end. */
