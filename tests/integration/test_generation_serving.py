@@ -245,3 +245,27 @@ def test_the_requests_triton_timeout_bounds_its_wait_for_a_slot(triton_server):
     assert error.message() == "Request timeout expired", error  # (a stream error carries no status code in tritonclient)
     result, error = stream_once(60_000_000)
     assert error is None and result.as_numpy("num_output_tokens").sum() >= 1
+
+
+def test_a_stop_string_ends_the_text_before_it_streamed_or_not(triton_server):
+    """vLLM's `stop`, through Triton's generate endpoint ("parameters") and generate_stream."""
+    import json
+
+    def post(path, parameters, **inputs):
+        body = json.dumps({"text_input": PROMPTS[4], **inputs, "parameters": {"max_tokens": 24, "ignore_eos": True, **parameters}})
+        request = urllib.request.Request(f"http://{triton_server.url('http')}/v2/models/{MODEL}/{path}", body.encode(),
+                                         {"Content-Type": "application/json"})
+        return urllib.request.urlopen(request, timeout=60).read().decode()
+
+    whole = json.loads(post("generate", {"exclude_input_in_output": True}))
+    generated = whole["text_output"]
+    assert whole["finish_reason"] == "length" and len(generated) > 12, whole
+    stop = generated[len(generated) // 2:len(generated) // 2 + 3]
+    expected = generated[:generated.find(stop)]
+    cut = json.loads(post("generate", {"exclude_input_in_output": True, "stop": stop}))
+    assert cut["text_output"] == expected and cut["finish_reason"] == "stop", (stop, cut)
+    events = [json.loads(line[len("data: "):]) for line in post("generate_stream", {"stop": stop}, stream=True).splitlines()
+              if line.startswith("data: ")]
+    assert len(events) > 2 and "".join(e["text_output"] for e in events) == expected, events
+    assert events[-1]["finish_reason"] == "stop", events
+    assert all(stop not in e["text_output"] for e in events)

@@ -33,7 +33,7 @@ from tokenizers import Tokenizer
 from serving.backend.stub_metrics import Observation, StubMetrics
 from serving.generation import metrics as gm
 from serving.generation.chat import render_chat_prompt
-from serving.generation.detokenize import IncrementalDetokenizer
+from serving.generation.detokenize import IncrementalDetokenizer, StopStrings
 from serving.generation.engine import DecoderGraph, GenerationEngine, StepResult
 from serving.generation.errors import InvalidGenerationRequest, WaitQueueFull
 from serving.generation.kv_store import KvStore
@@ -63,9 +63,11 @@ def _text(value, name):
 class _Pending:
     """Response state of one request while it generates."""
 
-    def __init__(self, request, sender, stream, prefix_text, detokenizer, num_input_tokens):
+    def __init__(self, request, sender, stream, prefix_text, detokenizer, num_input_tokens, stops=()):
         self.request, self.sender, self.stream = request, sender, stream
         self.prefix_text, self.detokenizer, self.num_input_tokens = prefix_text, detokenizer, num_input_tokens
+        #: The generated text, cut before a stop string (StopStrings passes it through without any).
+        self.text_out = StopStrings(stops)
         self.last_token_at = None
         #: Streaming: text and tokens of the step that also finished the sequence (sent with FINAL).
         self.delta, self.last_tokens = "", []
@@ -180,7 +182,8 @@ class TritonPythonModel:
             generation = build_request(request_id, ids, fields, self.max_context, self.default_priority, stream,
                                        queue_timeout_us=int(request.timeout() or 0))
             decode = lambda tokens: self.tokenizer.decode(list(tokens), skip_special_tokens=True)
-            self.pending[request_id] = _Pending(request, sender, stream, text if prepend else "", IncrementalDetokenizer(decode), len(ids))
+            self.pending[request_id] = _Pending(request, sender, stream, text if prepend else "", IncrementalDetokenizer(decode), len(ids),
+                                                generation.sampling.stop)
             try:
                 self.engine.submit(generation)
             except Exception:
@@ -241,7 +244,9 @@ class TritonPythonModel:
             if pending is None:
                 continue
             self._observe_latency(pending, sequence, now)
-            delta = "".join(pending.detokenizer.push(t) for t in tokens)
+            delta = pending.text_out.push("".join(pending.detokenizer.push(t) for t in tokens))
+            if pending.text_out.stopped and request_id not in finished:
+                self.engine.stop(request_id)  # ends as STOP at the next step, before it computes anything
             if pending.stream and request_id not in finished:
                 self._send(pending, self._response(delta, "", pending, tokens), 0)
             elif pending.stream:
@@ -250,17 +255,19 @@ class TritonPythonModel:
             pending = self.pending.pop(request_id, None)
             if pending is None:
                 continue
-            reason = sequence.finish_reason.value
+            # a stop string in the step that also reached max_tokens still ends as "stop" (as vLLM)
+            reason = FinishReason.STOP.value if pending.text_out.stopped else sequence.finish_reason.value
             if sequence.finish_reason is FinishReason.QUEUE_TIMEOUT:  # Triton's own answer to a queue timeout
                 self.metrics.add(gm.REQUESTS_REJECTED, 1, reason="queue_timeout")
                 error = pb_utils.TritonError("Request timeout expired", pb_utils.TritonError.UNAVAILABLE)
                 self._send(pending, pb_utils.InferenceResponse(error=error), FINAL)
                 continue
             self.metrics.add(gm.REQUESTS_FINISHED, 1, reason=reason)
+            rest = pending.text_out.push(pending.detokenizer.flush()) + pending.text_out.flush()
             if pending.stream:
-                response = self._response(pending.delta + pending.detokenizer.flush(), reason, pending, pending.last_tokens)
+                response = self._response(pending.delta + rest, reason, pending, pending.last_tokens)
             else:
-                response = self._response(pending.prefix_text + pending.detokenizer.text, reason, pending, sequence.generated)
+                response = self._response(pending.prefix_text + pending.text_out.text, reason, pending, sequence.generated)
             self._send(pending, response, FINAL)
 
     def _observe_latency(self, pending, sequence, now):

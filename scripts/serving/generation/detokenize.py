@@ -39,3 +39,39 @@ class IncrementalDetokenizer:
         delta = text[self._emitted:end]
         self._emitted = max(self._emitted, end)
         return delta
+
+
+class StopStrings:
+    """vLLM's `stop`: the generated text ends before the first stop string that appears in it.
+
+    `push` takes each new piece of text and returns what is safe to stream: it holds back the last
+    (longest stop string - 1) characters, which could begin a stop string the next piece completes,
+    so streamed chunks never show a stop string or part of one; `flush` releases the rest at the
+    end. `text` is the whole text so far (cut before the stop string once `stopped`). Without stop
+    strings it passes everything through."""
+
+    def __init__(self, stops: Sequence[str] = ()) -> None:
+        self.stops = tuple(stops)
+        self._hold = max((len(s) for s in self.stops), default=1) - 1
+        self.text = ""
+        self._emitted = 0
+        self.stopped = False
+
+    def push(self, piece: str) -> str:
+        if self.stopped:
+            return ""
+        search_from = max(0, len(self.text) - self._hold)
+        self.text += piece
+        found = [i for i in (self.text.find(s, search_from) for s in self.stops) if i >= 0]
+        if found:
+            self.text, self.stopped = self.text[:min(found)], True
+            return self.flush()
+        safe = len(self.text) - self._hold
+        out = self.text[self._emitted:safe] if safe > self._emitted else ""
+        self._emitted = max(self._emitted, safe)
+        return out
+
+    def flush(self) -> str:
+        out = self.text[self._emitted:]
+        self._emitted = len(self.text)
+        return out

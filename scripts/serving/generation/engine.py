@@ -79,6 +79,10 @@ class GenerationEngine:
         with self.lock:
             return self.scheduler.cancel(request_id)
 
+    def stop(self, request_id: str) -> bool:
+        with self.lock:
+            return self.scheduler.stop(request_id)
+
     @property
     def idle(self) -> bool:
         return not self.scheduler.running and not self.scheduler.num_waiting

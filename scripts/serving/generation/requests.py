@@ -23,6 +23,7 @@ SAMPLING_FIELDS: dict[str, tuple[type | tuple[type, ...], str]] = {
     "top_k": (int, "an integer from 0 (no limit) to 2**31 - 1"),
     "seed": (int, "an integer from 0 to 2**64 - 1"),
     "ignore_eos": (bool, "true or false"),
+    "stop": ((str, list), "a non-empty string or a list of 1 to 4 of them, each at most 64 characters"),
     "priority": (int, "1 (realtime) or 2 (batch)"),
     "deadline_ms": ((int, float), "a number of milliseconds in (0, 1e9]"),
 }
@@ -45,6 +46,8 @@ class SamplingParams:
     top_k: int = 0
     seed: int | None = None
     ignore_eos: bool = False
+    #: vLLM's `stop`: generation ends where one of these appears in the text, which is cut before it.
+    stop: tuple[str, ...] = ()
 
     @property
     def greedy(self) -> bool:
@@ -86,6 +89,9 @@ def _check(name: str, value: Any, source: str = FROM_INPUT) -> Any:
             ok = value in (1, 2)
         elif name == "deadline_ms":
             ok = 0 < value <= 1e9
+        elif name == "stop":
+            stops = [value] if isinstance(value, str) else value
+            ok = 1 <= len(stops) <= 4 and all(isinstance(s, str) and 1 <= len(s) <= 64 for s in stops)
     if not ok:
         shown = repr(value) if len(repr(value)) <= 40 else f"{repr(value)[:20]}... ({len(repr(value))} characters)"
         raise InvalidGenerationRequest(f"{source} `{name}` = {shown}: expected {allowed}.")
@@ -156,6 +162,7 @@ def build_request(request_id: str, prompt: tuple[int, ...], fields: Mapping[str,
     sampling = SamplingParams(
         max_tokens=max_tokens, temperature=float(fields.get("temperature", 0.0)), top_p=float(fields.get("top_p", 1.0)),
         top_k=int(fields.get("top_k", 0)), seed=fields.get("seed"), ignore_eos=bool(fields.get("ignore_eos", False)),
+        stop=(fields["stop"],) if isinstance(fields.get("stop"), str) else tuple(fields.get("stop", ())),
     )
     deadline = fields.get("deadline_ms")
     return GenerationRequest(request_id, tuple(prompt), sampling, int(fields.get("priority", default_priority)),

@@ -95,6 +95,8 @@ class Sequence:
         self.generated: list[int] = []
         self.finish_reason: FinishReason | None = None
         self.cancel_requested = False
+        #: A stop string appeared in the text (found by the caller, who detokenizes): ends as STOP.
+        self.stop_requested = False
         self.admitted_at: float | None = None
         self.first_token_at: float | None = None
         self.cached_prompt_tokens = 0
@@ -174,6 +176,14 @@ class Scheduler:
         sequence.cancel_requested = True
         return True
 
+    def stop(self, request_id: str) -> bool:
+        """End a sequence as if it had sampled EOS (a stop string appeared in its text)."""
+        sequence = self._by_id.get(request_id)
+        if sequence is None:
+            return False
+        sequence.stop_requested = True
+        return True
+
     # ------------------------------------------------------------------ planning
     def plan_step(self, now: float) -> StepPlan:
         finished = [self._finish(s, reason) for s, reason in self._expired(now)]
@@ -187,6 +197,8 @@ class Scheduler:
         for sequence in [*self.running, *(s for q in self.waiting.values() for s in q)]:
             if sequence.cancel_requested:
                 ended.append((sequence, FinishReason.CANCELLED))
+            elif sequence.stop_requested:
+                ended.append((sequence, FinishReason.STOP))
             elif sequence.deadline is not None and now >= sequence.deadline:
                 ended.append((sequence, FinishReason.DEADLINE))
             elif sequence.admitted_at is None and sequence.admit_by is not None and now >= sequence.admit_by:

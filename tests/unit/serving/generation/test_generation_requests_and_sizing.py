@@ -152,3 +152,36 @@ def test_a_prompt_longer_than_any_context_could_hold_is_refused_before_tokenizin
     with pytest.raises(InvalidGenerationRequest, match=r"the prompt is 29 bytes; the model's context is 4 tokens, and no token "
                                                        r"covers more than 7 bytes, so a prompt of more than 28 bytes cannot fit"):
         check_prompt_size("x" * 29, limit, 4)
+
+
+def test_stop_strings_cut_the_text_before_the_first_and_stream_no_part_of_one():
+    from serving.generation.detokenize import StopStrings
+
+    pieces = ["Hello", " wor", "ld. The", " end", "."]
+    out = StopStrings(["world.", "The end"])
+    streamed = [out.push(p) for p in pieces]
+    assert out.stopped and out.text == "Hello " and "".join(streamed) + out.flush() == "Hello "
+    assert all("wor" not in chunk for chunk in streamed)  # a stop string's start is held back, never streamed
+    # across pieces, earliest match wins; nothing after a stop is taken
+    out = StopStrings(["\n\n", "C"])
+    assert out.push("A\n") == "A" and out.push("\nB C") == "" and out.text == "A" and out.push("more") == ""
+    # no stop strings: everything passes through at once
+    plain = StopStrings()
+    assert [plain.push(p) for p in pieces] == pieces and plain.flush() == "" and not plain.stopped
+    # held back text is released at the end when no stop string came
+    held = StopStrings(["xyz"])
+    assert held.push("abcxy") == "abc" and held.flush() == "xy" and held.text == "abcxy"
+
+
+@pytest.mark.parametrize("value, ok", [("\n", True), (["a", "bb"], True), ("", False), ([], False), (["a"] * 5, False),
+                                       (["x" * 65], False), ([1], False)])
+def test_stop_is_a_string_or_a_short_list_of_them(value, ok):
+    import json
+
+    if ok:
+        fields = parse_sampling_parameters(json.dumps({"stop": value}))
+        request = build_request("a", (1, 2), fields, max_context=32)
+        assert request.sampling.stop == ((value,) if isinstance(value, str) else tuple(value))
+    else:
+        with pytest.raises(InvalidGenerationRequest, match=r"`stop` = .*: expected a non-empty string or a list of 1 to 4"):
+            parse_sampling_parameters(json.dumps({"stop": value}))

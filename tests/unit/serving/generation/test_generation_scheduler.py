@@ -256,3 +256,14 @@ def test_prefix_cache_hits_are_counted_once_per_admitted_request_not_per_step_wa
     assert big.finish_reason is second.finish_reason is FinishReason.LENGTH
     stats = scheduler.prefix_cache.stats
     assert stats.lookups == 3 and stats.looked_up_tokens == 10 + 11 + 10
+
+
+def test_a_stop_string_found_by_the_caller_ends_the_sequence_as_stop_before_another_token():
+    scheduler = make()
+    sequence = scheduler.submit(request("a", max_tokens=50), 0.0)
+    step(scheduler, now=0.0)
+    step(scheduler, now=1.0)
+    generated = len(sequence.generated)
+    assert scheduler.stop("a") and not scheduler.stop("nobody")
+    _, _, finished = step(scheduler, now=2.0)
+    assert finished == [sequence] and sequence.finish_reason is FinishReason.STOP and len(sequence.generated) == generated
