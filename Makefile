@@ -41,7 +41,7 @@ help: ## List the targets
 
 setup: $(STAMP) $(if $(filter 1,$(GPU)),$(GPU_STAMP)) ## Create .venv with the pinned dependencies (GPU=1: the GPU set too; a second run does nothing)
 
-$(STAMP): scripts/serving/runtime/native/cond_wait_cap.c requirements/serve.txt requirements/build.txt requirements/test.txt requirements/no_deps.txt requirements/constraints.txt requirements/uv.txt pyproject.toml
+$(STAMP): $(wildcard scripts/serving/runtime/native/*.c scripts/serving/runtime/native/*.h) requirements/serve.txt requirements/build.txt requirements/test.txt requirements/no_deps.txt requirements/constraints.txt requirements/uv.txt pyproject.toml
 	@bash scripts/setup_system_packages.sh
 	@# mkdir -p first: `make -j2 build-engines setup-peers-minimal` creates .venv/peers-minimal at the same
 	@# time, and venv's own check-then-create of .venv then fails with 'File exists' (seen in a CI run)
@@ -54,7 +54,7 @@ $(STAMP): scripts/serving/runtime/native/cond_wait_cap.c requirements/serve.txt 
 	$(PY) -m serving build-native
 	@if [ "$(GPU)" = "1" ] || { [ "$(GPU)" != "0" ] && command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; }; then \
 	  $(GPU_INSTALL); \
-	else echo "[setup] no NVIDIA GPU (or GPU=0): the CPU set only (make setup GPU=1 installs requirements/gpu.txt)"; fi
+	else rm -f $(GPU_STAMP); echo "[setup] no NVIDIA GPU (or GPU=0): the CPU set only (make setup GPU=1 installs requirements/gpu.txt)"; fi
 	@touch $(STAMP)
 
 # The GPU set on an existing .venv: `make setup GPU=1` after a CPU-only setup (or after gpu.txt changed).

@@ -19,7 +19,7 @@ from tritonclient.grpc import model_config_pb2 as pb
 
 from contracts.errors import ConfigError
 from contracts.sequence_buckets import LENGTH_INPUT_PARAMETER, is_mask_input
-from contracts.serving_spec import Device, ModelSpec, ServingSpec
+from contracts.serving_spec import Device, ModelSpec, ServingSpec, backend_parameter_strings
 
 #: ONNX TensorProto element type name -> Triton data type.
 ONNX_TO_TRITON_DTYPE = {
@@ -186,7 +186,7 @@ def render_onnx_cpu_config(
     itself, so ragged batches are safe for it.
     """
     parameters = {"onnx_file": onnx_file, "intra_op_num_threads": str(model.intra_op_threads)}
-    parameters.update(model.backend_parameters)
+    parameters.update(backend_parameter_strings(model))
     parameters.update(extra_parameters or {})
     return _render_batched_model("onnxruntime_cpu", model, serving, inputs, outputs, parameters, ragged_inputs)
 

@@ -250,25 +250,27 @@ TUNABLE_BACKEND_PARAMETERS: Mapping[str, tuple[str, str]] = {
 }
 
 
-def _backend_parameters(model: str, parameters: Any) -> dict[str, str]:
-    """`backend_parameters` as the config's string values, each key and value checked."""
+def _backend_parameters(model: str, parameters: Any) -> dict[str, bool | int | float]:
+    """`backend_parameters`, each key and value checked (kept as given, so that `dataclasses.replace`,
+    which checks them again, accepts them again; `backend_parameter_strings` renders them)."""
     if not isinstance(parameters, Mapping):
         raise ConfigError(f"`models.{model}.backend_parameters` = {parameters!r}: expected a table of name = value.")
-    rendered = {}
     for key, value in parameters.items():
         where = f"`models.{model}.backend_parameters.{key}`"
         if key not in TUNABLE_BACKEND_PARAMETERS:
             raise ConfigError(f"{where} is not a backend parameter this project sets; allowed: {sorted(TUNABLE_BACKEND_PARAMETERS)}.")
-        kind = TUNABLE_BACKEND_PARAMETERS[key][0]
-        if kind == "flag":
+        if TUNABLE_BACKEND_PARAMETERS[key][0] == "flag":
             if not isinstance(value, bool):
                 raise ConfigError(f"{where} = {value!r}: expected true or false.")
-            rendered[key] = "true" if value else "false"
-        else:
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 3600:
-                raise ConfigError(f"{where} = {value!r}: expected a number of seconds in (0, 3600].")
-            rendered[key] = f"{value:g}"
-    return rendered
+        elif isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 3600:
+            raise ConfigError(f"{where} = {value!r}: expected a number of seconds in (0, 3600].")
+    return dict(parameters)
+
+
+def backend_parameter_strings(model: "ModelSpec") -> dict[str, str]:
+    """A model's `backend_parameters` as its config's string parameters ("true"/"false", seconds)."""
+    return {key: ("true" if value else "false") if isinstance(value, bool) else f"{value:g}"
+            for key, value in model.backend_parameters.items()}
 
 
 @dataclass(frozen=True)

@@ -231,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     admin_key = sub.add_parser("admin-key", help="create the admin key file (mode 0600, outside the repo) if missing")
     admin_key.add_argument("--key-file", help="default: $TRITON_ADMIN_KEY_FILE or ~/.config/triton-model-serving/admin-key")
     admin_key.set_defaults(func=cmd_admin_key)
-    native = sub.add_parser("build-native", help="(make setup) build the condition-wait cap and the HTTP gzip level preloaded into tritonserver")
+    native = sub.add_parser("build-native", help="(make setup) build the helpers preloaded into tritonserver: condition-wait cap, HTTP gzip level, request guard")
     native.set_defaults(func=cmd_build_native)
     status = sub.add_parser("status", help="show the partitions and their readiness")
     status.add_argument("--run-dir", default=str(RUN_DIR))

@@ -115,7 +115,7 @@ def parse_sampling_parameters(text: str | bytes | None, source: str = FROM_INPUT
     except json.JSONDecodeError as exc:
         raise InvalidGenerationRequest(f"{source} is not valid JSON ({exc.msg} at {exc.pos}): expected an object such as "
                                        '{"max_tokens": 32, "temperature": 0}.') from None
-    except ValueError as exc:  # e.g. an integer of more digits than Python converts (4300)
+    except (ValueError, RecursionError) as exc:  # an integer of more digits than Python converts (4300); nesting too deep
         raise InvalidGenerationRequest(f"{source} holds a value JSON cannot be read as ({exc}): expected an object such as "
                                        '{"max_tokens": 32, "temperature": 0}.') from None
     if not isinstance(data, dict):

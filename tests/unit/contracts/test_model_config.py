@@ -128,6 +128,8 @@ def test_backend_parameters_of_serving_toml_reach_the_config_as_strings():
     parameters = {k: v.string_value for k, v in config.parameters.items()}
     assert parameters["pinned_threads"] == "false" and parameters["metrics_flush_interval_s"] == "0.5"
     assert parameters["onnx_file"] == "model.onnx"  # derived parameters stay
+    # the build derives served models with dataclasses.replace, which checks the fields again
+    assert replace(spec.model("m"), max_batch_size=8).backend_parameters == {"pinned_threads": False, "metrics_flush_interval_s": 0.5}
 
 
 @pytest.mark.parametrize("parameters, message", [

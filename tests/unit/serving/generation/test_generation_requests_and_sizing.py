@@ -25,6 +25,7 @@ def test_sampling_parameters_accept_the_vllm_style_fields():
     ('{"max_tokens": 0}', r"`max_tokens` = 0: expected an integer from 1 to 2\*\*31 - 1"),
     ('{"temperature": 1' + "0" * 400 + "}", r"`temperature` = 1(0){19}\.\.\. \(401 characters\): expected a number from 0 to 1e6"),
     ('{"seed": 1' + "0" * 4400 + "}", r"sampling_parameters holds a value JSON cannot be read as \(.*4300"),
+    ("[" * 100_000, r"sampling_parameters holds a value JSON cannot be read as \(maximum recursion depth"),
     ('{"deadline_ms": 1e12}', r"`deadline_ms` = 1000000000000.0: expected a number of milliseconds in \(0, 1e9\]"),
     ('{"max_tokens": true}', r"`max_tokens` = True"),
     ('{"temperature": -1}', r"`temperature` = -1"),
