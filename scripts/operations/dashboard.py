@@ -26,6 +26,11 @@ def _per_model_rate(metric: str) -> str:
     return f"sum by (partition, model) (rate({metric}{_M}{_RATE}))"
 
 
+def _share_of_rates(part: str, rest: str) -> str:
+    """part / (part + rest), per model: the share of one of two counters' rates (errors, overhead)."""
+    return f"{_per_model_rate(part)} / ({_per_model_rate(part)} + {_per_model_rate(rest)})"
+
+
 def _ratio(numerator: str, denominator: str) -> str:
     return f"{_per_model_rate(numerator)} / {_per_model_rate(denominator)}"
 
@@ -55,8 +60,7 @@ PANELS: tuple[tuple[str, str, list[tuple[str, str]]], ...] = (
     ("Failures and rejections by reason (REJECTED: refused before execution, e.g. queue full or timed out)", "reqps",
      [(f"sum by (partition, model, reason) (rate(nv_inference_request_failure{_M}{_RATE}))", "{{model}} {{reason}}")]),
     ("Error rate (alert above 0.5%)", "percentunit",
-     [(f"{_per_model_rate('nv_inference_request_failure')} / ({_per_model_rate('nv_inference_request_success')}"
-       f" + {_per_model_rate('nv_inference_request_failure')})", "{{model}}")]),
+     [(_share_of_rates("nv_inference_request_failure", "nv_inference_request_success"), "{{model}}")]),
     ("Utilisation (alert below 30% for 5m)", "percentunit",
      [("nv_cpu_utilization", "CPU {{partition}}"), ("nv_gpu_utilization", "GPU {{gpu_uuid}}")]),
     ("Memory used (alert above 90%)", "percentunit",
@@ -74,8 +78,7 @@ PANELS: tuple[tuple[str, str, list[tuple[str, str]]], ...] = (
     ("Framework calls per sequence-length bucket", "ops",
      [(f"sum by (partition, model, bucket) (rate(serving_batch_bucket_calls_total{_M}{_RATE}))", "{{model}} <= {{bucket}} tokens")]),
     ("Time outside the framework call per execution (overhead share)", "percentunit",
-     [(f"{_per_model_rate('serving_batch_overhead_seconds_sum')} / ({_per_model_rate('serving_batch_overhead_seconds_sum')}"
-       f" + {_per_model_rate('serving_batch_framework_seconds_sum')})", "{{model}} overhead share")]),
+     [(_share_of_rates("serving_batch_overhead_seconds_sum", "serving_batch_framework_seconds_sum"), "{{model}} overhead share")]),
     ("Time outside the framework call per execution (mean)", "s",
      [(_ratio("serving_batch_overhead_seconds_sum", "serving_batch_overhead_seconds_count"), "{{model}} mean overhead")]),
     ("Framework calls per ONNX Runtime session (wide: a thread per core; narrow: 1 thread) and why", "ops",

@@ -170,19 +170,18 @@ class Scheduler:
         return sequence
 
     def cancel(self, request_id: str) -> bool:
-        sequence = self._by_id.get(request_id)
-        if sequence is None:
-            return False
-        sequence.cancel_requested = True
-        return True
+        """End a sequence as cancelled at the next step (the client went away)."""
+        return self._flag(request_id, "cancel_requested")
 
     def stop(self, request_id: str) -> bool:
         """End a sequence as if it had sampled EOS (a stop string appeared in its text)."""
+        return self._flag(request_id, "stop_requested")
+
+    def _flag(self, request_id: str, flag: str) -> bool:
         sequence = self._by_id.get(request_id)
-        if sequence is None:
-            return False
-        sequence.stop_requested = True
-        return True
+        if sequence is not None:
+            setattr(sequence, flag, True)
+        return sequence is not None
 
     # ------------------------------------------------------------------ planning
     def plan_step(self, now: float) -> StepPlan:
