@@ -38,6 +38,8 @@ class GenerationSettings:
     top_k: int = 0
     seed: int | None = None
     ignore_eos: bool = False
+    #: vLLM's `stop`: the text ends before the first of these that appears (finish reason "stop").
+    stop: tuple[str, ...] = ()
     chat: bool = False
     system_prompt: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
@@ -55,6 +57,8 @@ class GenerationSettings:
             fields["priority"] = self.priority
         if self.ignore_eos:
             fields["ignore_eos"] = True
+        if self.stop:
+            fields["stop"] = list(self.stop)
         return json.dumps({**fields, **self.extra})
 
 

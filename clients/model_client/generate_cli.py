@@ -28,7 +28,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     url = resolve_url(args.model, protocol, args.url)
     settings = GenerationSettings(max_tokens=args.max_tokens, priority=args.priority, deadline_ms=args.deadline_ms,
                                   temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed,
-                                  chat=args.chat, system_prompt=args.system_prompt)
+                                  chat=args.chat, system_prompt=args.system_prompt, stop=tuple(args.stop or ()))
     state = {"tokens": 0, "reason": ""}
     stream = not args.no_stream
     if args.use_async:
@@ -62,4 +62,5 @@ def add_generate_command(sub) -> None:
     gen.add_argument("--top-p", type=float, default=1.0)
     gen.add_argument("--top-k", type=int, default=0)
     gen.add_argument("--seed", type=int)
+    gen.add_argument("--stop", action="append", help="end the text before this string (repeat for up to 4)")
     gen.set_defaults(func=cmd_generate)

@@ -269,3 +269,6 @@ def test_a_stop_string_ends_the_text_before_it_streamed_or_not(triton_server):
     assert len(events) > 2 and "".join(e["text_output"] for e in events) == expected, events
     assert events[-1]["finish_reason"] == "stop", events
     assert all(stop not in e["text_output"] for e in events)
+    for protocol in ("http", "grpc"):  # the project's client, through sampling_parameters
+        text, _, reason, _ = run(triton_server, protocol, PROMPTS[4], max_tokens=24, ignore_eos=True, stop=(stop, "\u2603"))
+        assert (text, reason) == (expected, "stop"), (protocol, text, reason)

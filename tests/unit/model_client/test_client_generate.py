@@ -12,6 +12,7 @@ def test_sampling_parameters_carry_priority_max_tokens_and_deadline_only_when_se
     assert json.loads(GenerationSettings().sampling_parameters()) == {"max_tokens": 64, "temperature": 0.0}
     fields = json.loads(GenerationSettings(max_tokens=8, priority=1, deadline_ms=1500, seed=3).sampling_parameters())
     assert fields == {"max_tokens": 8, "temperature": 0.0, "priority": 1, "deadline_ms": 1500, "seed": 3}
+    assert json.loads(GenerationSettings(stop=("\n", "END")).sampling_parameters())["stop"] == ["\n", "END"]
 
 
 def test_http_body_uses_the_vllm_tensor_names():
