@@ -20,8 +20,10 @@ passed in), so every rule below is unit-tested without a model.
   its wait queue with its generated tokens, to be recomputed (prefix blocks it shared stay with the
   others). So a batch sequence never evicts a realtime one, nor a newer one an older one of its
   level, and a pool with every sequence stuck mid-prefill cannot happen.
-* Endings (`FinishReason`): EOS ("stop"), `max_tokens` or the context ("length"), client
-  cancellation ("cancelled"), the request's deadline ("deadline"). The tokens so far are kept.
+* Endings (`FinishReason`): EOS or a stop string the caller found in the text (`stop`: "stop"),
+  `max_tokens` or the context ("length"), client cancellation ("cancelled"), the request's deadline
+  ("deadline"); the tokens so far are kept. A request not admitted within its Triton timeout ends
+  unstarted ("queue_timeout"), for the caller to answer as an error.
 
 Token positions: a sequence's tokens are prompt + generated; `table.num_tokens` of them have K/V
 in the cache and the rest are *pending*. A step feeds a sequence's pending tokens (a chunk of them

@@ -220,12 +220,10 @@ TRITONSERVER_Error *TRITONSERVER_InferenceRequestAppendInputDataWithBufferAttrib
     if (!error_delete) error_delete = (error_delete_fn)real("TRITONSERVER_ErrorDelete");
     int type = -1;
     size_t size = 0;
-    TRITONSERVER_Error *e1 = type_of ? type_of(attributes, &type) : NULL;
-    TRITONSERVER_Error *e2 = size_of ? size_of(attributes, &size) : NULL;
-    int known = type_of && size_of && !e1 && !e2;
-    if (e1 && error_delete) error_delete(e1);
-    if (e2 && error_delete) error_delete(e2);
-    remember_buffer(handle, name, base, size, known && (type == MEMORY_CPU || type == MEMORY_CPU_PINNED));
+    TRITONSERVER_Error *e1 = type_of(attributes, &type), *e2 = size_of(attributes, &size);
+    if (e1) error_delete(e1);
+    if (e2) error_delete(e2);
+    remember_buffer(handle, name, base, size, !e1 && !e2 && (type == MEMORY_CPU || type == MEMORY_CPU_PINNED));
     return err;
 }
 
@@ -326,21 +324,30 @@ static int check_shape(const struct input *in, char *message, size_t room) {
     return 1;
 }
 
+/* A read position in an input's buffers, taken as one run of bytes. */
+struct cursor { const struct buffer *buffer; size_t offset; };
+
+/* Move `count` bytes on (the caller knows they are there), copying them into `copy` when given. */
+static void advance(struct cursor *at, uint64_t count, unsigned char *copy) {
+    while (count > 0) {
+        while (at->offset == at->buffer->size) { at->buffer = at->buffer->next; at->offset = 0; }
+        size_t step = at->buffer->size - at->offset < count ? at->buffer->size - at->offset : (size_t)count;
+        if (copy) { memcpy(copy, at->buffer->base + at->offset, step); copy += step; }
+        at->offset += step; count -= step;
+    }
+}
+
 /* Every BYTES element is a 4-byte little-endian length and that many bytes; none may run past the end. */
 static int check_bytes(const struct input *in, char *message, size_t room) {
     if (in->datatype != TYPE_BYTES || in->unreadable) return 0;
     uint64_t total = 0;
     for (const struct buffer *b = in->buffers; b; b = b->next) total += b->size;
-    const struct buffer *b = in->buffers;
-    size_t offset = 0;
+    struct cursor at = { in->buffers, 0 };
     uint64_t position = 0, element = 0;
     while (position < total) {
         if (total - position < 4) return 0; /* Triton's own check names a cut-off length */
         unsigned char length_bytes[4];
-        for (int k = 0; k < 4; k++) {
-            while (offset == b->size) { b = b->next; offset = 0; }
-            length_bytes[k] = (unsigned char)b->base[offset++];
-        }
+        advance(&at, 4, length_bytes);
         position += 4;
         uint64_t length = (uint64_t)length_bytes[0] | (uint64_t)length_bytes[1] << 8 | (uint64_t)length_bytes[2] << 16 |
                           (uint64_t)length_bytes[3] << 24;
@@ -350,11 +357,7 @@ static int check_bytes(const struct input *in, char *message, size_t room) {
                      "exactly that many bytes", in->name, element, length, total - position);
             return 1;
         }
-        for (uint64_t skip = length; skip > 0;) {
-            while (offset == b->size) { b = b->next; offset = 0; }
-            size_t step = b->size - offset < skip ? b->size - offset : (size_t)skip;
-            offset += step; skip -= step;
-        }
+        advance(&at, length, NULL);
         position += length;
         element++;
     }
@@ -375,7 +378,7 @@ TRITONSERVER_Error *TRITONSERVER_ServerInferAsync(TRITONSERVER_Server *server, T
         free_request(r);
         if (refused) {
             if (!error_new) error_new = (error_new_fn)real("TRITONSERVER_ErrorNew");
-            if (error_new) return error_new(ERROR_INVALID_ARG, message);
+            return error_new(ERROR_INVALID_ARG, message);
         }
     }
     return next(server, handle, trace);
