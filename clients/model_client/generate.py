@@ -15,6 +15,7 @@ import queue
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Iterator
 
+from contracts.sampling import SamplingFields
 from model_client.errors import ClientError, OverloadedError, RequestRejectedError, ServerUnavailableError
 
 DEFAULT_GENERATION_MODEL = "smollm2_chat"
@@ -29,36 +30,23 @@ class GenerationChunk:
 
 
 @dataclass(frozen=True)
-class GenerationSettings:
+class GenerationSettings(SamplingFields):
+    """What to ask of one generation: the sampling fields (contracts.sampling, vLLM's), with a longer
+    default output than vLLM's 16 tokens, and this server's priority, deadline and chat options."""
+
     max_tokens: int = 64
     priority: int = 0  # 0: the model's default
     deadline_ms: float | None = None
-    temperature: float = 0.0
-    top_p: float = 1.0
-    top_k: int = 0
-    seed: int | None = None
-    ignore_eos: bool = False
-    #: vLLM's `stop`: the text ends before the first of these that appears (finish reason "stop").
-    stop: tuple[str, ...] = ()
     chat: bool = False
     system_prompt: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def sampling_parameters(self) -> str:
-        fields: dict[str, Any] = {"max_tokens": self.max_tokens, "temperature": self.temperature}
-        if self.top_p != 1.0:
-            fields["top_p"] = self.top_p
-        if self.top_k:
-            fields["top_k"] = self.top_k
-        for name in ("seed", "deadline_ms"):
-            if getattr(self, name) is not None:
-                fields[name] = getattr(self, name)
+        fields = self.sampling_json_fields()
+        if self.deadline_ms is not None:
+            fields["deadline_ms"] = self.deadline_ms
         if self.priority:
             fields["priority"] = self.priority
-        if self.ignore_eos:
-            fields["ignore_eos"] = True
-        if self.stop:
-            fields["stop"] = list(self.stop)
         return json.dumps({**fields, **self.extra})
 
 

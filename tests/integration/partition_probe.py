@@ -21,7 +21,7 @@ import numpy as np
 #: The quiet partition's model, probed; and the noisy partition's model, flooded.
 QUIET_MODEL, NOISY_MODEL = "digit_classifier_small", "digit_classifier"
 #: Noise: threads (requests in flight), and its bounds whatever happens.
-NOISE_THREADS, NOISE_MAX_REQUESTS, NOISE_MAX_SECONDS = 8, 50_000, 60
+NOISE_THREADS, NOISE_MAX_REQUESTS, NOISE_MAX_SECONDS = 8, 50_000, 120
 
 
 def two_partition_config(ports: Sequence[int], max_queue_delay_us: int, placement: str | None = None) -> str:

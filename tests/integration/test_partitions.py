@@ -24,19 +24,21 @@ from partition_probe import QUIET_MODEL, measure_noisy_neighbour, two_partition_
 # Latency ratios and timing bounds: `make test` runs this file alone, after the parallel phase.
 pytestmark = [pytest.mark.server, pytest.mark.alone]
 
-#: A noisy neighbour may raise the quiet partition's P99 by at most this factor (see the test).
-#: The target is 1.5x, read from series of runs (docs/partitions.md, "Isolation, measured": on a
-#: 2-core Zen 4, 50 of 55 runs within 1.5x and one above 2x once the noise generator's start-up was
-#: kept out of the measured blocks; before, its unpinned interpreter start landed in the first blocks and
-#: gave x1.95-2.37 in about one run in six). Without isolation (CPU shares) it is x4.8, so 2x
-#: catches the regression this guards against with room for a noisy machine; a run above it is
-#: measured once more (a noisy-machine moment hits one run, a lost isolation both). Printed.
-NOISY_NEIGHBOUR_P99_FACTOR = 2.0
+#: A noisy neighbour may raise the quiet partition's P99 by at most this factor: issue 10's target.
+#: Measured on 30 alternating blocks of 200 probes a side. A P99 of 1,200 ~0.5 ms probes (6 blocks,
+#: as before) rests on its 12 slowest and swung x0.67-1.47 between back-to-back measurements of one
+#: server; of 6,000, x0.96-1.34 in 31 of 32 measurements here, and a pure CPU spinner on the other
+#: core (no Triton at all: the hardware's share) costs x1.19-1.37 by itself (docs/partitions.md,
+#: "Isolation, measured"). Without isolation (CPU shares) it is x4.8.
+NOISY_NEIGHBOUR_P99_FACTOR = 1.5
+#: Measurements at most: one above the factor is taken again (a noisy-machine moment hits one
+#: 17-second measurement, a lost isolation every one). Each is printed.
+NOISY_NEIGHBOUR_ATTEMPTS = 3
 #: The supervisor must bring a kill -9'd partition back within this many seconds (measured ~3 s:
 #: 0.5 s backoff + ~2 s tritonserver start-up + the Python-backend model load).
 RESTART_BOUND_S = 30.0
-PROBE_REQUESTS = 1200
-PROBE_BLOCKS = 6
+PROBE_REQUESTS = 6000
+PROBE_BLOCKS = 30
 PROBE_WARMUP = 30
 
 
@@ -106,8 +108,8 @@ def test_noisy_neighbour_leaves_the_other_partitions_p99_within_factor(partition
     thread (docs/partitions.md). The probe (sequential one-image requests) and the noise run on
     their partitions' home cores; isolated and loaded blocks alternate in this one test, so drift in
     the machine's other load hits both alike. A probe takes ~0.5 ms, so the shared last-level cache
-    and kernel alone move its P99 by x1.0-1.5 here; the bound is NOISY_NEIGHBOUR_P99_FACTOR, and the
-    1.5x target is read from series of runs (a timed test asserts a regression bound, not a target).
+    and kernel alone move its P99 by x1.0-1.2 here over 6,000 probes a side (more with fewer: the
+    tail of a small sample is a handful of probes).
     """
     layout, manifest = partitions
     quiet, noisy = manifest["partitions"]["quiet"], manifest["partitions"]["noisy"]
@@ -123,8 +125,10 @@ def test_noisy_neighbour_leaves_the_other_partitions_p99_within_factor(partition
         return np.percentile(r.loaded_ms, 99) / np.percentile(r.isolated_ms, 99)
 
     run = measure()
-    if p99_ratio(run) > NOISY_NEIGHBOUR_P99_FACTOR:
-        print(f"\nfirst run x{p99_ratio(run):.2f} above x{NOISY_NEIGHBOUR_P99_FACTOR}: measured once more")
+    for attempt in range(1, NOISY_NEIGHBOUR_ATTEMPTS):
+        if p99_ratio(run) <= NOISY_NEIGHBOUR_P99_FACTOR:
+            break
+        print(f"\nmeasurement {attempt} x{p99_ratio(run):.2f} above x{NOISY_NEIGHBOUR_P99_FACTOR}: measured again")
         run = measure()
     isolated, loaded, counts = run.isolated_ms, run.loaded_ms, run.noise_counts
     noisy_cpu, noise_cpu, loaded_wall = run.noisy_server_cpu_s, run.noise_cpu_s, run.loaded_wall_s

@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
+from contracts.sampling import DEFAULT_MAX_TOKENS, SamplingFields
 from serving.generation.errors import InvalidGenerationRequest
 
 #: field -> (type, description of the allowed values)
@@ -31,7 +32,6 @@ SAMPLING_FIELDS: dict[str, tuple[type | tuple[type, ...], str]] = {
 #: backend's) or, without it, the request's own parameters (the generate endpoint's "parameters").
 FROM_INPUT, FROM_REQUEST = "sampling_parameters", "the request's parameters"
 _INT31, _UINT64 = 2**31 - 1, 2**64 - 1
-DEFAULT_MAX_TOKENS = 16
 #: Temperatures below this sample greedily (vLLM's threshold): dividing logits by a subnormal
 #: temperature overflows to inf, and a NaN distribution used to fail the whole step, every
 #: running request with it.
@@ -39,15 +39,8 @@ GREEDY_BELOW_TEMPERATURE = 1e-5
 
 
 @dataclass(frozen=True)
-class SamplingParams:
-    max_tokens: int = DEFAULT_MAX_TOKENS
-    temperature: float = 0.0
-    top_p: float = 1.0
-    top_k: int = 0
-    seed: int | None = None
-    ignore_eos: bool = False
-    #: vLLM's `stop`: generation ends where one of these appears in the text, which is cut before it.
-    stop: tuple[str, ...] = ()
+class SamplingParams(SamplingFields):
+    """A request's sampling fields (contracts.sampling: vLLM's names and defaults), as the engine reads them."""
 
     @property
     def greedy(self) -> bool:
@@ -159,11 +152,7 @@ def build_request(request_id: str, prompt: tuple[int, ...], fields: Mapping[str,
         raise InvalidGenerationRequest(
             f"`max_tokens` = {max_tokens}: the prompt is {len(prompt)} tokens and the context "
             f"{max_context}, so at most {room} output tokens fit; lower max_tokens or shorten the prompt.")
-    sampling = SamplingParams(
-        max_tokens=max_tokens, temperature=float(fields.get("temperature", 0.0)), top_p=float(fields.get("top_p", 1.0)),
-        top_k=int(fields.get("top_k", 0)), seed=fields.get("seed"), ignore_eos=bool(fields.get("ignore_eos", False)),
-        stop=(fields["stop"],) if isinstance(fields.get("stop"), str) else tuple(fields.get("stop", ())),
-    )
+    sampling = SamplingParams(**{**SamplingParams.values_from_json(fields), "max_tokens": max_tokens})
     deadline = fields.get("deadline_ms")
     return GenerationRequest(request_id, tuple(prompt), sampling, int(fields.get("priority", default_priority)),
                              None if deadline is None else float(deadline) / 1000.0, stream,
