@@ -58,6 +58,13 @@ def packed(model: onnx.ModelProto) -> onnx.ModelProto:
             if i == mask: n.input[k] = 'pk_mask'
     nodes = front + list(g.node) + new
     del g.node[:]; g.node.extend(nodes)
+    _packed_inputs_and_outputs(g)
+    onnx.checker.check_model(m)
+    return m
+
+
+def _packed_inputs_and_outputs(g: onnx.GraphProto) -> None:
+    """The packed graph's inputs (ids, positions, segments) and one output; what it no longer needs pruned."""
     # inputs/outputs
     old_inputs = {i.name: i for i in g.input}
     del g.input[:]
@@ -76,8 +83,6 @@ def packed(model: onnx.ModelProto) -> onnx.ModelProto:
     kept_inits = [i for i in g.initializer if i.name in used]
     del g.initializer[:]; g.initializer.extend(kept_inits)
     del g.value_info[:]
-    onnx.checker.check_model(m)
-    return m
 
 if __name__ == '__main__':
     import sys
