@@ -14,6 +14,8 @@ from typing import Any, Mapping
 
 #: vLLM's default output length when a request does not ask for one.
 DEFAULT_MAX_TOKENS = 16
+#: Sent whatever their value: the receiving server's defaults may differ from the sender's.
+ALWAYS_SENT = ("max_tokens", "temperature")
 
 
 @dataclass(frozen=True)
@@ -29,12 +31,12 @@ class SamplingFields:
     stop: tuple[str, ...] = ()
 
     def sampling_json_fields(self) -> dict[str, Any]:
-        """The fields as `sampling_parameters` carries them: `max_tokens` and `temperature` always
-        (the server's defaults may differ from the sender's), the others where they differ from vLLM's."""
-        fields: dict[str, Any] = {"max_tokens": self.max_tokens, "temperature": self.temperature}
-        for field in dataclasses.fields(SamplingFields)[2:]:
+        """The fields as `sampling_parameters` carries them: ALWAYS_SENT, and the others where they
+        differ from vLLM's defaults."""
+        fields: dict[str, Any] = {name: getattr(self, name) for name in ALWAYS_SENT}
+        for field in dataclasses.fields(SamplingFields):
             value = getattr(self, field.name)
-            if value != field.default:
+            if field.name not in ALWAYS_SENT and value != field.default:
                 fields[field.name] = list(value) if isinstance(value, tuple) else value
         return fields
 
