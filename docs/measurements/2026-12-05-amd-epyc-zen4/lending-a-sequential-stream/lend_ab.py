@@ -27,10 +27,13 @@ def one(placement):
         c = http.InferenceServerClient(quiet["http"])
         t = http.InferInput("image", [1, 1, 8, 8], "FP32"); t.set_data_from_numpy(np.random.default_rng(1).random((1, 1, 8, 8), dtype=np.float32))
         for _ in range(200): c.infer(QUIET_MODEL, [t])
+        from partition_probe import cpu_seconds as group_cpu
+        c0, w0 = group_cpu(quiet["pid"]), time.perf_counter()
         lat = []; end = time.perf_counter() + 20
         while time.perf_counter() < end:
             s = time.perf_counter(); c.infer(QUIET_MODEL, [t]); lat.append((time.perf_counter() - s) * 1000)
         cpus = read_supervisor_state(layout.supervisor_state).partitions["quiet"].cpus_now
+        cpus = f"{cpus}; quiet server group {(group_cpu(quiet['pid']) - c0) / (time.perf_counter() - w0):.2f} cores"
         return f"{placement:9s} n {len(lat)} P50 {np.median(lat):.3f} P99 {np.percentile(lat, 99):.2f} quiet cpus at the end {cpus}"
     finally:
         os.sched_setaffinity(0, set(range(os.cpu_count())))
