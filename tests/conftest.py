@@ -134,7 +134,8 @@ def serving_spec():
 @pytest.fixture(scope="session")
 def triton_server(tmp_path_factory, serving_spec):
     """One real tritonserver serving every model in serving.toml, for the whole session."""
-    server = start_test_server(tmp_path_factory.mktemp("triton"), tuple(m.name for m in serving_spec.models))
+    server = start_test_server(tmp_path_factory.mktemp("triton"), tuple(m.name for m in serving_spec.models),
+                               latency_summary_quantiles=serving_spec.server.latency_summary_quantiles)
     yield server
     server.process.stop()
 

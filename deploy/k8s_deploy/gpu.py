@@ -46,7 +46,7 @@ def render_gpu_patch(deploy: DeployPlan, part: PlannedPartition) -> dict[str, An
     """A strategic-merge patch of one partition's Deployment: GPU flags, MPS limits, one GPU share."""
     if not deploy.gpu:
         raise DeployConfigError("render_gpu_patch needs a GPU deploy plan (plan_deployment(spec, gpu=True)).")
-    container: dict[str, Any] = {"name": CONTAINER, "args": server_args(part, gpu=True, rate_limit=deploy.plan.rate_limit),
+    container: dict[str, Any] = {"name": CONTAINER, "args": server_args(part, gpu=True, plan=deploy.plan),
                                  "resources": container_resources(deploy, part)}
     if uses_mps(deploy):
         container["env"] = container_env(deploy.plan, part)

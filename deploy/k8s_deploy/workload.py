@@ -19,7 +19,7 @@ from serving.runtime.native import preload_variables, wanted_helpers
 from serving.runtime.server import SERVER_STACK_LIMIT_BYTES
 from contracts.partition_plan import PartitionPlan, PlannedPartition, plan_partitions
 from serving.runtime.security import ADMIN_KEY_ENV, AdminKey
-from contracts.serving_spec import DEFAULT_RATE_LIMIT, CpuPlacement, ServingSpec
+from contracts.serving_spec import CpuPlacement, ServingSpec
 from serving.runtime.supervisor import RestartPolicy
 
 #: NVIDIA's container for Triton 2.51.0 (the release this project pins: nvidia-pytriton 0.7.0's server).
@@ -79,7 +79,7 @@ def common_labels(partition: str) -> dict[str, str]:
             "app.kubernetes.io/version": TRITON_VERSION, "partition": partition}
 
 
-def server_args(part: PlannedPartition, gpu: bool, rate_limit: str = DEFAULT_RATE_LIMIT) -> list[str]:
+def server_args(part: PlannedPartition, gpu: bool, plan: PartitionPlan) -> list[str]:
     """The launcher's flags for this partition, with the key taken from the pod's environment.
 
     Two differ from a host's: a pod has no launcher checking each model's readiness and no
@@ -88,7 +88,7 @@ def server_args(part: PlannedPartition, gpu: bool, rate_limit: str = DEFAULT_RAT
     restarts the pod: CrashLoopBackOff, visible, instead of a Ready pod failing every request)."""
     settings = partition_server_settings(part, MODEL_REPOSITORY, BACKEND_DIR, gpu_metrics=gpu,
                                          admin_key=AdminKey(_KEY_PLACEHOLDER, "k8s_deploy placeholder"),
-                                         rate_limit=rate_limit)
+                                         rate_limit=plan.rate_limit, latency_summary_quantiles=plan.latency_summary_quantiles)
     settings = dataclasses.replace(settings, strict_readiness=True, exit_on_error=True)
     return [arg.replace(_KEY_PLACEHOLDER, f"$({ADMIN_KEY_ENV})") for arg in settings.to_args_list()]
 
@@ -149,7 +149,7 @@ def container_probes(deploy: DeployPlan) -> dict[str, Any]:
 def render_container(deploy: DeployPlan, part: PlannedPartition) -> dict[str, Any]:
     return {
         "name": CONTAINER, "image": TRITON_IMAGE, "imagePullPolicy": "IfNotPresent",
-        "command": SERVER_COMMAND, "args": server_args(part, deploy.gpu, deploy.plan.rate_limit), "env": container_env(deploy.plan, part),
+        "command": SERVER_COMMAND, "args": server_args(part, deploy.gpu, deploy.plan), "env": container_env(deploy.plan, part),
         "ports": [{"name": "http", "containerPort": part.http_port, "protocol": "TCP"},
                   {"name": "grpc", "containerPort": part.grpc_port, "protocol": "TCP"},
                   {"name": "metrics", "containerPort": part.metrics_port, "protocol": "TCP"}],

@@ -26,7 +26,9 @@ from typing import Any, Sequence
 
 from contracts.devices import GpuProbe, detect_nvidia_gpu  # noqa: F401 (re-exported)
 from contracts.errors import ConfigError, find_named
-from contracts.serving_spec import DEFAULT_RATE_LIMIT, GZIP_OFF, CpuPlacement, ServingSpec
+from contracts.serving_spec import (
+    DEFAULT_LATENCY_SUMMARY_QUANTILES, DEFAULT_RATE_LIMIT, GZIP_OFF, CpuPlacement, ServingSpec,
+)
 
 #: Environment variable that carries a partition's ONNX Runtime intra-op thread count to the
 #: `onnxruntime_cpu` backend (used when a model's config leaves intra_op_num_threads at 0).
@@ -164,8 +166,9 @@ class PartitionPlan:
     #: `[server] cond_wait_cap_us` and `http_gzip_level`, for every partition's server (serving.runtime.native).
     cond_wait_cap_us: int = 10000
     http_gzip_level: int | str = GZIP_OFF
-    #: `[server] rate_limit`, for every partition's server.
+    #: `[server] rate_limit` and `latency_summary_quantiles`, for every partition's server.
     rate_limit: str = DEFAULT_RATE_LIMIT
+    latency_summary_quantiles: tuple[tuple[float, float], ...] = DEFAULT_LATENCY_SUMMARY_QUANTILES
 
     def __post_init__(self) -> None:
         ports = [p for part in self.partitions for p in (part.http_port, part.grpc_port, part.metrics_port)]
@@ -283,7 +286,7 @@ def plan_partitions(
     _check_supervisor_port(planned, server.supervisor_metrics_port)
     return PartitionPlan(mechanism=mechanism, cpu_count=cpu_count, partitions=tuple(planned),
                          cond_wait_cap_us=server.cond_wait_cap_us, http_gzip_level=server.http_gzip_level,
-                         rate_limit=server.rate_limit)
+                         rate_limit=server.rate_limit, latency_summary_quantiles=server.latency_summary_quantiles)
 
 
 def plan_for_this_host(spec: ServingSpec, force_cpu: bool = False) -> tuple[PartitionPlan, GpuProbe]:

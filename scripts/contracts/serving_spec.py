@@ -139,6 +139,40 @@ class Batching:
 
 #: `[server] http_gzip_level` = this: Triton answers HTTP uncompressed whatever the request accepts.
 GZIP_OFF = "off"
+#: `[server] latency_summary_quantiles`: the (quantile, rank error) pairs of Triton's latency
+#: summaries (`nv_inference_*_summary_us{quantile}`, a sliding 60-s window), which the P99 alert and
+#: the dashboard's percentile panels read (operations.alert_rules, operations.dashboard). Not Triton's
+#: own set (0.5, 0.9, 0.95, 0.99, 0.999; the last three at error 0.001): every 500th request folds
+#: the summaries' buffers on its thread, at a cost that grows with the window and with tight errors;
+#: a served digits model's P99 rose from 0.8 to 1.3-1.7 ms within 60 s of sequential load with
+#: Triton's set, to 1.1-1.2 ms with this one (docs/operations.md, "What the latency summaries
+#: cost"). () = no summaries.
+DEFAULT_LATENCY_SUMMARY_QUANTILES: tuple[tuple[float, float], ...] = ((0.5, 0.05), (0.9, 0.01), (0.95, 0.005), (0.99, 0.001))
+
+
+def latency_summary_quantiles(value: Any, where: str = "server.latency_summary_quantiles") -> tuple[tuple[float, float], ...]:
+    """`value` (a list of [quantile, error] pairs) as a tuple of float pairs, or a ConfigError that
+    names the pair and the expected form. An error must be smaller than the quantile's distance to
+    0 and to 1 (a wider one lets the estimate stand for another part of the distribution)."""
+    expected = "a list of [quantile, error] pairs, e.g. [[0.5, 0.05], [0.99, 0.001]] ([] = no summaries)"
+    if not isinstance(value, (list, tuple)):
+        raise ConfigError(f"`{where}` = {value!r}: expected {expected}.")
+    pairs = []
+    for pair in value:
+        numbers = isinstance(pair, (list, tuple)) and len(pair) == 2 and all(
+            isinstance(x, (int, float)) and not isinstance(x, bool) for x in pair)
+        if not numbers:
+            raise ConfigError(f"`{where}` has {pair!r}: expected {expected}.")
+        quantile, error = float(pair[0]), float(pair[1])
+        if not (0 < quantile < 1 and 0 < error < min(quantile, 1 - quantile)):
+            raise ConfigError(f"`{where}` has [{pair[0]}, {pair[1]}]: a quantile must lie between 0 and 1 and its error "
+                              f"between 0 and the quantile's distance to 0 and to 1.")
+        pairs.append((quantile, error))
+    if len({q for q, _ in pairs}) != len(pairs):
+        raise ConfigError(f"`{where}` names a quantile twice: {[q for q, _ in pairs]}.")
+    return tuple(pairs)
+
+
 #: `[server] rate_limit`: Triton's `--rate-limit` values; the first is the served default.
 RATE_LIMIT_MODES = ("execution_count", "off")
 DEFAULT_RATE_LIMIT = RATE_LIMIT_MODES[0]
@@ -173,6 +207,8 @@ class ServerEndpoints:
     #: the first instance free goes to it, so at low load one process serves with warm caches);
     #: "off" = Triton's default (instances take turns). No resources are declared, so nothing waits.
     rate_limit: str = DEFAULT_RATE_LIMIT
+    #: Triton's latency summaries: DEFAULT_LATENCY_SUMMARY_QUANTILES says why these and what they cost.
+    latency_summary_quantiles: tuple[tuple[float, float], ...] = DEFAULT_LATENCY_SUMMARY_QUANTILES
 
     #: Binding anywhere but loopback is an explicit choice (here or `serve --allow-non-loopback`);
     #: the launcher logs a warning when it is made. Admin APIs stay locked by the key either way.
@@ -192,6 +228,7 @@ class ServerEndpoints:
             _check_int_range(f"server.{name}", getattr(self, name), 1, 65535)
         _check_int_range("server.partition_port_stride", self.partition_port_stride, 3, 1000)
         _check_int_range("server.cond_wait_cap_us", self.cond_wait_cap_us, 0, 100_000)
+        object.__setattr__(self, "latency_summary_quantiles", latency_summary_quantiles(self.latency_summary_quantiles))
         if self.rate_limit not in RATE_LIMIT_MODES:
             raise ConfigError(f"`server.rate_limit` = {self.rate_limit!r}: allowed {list(RATE_LIMIT_MODES)}.")
         if self.http_gzip_level != GZIP_OFF:
@@ -559,7 +596,7 @@ def serving_spec_from_dict(data: Mapping[str, Any]) -> ServingSpec:
     server_table = data.get("server", {})
     _only_keys("server", server_table, {"host", "http_port", "grpc_port", "metrics_port", "partition_port_stride",
                                         "allow_non_loopback", "supervisor_metrics_port", "cond_wait_cap_us",
-                                        "http_gzip_level", "rate_limit"})
+                                        "http_gzip_level", "rate_limit", "latency_summary_quantiles"})
     partitions = []
     for name, table in _tables("partitions", data).items():
         _only_keys(f"partitions.{name}", table, _PARTITION_KEYS)

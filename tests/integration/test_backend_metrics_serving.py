@@ -115,3 +115,16 @@ def test_calls_made_alone_try_both_sessions_and_every_call_is_counted_by_session
         medians = poll_until(lambda: scrape(server), lambda t: "serving_session_choice_median_seconds{" in t,
                              timeout_s=5, interval_s=0.25)
         assert re.search(r'serving_session_choice_median_seconds\{[^}]*session="narrow"[^}]*\} [0-9.e-]+$', medians, re.M)
+
+
+def test_triton_publishes_exactly_the_configured_latency_quantiles(triton_server, serving_spec, digits_test_split):
+    """`[server] latency_summary_quantiles` reaches Triton 2.51 (`--metrics-config summary_quantiles`):
+    the request summary has those quantiles and no others (Triton's own set adds 0.999, whose cost
+    docs/operations.md measures), and its count follows the requests."""
+    images, _ = digits_test_split
+    with TritonModelClient(triton_server.url("http"), "http") as client:
+        client.infer("digit_classifier", {"image": images[:1]})
+    text = scrape(triton_server)
+    published = set(re.findall(r'^nv_inference_request_summary_us\{model="digit_classifier",[^}]*quantile="([^"]+)"\} ', text, flags=re.M))
+    assert published == {f"{q:g}" for q, _ in serving_spec.server.latency_summary_quantiles}
+    assert series_sum(text, "nv_inference_request_summary_us_count", "digit_classifier") >= 1

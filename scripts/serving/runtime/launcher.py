@@ -26,7 +26,7 @@ from contracts.layout import RunLayout
 from contracts.partition_plan import Mechanism, PartitionPlan, PlannedPartition
 from serving.runtime.security import AdminKey, launcher_admin_key, restricted_api_flags
 from serving.runtime.server import ServerSettings, TritonInstallation, TritonServerProcess
-from contracts.serving_spec import DEFAULT_RATE_LIMIT, ServingSpec
+from contracts.serving_spec import DEFAULT_LATENCY_SUMMARY_QUANTILES, DEFAULT_RATE_LIMIT, ServingSpec
 from contracts.supervisor_state import PartitionStatus
 
 MPS_CONTROL = "nvidia-cuda-mps-control"
@@ -45,7 +45,9 @@ def with_server_overrides(spec: ServingSpec, host: str | None = None, http_port:
 def partition_server_settings(partition: PlannedPartition, repository: Path, backend_dir: Path,
                               log_verbose: int = 0, gpu_metrics: bool = False,
                               admin_key: AdminKey | None = None, cond_wait_cap_us: int = 10000,
-                              http_gzip_level: int | str | None = None, rate_limit: str = DEFAULT_RATE_LIMIT) -> ServerSettings:
+                              http_gzip_level: int | str | None = None, rate_limit: str = DEFAULT_RATE_LIMIT,
+                              latency_summary_quantiles: tuple[tuple[float, float], ...] = DEFAULT_LATENCY_SUMMARY_QUANTILES,
+                              ) -> ServerSettings:
     """The ONE place a partition's tritonserver flags are decided (add security flags here); the
     Kubernetes renderer (deploy/k8s_deploy) takes its container arguments from here too, passing a
     placeholder `admin_key` that the pod fills from a Secret."""
@@ -55,7 +57,7 @@ def partition_server_settings(partition: PlannedPartition, repository: Path, bac
         models=partition.models, log_verbose=log_verbose, gpu_metrics=gpu_metrics,
         # model-repository, shared-memory, logging and trace APIs need the admin key (serving.runtime.security)
         restricted=restricted_api_flags(admin_key or launcher_admin_key()), cond_wait_cap_us=cond_wait_cap_us,
-        http_gzip_level=http_gzip_level, rate_limit=rate_limit,
+        http_gzip_level=http_gzip_level, rate_limit=rate_limit, latency_summary_quantiles=latency_summary_quantiles,
     )
 
 
@@ -92,7 +94,7 @@ def partition_server_process(installation: TritonInstallation, plan: PartitionPl
     settings = partition_server_settings(partition, repository, layout.backends,
                                          gpu_metrics=partition.gpu,
                                          cond_wait_cap_us=plan.cond_wait_cap_us, http_gzip_level=plan.http_gzip_level,
-                                         rate_limit=plan.rate_limit)
+                                         rate_limit=plan.rate_limit, latency_summary_quantiles=plan.latency_summary_quantiles)
     return TritonServerProcess(installation, settings, layout.partition_log(partition.name), extra_env=env,
                                preexec_cpus=pin, cpu_weight=cpu_weight if plan.mechanism is Mechanism.CPU_SHARES else None)
 

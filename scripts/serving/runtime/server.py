@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 
 from contracts.errors import ServerStartError
 from contracts.layout import SOURCE_DIRS, remove_server_shared_files
-from contracts.serving_spec import DEFAULT_RATE_LIMIT
+from contracts.serving_spec import DEFAULT_LATENCY_SUMMARY_QUANTILES, DEFAULT_RATE_LIMIT
 from contracts.processes import free_loopback_ports, http_ready, log_tail, pid_alive, server_ready, stop_pid  # noqa: F401 (re-exported)
 from serving.runtime.security import ADMIN_KEY_ENV
 from serving.runtime.stub_watch import stop_server_group
@@ -155,9 +155,10 @@ class ServerSettings:
     #: e.g. {"http_restricted_api": "model-repository,shared-memory:admin-key=SECRET"}
     restricted: Mapping[str, str] = field(default_factory=dict)
     exit_timeout_secs: int = 10
-    #: Publish latency summaries (P50..P99.9 over a sliding window): the P99 alert and the
-    #: dashboard read nv_inference_request_summary_us{quantile="0.99"} (checked on 2.51).
-    latency_summaries: bool = True
+    #: Latency summaries over Triton's sliding window, as (quantile, rank error) pairs: the P99 alert
+    #: and the dashboard read nv_inference_request_summary_us{quantile="0.99"} (checked on 2.51).
+    #: () = none. contracts.serving_spec.DEFAULT_LATENCY_SUMMARY_QUANTILES: why not Triton's own set.
+    latency_summary_quantiles: tuple[tuple[float, float], ...] = DEFAULT_LATENCY_SUMMARY_QUANTILES
     #: GPU utilisation/memory metrics (the accelerator alerts and panels read them); only on a GPU
     #: host, where the launcher turns them on. Off elsewhere: without NVML they only log errors.
     gpu_metrics: bool = False
@@ -200,8 +201,9 @@ class ServerSettings:
             f"--exit-on-error={'true' if self.exit_on_error else 'false'}",
             f"--rate-limit={self.rate_limit}",
         ]
-        if self.latency_summaries:
-            args.append("--metrics-config=summary_latencies=true")
+        if self.latency_summary_quantiles:
+            quantiles = ",".join(f"{q:g}:{error:g}" for q, error in self.latency_summary_quantiles)
+            args += ["--metrics-config=summary_latencies=true", f"--metrics-config=summary_quantiles={quantiles}"]
         if self.models:
             args.append("--model-control-mode=explicit")
             args += [f"--load-model={m}" for m in self.models]

@@ -102,3 +102,35 @@ def test_the_http_gzip_level_reaches_the_partition_plan_and_is_bounded_to_zlibs_
     for bad in ("none", "6", ""):
         with pytest.raises(ConfigError, match=r"allowed 'off' or a zlib level 0-9"):
             serving_spec_from_dict({**BASE, "server": {"http_gzip_level": bad}})
+
+
+def test_latency_summary_quantiles_reach_the_plan_and_the_server_flags():
+    from contracts.partition_plan import plan_partitions
+    from contracts.serving_spec import DEFAULT_LATENCY_SUMMARY_QUANTILES
+    from serving.runtime.launcher import partition_server_settings
+
+    assert serving_spec_from_dict(BASE).server.latency_summary_quantiles == DEFAULT_LATENCY_SUMMARY_QUANTILES
+    assert 0.999 not in {q for q, _ in DEFAULT_LATENCY_SUMMARY_QUANTILES}, "Triton's own P99.9 costs every request (docs/operations.md)"
+    spec = serving_spec_from_dict({**BASE, "server": {"latency_summary_quantiles": [[0.5, 0.05], [0.99, 0.001]]}})
+    plan = plan_partitions(spec, cpu_count=2, gpu_present=False)
+    assert plan.latency_summary_quantiles == ((0.5, 0.05), (0.99, 0.001))
+    args = partition_server_settings(plan.partitions[0], "/r", "/b", latency_summary_quantiles=plan.latency_summary_quantiles).to_args_list()
+    assert "--metrics-config=summary_latencies=true" in args and "--metrics-config=summary_quantiles=0.5:0.05,0.99:0.001" in args
+    off = serving_spec_from_dict({**BASE, "server": {"latency_summary_quantiles": []}})
+    off_args = partition_server_settings(plan.partitions[0], "/r", "/b", latency_summary_quantiles=off.server.latency_summary_quantiles).to_args_list()
+    assert not [a for a in off_args if a.startswith("--metrics-config=summary")], "[] = no summaries at all"
+
+
+@pytest.mark.parametrize("bad, message", [
+    ("0.99", "expected a list of \\[quantile, error\\] pairs"),
+    ([0.99], "has 0.99: expected a list"),
+    ([[0.99, 0.001, 1]], "expected a list"),
+    ([[0.99, True]], "expected a list"),
+    ([[1.0, 0.001]], "has \\[1.0, 0.001\\]: a quantile must lie between 0 and 1"),
+    ([[0.99, 0.02]], "its error between 0 and the quantile's distance"),
+    ([[0.5, 0.0]], "its error between 0"),
+    ([[0.5, 0.05], [0.5, 0.01]], "names a quantile twice"),
+])
+def test_bad_latency_summary_quantiles_name_the_pair_and_the_expected_form(bad, message):
+    with pytest.raises(ConfigError, match=rf"`server.latency_summary_quantiles`.*{message}"):
+        serving_spec_from_dict({**BASE, "server": {"latency_summary_quantiles": bad}})

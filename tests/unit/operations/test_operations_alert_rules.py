@@ -69,3 +69,21 @@ def test_promtool_accepts_rules_and_their_tests(command):
     result = subprocess.run(["promtool", *command], cwd=RULES_PATH.parent, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "SUCCESS" in result.stdout
+
+
+def test_every_latency_quantile_the_alerts_and_the_dashboard_read_is_one_the_server_publishes():
+    """Triton publishes only the quantiles of `[server] latency_summary_quantiles`: a rule or panel
+    reading another one would have no data (and an alert on it would never fire)."""
+    import re
+
+    from contracts.layout import SERVING_CONFIG
+    from contracts.serving_spec import load_serving_spec
+    from operations.dashboard import PANELS
+
+    exprs = [r["expr"] for r in rules_by_name().values()] + [e for _, _, queries in PANELS for e, _ in queries]
+    read = set()
+    for expr in exprs:
+        for values in re.findall(r'quantile=~?"([^"]+)"', expr):
+            read |= set(values.split("|"))
+    published = {f"{q:g}" for q, _ in load_serving_spec(SERVING_CONFIG).server.latency_summary_quantiles}
+    assert "0.99" in read and read <= published, (read, published)
