@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 #: vLLM's default output length when a request does not ask for one.
 DEFAULT_MAX_TOKENS = 16
@@ -52,5 +52,10 @@ class SamplingFields:
         if fields.get("seed") is not None:
             values["seed"] = int(fields["seed"])
         if "stop" in fields:
-            values["stop"] = (fields["stop"],) if isinstance(fields["stop"], str) else tuple(fields["stop"])
+            values["stop"] = stop_strings(fields["stop"])
         return values
+
+
+def stop_strings(value: str | Sequence[str]) -> tuple[str, ...]:
+    """vLLM's `stop` as sent (one string, or a list of them) as the tuple SamplingFields holds."""
+    return (value,) if isinstance(value, str) else tuple(value)

@@ -15,11 +15,14 @@ Pure apart from loading the tokenizer file; numpy and `tokenizers` only (it runs
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
 from contracts.token_padding import padded_token_tensors  # noqa: F401 (the backend's padding rule)
+
+if TYPE_CHECKING:
+    from tokenizers import Encoding
 
 SUPPORTED_OUTPUTS = ("input_ids", "attention_mask", "token_type_ids")
 #: A text longer than one of these (characters) is tokenized from its start up to a space or line
@@ -74,15 +77,32 @@ class TextFrontEnd:
         self.tokenizer.no_padding()
         self.pad_id, self.output_names = int(pad_id), tuple(output_names)
 
-    def bounded(self, text: str) -> str:
-        """`text`, or the start of it that gives the same truncated tokens (PREFIX_CHARS)."""
+    def bounded(self, text: str) -> "tuple[str, Encoding | None]":
+        """`text`, or the start of it that gives the same truncated tokens (PREFIX_CHARS), with that
+        start's encoding where finding it already made one (so a long text is encoded once)."""
         for limit in PREFIX_CHARS:
             if len(text) <= limit:
-                return text
+                return text, None
             cut = max(text.rfind(split, 0, limit) for split in _SPLITS)
-            if cut > 0 and self.tokenizer.encode(text[:cut]).overflowing:  # the start alone fills max_length
-                return text[:cut]
-        return text
+            if cut > 0:
+                encoding = self.tokenizer.encode(text[:cut])
+                if encoding.overflowing:  # the start alone fills max_length
+                    return text[:cut], encoding
+        return text, None
+
+    def encodings(self, texts: Sequence[str]) -> list["Encoding"]:
+        """The truncated encoding of each text, long ones from their bounded start; the texts not
+        encoded by that check go through one `encode_batch` (one text: `encode`, which stays on this
+        thread instead of a round trip through the Rust thread pool)."""
+        bounded = [self.bounded(text) for text in texts]
+        pending = [i for i, (_, encoding) in enumerate(bounded) if encoding is None]
+        starts = [bounded[i][0] for i in pending]
+        fresh = ([self.tokenizer.encode(starts[0])] if len(starts) == 1
+                 else self.tokenizer.encode_batch(starts) if starts else [])
+        encodings = [encoding for _, encoding in bounded]
+        for i, encoding in zip(pending, fresh):
+            encodings[i] = encoding
+        return encodings
 
     def tokenize(self, text_arrays: Sequence[np.ndarray]) -> TokenizedRequests:
         decoded: list[list[str] | str] = []
@@ -91,10 +111,7 @@ class TextFrontEnd:
                 decoded.append(decode_texts(array))
             except ValueError as exc:
                 decoded.append(str(exc))
-        all_texts = [self.bounded(t) for texts in decoded if isinstance(texts, list) for t in texts]
-        # one text: encode it here (encode_batch would hand it to the Rust thread pool and back)
-        encodings = ([self.tokenizer.encode(all_texts[0])] if len(all_texts) == 1
-                     else self.tokenizer.encode_batch(all_texts) if all_texts else [])
+        encodings = self.encodings([t for texts in decoded if isinstance(texts, list) for t in texts])
         tensors, problems, start = [], [], 0
         for texts in decoded:
             if isinstance(texts, str):

@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
-from contracts.sampling import DEFAULT_MAX_TOKENS, SamplingFields
+from contracts.sampling import DEFAULT_MAX_TOKENS, SamplingFields, stop_strings
 from serving.generation.errors import InvalidGenerationRequest
 
 #: field -> (type, description of the allowed values)
@@ -83,7 +83,7 @@ def _check(name: str, value: Any, source: str = FROM_INPUT) -> Any:
         elif name == "deadline_ms":
             ok = 0 < value <= 1e9
         elif name == "stop":
-            stops = [value] if isinstance(value, str) else value
+            stops = stop_strings(value)
             ok = 1 <= len(stops) <= 4 and all(isinstance(s, str) and 1 <= len(s) <= 64 for s in stops)
     if not ok:
         shown = repr(value) if len(repr(value)) <= 40 else f"{repr(value)[:20]}... ({len(repr(value))} characters)"

@@ -26,3 +26,9 @@ def test_values_from_json_converts_types_and_leaves_absent_fields_to_the_default
     values = SamplingFields.values_from_json({"temperature": 1, "stop": "x", "seed": None})
     assert values == {"temperature": 1.0, "stop": ("x",)} and isinstance(values["temperature"], float)
     assert SamplingParams(**values).top_p == 1.0 and json.dumps(SamplingParams(**values).sampling_json_fields())
+
+
+def test_one_stop_string_and_a_list_of_them_become_the_same_tuple_shape():
+    from contracts.sampling import stop_strings
+
+    assert stop_strings("\n\n") == ("\n\n",) and stop_strings(["a", "b"]) == ("a", "b") and stop_strings([]) == ()

@@ -81,8 +81,12 @@ def test_a_long_text_is_tokenized_from_its_start_with_the_same_truncated_tokens(
     }
     for name, text in cases.items():
         full = frontend.tokenizer.encode(text).ids
-        start = frontend.bounded(text)
+        start, encoding = frontend.bounded(text)
         assert frontend.tokenizer.encode(start).ids == full, name
         assert (len(start) <= PREFIX_CHARS[0]) == (name == "words"), (name, len(start))
+        # the check's own encoding is handed on (a long text is encoded once), and only when it holds
+        assert (encoding is not None) == (name == "words") and (encoding is None or encoding.ids == full), name
+        assert [e.ids for e in frontend.encodings(["hello", text, "world"])] == [
+            frontend.tokenizer.encode("hello").ids, full, frontend.tokenizer.encode("world").ids], name
     result = frontend.tokenize([np.array([[cases["words"].encode()]], dtype=object)])
     np.testing.assert_array_equal(result.tensors[0]["input_ids"], [frontend.tokenizer.encode(cases["words"]).ids])
