@@ -14,8 +14,9 @@ cores too (its first request runs at once, beside the borrower) and gets them ba
 next tick after it becomes busy. Even one request at a time gains from a borrowed core (ONNX
 Runtime runs one thread per reachable core: a lone text took 14.7 ms on two cores, 26.7 ms on
 one); a tiny model's sequential stream pays for it instead, ~12% at P50, its request's hops waking
-threads on the other core (docs/partitions.md). Busy is fast to set (one tick) and slow to clear (`idle_after_s` below the threshold), so
-a burst does not make cores flap. (`saturated`, above 85% of the home cores, is reported.)
+threads on the other core (docs/partitions.md). Busy is fast to set (one tick) and slow to clear
+(`idle_after_s` below the threshold), so a burst does not make cores flap. (`saturated`, above 85%
+of the home cores, is reported.)
 
 `lend_idle_cores` and `ActivityTracker` are pure; `group_cpu_seconds` and `pin_process_group`
 read /proc and call sched_setaffinity on every thread of a partition's processes.
