@@ -86,9 +86,8 @@ def server_args(part: PlannedPartition, gpu: bool, plan: PartitionPlan) -> list[
     supervisor, so `--strict-readiness=true` (the pod is Ready only while every model is; Triton's
     default) and `--exit-on-error=true` (a model that fails to load ends the server, and the kubelet
     restarts the pod: CrashLoopBackOff, visible, instead of a Ready pod failing every request)."""
-    settings = partition_server_settings(part, MODEL_REPOSITORY, BACKEND_DIR, gpu_metrics=gpu,
-                                         admin_key=AdminKey(_KEY_PLACEHOLDER, "k8s_deploy placeholder"),
-                                         rate_limit=plan.rate_limit, latency_summary_quantiles=plan.latency_summary_quantiles)
+    settings = partition_server_settings(plan, part, MODEL_REPOSITORY, BACKEND_DIR, gpu_metrics=gpu,
+                                         admin_key=AdminKey(_KEY_PLACEHOLDER, "k8s_deploy placeholder"))
     settings = dataclasses.replace(settings, strict_readiness=True, exit_on_error=True)
     return [arg.replace(_KEY_PLACEHOLDER, f"$({ADMIN_KEY_ENV})") for arg in settings.to_args_list()]
 

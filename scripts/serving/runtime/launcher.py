@@ -26,7 +26,7 @@ from contracts.layout import RunLayout
 from contracts.partition_plan import Mechanism, PartitionPlan, PlannedPartition
 from serving.runtime.security import AdminKey, launcher_admin_key, restricted_api_flags
 from serving.runtime.server import ServerSettings, TritonInstallation, TritonServerProcess
-from contracts.serving_spec import DEFAULT_LATENCY_SUMMARY_QUANTILES, DEFAULT_RATE_LIMIT, ServingSpec
+from contracts.serving_spec import ServingSpec
 from contracts.supervisor_state import PartitionStatus
 
 MPS_CONTROL = "nvidia-cuda-mps-control"
@@ -42,22 +42,22 @@ def with_server_overrides(spec: ServingSpec, host: str | None = None, http_port:
     return replace(spec, server=replace(spec.server, **overrides)) if overrides else spec
 
 
-def partition_server_settings(partition: PlannedPartition, repository: Path, backend_dir: Path,
+def partition_server_settings(plan: PartitionPlan, partition: PlannedPartition, repository: Path, backend_dir: Path,
                               log_verbose: int = 0, gpu_metrics: bool = False,
-                              admin_key: AdminKey | None = None, cond_wait_cap_us: int = 10000,
-                              http_gzip_level: int | str | None = None, rate_limit: str = DEFAULT_RATE_LIMIT,
-                              latency_summary_quantiles: tuple[tuple[float, float], ...] = DEFAULT_LATENCY_SUMMARY_QUANTILES,
-                              ) -> ServerSettings:
+                              admin_key: AdminKey | None = None) -> ServerSettings:
     """The ONE place a partition's tritonserver flags are decided (add security flags here); the
     Kubernetes renderer (deploy/k8s_deploy) takes its container arguments from here too, passing a
-    placeholder `admin_key` that the pod fills from a Secret."""
+    placeholder `admin_key` that the pod fills from a Secret. The server-wide values (condition-wait
+    cap, HTTP gzip level, rate limiter, latency-summary quantiles) come from the `plan`, the one
+    place serving.toml's `[server]` reaches a partition."""
     return ServerSettings(
         model_repository=Path(repository), backend_dir=Path(backend_dir), host=partition.host,
         http_port=partition.http_port, grpc_port=partition.grpc_port, metrics_port=partition.metrics_port,
         models=partition.models, log_verbose=log_verbose, gpu_metrics=gpu_metrics,
         # model-repository, shared-memory, logging and trace APIs need the admin key (serving.runtime.security)
-        restricted=restricted_api_flags(admin_key or launcher_admin_key()), cond_wait_cap_us=cond_wait_cap_us,
-        http_gzip_level=http_gzip_level, rate_limit=rate_limit, latency_summary_quantiles=latency_summary_quantiles,
+        restricted=restricted_api_flags(admin_key or launcher_admin_key()), cond_wait_cap_us=plan.cond_wait_cap_us,
+        http_gzip_level=plan.http_gzip_level, rate_limit=plan.rate_limit,
+        latency_summary_quantiles=plan.latency_summary_quantiles,
     )
 
 
@@ -91,10 +91,7 @@ def partition_server_process(installation: TritonInstallation, plan: PartitionPl
         env.update(mps_client_environment(layout))
     else:  # CPU sets / shares; on a GPU host too, for a partition without GPU models
         pin = partition.cpus
-    settings = partition_server_settings(partition, repository, layout.backends,
-                                         gpu_metrics=partition.gpu,
-                                         cond_wait_cap_us=plan.cond_wait_cap_us, http_gzip_level=plan.http_gzip_level,
-                                         rate_limit=plan.rate_limit, latency_summary_quantiles=plan.latency_summary_quantiles)
+    settings = partition_server_settings(plan, partition, repository, layout.backends, gpu_metrics=partition.gpu)
     return TritonServerProcess(installation, settings, layout.partition_log(partition.name), extra_env=env,
                                preexec_cpus=pin, cpu_weight=cpu_weight if plan.mechanism is Mechanism.CPU_SHARES else None)
 

@@ -114,10 +114,11 @@ def test_latency_summary_quantiles_reach_the_plan_and_the_server_flags():
     spec = serving_spec_from_dict({**BASE, "server": {"latency_summary_quantiles": [[0.5, 0.05], [0.99, 0.001]]}})
     plan = plan_partitions(spec, cpu_count=2, gpu_present=False)
     assert plan.latency_summary_quantiles == ((0.5, 0.05), (0.99, 0.001))
-    args = partition_server_settings(plan.partitions[0], "/r", "/b", latency_summary_quantiles=plan.latency_summary_quantiles).to_args_list()
+    args = partition_server_settings(plan, plan.partitions[0], "/r", "/b").to_args_list()
     assert "--metrics-config=summary_latencies=true" in args and "--metrics-config=summary_quantiles=0.5:0.05,0.99:0.001" in args
     off = serving_spec_from_dict({**BASE, "server": {"latency_summary_quantiles": []}})
-    off_args = partition_server_settings(plan.partitions[0], "/r", "/b", latency_summary_quantiles=off.server.latency_summary_quantiles).to_args_list()
+    off_plan = plan_partitions(off, cpu_count=2, gpu_present=False)
+    off_args = partition_server_settings(off_plan, off_plan.partitions[0], "/r", "/b").to_args_list()
     assert not [a for a in off_args if a.startswith("--metrics-config=summary")], "[] = no summaries at all"
 
 

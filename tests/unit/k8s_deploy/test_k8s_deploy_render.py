@@ -60,7 +60,7 @@ def test_container_arguments_are_the_launchers_with_the_key_from_the_secret(serv
     deploy = plan_deployment(serving_spec)
     for part in deploy.plan.partitions:
         key = AdminKey("x" * 32, "test")
-        launcher = partition_server_settings(part, "/serving/models", "/serving/backends", admin_key=key).to_args_list()
+        launcher = partition_server_settings(deploy.plan, part, "/serving/models", "/serving/backends", admin_key=key).to_args_list()
         c = container(by_kind(base_docs(serving_spec, part.name), "Deployment")[0])
         # a pod has no launcher checking models and no supervisor: strict readiness, and a failed
         # model load ends the server (the kubelet restarts it) instead of a Ready pod failing requests

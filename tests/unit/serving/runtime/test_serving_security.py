@@ -222,7 +222,7 @@ def test_every_partition_server_is_started_with_the_admin_apis_locked(monkeypatc
     })
     plan = plan_partitions(spec, 2, False, [0, 1])
     for part in plan.partitions:
-        settings = partition_server_settings(part, "/repo", "/backends")
+        settings = partition_server_settings(plan, part, "/repo", "/backends")
         assert settings.restricted == security.restricted_api_flags(AdminKey(KEY, "test"))
         assert settings.host == "127.0.0.1"
 

@@ -33,8 +33,8 @@ INSTALLATION = TritonInstallation(binary=Path("/opt/tritonserver/bin/tritonserve
 
 
 def test_server_settings_for_a_partition_load_only_its_models_on_its_ports():
-    part = plan_partitions(SPEC, 2, False).partition("q")
-    args = partition_server_settings(part, Path("/repo"), Path("/backends")).to_args_list()
+    plan = plan_partitions(SPEC, 2, False)
+    args = partition_server_settings(plan, plan.partition("q"), Path("/repo"), Path("/backends")).to_args_list()
     assert "--http-port=9010" in args and "--grpc-port=9011" in args and "--metrics-port=9012" in args
     assert "--model-control-mode=explicit" in args and "--load-model=b" in args and "--load-model=a" not in args
 
