@@ -9,11 +9,21 @@ Rules (as sentence-transformers does for all-MiniLM-L6-v2): texts longer than `m
 tokens are truncated, special tokens included; an empty or blank text is [CLS] [SEP]; bytes that
 are not UTF-8 are refused naming the row and the byte offset. Each request's rows are right-padded
 with the pad id to that request's longest row (the backend pads or buckets across requests).
-All texts of a dynamic batch are tokenized in one `encode_batch` call (Rust, parallel).
-Pure apart from loading the tokenizer file; numpy and `tokenizers` only (it runs in the stub).
+All texts of a dynamic batch are tokenized in one `encode_batch` call, on the calling thread:
+the front-end sets `TOKENIZERS_PARALLELISM=false` in its process unless the environment already
+says otherwise (TOKENIZER_PARALLELISM_ENV). Why: the stub is one of several instances sharing the
+cores, and the tokenizer's Rust thread pool woke a thread on the other core for a handful of
+short texts, where a sibling instance was computing. Measured on a 2-core Intel Xeon (2026-12-05,
+docs/measurements/2026-12-05-intel-xeon/tokenizer-threads/): 47-70 us of CPU per held-out text on
+the pool against 35-39 on one thread for batches of 2-16; in `serving serve`, three alternating
+starts each, the rest of `execute` fell from 1.42-1.49 to 0.95-1.00 ms per execution at c=16 and
+texts/s rose 3.5% (c=4: 2%).
+Pure apart from loading the tokenizer file and that variable; numpy and `tokenizers` only (it runs
+in the stub).
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
@@ -31,6 +41,9 @@ SUPPORTED_OUTPUTS = ("input_ids", "attention_mask", "token_type_ids")
 #: Why: the model reads 128 tokens, but tokenizing all of an 8 MB text took 9 s and 1.2 GB.
 PREFIX_CHARS = (16_384, 262_144)
 _SPLITS = (" ", "\n", "\t", "\r")
+#: The `tokenizers` variable that turns its Rust thread pool off ("false") or on ("true"); the
+#: front-end sets "false" when it is unset (module docstring), a value already set is kept.
+TOKENIZER_PARALLELISM_ENV = "TOKENIZERS_PARALLELISM"
 
 
 def decode_texts(array: np.ndarray) -> list[str]:
@@ -72,6 +85,7 @@ class TextFrontEnd:
             raise ValueError(f"token tensors {unknown} cannot be produced; supported: {list(SUPPORTED_OUTPUTS)}.")
         if max_length < 1:
             raise ValueError(f"max_length = {max_length}: expected a positive token count.")
+        os.environ.setdefault(TOKENIZER_PARALLELISM_ENV, "false")  # before the first encode_batch
         self.tokenizer = Tokenizer.from_file(tokenizer_file)
         self.tokenizer.enable_truncation(max_length)
         self.tokenizer.no_padding()

@@ -90,3 +90,42 @@ def test_a_long_text_is_tokenized_from_its_start_with_the_same_truncated_tokens(
             frontend.tokenizer.encode("hello").ids, full, frontend.tokenizer.encode("world").ids], name
     result = frontend.tokenize([np.array([[cases["words"].encode()]], dtype=object)])
     np.testing.assert_array_equal(result.tensors[0]["input_ids"], [frontend.tokenizer.encode(cases["words"]).ids])
+
+
+def _threads_after_a_batch(tmp_path, environment: dict[str, str]) -> tuple[int, int, str]:
+    """(threads before, threads after tokenizing a 256-text batch, TOKENIZERS_PARALLELISM then) in a
+    fresh process: the Rust pool's threads start at its first parallel use, so this sees whether
+    `encode_batch` ran on the pool."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    tokenizer = Tokenizer(models.WordLevel({"[UNK]": 0, "[PAD]": 1, "hello": 2, "world": 3}, unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer.save(str(tmp_path / "tokenizer.json"))
+    probe = f"""
+import json, os
+import numpy as np
+from serving.backend.text_frontend import TextFrontEnd
+frontend = TextFrontEnd({str(tmp_path / "tokenizer.json")!r}, max_length=8, pad_id=1, output_names=["input_ids"])
+before = len(os.listdir("/proc/self/task"))
+frontend.tokenize([np.array([[b"hello world " * 4]] * 256, dtype=object)])
+print(json.dumps([before, len(os.listdir("/proc/self/task")), os.environ.get("TOKENIZERS_PARALLELISM")]))
+"""
+    env = {k: v for k, v in os.environ.items() if k != "TOKENIZERS_PARALLELISM"} | environment
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True).stdout
+    return tuple(json.loads(out.splitlines()[-1]))
+
+
+@pytest.mark.skipif(not __import__("os").path.isdir("/proc/self/task") or __import__("os").cpu_count() < 2,
+                    reason="counts the process's threads in /proc on a machine with 2 or more cores")
+def test_the_text_front_end_tokenizes_a_batch_on_the_calling_thread_unless_told_otherwise(tmp_path):
+    """The stub shares the cores with sibling instances: the tokenizer's Rust pool woke a thread per
+    core for a few short texts (docs/performance.md, "Run 25"). A value the environment already has wins."""
+    before, after, setting = _threads_after_a_batch(tmp_path, {})
+    assert setting == "false" and after == before, (before, after)
+    before, after, setting = _threads_after_a_batch(tmp_path, {"TOKENIZERS_PARALLELISM": "true"})
+    assert setting == "true" and after > before, "with the pool asked for, encode_batch starts its threads"
