@@ -1,6 +1,8 @@
 """Input checks the onnxruntime_cpu backend runs before ONNX Runtime (NaN/Inf are rejected)."""
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -97,7 +99,6 @@ def _threads_after_a_batch(tmp_path, environment: dict[str, str]) -> tuple[int, 
     fresh process: the Rust pool's threads start at its first parallel use, so this sees whether
     `encode_batch` ran on the pool."""
     import json
-    import os
     import subprocess
     import sys
 
@@ -120,11 +121,11 @@ print(json.dumps([before, len(os.listdir("/proc/self/task")), os.environ.get("TO
     return tuple(json.loads(out.splitlines()[-1]))
 
 
-@pytest.mark.skipif(not __import__("os").path.isdir("/proc/self/task") or __import__("os").cpu_count() < 2,
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task") or (os.cpu_count() or 1) < 2,
                     reason="counts the process's threads in /proc on a machine with 2 or more cores")
 def test_the_text_front_end_tokenizes_a_batch_on_the_calling_thread_unless_told_otherwise(tmp_path):
-    """The stub shares the cores with sibling instances: the tokenizer's Rust pool woke a thread per
-    core for a few short texts (docs/performance.md, "Run 25"). A value the environment already has wins."""
+    """The stub shares the cores with sibling instances: the tokenizer's Rust pool woke a thread on
+    the other core for a few short texts (docs/performance.md, "Run 25"). A value the environment already has wins."""
     before, after, setting = _threads_after_a_batch(tmp_path, {})
     assert setting == "false" and after == before, (before, after)
     before, after, setting = _threads_after_a_batch(tmp_path, {"TOKENIZERS_PARALLELISM": "true"})
