@@ -5,18 +5,19 @@ busy ~30% of the time (the client and tritonserver's share at c=16)."""
 import json, multiprocessing as mp, os, random, sys, time
 import numpy as np, onnxruntime as ort
 from tokenizers import Tokenizer
+
+from contracts.sequence_buckets import assign_buckets
+from contracts.token_padding import pad_rows
 MODEL = "model_repository/text_embedder/1/model.onnx"
 B = [16, 24, 32, 48, 64, 96, 128]
 
 def calls(enc, names):
-    by = {}
-    for ids in enc:
-        b = next(x for x in B if x >= len(ids)); by.setdefault(b, []).append(ids)
+    """One feed per served length bucket, each padded to its longest row (the backend's own helpers;
+    until the kept outputs were written this was a copy of one_thread_batch_gain.py's loop, same result)."""
     out = []
-    for rows in by.values():
-        L = max(len(r) for r in rows); ids = np.zeros((len(rows), L), np.int64); m = np.zeros_like(ids)
-        for i, r in enumerate(rows): ids[i, :len(r)] = r; m[i, :len(r)] = 1
-        f = {"input_ids": ids, "attention_mask": m, "token_type_ids": np.zeros_like(ids)}
+    for rows in assign_buckets([len(r) for r in enc], B):
+        ids = pad_rows([enc[i] for i in rows])
+        f = {"input_ids": ids, "attention_mask": pad_rows([[1] * len(enc[i]) for i in rows]), "token_type_ids": np.zeros_like(ids)}
         out.append({k: f[k] for k in names})
     return out
 
