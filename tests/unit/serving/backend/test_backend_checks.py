@@ -47,17 +47,27 @@ def test_an_answer_holding_nan_or_inf_is_an_error_naming_the_output():
     assert "holds 2 NaN/Inf values out of 3" in message
 
 
+def _word_tokenizer_file(tmp_path, bert_rules: bool = False) -> str:
+    """A four-word WordLevel tokenizer saved as tokenizer.json ([PAD] = 1): split at white space, or
+    with BERT's normalizer and pre-tokenizer (lower case, punctuation) when `bert_rules`."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
+
+    tokenizer = Tokenizer(models.WordLevel({"[UNK]": 0, "[PAD]": 1, "hello": 2, "world": 3}, unk_token="[UNK]"))
+    if bert_rules:
+        tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True)
+        tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    else:
+        tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer.save(str(tmp_path / "tokenizer.json"))
+    return str(tmp_path / "tokenizer.json")
+
+
 def test_a_text_request_without_rows_is_refused_alone_and_its_batch_mates_are_tokenized(tmp_path):
     """Triton 2.51 passes a [0, 1] TEXT request to the backend; it used to raise out of `execute`
     ("pad_rows needs at least one row"), and Triton failed every request of that batch with it."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-
     from serving.backend.text_frontend import TextFrontEnd
 
-    tokenizer = Tokenizer(models.WordLevel({"[UNK]": 0, "[PAD]": 1, "hello": 2, "world": 3}, unk_token="[UNK]"))
-    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
-    tokenizer.save(str(tmp_path / "tokenizer.json"))
-    frontend = TextFrontEnd(str(tmp_path / "tokenizer.json"), max_length=8, pad_id=1, output_names=["input_ids", "attention_mask"])
+    frontend = TextFrontEnd(_word_tokenizer_file(tmp_path), max_length=8, pad_id=1, output_names=["input_ids", "attention_mask"])
     good = np.array([[b"hello world"]], dtype=object)
     result = frontend.tokenize([good, np.zeros((0, 1), dtype=object), good])
     assert result.problems[0] is None and result.problems[2] is None
@@ -67,15 +77,9 @@ def test_a_text_request_without_rows_is_refused_alone_and_its_batch_mates_are_to
 
 def test_a_long_text_is_tokenized_from_its_start_with_the_same_truncated_tokens(tmp_path):
     """An 8 MB text took 9 s and 1.2 GB to tokenize in full for the 128 tokens the model reads."""
-    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
-
     from serving.backend.text_frontend import PREFIX_CHARS, TextFrontEnd
 
-    tokenizer = Tokenizer(models.WordLevel({"[UNK]": 0, "[PAD]": 1, "hello": 2, "world": 3}, unk_token="[UNK]"))
-    tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True)
-    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tokenizer.save(str(tmp_path / "tokenizer.json"))
-    frontend = TextFrontEnd(str(tmp_path / "tokenizer.json"), max_length=8, pad_id=1, output_names=["input_ids", "attention_mask"])
+    frontend = TextFrontEnd(_word_tokenizer_file(tmp_path, bert_rules=True), max_length=8, pad_id=1, output_names=["input_ids", "attention_mask"])
     cases = {
         "words": "Hello world, " * 40_000,                                # 520 KB: the start is enough
         "spaces first": " " * (PREFIX_CHARS[0] + 10) + "hello world " * 9,  # the start has no token: a longer start
@@ -102,16 +106,11 @@ def _threads_after_a_batch(tmp_path, environment: dict[str, str]) -> tuple[int, 
     import subprocess
     import sys
 
-    from tokenizers import Tokenizer, models, pre_tokenizers
-
-    tokenizer = Tokenizer(models.WordLevel({"[UNK]": 0, "[PAD]": 1, "hello": 2, "world": 3}, unk_token="[UNK]"))
-    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
-    tokenizer.save(str(tmp_path / "tokenizer.json"))
     probe = f"""
 import json, os
 import numpy as np
 from serving.backend.text_frontend import TextFrontEnd
-frontend = TextFrontEnd({str(tmp_path / "tokenizer.json")!r}, max_length=8, pad_id=1, output_names=["input_ids"])
+frontend = TextFrontEnd({_word_tokenizer_file(tmp_path)!r}, max_length=8, pad_id=1, output_names=["input_ids"])
 before = len(os.listdir("/proc/self/task"))
 frontend.tokenize([np.array([[b"hello world " * 4]] * 256, dtype=object)])
 print(json.dumps([before, len(os.listdir("/proc/self/task")), os.environ.get("TOKENIZERS_PARALLELISM")]))
