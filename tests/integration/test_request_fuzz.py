@@ -55,14 +55,15 @@ class Case:
 
 class Reference:
     """In-process answers from the served files: the classifiers' and the encoder's ONNX graphs
-    in ONNX Runtime, and the served tokenizer.json (truncating at 128 tokens, as served)."""
+    in ONNX Runtime as the backend opens them, and the served tokenizer.json (truncating at 128
+    tokens, as served)."""
 
     def __init__(self, repository):
-        import onnxruntime as ort
         from tokenizers import Tokenizer
 
-        self.sessions = {m: ort.InferenceSession(str(repository / m / "1" / "model.onnx"), providers=["CPUExecutionProvider"])
-                         for m in (*CLASSIFIERS, "text_encoder")}
+        from contracts.onnx_sessions import served_session
+
+        self.sessions = {m: served_session(repository / m / "1" / "model.onnx", 1) for m in (*CLASSIFIERS, "text_encoder")}
         self.tokenizer = Tokenizer.from_file(str(repository / "text_tokenizer" / "1" / "tokenizer.json"))
         self.tokenizer.enable_truncation(MAX_TOKENS)
         self.lock = threading.Lock()

@@ -21,6 +21,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from contracts.onnx_sessions import disabled_fusions
 from model_build.errors import BuildError
 from model_build.int8.qdq import convert_to_fp16, insert_qdq, quantize_embedding_tables
 from model_build.int8.quant_types import ActivationScheme, CalibrationMethod, LayerKind, QuantizableLayer
@@ -212,7 +213,7 @@ def cpu_session(model_or_path, threads: int | None = None, optimize: bool = True
         source = source.SerializeToString()
     elif isinstance(source, Path):
         source = str(source)
-    return ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(source, options, providers=["CPUExecutionProvider"], disabled_optimizers=disabled_fusions())
 
 
 #: Largest output change allowed when the same rows are run in a different batch. A dynamic

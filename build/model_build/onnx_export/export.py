@@ -7,6 +7,7 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
+from contracts.onnx_sessions import served_session
 from model_build.errors import BuildError
 
 #: opset 17 is what the TorchScript exporter handles best for these models and what TensorRT 10 parses.
@@ -46,15 +47,10 @@ def check_onnx(path: Path) -> None:
 
 
 def onnxruntime_session(path: Path, threads: int | None = None):
-    import onnxruntime as ort
-
+    """The graph in ONNX Runtime as the backend serves it (contracts.onnx_sessions), on the build's threads."""
     from model_build.pipeline import build_threads
 
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = build_threads() if threads is None else threads
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    options.inter_op_num_threads = 1
-    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    return served_session(path, build_threads() if threads is None else threads)
 
 
 def run_onnxruntime_batched(session, feeds: Mapping[str, np.ndarray], batch_size: int = 256) -> list[np.ndarray]:

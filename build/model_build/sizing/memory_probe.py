@@ -74,9 +74,8 @@ def _gpu_used_bytes() -> int | None:
 def measure(onnx: str, batch: int, threads: int, variable_dim: int, device: str, runs: int = 2) -> dict:
     import onnxruntime as ort
 
-    from contracts.onnx_sessions import served_session_options
+    from contracts.onnx_sessions import served_session
 
-    options = served_session_options(threads)  # what the backend opens, on the device it serves on
     providers = ["CPUExecutionProvider"]
     if device == "cuda":
         if "CUDAExecutionProvider" not in ort.get_available_providers():
@@ -86,7 +85,7 @@ def measure(onnx: str, batch: int, threads: int, variable_dim: int, device: str,
     rss_before = _status_kib("VmRSS") * 1024
     peak_reset = _reset_peak_rss()
     started = time.perf_counter()
-    session = ort.InferenceSession(onnx, options, providers=providers)
+    session = served_session(onnx, threads, providers)  # what the backend opens, on the device it serves on
     feeds = synthetic_feeds(session, batch, variable_dim)
     for _ in range(runs):
         session.run(None, feeds)
