@@ -3,8 +3,8 @@
 The `onnxruntime_cpu` backend, the in-process limit of the perf suite and the padding report all
 open the served ONNX file; a limit measured with other options than the server's would not be
 the server's limit (it used to be a hand copy without the spinning setting). The build's validation
-and timing sessions and the tests' in-process references turn off the same graph fusions, so what
-is validated and compared is what is served.
+and timing sessions, the LLM's decoder session and the tests' in-process references leave out the
+same graph fusions (`disabled_fusions`), so what is validated and compared is what is served.
 """
 from __future__ import annotations
 

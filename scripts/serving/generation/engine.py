@@ -21,6 +21,7 @@ from typing import Callable
 
 import numpy as np
 
+from contracts.onnx_sessions import disabled_fusions
 from serving.generation.kv_store import KvStore
 from serving.generation.requests import GenerationRequest
 from serving.generation.sampling import new_rng, sample_token
@@ -41,7 +42,8 @@ class DecoderGraph:
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        self.session = ort.InferenceSession(onnx_path, options, providers=[provider])
+        # the served sessions' fusion rule (contracts.onnx_sessions); this graph has no node it applies to today
+        self.session = ort.InferenceSession(onnx_path, options, providers=[provider], disabled_optimizers=disabled_fusions([provider]))
 
     def run(self, input_ids, position_ids, past_key, past_value, past_length, last_index):
         feeds = {"input_ids": input_ids, "position_ids": position_ids, "past_key": past_key, "past_value": past_value,
