@@ -21,7 +21,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from contracts.onnx_sessions import disabled_fusions
+from contracts.onnx_sessions import disabled_fusions, served_session_options
 from model_build.errors import BuildError
 from model_build.int8.qdq import convert_to_fp16, insert_qdq, quantize_embedding_tables
 from model_build.int8.quant_types import ActivationScheme, CalibrationMethod, LayerKind, QuantizableLayer
@@ -194,15 +194,13 @@ def simulated_graph(fp32_model, int8_layers: Sequence[QuantizableLayer], scheme:
 
 
 def cpu_session(model_or_path, threads: int | None = None, optimize: bool = True):
-    """An ONNX Runtime CPU session (from a path, bytes or ModelProto), threads pinned for fair timing."""
+    """An ONNX Runtime CPU session (from a path, bytes or ModelProto) with the served options
+    (contracts.onnx_sessions: threads pinned for fair timing, no spinning beside another build)."""
     import onnxruntime as ort
 
     from model_build.pipeline import build_threads
 
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = build_threads() if threads is None else threads
-    options.inter_op_num_threads = 1
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")  # no spinning beside another build
+    options = served_session_options(build_threads() if threads is None else threads)
     options.log_severity_level = 3
     if not optimize:
         # Simulation graphs: run every Q/DQ as written. Even ORT_ENABLE_BASIC rewrites an activation
