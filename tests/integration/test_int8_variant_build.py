@@ -66,3 +66,17 @@ def test_reference_data_for_gpu_replay_is_saved(built):
     _, workdir = built
     assert (workdir / "validation" / "reference_inputs.json").stat().st_size > 0
     assert (workdir / "validation" / "reference_outputs_fp32.json").stat().st_size > 0
+
+
+def test_text_encoder_outliers_were_moved_into_weights_and_the_served_graph_carries_them():
+    """MiniLM's feed-forward output inputs have outlier channels (docs/precision.md): the plan records
+    the smoothed activations, and the served INT8 graph divides each by its scales before quantizing."""
+    import onnx
+
+    _, workdir = build_record("text_encoder")
+    smoothing = json.loads((workdir / "precision_plan.json").read_text())["outlier_smoothing"]
+    assert smoothing["threshold"] > 1 and smoothing["activations"], smoothing
+    assert (workdir / smoothing["source_graph"]).exists()
+    served = onnx.load(str(workdir / "int8_mixed.onnx"), load_external_data=False)
+    divisors = sorted(n.name for n in served.graph.node if n.name.endswith("_OutlierSmoothing"))
+    assert divisors == sorted(f"{a['layers'][0]}_OutlierSmoothing" for a in smoothing["activations"])

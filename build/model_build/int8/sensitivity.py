@@ -194,6 +194,8 @@ class PrecisionPlan:
     gpu_scheme: ActivationScheme
     calibration: Mapping[str, Any]
     layers: tuple[PlanLayer, ...]
+    #: Step 1a of the build (variant.py): which activations had outlier channels moved into weights.
+    outlier_smoothing: Mapping[str, Any] = field(default_factory=dict)
     method: str = ("one layer quantized at a time (others FP32) in a fake-quantized graph, TensorRT's symmetric scheme "
                    "for compute layers, per-row INT8 for embedding tables; scored with the model's own metric")
 
@@ -213,6 +215,7 @@ class PrecisionPlan:
             "cpu_scheme": self.cpu_scheme.value,
             "gpu_scheme": self.gpu_scheme.value,
             "calibration": dict(self.calibration),
+            "outlier_smoothing": dict(self.outlier_smoothing),
             "layers": [
                 {"name": l.name, "op_type": l.op_type, "kind": l.kind.value, "parameters": l.parameters,
                  "sensitivity": {"metric_value": l.sensitivity.value, "output_error": l.sensitivity.error},
@@ -235,6 +238,7 @@ def plan_from_selection(
     gpu_high: Sequence[str],
     cpu_scheme: ActivationScheme,
     calibration: Mapping[str, Any],
+    outlier_smoothing: Mapping[str, Any] | None = None,
 ) -> PrecisionPlan:
     plan_layers = tuple(
         PlanLayer(
@@ -244,4 +248,5 @@ def plan_from_selection(
         )
         for l in layers
     )
-    return PrecisionPlan(model, budget, cpu_scheme, ActivationScheme.STATIC_INT8_SYMMETRIC, dict(calibration), plan_layers)
+    return PrecisionPlan(model, budget, cpu_scheme, ActivationScheme.STATIC_INT8_SYMMETRIC, dict(calibration), plan_layers,
+                         dict(outlier_smoothing or {}))

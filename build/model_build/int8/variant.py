@@ -3,7 +3,8 @@
 A recipe supplies the model-specific parts in `Int8Inputs` (training-only calibration batches,
 evaluation batches, the metric and its budget); everything else is generic:
 
-1. calibrate once (ONNX Runtime's calibrator, method from the settings) on the calibration set;
+1. move outlier activation channels into the weights (`smoothing.py`; exact in FP32), then
+   calibrate once (ONNX Runtime's calibrator, method from the settings) on the calibration set;
 2. choose the CPU scheme by timing each candidate with every layer in INT8 (or take the setting);
 3. measure each layer's sensitivity (that layer alone in INT8, fake-quantized) under the CPU scheme
    and under TensorRT's scheme; cached on disk;
@@ -29,6 +30,9 @@ from model_build.errors import BuildError
 from model_build.reports.latency import median_latencies
 from model_build.int8.quant_types import ActivationScheme, CalibrationMethod, LayerKind, find_quantizable_layers
 from model_build.int8.quantize import choose_cpu_scheme, compute_activation_ranges, cpu_graph, cpu_session, fp16_graph, gpu_graph, simulated_graph
+from model_build.int8.smoothing import (
+    DEFAULT_OUTLIER_THRESHOLD, activation_channel_absmax, apply_smoothing, plan_smoothing, smoothing_candidates,
+)
 from model_build.int8.sensitivity import (
     Budget, Measurement, SensitivityCache, choose_fewest_high_precision, measure_sensitivities,
     plan_from_selection, rank_by_sensitivity, sensitivity_key,
@@ -43,6 +47,10 @@ PRECISION_PLAN = "precision_plan.json"
 RANGES_CACHE = "calibration_ranges.json"
 SENSITIVITY_CACHE = "sensitivity_cache.json"
 CPU_SCHEME_CACHE = "cpu_scheme_choice.json"
+#: The FP32 graph every INT8 graph is derived from when outlier channels were moved into weights.
+SMOOTHED_FP32_ONNX = "fp32_smoothed.onnx"
+#: Largest |smoothed FP32 - FP32| output difference accepted (float rounding of x / s and s W).
+SMOOTHING_FP32_ATOL = 1e-3
 VALIDATION_DIR = "validation"
 
 
@@ -56,6 +64,9 @@ class Int8Settings:
     calibration_seed: int = 0
     #: "auto" times the candidates on this machine; or one of ActivationScheme's CPU values.
     cpu_scheme: str = "auto"
+    #: Activation channels above this multiple of the median channel move into the weights
+    #: (`smoothing.py`); 0 turns the rewrite off.
+    outlier_threshold: float = DEFAULT_OUTLIER_THRESHOLD
 
     def __post_init__(self) -> None:
         for name, enum in (("calibration_method", CalibrationMethod), ("calibration_sampling", Sampling)):
@@ -68,6 +79,9 @@ class Int8Settings:
         allowed = ["auto", ActivationScheme.DYNAMIC_UINT8.value, ActivationScheme.STATIC_UINT8.value]
         if self.cpu_scheme not in allowed:
             raise BuildError(f"`options.cpu_scheme` = {self.cpu_scheme!r}: allowed {allowed}.")
+        if not isinstance(self.outlier_threshold, (int, float)) or not (self.outlier_threshold == 0 or self.outlier_threshold > 1):
+            raise BuildError(f"`options.outlier_threshold` = {self.outlier_threshold!r}: 0 (off) or a number > 1 "
+                             "(a multiple of the median channel's max |x|).")
         if not isinstance(self.calibration_size, int) or self.calibration_size < 1:
             raise BuildError(f"`options.calibration_size` = {self.calibration_size!r} must be a positive integer.")
 
@@ -116,8 +130,8 @@ def _outputs(session, batches) -> np.ndarray:
     return np.concatenate([session.run(None, dict(b))[0] for b in batches])
 
 
-def _cpu_scheme_by_measurement(inputs: Int8Inputs, settings: Int8Settings, layers, model_digest: str, measure_session,
-                               first_trials: dict | None = None):
+def _cpu_scheme_by_measurement(inputs: Int8Inputs, settings: Int8Settings, source_path: Path, layers, model_digest: str,
+                               measure_session, first_trials: dict | None = None):
     """`choose_cpu_scheme` (speed and fidelity of each candidate with every layer INT8), remembered
     per (graph, CPU model, ONNX Runtime version, calibration) in the workdir. When it measures,
     `first_trials` receives {(scheme, frozenset of INT8 layer names): (graph, Measurement)} for the
@@ -143,7 +157,7 @@ def _cpu_scheme_by_measurement(inputs: Int8Inputs, settings: Int8Settings, layer
 
         built: dict = {}
         scheme, seconds, metric, invariance = choose_cpu_scheme(
-            Path(inputs.fp32_path), layers, settings.calibration_method, Path(inputs.workdir) / RANGES_CACHE,
+            source_path, layers, settings.calibration_method, Path(inputs.workdir) / RANGES_CACHE,
             inputs.latency_feeds[max(inputs.latency_feeds)], metric_of, inputs.budget, built=built)
         cached[key] = {"scheme": scheme.value, "seconds": seconds, "metric": metric, "batch_invariance_error": invariance, "cpu": cpu}
         path.write_text(json.dumps(cached, indent=1))
@@ -170,7 +184,10 @@ class _Int8Run:
 
     inputs: Int8Inputs
     settings: Int8Settings
+    #: The graph the INT8 graphs are derived from: FP32 with outlier channels smoothed (or the FP32 file).
     fp32_model: Any
+    source_path: Path
+    smoothing: tuple
     layers: list
     ranges: Mapping[str, Any]
     fp32_session: Any
@@ -189,20 +206,48 @@ class _Int8Run:
         return self.inputs.measure(_outputs(cpu_session(model, optimize=optimize), batches), ref)
 
 
+def _smooth_outliers(inputs: Int8Inputs, settings: Int8Settings, fp32_model, layers, reference: np.ndarray):
+    """Step 1a: (source model, its path, smoothings). Outlier channels measured on the calibration
+    batches only; the smoothed graph is checked to answer as FP32 on the evaluation batches."""
+    import onnx
+
+    fp32_path, workdir = Path(inputs.fp32_path), Path(inputs.workdir)
+    (workdir / SMOOTHED_FP32_ONNX).unlink(missing_ok=True)
+    candidates = smoothing_candidates(fp32_model, layers) if settings.outlier_threshold else {}
+    if not candidates:
+        return fp32_model, fp32_path, ()
+    absmax = activation_channel_absmax(fp32_model, list(candidates), inputs.calibration_batches,
+                                       lambda model: cpu_session(model, optimize=False))
+    smoothings = plan_smoothing(candidates, absmax, settings.outlier_threshold)
+    if not smoothings:
+        return fp32_model, fp32_path, ()
+    smoothed = apply_smoothing(fp32_model, smoothings)
+    onnx.save(smoothed, str(workdir / SMOOTHED_FP32_ONNX))
+    drift = float(np.abs(_outputs(cpu_session(workdir / SMOOTHED_FP32_ONNX), inputs.eval_batches) - reference).max())
+    if drift > SMOOTHING_FP32_ATOL:
+        raise BuildError(f"{inputs.model}: the outlier-smoothed FP32 graph differs from FP32 by {drift:.3g} "
+                         f"(allowed {SMOOTHING_FP32_ATOL}); set `options.outlier_threshold = 0` to build without it.")
+    return smoothed, workdir / SMOOTHED_FP32_ONNX, smoothings
+
+
 def _prepare_run(inputs: Int8Inputs, settings: Int8Settings) -> _Int8Run:
-    """Steps 1 and the references: layers found, ranges calibrated, FP32 outputs computed once."""
+    """Step 1 and the references: layers found, outliers smoothed, ranges calibrated, FP32 outputs
+    computed once (from the FP32 file itself: every variant is judged against the original)."""
     import onnx
 
     fp32_path = Path(inputs.fp32_path)
-    fp32_model = onnx.load(str(fp32_path))
-    layers = find_quantizable_layers(fp32_model)
-    if not layers:
+    original = onnx.load(str(fp32_path))
+    original_layers = find_quantizable_layers(original)
+    if not original_layers:
         raise BuildError(f"{inputs.model}: the graph has no quantizable layer (Conv/Gemm/MatMul with weights).")
-    ranges = compute_activation_ranges(fp32_path, layers, inputs.calibration_batches, settings.calibration_method,
-                                       Path(inputs.workdir) / RANGES_CACHE)
     fp32_session = cpu_session(fp32_path)
+    reference = _outputs(fp32_session, inputs.eval_batches)
+    fp32_model, source_path, smoothings = _smooth_outliers(inputs, settings, original, original_layers, reference)
+    layers = find_quantizable_layers(fp32_model)
+    ranges = compute_activation_ranges(source_path, layers, inputs.calibration_batches, settings.calibration_method,
+                                       Path(inputs.workdir) / RANGES_CACHE)
     sens_batches = list(inputs.sensitivity_batches or inputs.eval_batches)
-    return _Int8Run(inputs, settings, fp32_model, layers, ranges, fp32_session, _outputs(fp32_session, inputs.eval_batches),
+    return _Int8Run(inputs, settings, fp32_model, source_path, smoothings, layers, ranges, fp32_session, reference,
                     sens_batches, _outputs(fp32_session, sens_batches), hashlib.sha256(fp32_model.SerializeToString()).hexdigest())
 
 
@@ -210,7 +255,7 @@ def _choose_scheme(run: _Int8Run) -> tuple[ActivationScheme, dict[str, Any]]:
     """Step 2: the CPU activation scheme, measured ("auto") or as configured."""
     if run.settings.cpu_scheme != "auto":
         return ActivationScheme(run.settings.cpu_scheme), {}
-    return _cpu_scheme_by_measurement(run.inputs, run.settings, run.layers, run.model_digest,
+    return _cpu_scheme_by_measurement(run.inputs, run.settings, run.source_path, run.layers, run.model_digest,
                                       lambda session: run.inputs.measure(_outputs(session, run.inputs.eval_batches), run.reference),
                                       run.cpu_trials)
 
@@ -244,7 +289,7 @@ def _select_high_precision(run: _Int8Run, results, cpu_scheme: ActivationScheme)
         if known is not None:  # built and measured by the scheme choice (same graph, batches, reference)
             graphs["cpu"] = known[0]
             return known[1]
-        graphs["cpu"] = cpu_graph(Path(run.inputs.fp32_path), int8, cpu_scheme, run.settings.calibration_method, run.workdir / RANGES_CACHE)
+        graphs["cpu"] = cpu_graph(run.source_path, int8, cpu_scheme, run.settings.calibration_method, run.workdir / RANGES_CACHE)
         return run.evaluate(graphs["cpu"], run.inputs.eval_batches, run.reference)
 
     def eval_gpu(high):
@@ -263,7 +308,7 @@ def _write_and_validate(run: _Int8Run, graphs: Mapping[str, Any]) -> dict[str, A
     workdir, inputs, fp32_path = run.workdir, run.inputs, Path(run.inputs.fp32_path)
     onnx.save(graphs["cpu"], str(workdir / INT8_CPU_ONNX))
     onnx.save(graphs["gpu"], str(workdir / INT8_GPU_ONNX))
-    onnx.save(fp16_graph(run.fp32_model), str(workdir / FP16_GPU_ONNX))
+    onnx.save(fp16_graph(onnx.load(str(fp32_path))), str(workdir / FP16_GPU_ONNX))  # no INT8 layer: the original graph
     vdir = workdir / VALIDATION_DIR
     files = {"int8_mixed": INT8_CPU_ONNX, "int8_mixed_gpu_graph": INT8_GPU_ONNX, "fp16_gpu_graph": FP16_GPU_ONNX}
     return validate_variants(inputs.model, fp32_path, {name: workdir / file for name, file in files.items()}, inputs.eval_batches,
@@ -305,7 +350,8 @@ def build_int8_mixed(inputs: Int8Inputs, settings: Int8Settings) -> Int8Result:
     results, measured, sens_seconds = _layer_sensitivities(run)
     cpu_sel, gpu_sel, graphs = _select_high_precision(run, results, cpu_scheme)
     plan = plan_from_selection(inputs.model, inputs.budget, run.layers, {r.layer: r for r in results}, cpu_sel.high_precision,
-                               gpu_sel.high_precision, cpu_scheme, {"method": settings.calibration_method.value, **inputs.calibration.describe()})
+                               gpu_sel.high_precision, cpu_scheme, {"method": settings.calibration_method.value, **inputs.calibration.describe()},
+                               outlier_smoothing=_smoothing_record(run))
     plan.write(run.workdir / PRECISION_PLAN)
     checks = _write_and_validate(run, graphs)
     int8_session = cpu_session(run.workdir / INT8_CPU_ONNX)
@@ -319,6 +365,12 @@ def build_int8_mixed(inputs: Int8Inputs, settings: Int8Settings) -> Int8Result:
     return Int8Result(variants, fp32_latency, [INT8_CPU_ONNX, INT8_GPU_ONNX, FP16_GPU_ONNX, PRECISION_PLAN, RANGES_CACHE,
                                                f"{VALIDATION_DIR}/reference_inputs.json", f"{VALIDATION_DIR}/reference_outputs_fp32.json"],
                       render_int8_section(inputs.model, plan, variants, summary))
+
+
+def _smoothing_record(run: _Int8Run) -> dict[str, Any]:
+    """The plan's record of step 1a: the threshold and what each smoothed activation got."""
+    return {"threshold": run.settings.outlier_threshold, "source_graph": run.source_path.name,
+            "activations": [s.describe() for s in run.smoothing]}
 
 
 def render_int8_section(model: str, plan, variants: Mapping[str, Any], summary: Mapping[str, Any]) -> str:
@@ -338,6 +390,7 @@ def render_int8_section(model: str, plan, variants: Mapping[str, Any], summary: 
         f"GPU graph (TensorRT scheme, rest FP16): kept in FP16: {gpu['high_precision_layers'] or 'none'}; "
         f"{plan.budget.metric} = {gpu['value']:.4f}.",
         f"Calibration: {cpu['calibration']}.",
+        _smoothing_line(plan.outlier_smoothing),
         _validation_line(variants),
         "",
         "| most sensitive layers (alone in INT8) | metric | output error |",
@@ -345,6 +398,16 @@ def render_int8_section(model: str, plan, variants: Mapping[str, Any], summary: 
     ]
     lines += [f"| {l.name} | {l.sensitivity.value:.4f} | {l.sensitivity.error:.3g} |" for l in ranked]
     return "\n".join(lines)
+
+
+def _smoothing_line(record: Mapping[str, Any]) -> str:
+    activations = record.get("activations", [])
+    if not activations:
+        return f"Outlier channels moved into weights: none (threshold {record.get('threshold', 0)} x the median channel)."
+    return (f"Outlier channels moved into weights before calibration (threshold {record['threshold']} x the median channel; "
+            f"exact in FP32, `{record['source_graph']}`): "
+            + "; ".join(f"{a['layers'][0]} ({a['outlier_channels']} of {a['channels']} channels, max scale {a['max_scale']})"
+                        for a in activations) + ".")
 
 
 def _validation_line(variants: Mapping[str, Any]) -> str:

@@ -1,0 +1,116 @@
+"""Outlier channels moved into weights (model_build.int8.smoothing), on tiny real ONNX graphs run by
+ONNX Runtime: which activations qualify, the scales, exactness in FP32, and the INT8 error it removes."""
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from model_build.errors import BuildError
+from model_build.int8.quant_types import ActivationScheme, CalibrationMethod, find_quantizable_layers
+from model_build.int8.quantize import compute_activation_ranges, cpu_graph, cpu_session
+from model_build.int8.smoothing import (
+    activation_channel_absmax, apply_smoothing, outlier_scales, plan_smoothing, smoothing_candidates,
+)
+from model_build.int8.variant import Int8Settings
+
+RNG = np.random.default_rng(7)
+OUTLIER = 5
+
+
+def ffn(outlier_gain: float = 30.0, share_out_weight: bool = False):
+    """x[N,16] -> fc_in(W_in[16,64]) -> Relu -> r -> fc_out(W_out[64,16]) -> + x -> y. Column OUTLIER of
+    W_in is `outlier_gain` times larger, so channel OUTLIER of r is an outlier (as in MiniLM's FFN).
+    x feeds fc_in AND the residual Add, so only r can be smoothed."""
+    w_in = RNG.normal(size=(16, 64)).astype(np.float32) * 0.3
+    w_in[:, OUTLIER] *= outlier_gain
+    w_out = RNG.normal(size=(64, 16)).astype(np.float32) * 0.3
+    nodes = [
+        helper.make_node("MatMul", ["x", "W_in"], ["h"], name="fc_in"),
+        helper.make_node("Relu", ["h"], ["r"], name="act"),
+        helper.make_node("MatMul", ["r", "W_out"], ["o"], name="fc_out"),
+        helper.make_node("Add", ["o", "x"], ["y"], name="residual"),
+    ]
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 16])]
+    if share_out_weight:  # a second reader of W_out: its rows cannot be rescaled for fc_out alone
+        nodes.append(helper.make_node("MatMul", ["r", "W_out"], ["o2"], name="fc_twin"))
+        outputs.append(helper.make_tensor_value_info("o2", TensorProto.FLOAT, ["N", 16]))
+    graph = helper.make_graph(nodes, "ffn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 16])], outputs,
+                              [numpy_helper.from_array(w_in, "W_in"), numpy_helper.from_array(w_out, "W_out")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
+def batches(n=6, rows=64):
+    return [{"x": RNG.normal(size=(rows, 16)).astype(np.float32)} for _ in range(n)]
+
+
+def smoothed_ffn(model, calibration, threshold=3.0):
+    candidates = smoothing_candidates(model, find_quantizable_layers(model))
+    absmax = activation_channel_absmax(model, list(candidates), calibration, lambda m: cpu_session(m, optimize=False))
+    plan = plan_smoothing(candidates, absmax, threshold)
+    return apply_smoothing(model, plan), plan, absmax
+
+
+def test_scales_lift_only_channels_above_the_threshold():
+    absmax = np.array([1.0, 1.0, 1.0, 1.0, 24.0])
+    scales = outlier_scales(absmax, threshold=3.0)
+    assert scales.tolist() == [1.0, 1.0, 1.0, 1.0, 8.0]
+    assert outlier_scales(np.array([1.0, 1.2, 2.9]), threshold=3.0) is None  # nothing above 3x the median
+    assert outlier_scales(np.array([1.0, 1.0, 4.5]), threshold=3.0) is None  # 1.5x over the line: under min_scale
+    assert outlier_scales(np.array([1.0, 1.0, 4.5]), threshold=3.0, min_scale=1.0).tolist() == [1.0, 1.0, 1.5]
+    assert outlier_scales(np.zeros(4), threshold=3.0) is None  # dead channels: no reference to measure against
+    with pytest.raises(BuildError, match="must be > 1"):
+        outlier_scales(absmax, threshold=1.0)
+
+
+def test_only_activations_read_by_matmul_weights_alone_are_candidates():
+    model = ffn()
+    assert {a: [l.name for l in ls] for a, ls in smoothing_candidates(model, find_quantizable_layers(model)).items()} == {"r": ["fc_out"]}
+    shared = ffn(share_out_weight=True)  # W_out also read by fc_twin: its rows cannot take fc_out's scales
+    assert smoothing_candidates(shared, find_quantizable_layers(shared)) == {}
+
+
+def test_smoothed_graph_answers_as_fp32_and_its_activation_loses_the_outlier():
+    model, calibration = ffn(), batches()
+    smoothed, plan, absmax = smoothed_ffn(model, calibration)
+    assert len(plan) == 1 and plan[0].layers == ("fc_out",) and plan[0].outlier_channels >= 1
+    assert max(range(64), key=lambda j: plan[0].scales[j]) == OUTLIER
+    feeds = {"x": RNG.normal(size=(32, 16)).astype(np.float32)}
+    reference, out = cpu_session(model).run(None, feeds)[0], cpu_session(smoothed).run(None, feeds)[0]
+    np.testing.assert_allclose(out, reference, rtol=1e-5, atol=1e-5)
+    after = activation_channel_absmax(smoothed, [plan[0].smoothed_activation], calibration, lambda m: cpu_session(m, optimize=False))
+    before_max, after_max = absmax["r"].max(), after[plan[0].smoothed_activation].max()
+    assert after_max <= 3.0 * np.median(absmax["r"]) * 1.001 < before_max / 4
+
+
+def test_static_int8_error_drops_when_the_outlier_moves_into_the_weights(tmp_path):
+    model, calibration = ffn(), batches()
+    smoothed, _, _ = smoothed_ffn(model, calibration)
+    feeds = {"x": RNG.normal(size=(256, 16)).astype(np.float32)}
+    reference = cpu_session(model).run(None, feeds)[0]
+    errors = {}
+    for name, graph in (("plain", model), ("smoothed", smoothed)):
+        path = tmp_path / f"{name}.onnx"
+        onnx.save(graph, str(path))
+        layers = find_quantizable_layers(graph)
+        compute_activation_ranges(path, layers, calibration, CalibrationMethod.MINMAX, tmp_path / f"{name}-ranges.json")
+        int8 = cpu_graph(path, layers, ActivationScheme.STATIC_UINT8, CalibrationMethod.MINMAX, tmp_path / f"{name}-ranges.json")
+        errors[name] = float(np.abs(cpu_session(int8).run(None, feeds)[0] - reference).mean())
+    assert errors["smoothed"] < 0.6 * errors["plain"], errors
+
+
+def test_no_outlier_means_no_rewrite():
+    model = ffn(outlier_gain=1.0)
+    _, plan, _ = smoothed_ffn(model, batches())
+    assert plan == ()
+
+
+@pytest.mark.parametrize("value, ok", [(0, True), (3.0, True), (1.0, False), (0.5, False), ("3", False)])
+def test_outlier_threshold_setting_is_off_or_above_one(value, ok):
+    if ok:
+        assert Int8Settings.from_options({"outlier_threshold": value}).outlier_threshold == value
+    else:
+        with pytest.raises(BuildError, match="outlier_threshold"):
+            Int8Settings.from_options({"outlier_threshold": value})
