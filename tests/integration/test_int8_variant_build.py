@@ -77,6 +77,9 @@ def test_text_encoder_outliers_were_moved_into_weights_and_the_served_graph_carr
     smoothing = json.loads((workdir / "precision_plan.json").read_text())["outlier_smoothing"]
     assert smoothing["threshold"] > 1 and smoothing["activations"], smoothing
     assert (workdir / smoothing["source_graph"]).exists()
-    served = onnx.load(str(workdir / "int8_mixed.onnx"), load_external_data=False)
-    divisors = sorted(n.name for n in served.graph.node if n.name.endswith("_OutlierSmoothing"))
-    assert divisors == sorted(f"{a['layers'][0]}_OutlierSmoothing" for a in smoothing["activations"])
+    expected = sorted(f"{a['layers'][0]}_OutlierSmoothing" for a in smoothing["activations"])
+    for graph in ("int8_mixed.onnx", "int8_mixed_gpu.onnx"):  # both INT8 graphs derive from the smoothed one
+        model = onnx.load(str(workdir / graph), load_external_data=False)
+        assert sorted(n.name for n in model.graph.node if n.name.endswith("_OutlierSmoothing")) == expected, graph
+    fp16 = onnx.load(str(workdir / "fp16_gpu.onnx"), load_external_data=False)  # no INT8 layer: made from fp32.onnx itself
+    assert not [n.name for n in fp16.graph.node if n.name.endswith("_OutlierSmoothing")]

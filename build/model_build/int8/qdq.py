@@ -71,7 +71,7 @@ def _copy(model):
     return copy
 
 
-def _unique(name: str, taken: set[str]) -> str:
+def unique_name(name: str, taken: set[str]) -> str:
     candidate, i = name, 1
     while candidate in taken:
         candidate, i = f"{name}_{i}", i + 1
@@ -87,14 +87,14 @@ def _weight_rewrite(layer: QuantizableLayer, q, scale, ndim: int, fake_weights: 
     from onnx import helper, numpy_helper
 
     if fake_weights:
-        name = _unique(f"{layer.weight}_fakequant", taken)
+        name = unique_name(f"{layer.weight}_fakequant", taken)
         new_inits.append(numpy_helper.from_array(dequantize_per_channel(q, scale, layer.channel_axis), name))
         return name
-    q_name, s_name, z_name, dq_name = (_unique(f"{layer.weight}_{s}", taken) for s in ("int8", "scale", "zero_point", "dequantized"))
+    q_name, s_name, z_name, dq_name = (unique_name(f"{layer.weight}_{s}", taken) for s in ("int8", "scale", "zero_point", "dequantized"))
     new_inits += [numpy_helper.from_array(q, q_name), numpy_helper.from_array(scale, s_name),
                   numpy_helper.from_array(np.zeros_like(scale, dtype=np.int8), z_name)]
     before.append(helper.make_node("DequantizeLinear", [q_name, s_name, z_name], [dq_name],
-                                   name=_unique(f"{layer.name}/weight_DequantizeLinear", taken), axis=layer.channel_axis % ndim))
+                                   name=unique_name(f"{layer.name}/weight_DequantizeLinear", taken), axis=layer.channel_axis % ndim))
     return dq_name
 
 
@@ -157,19 +157,19 @@ def insert_qdq(
 def _activation_qdq(tensor, scheme, ranges, out_nodes, new_inits, taken) -> str:
     from onnx import helper, numpy_helper
 
-    dq_name = _unique(f"{tensor}_DequantizeLinear_Output", taken)
+    dq_name = unique_name(f"{tensor}_DequantizeLinear_Output", taken)
     if scheme is ActivationScheme.DYNAMIC_UINT8:
-        q, s, z = (_unique(f"{tensor}_dynamic_{p}", taken) for p in ("quantized", "scale", "zero_point"))
-        out_nodes.append(helper.make_node("DynamicQuantizeLinear", [tensor], [q, s, z], name=_unique(f"{tensor}_DynamicQuantizeLinear", taken)))
-        out_nodes.append(helper.make_node("DequantizeLinear", [q, s, z], [dq_name], name=_unique(f"{tensor}_DequantizeLinear", taken)))
+        q, s, z = (unique_name(f"{tensor}_dynamic_{p}", taken) for p in ("quantized", "scale", "zero_point"))
+        out_nodes.append(helper.make_node("DynamicQuantizeLinear", [tensor], [q, s, z], name=unique_name(f"{tensor}_DynamicQuantizeLinear", taken)))
+        out_nodes.append(helper.make_node("DequantizeLinear", [q, s, z], [dq_name], name=unique_name(f"{tensor}_DequantizeLinear", taken)))
         return dq_name
     if ranges is None or tensor not in ranges:
         raise BuildError(f"no calibrated range for activation `{tensor}`: calibrate before quantizing statically.")
     scale, zero_point = activation_qparams(*ranges[tensor], scheme)
-    s_name, z_name, q_name = (_unique(f"{tensor}_{p}", taken) for p in ("scale", "zero_point", "QuantizeLinear_Output"))
+    s_name, z_name, q_name = (unique_name(f"{tensor}_{p}", taken) for p in ("scale", "zero_point", "QuantizeLinear_Output"))
     new_inits += [numpy_helper.from_array(scale, s_name), numpy_helper.from_array(zero_point, z_name)]
-    out_nodes.append(helper.make_node("QuantizeLinear", [tensor, s_name, z_name], [q_name], name=_unique(f"{tensor}_QuantizeLinear", taken)))
-    out_nodes.append(helper.make_node("DequantizeLinear", [q_name, s_name, z_name], [dq_name], name=_unique(f"{tensor}_DequantizeLinear", taken)))
+    out_nodes.append(helper.make_node("QuantizeLinear", [tensor, s_name, z_name], [q_name], name=unique_name(f"{tensor}_QuantizeLinear", taken)))
+    out_nodes.append(helper.make_node("DequantizeLinear", [q_name, s_name, z_name], [dq_name], name=unique_name(f"{tensor}_DequantizeLinear", taken)))
     return dq_name
 
 
@@ -178,19 +178,19 @@ def _embedding_rewrite(layer, node, q, scale, fake, new_inits, taken) -> list:
     from onnx import TensorProto, helper, numpy_helper
 
     if fake:
-        name = _unique(f"{layer.weight}_fakequant", taken)
+        name = unique_name(f"{layer.weight}_fakequant", taken)
         new_inits.append(numpy_helper.from_array(dequantize_per_channel(q, scale, 0), name))
         node.input[0] = name
         return [node]
     ids, out = node.input[1], node.output[0]
-    q_name, s_name = _unique(f"{layer.weight}_int8", taken), _unique(f"{layer.weight}_row_scale", taken)
+    q_name, s_name = unique_name(f"{layer.weight}_int8", taken), unique_name(f"{layer.weight}_row_scale", taken)
     new_inits += [numpy_helper.from_array(q, q_name), numpy_helper.from_array(scale.reshape(-1, 1), s_name)]
-    rows_q, rows_f, rows_s = (_unique(f"{layer.name}/{p}", taken) for p in ("rows_int8", "rows_float", "rows_scale"))
+    rows_q, rows_f, rows_s = (unique_name(f"{layer.name}/{p}", taken) for p in ("rows_int8", "rows_float", "rows_scale"))
     return [
-        helper.make_node("Gather", [q_name, ids], [rows_q], name=_unique(f"{layer.name}_int8", taken), axis=0),
-        helper.make_node("Cast", [rows_q], [rows_f], name=_unique(f"{layer.name}/Cast", taken), to=TensorProto.FLOAT),
-        helper.make_node("Gather", [s_name, ids], [rows_s], name=_unique(f"{layer.name}/scale_Gather", taken), axis=0),
-        helper.make_node("Mul", [rows_f, rows_s], [out], name=_unique(f"{layer.name}/scale_Mul", taken)),
+        helper.make_node("Gather", [q_name, ids], [rows_q], name=unique_name(f"{layer.name}_int8", taken), axis=0),
+        helper.make_node("Cast", [rows_q], [rows_f], name=unique_name(f"{layer.name}/Cast", taken), to=TensorProto.FLOAT),
+        helper.make_node("Gather", [s_name, ids], [rows_s], name=unique_name(f"{layer.name}/scale_Gather", taken), axis=0),
+        helper.make_node("Mul", [rows_f, rows_s], [out], name=unique_name(f"{layer.name}/scale_Mul", taken)),
     ]
 
 

@@ -2,31 +2,35 @@
 outlier channels only).
 
 Why: a MatMul's activation is quantized with ONE scale per tensor, so a single channel far above the
-others sets the step for all of them. MiniLM's feed-forward output layers show it plainly (per-channel
-max |x| over the calibration texts, layer.0: 24.7 in one channel of 1,536, median 1.67): with
-min-max calibration the other 1,535 channels get about 17 of 256 levels. That layer was the one the
-precision plan had to keep in FP32 (alone in INT8: mean cosine 0.9947), and every layer INT8 missed the
+others sets the step for all of them. MiniLM shows it in two places (per-channel max |x| over the
+calibration texts): each block's FFN output input (layer.0: one channel at 24.7, median channel 1.67)
+and each block's FFN input, the attention LayerNorm output (layer.1: 30.3 against 1.90). With
+min-max calibration the other channels get about 17 of 256 levels. The precision plan had to keep
+layer.0's FFN output in FP32 (alone in INT8: mean cosine 0.9947), and every layer INT8 missed the
 0.99 budget (0.9887).
 
-The rewrite is exact in real arithmetic: for an activation X feeding MatMuls with weights W (K x N),
-X @ W = (X / s) @ (s W) for any positive per-channel s (K). Only channels above `threshold` x the
-median channel get s > 1 (s = their max / (threshold x median)), so the activation's range shrinks to
-about `threshold` x the median channel, while each weight row grows by at most its own s; per-output
--channel weight scales absorb that better than the per-tensor activation scale absorbed the outlier.
-SmoothQuant's smooth everything form (s = max|X|^a / max|W|^(1-a)) was measured worse here (all INT8:
-mean cosine 0.977 at a = 0.5, 0.985 at a = 0.8) because it grows every weight row.
+The rewrite: for an activation X read by MatMuls with weights W (K x N), X @ W = (X / s) @ (s W) for
+any positive per-channel s (K). A `Mul(X, 1/s)` feeds those MatMuls only (a residual Add beside them
+keeps reading X) and their weight rows are multiplied by s. Only channels above `threshold` x the
+median channel get s > 1 (s = their max / (threshold x median), rounded to a power of two), so the
+activation's range shrinks to about `threshold` x the median channel, while each weight row grows by
+at most its own s; per-output-channel weight scales absorb that better than the per-tensor activation
+scale absorbed the outlier. Powers of two make the FP32 products identical. SmoothQuant's
+smooth-everything form (s = max|X|^a / max|W|^(1-a)) was measured worse here (every layer INT8: mean
+cosine 0.977 at a = 0.5, 0.985 at a = 0.8): it grows every weight row.
 
 Measured on the text encoder (Intel Xeon, family 6 model 167, ORT 1.32, 256 held-out texts, min-max
 calibration on 256 training texts; docs/measurements/2026-12-05-intel-xeon/outlier-smoothing/):
-every layer INT8, mean cosine 0.9887 without the rewrite, 0.9910 at threshold 3 (the four FFN output
-inputs of layers 0-3 smoothed), 0.9914 at 2 (seven activations), 0.9908 at 4, 0.9897 at 6. The plan
-then keeps no layer in FP32 (it kept layer.0's FFN output: 0.9903), and the call is 5-9% shorter
-in-process (1 and 2 threads, 1-32 texts). Each smoothed activation costs one Mul by 1/s (about 1% of a
-call each; `MIN_SCALE` skips those not worth it); written into GELU's own 0.5 constant instead, it
-stopped ONNX Runtime's GELU fusion and the call got up to 21% slower.
+every layer INT8, mean cosine 0.9887 without the rewrite; threshold 3 (ten activations: the FFN
+input of blocks 0-5 and the FFN output input of blocks 0-3) 0.9958; 2 (18 activations) 0.9976; 4
+0.9957; 6 0.9934. With 7-bit weights (the AVX2 path, forced): 0.9874 -> 0.9948. The plan then keeps no
+layer in FP32 or FP16, and a call is 3-9% shorter in-process than with layer.0's FFN output in FP32.
+Each smoothed activation costs one Mul by 1/s (`MIN_SCALE` skips those not worth it); written into
+GELU's own 0.5 constant instead, it stopped ONNX Runtime's GELU fusion and the call got up to 21% slower.
 
 Pure parts (`smoothing_candidates`, `outlier_scales`, `plan_smoothing`, `apply_smoothing`) read or
-rewrite an `onnx.ModelProto`; `activation_channel_absmax` runs ONNX Runtime over the calibration set.
+rewrite an `onnx.ModelProto`; `activation_channel_absmax` and `smoothed_source` run ONNX Runtime over
+the calibration set through the session factory they are given.
 """
 from __future__ import annotations
 
@@ -36,6 +40,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from model_build.errors import BuildError
+from model_build.int8.qdq import unique_name
 from model_build.int8.quant_types import LayerKind, QuantizableLayer
 
 #: Default: channels above 3x the median channel's max |x| are scaled down to it (see the docstring).
@@ -73,33 +78,28 @@ class ChannelSmoothing:
 
 
 def smoothing_candidates(model, layers: Sequence[QuantizableLayer]) -> dict[str, tuple[QuantizableLayer, ...]]:
-    """{activation: its consumers} for activations read ONLY by MatMul layers with a 2-D constant weight
-    used by no other node: there the divisor can be undone entirely inside the weights. An activation
-    that also feeds anything else (a residual Add, LayerNorm outputs feeding Q, K, V and the residual)
-    is left alone, as are Conv and Gemm layers."""
-    graph = model.graph
-    consumers: dict[str, list[str]] = {}
-    for node in graph.node:
+    """{activation: the MatMul layers that read it} for activations read by MatMul layers whose 2-D
+    constant weights no other node reads: the divisor is undone entirely inside those weights. Other
+    readers of the same activation (the residual Add beside a LayerNorm output) keep reading the
+    original tensor. An activation with a MatMul reader whose weight is shared is left alone, as are
+    Conv and Gemm layers."""
+    weight_readers: dict[str, list[str]] = {}
+    for node in model.graph.node:
         for name in node.input:
-            consumers.setdefault(name, []).append(node.name)
-    outputs = {o.name for o in graph.output}
-    matmuls = {l.name: l for l in layers if l.kind is LayerKind.COMPUTE and l.op_type == "MatMul"}
+            weight_readers.setdefault(name, []).append(node.name)
     by_activation: dict[str, list[QuantizableLayer]] = {}
-    for layer in matmuls.values():
-        by_activation.setdefault(layer.activation_input, []).append(layer)
-    candidates = {}
-    for activation, readers in by_activation.items():
-        if activation in outputs or sorted(consumers.get(activation, [])) != sorted(l.name for l in readers):
-            continue
-        if any(consumers.get(l.weight, []) != [l.name] for l in readers):
-            continue
-        candidates[activation] = tuple(readers)
-    return candidates
+    for layer in layers:
+        if layer.kind is LayerKind.COMPUTE and layer.op_type == "MatMul":
+            by_activation.setdefault(layer.activation_input, []).append(layer)
+    return {activation: tuple(readers) for activation, readers in by_activation.items()
+            if all(weight_readers.get(l.weight, []) == [l.name] for l in readers)}
 
 
 def outlier_scales(channel_absmax: np.ndarray, threshold: float, min_scale: float = MIN_SCALE) -> np.ndarray | None:
-    """s per channel: max|x| / (threshold x median channel) where that exceeds 1, else 1; None when no
-    channel reaches `min_scale` (or the median channel is all zeros: nothing to measure against)."""
+    """s per channel: max|x| / (threshold x median channel) rounded to the nearest power of two where
+    that exceeds 1, else 1; None when no channel reaches `min_scale` (or the median channel is all
+    zeros: nothing to measure against). Powers of two make x / s and s W exact in floating point, so
+    the rewritten graph computes the very same products as the original."""
     absmax = np.asarray(channel_absmax, dtype=np.float64)
     if absmax.ndim != 1 or absmax.size == 0:
         raise BuildError(f"outlier scales need one max |x| per channel (a 1-D array), got shape {absmax.shape}.")
@@ -108,7 +108,8 @@ def outlier_scales(channel_absmax: np.ndarray, threshold: float, min_scale: floa
     reference = float(np.median(absmax)) * threshold
     if reference <= 0.0 or float(absmax.max()) < reference * max(min_scale, 1.0 + 1e-9):
         return None
-    return np.maximum(1.0, absmax / reference)
+    raw = np.maximum(1.0, absmax / reference)
+    return np.exp2(np.round(np.log2(raw)))
 
 
 def plan_smoothing(candidates: Mapping[str, Sequence[QuantizableLayer]], channel_absmax: Mapping[str, np.ndarray],
@@ -133,6 +134,7 @@ def apply_smoothing(model, smoothings: Sequence[ChannelSmoothing]):
     smoothed.CopyFrom(model)
     graph = smoothed.graph
     initializers = {i.name: i for i in graph.initializer}
+    taken = set(initializers) | {n.name for n in graph.node} | {o for n in graph.node for o in n.output} | {i.name for i in graph.input}
     for smoothing in smoothings:
         scales = np.asarray(smoothing.scales, dtype=np.float32)
         for weight_name in smoothing.weights:
@@ -140,17 +142,31 @@ def apply_smoothing(model, smoothings: Sequence[ChannelSmoothing]):
             if weight.ndim != 2 or weight.shape[0] != scales.size:
                 raise BuildError(f"{weight_name}: a {weight.shape} weight cannot take {scales.size} input-channel scales.")
             initializers[weight_name].CopyFrom(numpy_helper.from_array((weight * scales[:, None]).astype(weight.dtype), weight_name))
-        divisor = f"{smoothing.activation}_outlier_divisor"
+        divisor = unique_name(f"{smoothing.activation}_outlier_divisor", taken)
         graph.initializer.append(numpy_helper.from_array((1.0 / scales).astype(np.float32), divisor))
-        nodes = list(graph.node)
-        first = min(i for i, n in enumerate(nodes) if n.name in smoothing.layers)
-        mul = helper.make_node("Mul", [smoothing.activation, divisor], [smoothing.smoothed_activation],
-                               name=f"{nodes[first].name}_OutlierSmoothing")
+        readers = [n for n in graph.node if n.name in smoothing.layers and n.input[0] == smoothing.activation]
+        if sorted(n.name for n in readers) != sorted(smoothing.layers):
+            raise BuildError(f"{smoothing.activation}: expected its readers {sorted(smoothing.layers)}, found {sorted(n.name for n in readers)}.")
+        first = min(i for i, n in enumerate(graph.node) if n.name in smoothing.layers)
+        smoothed_name = unique_name(smoothing.smoothed_activation, taken)
+        mul = helper.make_node("Mul", [smoothing.activation, divisor], [smoothed_name],
+                               name=unique_name(f"{graph.node[first].name}_OutlierSmoothing", taken))
         graph.node.insert(first, mul)
-        for node in graph.node:
-            if node.name in smoothing.layers:
-                node.input[0] = smoothing.smoothed_activation
+        for node in readers:
+            node.input[0] = smoothed_name
     return smoothed
+
+
+def smoothed_source(model, layers: Sequence[QuantizableLayer], batches: Sequence[Mapping[str, np.ndarray]], threshold: float,
+                    session_factory: Callable):
+    """(graph to quantize, smoothings): `model` rewritten for the outliers `batches` show, or `model`
+    itself when `threshold` is 0 or nothing qualifies. The build and the calibration study share it."""
+    candidates = smoothing_candidates(model, layers) if threshold else {}
+    if not candidates:
+        return model, ()
+    absmax = activation_channel_absmax(model, list(candidates), batches, session_factory)
+    smoothings = plan_smoothing(candidates, absmax, threshold)
+    return (apply_smoothing(model, smoothings), smoothings) if smoothings else (model, ())
 
 
 def activation_channel_absmax(model, activations: Sequence[str], batches: Sequence[Mapping[str, np.ndarray]],
@@ -165,6 +181,8 @@ def activation_channel_absmax(model, activations: Sequence[str], batches: Sequen
     for name in activations:
         if name not in known:
             probe.graph.output.append(onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None))
+    if not batches:
+        raise BuildError("measuring activation channels needs at least one calibration batch.")
     session = session_factory(probe)
     names = [o.name for o in session.get_outputs()]
     absmax: dict[str, np.ndarray] = {}

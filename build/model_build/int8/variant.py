@@ -3,7 +3,8 @@
 A recipe supplies the model-specific parts in `Int8Inputs` (training-only calibration batches,
 evaluation batches, the metric and its budget); everything else is generic:
 
-1. move outlier activation channels into the weights (`smoothing.py`; exact in FP32), then
+1. move outlier activation channels into the weights (`smoothing.py`; power-of-two scales, so the
+   FP32 products are the same), then
    calibrate once (ONNX Runtime's calibrator, method from the settings) on the calibration set;
 2. choose the CPU scheme by timing each candidate with every layer in INT8 (or take the setting);
 3. measure each layer's sensitivity (that layer alone in INT8, fake-quantized) under the CPU scheme
@@ -30,9 +31,7 @@ from model_build.errors import BuildError
 from model_build.reports.latency import median_latencies
 from model_build.int8.quant_types import ActivationScheme, CalibrationMethod, LayerKind, find_quantizable_layers
 from model_build.int8.quantize import choose_cpu_scheme, compute_activation_ranges, cpu_graph, cpu_session, fp16_graph, gpu_graph, simulated_graph
-from model_build.int8.smoothing import (
-    DEFAULT_OUTLIER_THRESHOLD, activation_channel_absmax, apply_smoothing, plan_smoothing, smoothing_candidates,
-)
+from model_build.int8.smoothing import DEFAULT_OUTLIER_THRESHOLD, smoothed_source
 from model_build.int8.sensitivity import (
     Budget, Measurement, SensitivityCache, choose_fewest_high_precision, measure_sensitivities,
     plan_from_selection, rank_by_sensitivity, sensitivity_key,
@@ -185,7 +184,7 @@ class _Int8Run:
     inputs: Int8Inputs
     settings: Int8Settings
     #: The graph the INT8 graphs are derived from: FP32 with outlier channels smoothed (or the FP32 file).
-    fp32_model: Any
+    source_model: Any
     source_path: Path
     smoothing: tuple
     layers: list
@@ -206,27 +205,27 @@ class _Int8Run:
         return self.inputs.measure(_outputs(cpu_session(model, optimize=optimize), batches), ref)
 
 
-def _smooth_outliers(inputs: Int8Inputs, settings: Int8Settings, fp32_model, layers, reference: np.ndarray):
+def _smooth_outliers(inputs: Int8Inputs, settings: Int8Settings, fp32_model, layers, run_original: Callable):
     """Step 1a: (source model, its path, smoothings). Outlier channels measured on the calibration
-    batches only; the smoothed graph is checked to answer as FP32 on the evaluation batches."""
+    batches only; every output of the smoothed graph is checked against FP32's (`run_original(batch)`)
+    on the evaluation batches."""
     import onnx
 
     fp32_path, workdir = Path(inputs.fp32_path), Path(inputs.workdir)
     (workdir / SMOOTHED_FP32_ONNX).unlink(missing_ok=True)
-    candidates = smoothing_candidates(fp32_model, layers) if settings.outlier_threshold else {}
-    if not candidates:
-        return fp32_model, fp32_path, ()
-    absmax = activation_channel_absmax(fp32_model, list(candidates), inputs.calibration_batches,
-                                       lambda model: cpu_session(model, optimize=False))
-    smoothings = plan_smoothing(candidates, absmax, settings.outlier_threshold)
+    smoothed, smoothings = smoothed_source(fp32_model, layers, inputs.calibration_batches, settings.outlier_threshold,
+                                           lambda model: cpu_session(model, optimize=False))
     if not smoothings:
         return fp32_model, fp32_path, ()
-    smoothed = apply_smoothing(fp32_model, smoothings)
     onnx.save(smoothed, str(workdir / SMOOTHED_FP32_ONNX))
-    drift = float(np.abs(_outputs(cpu_session(workdir / SMOOTHED_FP32_ONNX), inputs.eval_batches) - reference).max())
+    session = cpu_session(workdir / SMOOTHED_FP32_ONNX)
+    drift = max(float(np.abs(np.asarray(got) - np.asarray(want)).max())
+                for batch in inputs.eval_batches
+                for got, want in zip(session.run(None, dict(batch)), run_original(batch)))
     if drift > SMOOTHING_FP32_ATOL:
-        raise BuildError(f"{inputs.model}: the outlier-smoothed FP32 graph differs from FP32 by {drift:.3g} "
-                         f"(allowed {SMOOTHING_FP32_ATOL}); set `options.outlier_threshold = 0` to build without it.")
+        raise BuildError(f"{inputs.model}: the outlier-smoothed FP32 graph's outputs differ from FP32's by {drift:.3g} (allowed "
+                         f"{SMOOTHING_FP32_ATOL}; powers-of-two scales should leave only summation-order rounding). Build it "
+                         "without the rewrite: `outlier_threshold = 0` in its INT8 settings (model_build.int8.variant.Int8Settings).")
     return smoothed, workdir / SMOOTHED_FP32_ONNX, smoothings
 
 
@@ -236,19 +235,22 @@ def _prepare_run(inputs: Int8Inputs, settings: Int8Settings) -> _Int8Run:
     import onnx
 
     fp32_path = Path(inputs.fp32_path)
+    if not inputs.calibration_batches:
+        raise BuildError("calibration needs at least one batch of training data.")
     original = onnx.load(str(fp32_path))
     original_layers = find_quantizable_layers(original)
     if not original_layers:
         raise BuildError(f"{inputs.model}: the graph has no quantizable layer (Conv/Gemm/MatMul with weights).")
     fp32_session = cpu_session(fp32_path)
     reference = _outputs(fp32_session, inputs.eval_batches)
-    fp32_model, source_path, smoothings = _smooth_outliers(inputs, settings, original, original_layers, reference)
-    layers = find_quantizable_layers(fp32_model)
+    source_model, source_path, smoothings = _smooth_outliers(inputs, settings, original, original_layers,
+                                                             lambda batch: fp32_session.run(None, dict(batch)))
+    layers = find_quantizable_layers(source_model)
     ranges = compute_activation_ranges(source_path, layers, inputs.calibration_batches, settings.calibration_method,
                                        Path(inputs.workdir) / RANGES_CACHE)
     sens_batches = list(inputs.sensitivity_batches or inputs.eval_batches)
-    return _Int8Run(inputs, settings, fp32_model, source_path, smoothings, layers, ranges, fp32_session, reference,
-                    sens_batches, _outputs(fp32_session, sens_batches), hashlib.sha256(fp32_model.SerializeToString()).hexdigest())
+    return _Int8Run(inputs, settings, source_model, source_path, smoothings, layers, ranges, fp32_session, reference,
+                    sens_batches, _outputs(fp32_session, sens_batches), hashlib.sha256(source_model.SerializeToString()).hexdigest())
 
 
 def _choose_scheme(run: _Int8Run) -> tuple[ActivationScheme, dict[str, Any]]:
@@ -268,7 +270,7 @@ def _layer_sensitivities(run: _Int8Run):
                           ort=_ort_version(), code=code_digest(__name__))
     started = time.perf_counter()
     results, measured = measure_sensitivities(
-        run.layers, lambda l: run.evaluate(simulated_graph(run.fp32_model, [l], ActivationScheme.STATIC_INT8_SYMMETRIC, run.ranges),
+        run.layers, lambda l: run.evaluate(simulated_graph(run.source_model, [l], ActivationScheme.STATIC_INT8_SYMMETRIC, run.ranges),
                                            run.sens_batches, run.sens_reference, optimize=False),
         cache, key)
     return results, measured, time.perf_counter() - started
@@ -293,7 +295,7 @@ def _select_high_precision(run: _Int8Run, results, cpu_scheme: ActivationScheme)
         return run.evaluate(graphs["cpu"], run.inputs.eval_batches, run.reference)
 
     def eval_gpu(high):
-        graphs["gpu"] = gpu_graph(run.fp32_model, [by_name[n] for n in ranked_gpu if n not in high], run.ranges)
+        graphs["gpu"] = gpu_graph(run.source_model, [by_name[n] for n in ranked_gpu if n not in high], run.ranges)
         return run.evaluate(graphs["gpu"], run.inputs.eval_batches, run.reference)
 
     cpu_sel = choose_fewest_high_precision(ranked_cpu, eval_cpu, run.inputs.budget, f"{what} (CPU graph)")
@@ -362,7 +364,8 @@ def build_int8_mixed(inputs: Int8Inputs, settings: Int8Settings) -> Int8Result:
     summary = {"layers": len(run.layers), "sensitivity_measured": measured, "sensitivity_cached": len(run.layers) - measured,
                "sensitivity_seconds": round(sens_seconds, 1), "int8_build_seconds": round(time.perf_counter() - started, 1)}
     variants["int8_mixed"]["sensitivity"] = summary
-    return Int8Result(variants, fp32_latency, [INT8_CPU_ONNX, INT8_GPU_ONNX, FP16_GPU_ONNX, PRECISION_PLAN, RANGES_CACHE,
+    smoothed_file = [SMOOTHED_FP32_ONNX] if run.smoothing else []  # the graph the ranges and INT8 graphs belong to
+    return Int8Result(variants, fp32_latency, [INT8_CPU_ONNX, INT8_GPU_ONNX, FP16_GPU_ONNX, PRECISION_PLAN, RANGES_CACHE, *smoothed_file,
                                                f"{VALIDATION_DIR}/reference_inputs.json", f"{VALIDATION_DIR}/reference_outputs_fp32.json"],
                       render_int8_section(inputs.model, plan, variants, summary))
 
@@ -402,10 +405,12 @@ def render_int8_section(model: str, plan, variants: Mapping[str, Any], summary: 
 
 def _smoothing_line(record: Mapping[str, Any]) -> str:
     activations = record.get("activations", [])
+    if not record.get("threshold"):
+        return "Outlier channels moved into weights: off (`outlier_threshold = 0`)."
     if not activations:
-        return f"Outlier channels moved into weights: none (threshold {record.get('threshold', 0)} x the median channel)."
+        return f"Outlier channels moved into weights: none found (threshold {record['threshold']} x the median channel)."
     return (f"Outlier channels moved into weights before calibration (threshold {record['threshold']} x the median channel; "
-            f"exact in FP32, `{record['source_graph']}`): "
+            f"powers-of-two scales, the same FP32 products, `{record['source_graph']}`): "
             + "; ".join(f"{a['layers'][0]} ({a['outlier_channels']} of {a['channels']} channels, max scale {a['max_scale']})"
                         for a in activations) + ".")
 

@@ -120,18 +120,20 @@ def benchmark_model(model, record: Mapping[str, Any], workdir: Path, repeats: in
 
 
 def calibration_study(model, record: Mapping[str, Any], workdir: Path, sizes, seeds: int, method) -> dict[str, Any]:
-    """Metric of the all-INT8 (TensorRT scheme) graph per (sampling, size), over `seeds` seeds."""
+    """Metric of the all-INT8 (TensorRT scheme) graph per (sampling, size), over `seeds` seeds. Each
+    calibration set also decides the outlier rewrite (`smoothing.smoothed_source`), as in the build."""
     import onnx
 
     from model_build.int8.calibration import Sampling
     from model_build.int8.variant import Int8Settings
     from model_build.int8.quant_types import ActivationScheme, LayerKind, find_quantizable_layers
     from model_build.int8.quantize import compute_activation_ranges, cpu_session, simulated_graph
+    from model_build.int8.smoothing import smoothed_source
 
     fp32_path = workdir / record["variants"]["fp32"]["file"]
     fp32_model = onnx.load(str(fp32_path))
     source = workdir.parent if workdir.name == UNSERVED_INT8_DIR else workdir
-    compute = [l for l in find_quantizable_layers(fp32_model) if l.kind is LayerKind.COMPUTE]
+    all_layers = find_quantizable_layers(fp32_model)
     factory = _int8_inputs_factory(model.recipe)
     rows: dict[str, dict[str, Any]] = {}
     reference = None
@@ -147,9 +149,16 @@ def calibration_study(model, record: Mapping[str, Any], workdir: Path, sizes, se
                     if reference is None:
                         session = cpu_session(fp32_path)
                         reference = np.concatenate([session.run(None, dict(b))[0] for b in eval_batches])
-                    ranges = compute_activation_ranges(fp32_path, compute, inputs.calibration_batches, settings.calibration_method,
+                    graph_source, smoothings = smoothed_source(fp32_model, all_layers, inputs.calibration_batches, settings.outlier_threshold,
+                                                         lambda m: cpu_session(m, optimize=False))
+                    graph_path = fp32_path
+                    if smoothings:
+                        graph_path = Path(tmp) / "source.onnx"
+                        onnx.save(graph_source, str(graph_path))
+                    compute = [l for l in find_quantizable_layers(graph_source) if l.kind is LayerKind.COMPUTE]
+                    ranges = compute_activation_ranges(graph_path, compute, inputs.calibration_batches, settings.calibration_method,
                                                        Path(tmp) / "ranges.json")
-                    graph = simulated_graph(fp32_model, compute, ActivationScheme.STATIC_INT8_SYMMETRIC, ranges)
+                    graph = simulated_graph(graph_source, compute, ActivationScheme.STATIC_INT8_SYMMETRIC, ranges)
                     session = cpu_session(graph, optimize=False)
                     out = np.concatenate([session.run(None, dict(b))[0] for b in eval_batches])
                     measurement = inputs.measure(out, reference)
@@ -161,7 +170,7 @@ def calibration_study(model, record: Mapping[str, Any], workdir: Path, sizes, se
                     row[f"{name}std"] = float(np.std(series, ddof=1)) if len(series) > 1 else 0.0
                 print(f"[calibration-study] {model.name} {sampling.value:10s} n={size:4d}: {inputs.budget.metric} mean {row['mean']:.5f} "
                       f"std {row['std']:.5f}; output error mean {row['error_mean']:.3g} std {row['error_std']:.2g}")
-    return {"model": model.name, "metric": inputs.budget.metric, "scheme": "static_int8_symmetric (TensorRT), every compute layer INT8, fake-quantized",
+    return {"model": model.name, "metric": inputs.budget.metric, "scheme": "static_int8_symmetric (TensorRT), every compute layer INT8, fake-quantized, outlier channels moved into weights as in the build",
             "calibration_method": method.value, "error_measure": _error_measure(model.recipe), "seeds": seeds, "eval_samples": int(len(reference)), "rows": rows}
 
 
