@@ -157,3 +157,29 @@ def test_outlier_threshold_setting_is_off_or_above_one(value, ok):
     else:
         with pytest.raises(BuildError, match="outlier_threshold"):
             Int8Settings.from_options({"outlier_threshold": value})
+
+
+def test_the_build_quantizes_the_smoothed_graph_and_judges_against_the_original(tmp_path):
+    """variant._prepare_run's wiring: calibration ranges belong to the smoothed graph (its tensor
+    names), the reference comes from fp32.onnx itself, and turning the rewrite off removes the file."""
+    from model_build.int8.calibration import CalibrationSet, Sampling
+    from model_build.int8.sensitivity import Budget
+    from model_build.int8.variant import SMOOTHED_FP32_ONNX, Int8Inputs, _prepare_run
+    from model_build.onnx_export.validate import embedder_measurement
+
+    model, calibration, evaluation = ffn(), batches(), batches(n=2)
+    fp32_path = tmp_path / "fp32.onnx"
+    onnx.save(model, str(fp32_path))
+    inputs = Int8Inputs(model="ffn", workdir=tmp_path, fp32_path=fp32_path,
+                        calibration=CalibrationSet(tuple(range(len(calibration))), Sampling.RANDOM, 0, {}),
+                        calibration_batches=calibration, eval_batches=evaluation, measure=embedder_measurement,
+                        budget=Budget("mean_cosine", 0.99, higher_is_better=True), latency_feeds={1: evaluation[0]}, atol=0.01)
+    run = _prepare_run(inputs, Int8Settings())
+    assert [s.layers for s in run.smoothing] == [("fc_out",)] and run.source_path == tmp_path / SMOOTHED_FP32_ONNX
+    assert run.source_path.exists() and any(name.endswith("_smoothed") for name in run.ranges)
+    original = cpu_session(fp32_path)
+    np.testing.assert_array_equal(run.reference, np.concatenate([original.run(None, b)[0] for b in evaluation]))
+
+    off = _prepare_run(inputs, Int8Settings(outlier_threshold=0))
+    assert off.smoothing == () and off.source_path == fp32_path and not (tmp_path / SMOOTHED_FP32_ONNX).exists()
+    assert not any(name.endswith("_smoothed") for name in off.ranges)
