@@ -63,7 +63,8 @@ def activation_qparams(low: float, high: float, scheme: ActivationScheme) -> tup
     raise BuildError(f"activation scheme {scheme.value!r} has no calibrated parameters (it quantizes at run time).")
 
 
-def _copy(model):
+def copy_model(model):
+    """A deep copy of an `onnx.ModelProto`: every rewrite here returns a new graph and leaves its input alone."""
     import onnx
 
     copy = onnx.ModelProto()
@@ -116,7 +117,7 @@ def insert_qdq(
     """
     from onnx import helper, numpy_helper
 
-    model = _copy(model)
+    model = copy_model(model)
     graph = model.graph
     nodes_by_name = {n.name: n for n in graph.node}
     initializers = {i.name: i for i in graph.initializer}
@@ -205,7 +206,7 @@ def _drop_unused_initializers(graph) -> None:
 def quantize_embedding_tables(model, layers: Sequence[QuantizableLayer]):
     """INT8 embedding tables with per-row scales (CPU graph only; TensorRT keeps them FP16)."""
     tables = [l for l in layers if l.kind is LayerKind.EMBEDDING]
-    return insert_qdq(model, tables, ActivationScheme.DYNAMIC_UINT8) if tables else _copy(model)
+    return insert_qdq(model, tables, ActivationScheme.DYNAMIC_UINT8) if tables else copy_model(model)
 
 
 def convert_to_fp16(model):
@@ -219,7 +220,7 @@ def convert_to_fp16(model):
     from onnx import version_converter
     from onnxruntime.transformers.float16 import convert_float_to_float16
 
-    model = _copy(model)
+    model = copy_model(model)
     default = next((o for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
     if default is None or default.version < GPU_GRAPH_OPSET:
         model = version_converter.convert_version(model, GPU_GRAPH_OPSET)

@@ -30,18 +30,19 @@ GELU's own 0.5 constant instead, it stopped ONNX Runtime's GELU fusion and the c
 
 Pure parts (`smoothing_candidates`, `outlier_scales`, `plan_smoothing`, `apply_smoothing`) read or
 rewrite an `onnx.ModelProto`; `activation_channel_absmax` and `smoothed_source` run ONNX Runtime over
-the calibration set through the session factory they are given.
+the calibration set.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
 from model_build.errors import BuildError
-from model_build.int8.qdq import unique_name
+from model_build.int8.qdq import copy_model, unique_name
 from model_build.int8.quant_types import LayerKind, QuantizableLayer
+from model_build.int8.quantize import cpu_session
 
 #: Default: channels above 3x the median channel's max |x| are scaled down to it (see the docstring).
 DEFAULT_OUTLIER_THRESHOLD = 3.0
@@ -127,11 +128,9 @@ def plan_smoothing(candidates: Mapping[str, Sequence[QuantizableLayer]], channel
 def apply_smoothing(model, smoothings: Sequence[ChannelSmoothing]):
     """A copy of `model` where each smoothed activation goes through `Mul(x, 1/s)` and each of its
     MatMuls' weight rows is multiplied by s: the same function, activations without their outliers."""
-    import onnx
     from onnx import helper, numpy_helper
 
-    smoothed = onnx.ModelProto()
-    smoothed.CopyFrom(model)
+    smoothed = copy_model(model)
     graph = smoothed.graph
     initializers = {i.name: i for i in graph.initializer}
     taken = set(initializers) | {n.name for n in graph.node} | {o for n in graph.node for o in n.output} | {i.name for i in graph.input}
@@ -157,33 +156,31 @@ def apply_smoothing(model, smoothings: Sequence[ChannelSmoothing]):
     return smoothed
 
 
-def smoothed_source(model, layers: Sequence[QuantizableLayer], batches: Sequence[Mapping[str, np.ndarray]], threshold: float,
-                    session_factory: Callable):
+def smoothed_source(model, layers: Sequence[QuantizableLayer], batches: Sequence[Mapping[str, np.ndarray]], threshold: float):
     """(graph to quantize, smoothings): `model` rewritten for the outliers `batches` show, or `model`
     itself when `threshold` is 0 or nothing qualifies. The build and the calibration study share it."""
     candidates = smoothing_candidates(model, layers) if threshold else {}
     if not candidates:
         return model, ()
-    absmax = activation_channel_absmax(model, list(candidates), batches, session_factory)
+    absmax = activation_channel_absmax(model, list(candidates), batches)
     smoothings = plan_smoothing(candidates, absmax, threshold)
     return (apply_smoothing(model, smoothings), smoothings) if smoothings else (model, ())
 
 
-def activation_channel_absmax(model, activations: Sequence[str], batches: Sequence[Mapping[str, np.ndarray]],
-                              session_factory: Callable) -> dict[str, np.ndarray]:
+def activation_channel_absmax(model, activations: Sequence[str], batches: Sequence[Mapping[str, np.ndarray]]) -> dict[str, np.ndarray]:
     """Max |x| per channel (last axis) of each activation over `batches`, every position counted (the
-    calibrator that sets the activation ranges sees padding too)."""
+    calibrator that sets the activation ranges sees padding too). The graph runs unoptimized, as the
+    calibrator runs it, so every tensor named here exists."""
     import onnx
 
-    probe = onnx.ModelProto()
-    probe.CopyFrom(model)
+    probe = copy_model(model)
     known = {o.name for o in probe.graph.output}
     for name in activations:
         if name not in known:
             probe.graph.output.append(onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None))
     if not batches:
         raise BuildError("measuring activation channels needs at least one calibration batch.")
-    session = session_factory(probe)
+    session = cpu_session(probe, optimize=False)
     names = [o.name for o in session.get_outputs()]
     absmax: dict[str, np.ndarray] = {}
     for batch in batches:

@@ -205,23 +205,22 @@ class _Int8Run:
         return self.inputs.measure(_outputs(cpu_session(model, optimize=optimize), batches), ref)
 
 
-def _smooth_outliers(inputs: Int8Inputs, settings: Int8Settings, fp32_model, layers, run_original: Callable):
+def _smooth_outliers(inputs: Int8Inputs, settings: Int8Settings, fp32_model, layers, fp32_outputs: Sequence[Sequence[np.ndarray]]):
     """Step 1a: (source model, its path, smoothings). Outlier channels measured on the calibration
-    batches only; every output of the smoothed graph is checked against FP32's (`run_original(batch)`)
-    on the evaluation batches."""
+    batches only; every output of the smoothed graph is checked against FP32's on the evaluation
+    batches (`fp32_outputs`: per batch, every output of the FP32 graph)."""
     import onnx
 
     fp32_path, workdir = Path(inputs.fp32_path), Path(inputs.workdir)
     (workdir / SMOOTHED_FP32_ONNX).unlink(missing_ok=True)
-    smoothed, smoothings = smoothed_source(fp32_model, layers, inputs.calibration_batches, settings.outlier_threshold,
-                                           lambda model: cpu_session(model, optimize=False))
+    smoothed, smoothings = smoothed_source(fp32_model, layers, inputs.calibration_batches, settings.outlier_threshold)
     if not smoothings:
         return fp32_model, fp32_path, ()
     onnx.save(smoothed, str(workdir / SMOOTHED_FP32_ONNX))
     session = cpu_session(workdir / SMOOTHED_FP32_ONNX)
     drift = max(float(np.abs(np.asarray(got) - np.asarray(want)).max())
-                for batch in inputs.eval_batches
-                for got, want in zip(session.run(None, dict(batch)), run_original(batch)))
+                for batch, original in zip(inputs.eval_batches, fp32_outputs)
+                for got, want in zip(session.run(None, dict(batch)), original))
     if drift > SMOOTHING_FP32_ATOL:
         raise BuildError(f"{inputs.model}: the outlier-smoothed FP32 graph's outputs differ from FP32's by {drift:.3g} (allowed "
                          f"{SMOOTHING_FP32_ATOL}; powers-of-two scales should leave only summation-order rounding). Build it "
@@ -242,9 +241,9 @@ def _prepare_run(inputs: Int8Inputs, settings: Int8Settings) -> _Int8Run:
     if not original_layers:
         raise BuildError(f"{inputs.model}: the graph has no quantizable layer (Conv/Gemm/MatMul with weights).")
     fp32_session = cpu_session(fp32_path)
-    reference = _outputs(fp32_session, inputs.eval_batches)
-    source_model, source_path, smoothings = _smooth_outliers(inputs, settings, original, original_layers,
-                                                             lambda batch: fp32_session.run(None, dict(batch)))
+    fp32_outputs = [fp32_session.run(None, dict(b)) for b in inputs.eval_batches]  # every output: the smoothing check needs them all
+    reference = np.concatenate([outputs[0] for outputs in fp32_outputs])
+    source_model, source_path, smoothings = _smooth_outliers(inputs, settings, original, original_layers, fp32_outputs)
     layers = find_quantizable_layers(source_model)
     ranges = compute_activation_ranges(source_path, layers, inputs.calibration_batches, settings.calibration_method,
                                        Path(inputs.workdir) / RANGES_CACHE)

@@ -149,8 +149,7 @@ def calibration_study(model, record: Mapping[str, Any], workdir: Path, sizes, se
                     if reference is None:
                         session = cpu_session(fp32_path)
                         reference = np.concatenate([session.run(None, dict(b))[0] for b in eval_batches])
-                    graph_source, smoothings = smoothed_source(fp32_model, all_layers, inputs.calibration_batches, settings.outlier_threshold,
-                                                         lambda m: cpu_session(m, optimize=False))
+                    graph_source, smoothings = smoothed_source(fp32_model, all_layers, inputs.calibration_batches, settings.outlier_threshold)
                     graph_path = fp32_path
                     if smoothings:
                         graph_path = Path(tmp) / "source.onnx"

@@ -21,7 +21,7 @@ fp32 = onnx.load(str(W / "fp32.onnx"))
 ref = _outputs(cpu_session(W / "fp32.onnx"), inp.eval_batches)
 layers = find_quantizable_layers(fp32)
 candidates = smoothing_candidates(fp32, layers)
-absmax = activation_channel_absmax(fp32, list(candidates), inp.calibration_batches, lambda m: cpu_session(m, optimize=False))
+absmax = activation_channel_absmax(fp32, list(candidates), inp.calibration_batches)
 for a, v in absmax.items():
     print(f"{candidates[a][0].name}: channels {v.size}, max |x| {v.max():.2f}, median channel {np.median(v):.2f}")
 for threshold in [float(t) for t in sys.argv[1:]]:

@@ -55,7 +55,7 @@ def batches(n=6, rows=64, input_outlier: float = 1.0):
 
 def smoothed_ffn(model, calibration, threshold=3.0):
     candidates = smoothing_candidates(model, find_quantizable_layers(model))
-    absmax = activation_channel_absmax(model, list(candidates), calibration, lambda m: cpu_session(m, optimize=False))
+    absmax = activation_channel_absmax(model, list(candidates), calibration)
     plan = plan_smoothing(candidates, absmax, threshold)
     return apply_smoothing(model, plan), plan, absmax
 
@@ -111,7 +111,7 @@ def test_smoothed_graph_answers_as_fp32_and_its_activation_loses_the_outlier():
     feeds = {"x": RNG.normal(size=(32, 16)).astype(np.float32)}
     reference, out = cpu_session(model).run(None, feeds)[0], cpu_session(smoothed).run(None, feeds)[0]
     np.testing.assert_allclose(out, reference, rtol=1e-6, atol=1e-6)
-    after = activation_channel_absmax(smoothed, [plan[0].smoothed_activation], calibration, lambda m: cpu_session(m, optimize=False))
+    after = activation_channel_absmax(smoothed, [plan[0].smoothed_activation], calibration)
     before_max, after_max = absmax["r"].max(), after[plan[0].smoothed_activation].max()
     line = 3.0 * np.median(absmax["r"])
     assert after_max <= line * 1.5 and after_max < before_max / 4  # nearest power of two: within sqrt(2) of the line
