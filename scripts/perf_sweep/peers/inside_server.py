@@ -31,7 +31,7 @@ REST_OF_EXECUTE_SECONDS = "serving_batch_overhead_seconds"
 #: (label `reason`: serving.backend.session_choice.Reason's values).
 FRAMEWORK_CALLS = "serving_framework_calls_total"
 #: The reasons that force the 1-thread session, whatever the instance measured.
-NARROW_FORCED = ("sibling_busy", "cores_busy")
+NARROW_FORCED = ("sibling_busy", "cores_busy", "settling")
 #: How long after a level its last executions reach the metrics endpoint (the backend's default
 #: flush interval, 1 s, and a margin).
 BACKEND_FLUSH_S = 1.2
@@ -54,6 +54,8 @@ class InsideServer:
     #: the wide session's worker cores were busy (what is left of the narrow calls, the instance chose).
     sibling_busy_share: float = math.nan
     cores_busy_share: float = math.nan
+    #: ... and lone calls kept narrow right after a sibling computed (session_choice's `settle_calls`).
+    settling_share: float = math.nan
 
     @property
     def requests_per_execution(self) -> float:

@@ -124,18 +124,20 @@ def inside_server_table(levels: Sequence[LevelSummary], model: ModelKind) -> lis
            "compare directly, and the difference is the Python backend's round trip to its stub process and waiting "
            "for a CPU (with larger batches, compute_infer per request weighs the large executions more). The last "
            "columns are shares of the ONNX Runtime calls: on the wide session (a thread per core), and on the 1-thread "
-           "one because a sibling instance computed or because the wide session's worker cores were busy; the rest "
+           "one because a sibling instance computed, because the wide session's worker cores were busy, or because a "
+           "sibling computed a moment ago (settling: lone calls stay there until a few came in a row); the rest "
            "ran on the 1-thread session by the instance's own measured choice (serving/backend/session_choice.py):", "",
            "| level | client P50 ms | requests per execution | queue ms per request | compute_infer ms per request | "
            "ONNX Runtime ms per execution | rest of execute ms per execution | wide session | narrow: sibling busy | "
-           "narrow: cores busy |",
-           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+           "narrow: cores busy | narrow: settling |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for s in rows:
         v = s.server
         out.append(_row(s.label, _f(s.p50_ms, 2), _f(v["requests_per_execution"], 2), _f(v["queue_ms_per_request"], 3),
                         *(_f(v[k], 3) for k in ("compute_infer_ms_per_request", "framework_ms_per_execution",
                                                  "rest_of_execute_ms_per_execution")),
-                        *(_percent(v.get(k)) for k in ("wide_session_share", "sibling_busy_share", "cores_busy_share"))))
+                        *(_percent(v.get(k)) for k in ("wide_session_share", "sibling_busy_share", "cores_busy_share",
+                                                                        "settling_share"))))
     return out + [""]
 
 

@@ -14,7 +14,7 @@ the partition's Triton metrics endpoint (beside `nv_*`):
 | `serving_batch_bucket_calls_total{bucket}` | counter | framework calls per sequence-length bucket |
 | `serving_batch_framework_seconds` | histogram | time inside ONNX Runtime per execution |
 | `serving_batch_overhead_seconds` | histogram | time in `execute` outside ONNX Runtime (decode, checks, padding, responses) |
-| `serving_framework_calls_total{session,reason}` | counter | framework calls on the wide (a thread per core) or the narrow (1 thread) session, for models with both, and why that one (`session_choice.Reason`: sibling_busy, cores_busy, exploring, recheck, preferred, size_class; serving/backend/session_choice.py) |
+| `serving_framework_calls_total{session,reason}` | counter | framework calls on the wide (a thread per core) or the narrow (1 thread) session, for models with both, and why that one (`session_choice.Reason`: sibling_busy, cores_busy, settling, exploring, recheck, preferred, size_class; serving/backend/session_choice.py) |
 | `serving_session_choice_median_seconds{model_instance,session,size_class}` | gauge | per instance and size class (elements fed, a power-of-two range), the median of each session's last warm lone calls that the choice compares; republished at each decision (serving/backend/session_choice.py) |
 | `serving_rejected_requests_total{reason}` | counter | requests refused before batching (input contract, text) or isolated after a framework failure |
 

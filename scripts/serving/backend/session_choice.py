@@ -40,7 +40,15 @@ and mostly the wide one in another; forced, one server, 6 s turns, the wide sess
   their time lately, serving/backend/core_load.py), lone calls run narrow and are not timed: a
   lone call then is a gap in other work (at c=2, between the sibling's calls), and its second
   thread would take a core that work needs (text c=2 measured 243 against 286 texts/s before a
-  rule of this kind).
+  rule of this kind);
+- after a call made while a sibling computed (narrow), lone calls stay narrow, untimed, until the
+  instance has made `settle_calls` lone calls in a row. Under moderate load lone calls and calls
+  beside a sibling alternate, and a wide call after a narrow one starts cold: in-process on the
+  2-core Intel Xeon (lone held-out texts 2.5 ms apart), a mix of 30% wide and 70% narrow calls took
+  2.48 ms per call against 1.83 ms narrow only and 1.96 ms wide only, its wide calls 3.46 ms
+  (docs/measurements/2026-12-05-intel-xeon/session-settling/). Warm-only timing never sees that
+  price, so the choice cannot weigh it; the streak keeps the wide session for stretches of lone
+  work, where it is warm.
 
 Pure (no ONNX Runtime here): the `onnxruntime_cpu` backend asks `choose` for a lone call and
 `record`s every call it makes; tests/unit/serving/backend/test_session_choice.py drives it with
@@ -65,6 +73,8 @@ class Reason(enum.Enum):
     SIBLING_BUSY = "sibling_busy"
     #: Alone, but the wide session's worker cores were busy with other work: narrow, untimed.
     CORES_BUSY = "cores_busy"
+    #: Alone, but a sibling computed during one of the last `settle_calls` calls: narrow (warm), untimed.
+    SETTLING = "settling"
     #: A stint before the instance has timed both sessions enough to prefer one.
     EXPLORING = "exploring"
     #: One of the stints that re-time the sessions every `recheck_every` lone calls.
@@ -89,6 +99,9 @@ class ChoicePolicy:
     window: int = 15
     #: Lone calls run narrow, untimed, while the wide session's worker cores were busier than this.
     busy_cores_share: float = 0.85
+    #: After a call beside a sibling, lone calls run narrow, untimed, until this many lone calls came
+    #: in a row (0: the instance's choice at once).
+    settle_calls: int = 2
     #: A size class runs the other session than the instance's choice when that one's median is
     #: this much faster for it (and each session has `window` // 3 warm calls of the class).
     class_margin: float = 0.15
@@ -98,10 +111,11 @@ class ChoicePolicy:
 
     def __post_init__(self) -> None:
         if (self.stint_calls < 2 or self.explore_calls < 1 or self.recheck_every < 0 or self.window < 1
-                or not 0 <= self.busy_cores_share <= 1 or self.class_margin < 0 or self.recheck_own_calls < 1):
+                or not 0 <= self.busy_cores_share <= 1 or self.class_margin < 0 or self.recheck_own_calls < 1
+                or self.settle_calls < 0):
             raise ValueError(f"{self}: stint_calls must be >= 2 (its first call is not timed), explore_calls >= 1, "
-                             "recheck_every >= 0, window >= 1, busy_cores_share in [0, 1], class_margin >= 0 and "
-                             "recheck_own_calls >= 1.")
+                             "recheck_every >= 0, window >= 1, busy_cores_share in [0, 1], class_margin >= 0, "
+                             "recheck_own_calls >= 1 and settle_calls >= 0.")
 
 
 def size_class(elements: int) -> int:
@@ -152,7 +166,8 @@ class SessionChoice:
         self._stint_on, self._stint_left, self._stint_over = 0, 0, False
         self._since_check = 0           # lone calls since the last re-check stint
         self._check_on = 1              # session of the next re-check stint (they alternate)
-        self._untimed = False           # the last lone call ran narrow because the cores were busy
+        self._untimed = False           # the last lone call ran narrow, untimed (busy cores, settling)
+        self._lone_streak = 0           # the instance's calls in a row made with no sibling computing
         self._stint_reason = Reason.EXPLORING
         #: How many times the instance (re)made its choice (the backend republishes `summary()` then).
         self.decisions = 0
@@ -183,6 +198,10 @@ class SessionChoice:
             return Session.NARROW
         times = self._times(size)
         times.seen += 1
+        if self._last == 1 and self._lone_streak < self.policy.settle_calls:  # a sibling computed lately
+            self._untimed = True
+            self.reason = Reason.SETTLING
+            return Session.NARROW
         if self._stint_left:
             self._stint_left -= 1
             self.reason = self._stint_reason
@@ -217,6 +236,7 @@ class SessionChoice:
         makes the next wide call cold); only a lone call right after one on the same session is timed."""
         i = 0 if session is Session.WIDE else 1
         warm, self._last = self._last == i, i
+        self._lone_streak = self._lone_streak + 1 if alone else 0
         if not (alone and warm) or self._untimed:
             return
         times, window = self._times(size), self.policy.window

@@ -53,6 +53,7 @@ def test_a_level_is_the_difference_of_two_scrapes_per_request_and_per_execution(
     assert math.isclose(inside.wide_session_share, 0.75), "75 of the level's 100 framework calls ran wide"
     assert math.isclose(inside.cores_busy_share, 0.20), "20 ran narrow because the worker cores were busy"
     assert inside.sibling_busy_share == 0, "the other model's sibling-busy calls are not this model's"
+    assert inside.settling_share == 0, "no call of the level was kept narrow after a sibling computed"
 
 
 def test_nothing_is_said_about_a_level_without_a_successful_request():

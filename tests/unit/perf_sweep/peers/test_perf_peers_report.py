@@ -68,12 +68,12 @@ def test_this_projects_levels_show_what_its_server_saw():
 
     seen = {"requests": 900.0, "executions": 900.0, "queue_ms_per_request": 0.05, "compute_infer_ms_per_request": 2.6,
             "framework_ms_per_execution": 2.1, "rest_of_execute_ms_per_execution": None, "requests_per_execution": 1.0,
-            "wide_session_share": 0.93, "sibling_busy_share": 0.0, "cores_busy_share": 0.05}
+            "wide_session_share": 0.93, "sibling_busy_share": 0.0, "cores_busy_share": 0.05, "settling_share": 0.01}
     levels = [replace(LEVELS[3], server=seen), LEVELS[2]]
     lines = inside_server_table(levels, ModelKind.TEXT)
-    assert "| c=1 | 1.00 | 1.00 | 0.050 | 2.600 | 2.100 | - | 93% | 0% | 5% |" in lines
+    assert "| c=1 | 1.00 | 1.00 | 0.050 | 2.600 | 2.100 | - | 93% | 0% | 5% | 1% |" in lines
     older = {k: v for k, v in seen.items() if not k.endswith("_share")}  # levels.jsonl of earlier runs
-    assert "| c=1 | 1.00 | 1.00 | 0.050 | 2.600 | 2.100 | - | - | - | - |" in inside_server_table([replace(LEVELS[3], server=older)], ModelKind.TEXT)
+    assert "| c=1 | 1.00 | 1.00 | 0.050 | 2.600 | 2.100 | - | - | - | - | - |" in inside_server_table([replace(LEVELS[3], server=older)], ModelKind.TEXT)
     assert inside_server_table(LEVELS, ModelKind.TEXT) == []  # the peers' levels and levels without it: no table
     text = render_peer_markdown(results_with(levels), {})
     assert "Inside this project's server" in text
