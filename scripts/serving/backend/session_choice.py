@@ -21,7 +21,14 @@ it ran the 1-thread session for 87% of lone texts (ONNX Runtime 4.36 ms per call
 and mostly the wide one in another; forced, one server, 6 s turns, the wide session served
 192/224/189/180 texts/s at c=1, the 1-thread one 175/188/149/163, that chooser 169/201/194/165. Now:
 - the sessions are compared in stints of `stint_calls` consecutive calls, and a call is timed only
-  when the previous call of the instance ran on the same session (warm, as in steady use);
+  once the instance's last `cold_calls` calls ran on the same session (warm, as in steady use). One
+  call is not enough: in-process on the 2-core Intel Xeon, the first 3-4 calls after a switch took
+  1.3-2.2x a session's warm time (docs/measurements/2026-12-05-intel-xeon/session-settling/), so with
+  only the first call of a stint untimed every re-check judged the other session on half-cold calls
+  (at text c=1 in the server the wide session ran 7-8% faster per call than the 1-thread one when
+  forced, yet the choice ran it for 4% to 96% of lone calls from one server start to the next; in
+  4 starts of each, before and after this change, none wandered, so the fix rests on the in-process
+  figures);
 - a session's time for a size class (a power of two of the elements fed) is the median of its last
   `window` warm calls of that class, so a stalled call does not decide;
 - both sessions are compared on like calls (per class), and the instance makes one choice, the
@@ -89,8 +96,10 @@ class Reason(enum.Enum):
 class ChoicePolicy:
     """How long each session is tried before one is preferred, and how often the other is re-tried."""
 
-    #: Consecutive lone calls on one session while comparing; the first of them is not timed.
+    #: Consecutive lone calls on one session while comparing; the first `cold_calls` are not timed.
     stint_calls: int = 16
+    #: A call is timed only after this many calls in a row on its session (the weights warm up).
+    cold_calls: int = 4
     #: Warm timed calls of each session before one is preferred.
     explore_calls: int = 24
     #: After that, one stint in this many lone calls runs on the other session (0: never).
@@ -110,10 +119,11 @@ class ChoicePolicy:
     recheck_own_calls: int = 3
 
     def __post_init__(self) -> None:
-        if (self.stint_calls < 2 or self.explore_calls < 1 or self.recheck_every < 0 or self.window < 1
-                or not 0 <= self.busy_cores_share <= 1 or self.class_margin < 0 or self.recheck_own_calls < 1
+        if (self.cold_calls < 1 or self.stint_calls <= self.cold_calls or self.explore_calls < 1
+                or self.recheck_every < 0 or self.window < 1 or not 0 <= self.busy_cores_share <= 1 or self.class_margin < 0 or self.recheck_own_calls < 1
                 or self.settle_calls < 0):
-            raise ValueError(f"{self}: stint_calls must be >= 2 (its first call is not timed), explore_calls >= 1, "
+            raise ValueError(f"{self}: cold_calls must be >= 1 and stint_calls > cold_calls (a stint's first "
+                             "cold_calls calls are not timed), explore_calls >= 1, "
                              "recheck_every >= 0, window >= 1, busy_cores_share in [0, 1], class_margin >= 0, "
                              "recheck_own_calls >= 1 and settle_calls >= 0.")
 
@@ -162,6 +172,7 @@ class SessionChoice:
         self._classes: dict[int, _ClassTimes] = {}
         self._best: int | None = None  # index of the preferred session; None while exploring
         self._last: int | None = None  # session of the instance's previous call (lone or not)
+        self._on_last = 0               # the instance's calls in a row on that session
         self._timed = [0, 0]           # warm timed calls per session, all classes
         self._stint_on, self._stint_left, self._stint_over = 0, 0, False
         self._since_check = 0           # lone calls since the last re-check stint
@@ -233,9 +244,11 @@ class SessionChoice:
     def record(self, size: int, session: Session, seconds: float, alone: bool = True) -> None:
         """A call feeding `size` elements ran on `session` for `seconds`; `alone`: no sibling instance
         computed meanwhile. Every call is recorded (a call while siblings compute runs narrow and
-        makes the next wide call cold); only a lone call right after one on the same session is timed."""
+        makes the next wide calls cold); only a lone call after `cold_calls` calls in a row on the same
+        session is timed."""
         i = 0 if session is Session.WIDE else 1
-        warm, self._last = self._last == i, i
+        self._on_last = self._on_last + 1 if self._last == i else 1
+        warm, self._last = self._on_last > self.policy.cold_calls, i
         self._lone_streak = self._lone_streak + 1 if alone else 0
         if not (alone and warm) or self._untimed:
             return
