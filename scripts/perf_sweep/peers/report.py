@@ -136,8 +136,8 @@ def inside_server_table(levels: Sequence[LevelSummary], model: ModelKind) -> lis
         out.append(_row(s.label, _f(s.p50_ms, 2), _f(v["requests_per_execution"], 2), _f(v["queue_ms_per_request"], 3),
                         *(_f(v[k], 3) for k in ("compute_infer_ms_per_request", "framework_ms_per_execution",
                                                  "rest_of_execute_ms_per_execution")),
-                        *(_percent(v.get(k)) for k in ("wide_session_share", "sibling_busy_share", "cores_busy_share",
-                                                                        "settling_share"))))
+                        *(_percent(v.get(k)) for k in ("wide_session_share", "sibling_busy_share",
+                                                       "cores_busy_share", "settling_share"))))
     return out + [""]
 
 

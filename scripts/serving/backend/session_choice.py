@@ -48,8 +48,9 @@ and mostly the wide one in another; forced, one server, 6 s turns, the wide sess
   lone call then is a gap in other work (at c=2, between the sibling's calls), and its second
   thread would take a core that work needs (text c=2 measured 243 against 286 texts/s before a
   rule of this kind);
-- after a call made while a sibling computed (narrow), lone calls stay narrow, untimed, until the
-  instance has made `settle_calls` lone calls in a row. Under moderate load lone calls and calls
+- after a call made while a sibling computed (narrow), lone calls that the choice would run wide
+  stay narrow, untimed, until the instance has made `settle_calls` lone calls in a row (stints are
+  left alone: they time what they try, their first `cold_calls` calls untimed). Under moderate load lone calls and calls
   beside a sibling alternate, and a wide call after a narrow one starts cold: in-process on the
   2-core Intel Xeon (lone held-out texts 2.5 ms apart), a mix of 30% wide and 70% narrow calls took
   2.48 ms per call against 1.83 ms narrow only and 1.96 ms wide only, its wide calls 3.46 ms
@@ -80,7 +81,8 @@ class Reason(enum.Enum):
     SIBLING_BUSY = "sibling_busy"
     #: Alone, but the wide session's worker cores were busy with other work: narrow, untimed.
     CORES_BUSY = "cores_busy"
-    #: Alone, but a sibling computed during one of the last `settle_calls` calls: narrow (warm), untimed.
+    #: Alone, wide by the choice, but a sibling computed during one of the last `settle_calls` calls:
+    #: narrow (warm), untimed.
     SETTLING = "settling"
     #: A stint before the instance has timed both sessions enough to prefer one.
     EXPLORING = "exploring"
@@ -120,8 +122,8 @@ class ChoicePolicy:
 
     def __post_init__(self) -> None:
         if (self.cold_calls < 1 or self.stint_calls <= self.cold_calls or self.explore_calls < 1
-                or self.recheck_every < 0 or self.window < 1 or not 0 <= self.busy_cores_share <= 1 or self.class_margin < 0 or self.recheck_own_calls < 1
-                or self.settle_calls < 0):
+                or self.recheck_every < 0 or self.window < 1 or not 0 <= self.busy_cores_share <= 1
+                or self.class_margin < 0 or self.recheck_own_calls < 1 or self.settle_calls < 0):
             raise ValueError(f"{self}: cold_calls must be >= 1 and stint_calls > cold_calls (a stint's first "
                              "cold_calls calls are not timed), explore_calls >= 1, "
                              "recheck_every >= 0, window >= 1, busy_cores_share in [0, 1], class_margin >= 0, "
@@ -178,7 +180,7 @@ class SessionChoice:
         self._since_check = 0           # lone calls since the last re-check stint
         self._check_on = 1              # session of the next re-check stint (they alternate)
         self._untimed = False           # the last lone call ran narrow, untimed (busy cores, settling)
-        self._lone_streak = 0           # the instance's calls in a row made with no sibling computing
+        self._lone_streak = policy.settle_calls  # the instance's calls in a row with no sibling computing
         self._stint_reason = Reason.EXPLORING
         #: How many times the instance (re)made its choice (the backend republishes `summary()` then).
         self.decisions = 0
@@ -209,10 +211,6 @@ class SessionChoice:
             return Session.NARROW
         times = self._times(size)
         times.seen += 1
-        if self._last == 1 and self._lone_streak < self.policy.settle_calls:  # a sibling computed lately
-            self._untimed = True
-            self.reason = Reason.SETTLING
-            return Session.NARROW
         if self._stint_left:
             self._stint_left -= 1
             self.reason = self._stint_reason
@@ -230,8 +228,13 @@ class SessionChoice:
                 return self._start_stint(self._check_on, Reason.RECHECK)
             return self._start_stint(1 - self._best, Reason.RECHECK)
         self._since_check += 1
+        index = self._best if times.own is None else times.own
+        if index == 0 and self._last == 1 and self._lone_streak < self.policy.settle_calls:  # a sibling computed lately
+            self._untimed = True
+            self.reason = Reason.SETTLING
+            return Session.NARROW
         self.reason = Reason.PREFERRED if times.own is None else Reason.SIZE_CLASS
-        return _SESSIONS[self._best if times.own is None else times.own]
+        return _SESSIONS[index]
 
     def _start_stint(self, index: int, reason: Reason) -> Session:
         self._stint_on, self._stint_left, self._stint_over = index, self.policy.stint_calls - 1, True

@@ -182,6 +182,35 @@ def test_after_a_call_beside_a_sibling_lone_calls_stay_narrow_until_a_streak_of_
     assert choice.summary()[size_class(300)] == {"wide": 3.0, "narrow": 4.0}, "settling calls are not timed"
 
 
+def test_settling_holds_only_calls_the_choice_would_run_wide():
+    """An instance that prefers the 1-thread session (digits) runs it warm after a sibling computed:
+    those calls are its own choice, timed, and not counted as settling."""
+    choice = SessionChoice(ChoicePolicy(cold_calls=1, stint_calls=4, explore_calls=3, recheck_every=0, settle_calls=2))
+    run(choice, 64, {WIDE: 0.00012, NARROW: 0.00008}, 9)
+    assert choice.preferred() is NARROW
+    choice.record(64, NARROW, 0.00030, alone=False)
+    timed = choice._classes[size_class(64)].timed[1]
+    assert choice.choose(64) is NARROW and choice.reason is Reason.PREFERRED
+    choice.record(64, NARROW, 0.00007)
+    assert choice._classes[size_class(64)].timed[1] == timed + 1, "its own choice, warm: timed"
+
+
+def test_stints_are_not_held_and_busy_cores_do_not_break_a_lone_streak():
+    """An exploring or re-check stint times what it tries (its first `cold_calls` calls untimed), so a
+    sibling's call does not move it to the other session; a lone call kept narrow because the worker
+    cores were busy is still a lone call."""
+    choice = SessionChoice(ChoicePolicy(cold_calls=1, stint_calls=4, explore_calls=3, recheck_every=0, settle_calls=2))
+    assert choice.choose(300) is WIDE and choice.reason is Reason.EXPLORING
+    choice.record(300, WIDE, 0.003)
+    choice.record(300, NARROW, 0.009, alone=False)  # a sibling computed
+    assert choice.choose(300) is WIDE and choice.reason is Reason.EXPLORING
+    run(choice, 300, {WIDE: 0.003, NARROW: 0.004}, 12)
+    assert choice.preferred() is WIDE
+    assert choice.choose(300, worker_cores_busy=0.95) is NARROW and choice.reason is Reason.CORES_BUSY
+    choice.record(300, NARROW, 0.004)
+    assert choice.choose(300) is WIDE and choice.reason is Reason.PREFERRED, "no sibling computed: nothing to settle"
+
+
 def test_settling_does_not_hold_an_instance_that_never_saw_a_sibling():
     """At c=1 only the first instance computes (the rate limiter's order): its exploring stints and its
     choice are what they were; settling starts only after a call made beside a sibling."""
