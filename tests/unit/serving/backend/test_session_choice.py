@@ -211,6 +211,26 @@ def test_stints_are_not_held_and_busy_cores_do_not_break_a_lone_streak():
     assert choice.choose(300) is WIDE and choice.reason is Reason.PREFERRED, "no sibling computed: nothing to settle"
 
 
+def test_a_wide_stint_does_not_start_right_after_a_sibling_computed():
+    """Under moderate load, lone calls and calls beside a sibling alternate: a wide exploring or
+    re-check stint started there would be cut into cold pieces, none timed, and exploring would not
+    end. Such a stint waits for `settle_calls` lone calls in a row; one on the 1-thread session starts."""
+    choice = SessionChoice(ChoicePolicy(cold_calls=1, stint_calls=4, explore_calls=3, recheck_every=8, settle_calls=2))
+    choice.record(300, NARROW, 0.009, alone=False)  # the instance's first call: beside a sibling
+    assert choice.choose(300) is NARROW and choice.reason is Reason.SETTLING
+    choice.record(300, NARROW, 0.004)
+    assert choice.choose(300) is NARROW and choice.reason is Reason.SETTLING
+    choice.record(300, NARROW, 0.004)
+    assert choice.choose(300) is WIDE and choice.reason is Reason.EXPLORING, "two lone calls in a row: the stint starts"
+    choice.record(300, WIDE, 0.003)
+    run(choice, 300, {WIDE: 0.003, NARROW: 0.004}, 3 + 4 + 1)  # the rest of it, a narrow stint, the choice
+    assert choice.preferred() is WIDE
+    while choice._since_check < 8:  # up to a re-check, due on the 1-thread session: it is not held
+        choice.record(300, choice.choose(300), 0.003)
+    choice.record(300, NARROW, 0.009, alone=False)
+    assert choice.choose(300) is NARROW and choice.reason is Reason.RECHECK
+
+
 def test_settling_does_not_hold_an_instance_that_never_saw_a_sibling():
     """At c=1 only the first instance computes (the rate limiter's order): its exploring stints and its
     choice are what they were; settling starts only after a call made beside a sibling."""
