@@ -72,6 +72,13 @@ def copy_model(model):
     return copy
 
 
+def graph_names(graph) -> set[str]:
+    """Every name a graph already uses (tensors read or written, nodes, initializers, inputs): what
+    `unique_name` must avoid when a rewrite adds nodes and tensors."""
+    return ({t for n in graph.node for t in (*n.input, *n.output)} | {n.name for n in graph.node}
+            | {i.name for i in graph.initializer} | {i.name for i in graph.input})
+
+
 def unique_name(name: str, taken: set[str]) -> str:
     candidate, i = name, 1
     while candidate in taken:
@@ -121,7 +128,7 @@ def insert_qdq(
     graph = model.graph
     nodes_by_name = {n.name: n for n in graph.node}
     initializers = {i.name: i for i in graph.initializer}
-    taken = {t for n in graph.node for t in (*n.input, *n.output)} | set(initializers) | {n.name for n in graph.node}
+    taken = graph_names(graph)
     before: dict[str, list] = defaultdict(list)
     new_inits: list = []
     dq_of: dict[str, str] = {}

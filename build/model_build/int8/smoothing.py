@@ -40,7 +40,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from model_build.errors import BuildError
-from model_build.int8.qdq import copy_model, unique_name
+from model_build.int8.qdq import copy_model, graph_names, unique_name
 from model_build.int8.quant_types import LayerKind, QuantizableLayer
 from model_build.int8.quantize import cpu_session
 
@@ -133,7 +133,7 @@ def apply_smoothing(model, smoothings: Sequence[ChannelSmoothing]):
     smoothed = copy_model(model)
     graph = smoothed.graph
     initializers = {i.name: i for i in graph.initializer}
-    taken = set(initializers) | {n.name for n in graph.node} | {o for n in graph.node for o in n.output} | {i.name for i in graph.input}
+    taken = graph_names(graph)
     for smoothing in smoothings:
         scales = np.asarray(smoothing.scales, dtype=np.float32)
         for weight_name in smoothing.weights:

@@ -51,15 +51,14 @@ and mostly the wide one in another; forced, one server, 6 s turns, the wide sess
 - after a call made while a sibling computed (narrow), lone calls that would run wide (the choice,
   or the start of an exploring or re-check stint on it) stay narrow, untimed, until the instance has
   made `settle_calls` lone calls in a row; a stint under way goes on (it times what it tries, its
-  first `cold_calls` calls untimed). Under steady moderate load an instance that has not chosen yet
-  then explores the wide session only in stretches of lone work, instead of starting wide stints
-  that a sibling's next call cuts into cold pieces. Under moderate load lone calls and calls
-  beside a sibling alternate, and a wide call after a narrow one starts cold: in-process on the
-  2-core Intel Xeon (lone held-out texts 2.5 ms apart), a mix of 30% wide and 70% narrow calls took
-  2.48 ms per call against 1.83 ms narrow only and 1.96 ms wide only, its wide calls 3.46 ms
+  first `cold_calls` calls untimed). Why: under moderate load lone calls and calls beside a sibling
+  alternate, and a wide call after narrow ones starts cold. In-process on the 2-core Intel Xeon
+  (lone held-out texts 2.5 ms apart), a mix of 30% wide and 70% narrow calls took 2.48 ms per call
+  against 1.83 ms narrow only and 1.96 ms wide only, its wide calls 3.46 ms
   (docs/measurements/2026-12-05-intel-xeon/session-settling/). Warm-only timing never sees that
-  price, so the choice cannot weigh it; the streak keeps the wide session for stretches of lone
-  work, where it is warm.
+  price, so the choice cannot weigh it; the streak keeps the wide session, and the exploring of an
+  instance that has not chosen yet, for stretches of lone work, where the wide calls are warm and
+  are not cut into cold pieces by a sibling's next call.
 
 Pure (no ONNX Runtime here): the `onnxruntime_cpu` backend asks `choose` for a lone call and
 `record`s every call it makes; tests/unit/serving/backend/test_session_choice.py drives it with
