@@ -29,6 +29,15 @@ and mostly the wide one in another; forced, one server, 6 s turns, the wide sess
   forced, yet the choice ran it for 4% to 96% of lone calls from one server start to the next; in
   4 starts of each, before and after this change, none wandered, so the fix rests on the in-process
   figures);
+- a session's first `fresh_calls` calls in the instance's life are not timed either. Why: in the
+  server the wide session's first stint runs at load (Triton's warm-up requests), while the other
+  partition loads its models, and a fresh session's first calls are slow besides; traced at text
+  c=1 on the 2-core Intel Xeon, the wide session's calls 5-16 took 1.4-6x its later time and the
+  1-thread session's first ten 1.2-2.3x. The first choice, made on them, was the 1-thread session
+  in most starts and held for a whole `recheck_every` interval: in the first 10 s of c=1 after a
+  start the wide session ran 55/77/67/77% of lone calls in four starts, 95% in each of four with
+  `fresh_calls` (247.8/246.7/256.1/268.2 against 229.9/253.1/232.8/262.0 texts/s in alternating
+  starts; the next 10 s alike: docs/measurements/2026-12-05-intel-xeon/session-settling/);
 - a session's time for a size class (a power of two of the elements fed) is the median of its last
   `window` warm calls of that class, so a stalled call does not decide;
 - both sessions are compared on like calls (per class), and the instance makes one choice, the
@@ -43,6 +52,12 @@ and mostly the wide one in another; forced, one server, 6 s turns, the wide sess
   which two threads gain nothing, end sharply; judged on the whole window, a stint spread over four
   size classes replaced too few of the spell's times, and the instance stayed on one thread for two
   or three re-checks after the spell: docs/performance.md);
+- a re-check that changed the choice is confirmed: the session it left gets a re-check stint of its
+  own after `confirm_calls` lone calls instead of `recheck_every` (once; a real change then stays).
+  Why: a stint times few calls per size class (16 calls, 4 of them cold, over several classes), and
+  noise in them can move the instance; at text c=1 in the server on the 2-core Intel Xeon, one such
+  re-check put an instance on the 1-thread session, 7-8% slower per call there, for 512 of a
+  window's ~3,000 lone calls (docs/measurements/2026-12-05-intel-xeon/session-settling/);
 - while the cores the wide session's workers would run on were busy (above `busy_cores_share` of
   their time lately, serving/backend/core_load.py), lone calls run narrow and are not timed: a
   lone call then is a gap in other work (at c=2, between the sibling's calls), and its second
@@ -104,6 +119,8 @@ class ChoicePolicy:
     stint_calls: int = 16
     #: A call is timed only after this many calls in a row on its session (the weights warm up).
     cold_calls: int = 4
+    #: A session's first this many calls in the instance's life are not timed (a fresh session).
+    fresh_calls: int = 16
     #: Warm timed calls of each session before one is preferred.
     explore_calls: int = 24
     #: After that, one stint in this many lone calls runs on the other session (0: never).
@@ -121,15 +138,19 @@ class ChoicePolicy:
     #: A re-check stint that timed at least this many calls of a size class is judged on those calls
     #: alone for the class, not on its session's older times (from before a change of the host).
     recheck_own_calls: int = 3
+    #: A re-check that changed the instance's choice is itself re-checked after this many lone calls
+    #: instead of `recheck_every` (once; 0: at the usual interval).
+    confirm_calls: int = 48
 
     def __post_init__(self) -> None:
         if (self.cold_calls < 1 or self.stint_calls <= self.cold_calls or self.explore_calls < 1
                 or self.recheck_every < 0 or self.window < 1 or not 0 <= self.busy_cores_share <= 1
-                or self.class_margin < 0 or self.recheck_own_calls < 1 or self.settle_calls < 0):
+                or self.class_margin < 0 or self.recheck_own_calls < 1 or self.settle_calls < 0
+                or self.confirm_calls < 0 or self.fresh_calls < 0):
             raise ValueError(f"{self}: cold_calls must be >= 1 and stint_calls > cold_calls (a stint's first "
                              "cold_calls calls are not timed), explore_calls >= 1, "
                              "recheck_every >= 0, window >= 1, busy_cores_share in [0, 1], class_margin >= 0, "
-                             "recheck_own_calls >= 1 and settle_calls >= 0.")
+                             "recheck_own_calls >= 1, settle_calls >= 0, confirm_calls >= 0 and fresh_calls >= 0.")
 
 
 def size_class(elements: int) -> int:
@@ -177,10 +198,12 @@ class SessionChoice:
         self._best: int | None = None  # index of the preferred session; None while exploring
         self._last: int | None = None  # session of the instance's previous call (lone or not)
         self._on_last = 0               # the instance's calls in a row on that session
+        self._lifetime = [0, 0]         # calls per session since the instance started
         self._timed = [0, 0]           # warm timed calls per session, all classes
         self._stint_on, self._stint_left, self._stint_over = 0, 0, False
         self._since_check = 0           # lone calls since the last re-check stint
         self._check_on = 1              # session of the next re-check stint (they alternate)
+        self._confirming = False        # the next re-check confirms a choice the last one changed
         self._untimed = False           # the last lone call ran narrow, untimed (busy cores, settling)
         self._lone_streak = policy.settle_calls  # the instance's calls in a row with no sibling computing
         self._stint_reason = Reason.EXPLORING
@@ -260,7 +283,9 @@ class SessionChoice:
         session is timed."""
         i = 0 if session is Session.WIDE else 1
         self._on_last = self._on_last + 1 if self._last == i else 1
-        warm, self._last = self._on_last > self.policy.cold_calls, i
+        self._lifetime[i] += 1
+        warm = self._on_last > self.policy.cold_calls and self._lifetime[i] > self.policy.fresh_calls
+        self._last = i
         self._lone_streak = self._lone_streak + 1 if alone else 0
         if not (alone and warm) or self._untimed:
             return
@@ -295,8 +320,15 @@ class SessionChoice:
             return
         median = self._median_s
         wide_minus_narrow = sum(t.seen * (median(t, 0) - median(t, 1)) for t in both)
-        self._best = best = 0 if wide_minus_narrow <= 0 else 1
+        before, self._best = self._best, 0 if wide_minus_narrow <= 0 else 1
+        best = self._best
         self.decisions += 1
+        if self._stint_reason is Reason.RECHECK:  # a changed choice is re-checked soon, once
+            confirm = self.policy.confirm_calls
+            flipped = before is not None and best != before and not self._confirming and confirm
+            self._confirming = bool(flipped)
+            if flipped:
+                self._since_check = max(0, self.policy.recheck_every - confirm)
         enough, margin = max(1, self.policy.window // 3), 1 - self.policy.class_margin
         for t in both:
             t.own = 1 - best if min(t.timed) >= enough and median(t, 1 - best) < margin * median(t, best) else None

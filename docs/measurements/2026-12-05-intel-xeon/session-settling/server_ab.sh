@@ -4,7 +4,8 @@
 # The runs kept here: `server_ab.sh settle_calls 0 2 3 c=1 c=2 c=4 p=150 p=300` (server-ab.txt, server-ab-2.txt;
 # the script then had those values written in) and `server_ab.sh cold_calls 1 4 4 c=1 c=2 c=4 p=300`
 # (cold-calls-ab.txt), `server_ab.sh switch_margin 0.0 0.05 4 c=1 c=1 c=2` (switch-margin-ab.txt; on a tree
-# with a `switch_margin` field, since dropped).
+# with a `switch_margin` field, since dropped); stop 40: `server_ab.sh confirm_calls 0 48 3 c=1 c=1 c=1 c=1 c=1 c=1`
+# (confirm-calls-ab.txt) and `server_ab.sh fresh_calls 0 16 4 c=1 c=1` (fresh-calls-ab.txt).
 # Restores session_choice.py at the end.
 field=${1:?usage: server_ab.sh FIELD A_VALUE B_VALUE ROUNDS LEVEL...}; a=$2; b=$3; rounds=$4; shift 4; levels=("$@")
 cd /work/main

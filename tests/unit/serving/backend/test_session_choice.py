@@ -26,7 +26,7 @@ def test_size_classes_are_powers_of_two_of_the_elements_fed():
 
 
 def test_both_sessions_are_tried_in_stints_then_the_faster_one_runs():
-    choice = SessionChoice(ChoicePolicy(cold_calls=1, stint_calls=4, explore_calls=3, recheck_every=0))
+    choice = SessionChoice(ChoicePolicy(cold_calls=1, fresh_calls=0, stint_calls=4, explore_calls=3, recheck_every=0))
     chosen = run(choice, 22, {WIDE: 0.003, NARROW: 0.002}, 20)
     assert chosen[:8] == [WIDE] * 4 + [NARROW] * 4
     assert set(chosen[8:]) == {NARROW}
@@ -35,7 +35,7 @@ def test_both_sessions_are_tried_in_stints_then_the_faster_one_runs():
 
 def test_the_first_call_after_a_switch_is_not_timed_so_a_cold_start_does_not_decide():
     """The old chooser timed the switch: with a cold start 4x the gap, it kept whichever session led."""
-    choice = SessionChoice(ChoicePolicy(cold_calls=1, stint_calls=4, explore_calls=3, recheck_every=16))
+    choice = SessionChoice(ChoicePolicy(cold_calls=1, fresh_calls=0, stint_calls=4, explore_calls=3, recheck_every=16))
     chosen = run(choice, 300, {WIDE: 0.0032, NARROW: 0.0039}, 8 + 200, cold_extra=0.003)
     assert choice.preferred() is WIDE
     assert choice.summary()[size_class(300)] == {"wide": 3.2, "narrow": 3.9}
@@ -44,7 +44,7 @@ def test_the_first_call_after_a_switch_is_not_timed_so_a_cold_start_does_not_dec
 
 
 def test_on_a_host_where_wide_is_faster_the_other_is_rechecked_one_stint_in_n_calls():
-    choice = SessionChoice(ChoicePolicy(cold_calls=1, stint_calls=4, explore_calls=3, recheck_every=32))
+    choice = SessionChoice(ChoicePolicy(cold_calls=1, fresh_calls=0, stint_calls=4, explore_calls=3, recheck_every=32))
     chosen = run(choice, 300, {WIDE: 0.014, NARROW: 0.027}, 8 + 36 * 10)
     after = chosen[8:]
     assert after[:32] == [WIDE] * 32 and after[32:36] == [NARROW] * 4
@@ -56,7 +56,7 @@ def test_one_choice_for_the_instance_weighted_by_the_calls_of_each_size():
     because switching sessions between calls would make every switch a cold start."""
     sizes = [20, 2000, 2000, 2000]  # mostly long calls
     times = {20: {WIDE: 0.003, NARROW: 0.002}, 2000: {WIDE: 0.020, NARROW: 0.035}}
-    choice = SessionChoice(ChoicePolicy(cold_calls=1, stint_calls=4, explore_calls=6, recheck_every=0))
+    choice = SessionChoice(ChoicePolicy(cold_calls=1, fresh_calls=0, stint_calls=4, explore_calls=6, recheck_every=0))
     last = None
     for i in range(80):
         size = sizes[i % 4]
@@ -64,7 +64,7 @@ def test_one_choice_for_the_instance_weighted_by_the_calls_of_each_size():
         choice.record(size, which, times[size][which])
         last = which
     assert choice.preferred() is WIDE and last is WIDE
-    short = SessionChoice(ChoicePolicy(cold_calls=1, stint_calls=4, explore_calls=6, recheck_every=0))
+    short = SessionChoice(ChoicePolicy(cold_calls=1, fresh_calls=0, stint_calls=4, explore_calls=6, recheck_every=0))
     for i in range(80):
         size = (20, 20, 20, 2000)[i % 4] if i % 40 else 2000
         which = short.choose(size)
@@ -77,7 +77,7 @@ def test_a_class_clearly_faster_on_the_other_session_runs_that_one():
     on two; 16 images 0.30-0.33 ms on two, 0.39-0.42 on one. Most calls are single images."""
     times = {64: {WIDE: 0.00012, NARROW: 0.00008}, 512: {WIDE: 0.00020, NARROW: 0.00030}, 256: {WIDE: 0.00016, NARROW: 0.00017}}
     sizes = [64, 64, 64, 512, 64, 256] * 40
-    choice = SessionChoice(ChoicePolicy(cold_calls=1, stint_calls=4, explore_calls=6, recheck_every=24, window=6, class_margin=0.15))
+    choice = SessionChoice(ChoicePolicy(cold_calls=1, fresh_calls=0, stint_calls=4, explore_calls=6, recheck_every=24, window=6, class_margin=0.15))
     chosen = []
     for size in sizes:
         which = choice.choose(size)
@@ -92,7 +92,7 @@ def test_a_class_clearly_faster_on_the_other_session_runs_that_one():
 
 
 def test_a_change_of_speed_is_followed_through_the_rechecks():
-    choice = SessionChoice(ChoicePolicy(cold_calls=1, stint_calls=4, explore_calls=3, recheck_every=8, window=3))
+    choice = SessionChoice(ChoicePolicy(cold_calls=1, fresh_calls=0, stint_calls=4, explore_calls=3, recheck_every=8, window=3))
     run(choice, 50, {WIDE: 0.002, NARROW: 0.004}, 40)
     assert choice.preferred() is WIDE
     run(choice, 50, {WIDE: 0.008, NARROW: 0.004}, 40)  # e.g. the other cores got busy
@@ -103,7 +103,7 @@ def test_one_slow_call_does_not_decide():
     """A shared host stalls a call now and then. With a running average, one stalled call while a
     session was being tried held it out until its next re-check (512 calls later); the median of
     its last calls ignores the stall."""
-    choice = SessionChoice(ChoicePolicy(cold_calls=1, stint_calls=4, explore_calls=3, recheck_every=8, window=5))
+    choice = SessionChoice(ChoicePolicy(cold_calls=1, fresh_calls=0, stint_calls=4, explore_calls=3, recheck_every=8, window=5))
     spike = iter([0.0, 0.0, 0.050] + [0.0] * 1000)  # the 3rd wide call (the 2nd timed) stalls 50 ms
     chosen = run(choice, 300, lambda s: (0.003 + next(spike)) if s is WIDE else 0.004, 8 + 40)
     assert chosen[:8] == [WIDE] * 4 + [NARROW] * 4
@@ -113,7 +113,7 @@ def test_one_slow_call_does_not_decide():
 
 def test_while_the_worker_cores_are_busy_lone_calls_run_narrow_untimed():
     """At c=2 a lone call is a gap between the sibling's calls: wide would take the core it needs."""
-    choice = SessionChoice(ChoicePolicy(cold_calls=1, stint_calls=4, explore_calls=3, recheck_every=0, busy_cores_share=0.85))
+    choice = SessionChoice(ChoicePolicy(cold_calls=1, fresh_calls=0, stint_calls=4, explore_calls=3, recheck_every=0, busy_cores_share=0.85))
     run(choice, 300, {WIDE: 0.003, NARROW: 0.004}, 8)
     assert choice.choose(300) is WIDE and choice.preferred() is WIDE
     choice.record(300, WIDE, 0.003)
@@ -126,7 +126,7 @@ def test_while_the_worker_cores_are_busy_lone_calls_run_narrow_untimed():
 
 
 def test_calls_made_while_a_sibling_computes_are_not_timed_and_make_the_next_call_cold():
-    choice = SessionChoice(ChoicePolicy(cold_calls=1, stint_calls=4, explore_calls=1, recheck_every=0, settle_calls=0))
+    choice = SessionChoice(ChoicePolicy(cold_calls=1, fresh_calls=0, stint_calls=4, explore_calls=1, recheck_every=0, settle_calls=0))
     assert choice.choose(10) is WIDE
     choice.record(10, WIDE, 0.001)                  # first of the stint: cold, not timed
     assert choice.choose(10) is WIDE
@@ -152,11 +152,11 @@ def test_a_session_is_timed_only_after_cold_calls_in_a_row_on_it():
             return (0.003 if which is WIDE else 0.004) + (0.002 if state["run"] <= 3 else 0.0)
         return seconds
 
-    choice = SessionChoice(ChoicePolicy(cold_calls=3, stint_calls=8, explore_calls=10, recheck_every=0))
+    choice = SessionChoice(ChoicePolicy(cold_calls=3, fresh_calls=0, stint_calls=8, explore_calls=10, recheck_every=0))
     chosen = run(choice, 300, cold_for_three({"last": None, "run": 0}), 8 * 4 + 4)
     assert chosen == ([WIDE] * 8 + [NARROW] * 8) * 2 + [WIDE] * 4, "two stints each (five warm calls per stint), then wide"
     assert max(choice._classes[size_class(300)].recent_s[0]) == 0.003, "no cold call in the window"
-    one_cold = SessionChoice(ChoicePolicy(cold_calls=1, stint_calls=8, explore_calls=10, recheck_every=0))
+    one_cold = SessionChoice(ChoicePolicy(cold_calls=1, fresh_calls=0, stint_calls=8, explore_calls=10, recheck_every=0))
     run(one_cold, 300, cold_for_three({"last": None, "run": 0}), 8 * 4 + 4)
     assert max(one_cold._classes[size_class(300)].recent_s[0]) == 0.005, "timing from a stint's 2nd call takes cold ones"
 
@@ -166,7 +166,7 @@ def test_after_a_call_beside_a_sibling_lone_calls_stay_narrow_until_a_streak_of_
     after a narrow one starts cold (in-process on the Intel Xeon: 3.46 ms against 1.83 warm), which
     warm-only timing never sees. So the instance returns to its choice only after `settle_calls` lone
     calls in a row, and those narrow calls are not timed (a sibling was computing a moment ago)."""
-    choice = SessionChoice(ChoicePolicy(cold_calls=1, stint_calls=4, explore_calls=3, recheck_every=0, settle_calls=2))
+    choice = SessionChoice(ChoicePolicy(cold_calls=1, fresh_calls=0, stint_calls=4, explore_calls=3, recheck_every=0, settle_calls=2))
     run(choice, 300, {WIDE: 0.003, NARROW: 0.004}, 9)
     assert choice.preferred() is WIDE and choice.reason is Reason.PREFERRED
     choice.record(300, NARROW, 0.009, alone=False)  # a call while the sibling computed
@@ -185,7 +185,7 @@ def test_after_a_call_beside_a_sibling_lone_calls_stay_narrow_until_a_streak_of_
 def test_settling_holds_only_calls_the_choice_would_run_wide():
     """An instance that prefers the 1-thread session (digits) runs it warm after a sibling computed:
     those calls are its own choice, timed, and not counted as settling."""
-    choice = SessionChoice(ChoicePolicy(cold_calls=1, stint_calls=4, explore_calls=3, recheck_every=0, settle_calls=2))
+    choice = SessionChoice(ChoicePolicy(cold_calls=1, fresh_calls=0, stint_calls=4, explore_calls=3, recheck_every=0, settle_calls=2))
     run(choice, 64, {WIDE: 0.00012, NARROW: 0.00008}, 9)
     assert choice.preferred() is NARROW
     choice.record(64, NARROW, 0.00030, alone=False)
@@ -199,7 +199,7 @@ def test_stints_are_not_held_and_busy_cores_do_not_break_a_lone_streak():
     """An exploring or re-check stint times what it tries (its first `cold_calls` calls untimed), so a
     sibling's call does not move it to the other session; a lone call kept narrow because the worker
     cores were busy is still a lone call."""
-    choice = SessionChoice(ChoicePolicy(cold_calls=1, stint_calls=4, explore_calls=3, recheck_every=0, settle_calls=2))
+    choice = SessionChoice(ChoicePolicy(cold_calls=1, fresh_calls=0, stint_calls=4, explore_calls=3, recheck_every=0, settle_calls=2))
     assert choice.choose(300) is WIDE and choice.reason is Reason.EXPLORING
     choice.record(300, WIDE, 0.003)
     choice.record(300, NARROW, 0.009, alone=False)  # a sibling computed
@@ -215,7 +215,7 @@ def test_a_wide_stint_does_not_start_right_after_a_sibling_computed():
     """Under moderate load, lone calls and calls beside a sibling alternate: a wide exploring or
     re-check stint started there would be cut into cold pieces, none timed, and exploring would not
     end. Such a stint waits for `settle_calls` lone calls in a row; one on the 1-thread session starts."""
-    choice = SessionChoice(ChoicePolicy(cold_calls=1, stint_calls=4, explore_calls=3, recheck_every=8, settle_calls=2))
+    choice = SessionChoice(ChoicePolicy(cold_calls=1, fresh_calls=0, stint_calls=4, explore_calls=3, recheck_every=8, settle_calls=2))
     choice.record(300, NARROW, 0.009, alone=False)  # the instance's first call: beside a sibling
     assert choice.choose(300) is NARROW and choice.reason is Reason.SETTLING
     choice.record(300, NARROW, 0.004)
@@ -234,16 +234,17 @@ def test_a_wide_stint_does_not_start_right_after_a_sibling_computed():
 def test_settling_does_not_hold_an_instance_that_never_saw_a_sibling():
     """At c=1 only the first instance computes (the rate limiter's order): its exploring stints and its
     choice are what they were; settling starts only after a call made beside a sibling."""
-    settled = run(SessionChoice(ChoicePolicy(cold_calls=1, stint_calls=4, explore_calls=3, recheck_every=16, settle_calls=2)),
+    settled = run(SessionChoice(ChoicePolicy(cold_calls=1, fresh_calls=0, stint_calls=4, explore_calls=3, recheck_every=16, settle_calls=2)),
                   300, {WIDE: 0.003, NARROW: 0.004}, 60)
-    plain = run(SessionChoice(ChoicePolicy(cold_calls=1, stint_calls=4, explore_calls=3, recheck_every=16, settle_calls=0)),
+    plain = run(SessionChoice(ChoicePolicy(cold_calls=1, fresh_calls=0, stint_calls=4, explore_calls=3, recheck_every=16, settle_calls=0)),
                 300, {WIDE: 0.003, NARROW: 0.004}, 60)
     assert settled == plain and settled[:8] == [WIDE] * 4 + [NARROW] * 4
 
 
 @pytest.mark.parametrize("kwargs", [{"stint_calls": 1}, {"explore_calls": 0}, {"recheck_every": -1}, {"window": 0},
                                     {"busy_cores_share": 1.5}, {"class_margin": -0.1}, {"recheck_own_calls": 0},
-                                    {"settle_calls": -1}, {"cold_calls": 0}, {"stint_calls": 4, "cold_calls": 4}])
+                                    {"settle_calls": -1}, {"cold_calls": 0}, {"stint_calls": 4, "cold_calls": 4},
+                                    {"confirm_calls": -1}, {"fresh_calls": -1}])
 def test_a_policy_out_of_range_is_refused_naming_the_ranges(kwargs):
     with pytest.raises(ValueError, match="cold_calls must be >= 1 and stint_calls > cold_calls"):
         ChoicePolicy(**kwargs)
@@ -251,7 +252,7 @@ def test_a_policy_out_of_range_is_refused_naming_the_ranges(kwargs):
 
 def test_each_lone_call_says_why_it_got_its_session():
     """The backend labels every framework call with `choice.reason` (serving_framework_calls_total{reason})."""
-    policy = ChoicePolicy(cold_calls=1, stint_calls=4, explore_calls=3, recheck_every=8, window=3)
+    policy = ChoicePolicy(cold_calls=1, fresh_calls=0, stint_calls=4, explore_calls=3, recheck_every=8, window=3)
     choice = SessionChoice(policy)
     reasons = []
     for _ in range(8):  # a stint on each session, then the choice
@@ -271,7 +272,7 @@ def test_each_lone_call_says_why_it_got_its_session():
 
 
 def test_each_decision_is_counted_so_the_backend_can_republish_the_medians():
-    choice = SessionChoice(ChoicePolicy(cold_calls=1, stint_calls=4, explore_calls=3, recheck_every=8, window=3))
+    choice = SessionChoice(ChoicePolicy(cold_calls=1, fresh_calls=0, stint_calls=4, explore_calls=3, recheck_every=8, window=3))
     run(choice, 300, {WIDE: 0.003, NARROW: 0.004}, 8)
     assert choice.decisions == 0, "no choice before both sessions were timed enough"
     run(choice, 300, {WIDE: 0.003, NARROW: 0.004}, 1)
@@ -288,7 +289,7 @@ def test_the_end_of_a_slow_spell_is_noticed_at_the_first_recheck_across_size_cla
     the instance stayed narrow for two or three re-checks after the spell. A re-check stint is now
     judged on its own calls of each class it timed `recheck_own_calls` of."""
     sizes = [20, 40, 80]  # three size classes, in turn
-    policy = ChoicePolicy(cold_calls=1, stint_calls=10, explore_calls=3, recheck_every=16, window=6, recheck_own_calls=3)
+    policy = ChoicePolicy(cold_calls=1, fresh_calls=0, stint_calls=10, explore_calls=3, recheck_every=16, window=6, recheck_own_calls=3)
     choice, state = SessionChoice(policy), {"spell": False, "last": None, "i": 0}
 
     def calls(n: int) -> None:
@@ -310,3 +311,66 @@ def test_the_end_of_a_slow_spell_is_noticed_at_the_first_recheck_across_size_cla
     state["spell"] = False
     calls(policy.recheck_every + policy.stint_calls + 1)  # at most one re-check stint on wide, then its decision
     assert choice.preferred() is WIDE, "back at the first re-check, judged on its own 3 wide calls per class"
+
+
+def _flip_by_one_noisy_recheck(policy: ChoicePolicy) -> tuple[SessionChoice, list[Session]]:
+    """Wide truly faster (3.0 against 3.3 ms); the calls of one narrow re-check stint come out at 2.0 ms
+    (noise: a stint times a few calls per class), which moves the instance to narrow."""
+    choice = SessionChoice(policy)
+    chosen = run(choice, 300, {WIDE: 0.0030, NARROW: 0.0033}, 8 + policy.recheck_every)  # explore, then wide
+    assert choice.preferred() is WIDE
+    chosen += run(choice, 300, {WIDE: 0.0030, NARROW: 0.0020}, policy.stint_calls)  # the noisy re-check stint
+    chosen += run(choice, 300, {WIDE: 0.0030, NARROW: 0.0033}, 1)  # decided at this call, the first after the stint
+    assert choice.preferred() is NARROW and chosen[-1] is NARROW, "the re-check moved the instance"
+    return choice, chosen
+
+
+def test_a_recheck_that_changed_the_choice_is_confirmed_soon_so_noise_does_not_hold_it_for_an_interval():
+    """In the server at text c=1 (2-core Intel Xeon), one re-check stint moved an instance to the 1-thread
+    session, 7-8% slower per call there, for a whole `recheck_every` interval: 512 of ~3,000 lone calls
+    (docs/measurements/2026-12-05-intel-xeon/session-settling/)."""
+    policy = ChoicePolicy(cold_calls=1, fresh_calls=0, stint_calls=4, explore_calls=3, recheck_every=64, window=3, confirm_calls=8)
+    choice, _ = _flip_by_one_noisy_recheck(policy)
+    after = run(choice, 300, {WIDE: 0.0030, NARROW: 0.0033}, 7 + 4 + 1)
+    assert after[:7] == [NARROW] * 7 and after[7:11] == [WIDE] * 4, "after confirm_calls (8 with the deciding one), wide is re-checked"
+    assert choice.preferred() is WIDE and after[11] is WIDE
+    plain = ChoicePolicy(cold_calls=1, fresh_calls=0, stint_calls=4, explore_calls=3, recheck_every=64, window=3, confirm_calls=0)
+    choice, _ = _flip_by_one_noisy_recheck(plain)
+    assert set(run(choice, 300, {WIDE: 0.0030, NARROW: 0.0033}, 60)) == {NARROW}, "without: narrow until the interval ends"
+
+
+def test_a_confirmed_change_keeps_the_usual_interval_and_confirming_happens_once():
+    policy = ChoicePolicy(cold_calls=1, fresh_calls=0, stint_calls=4, explore_calls=3, recheck_every=64, window=3, confirm_calls=8)
+    choice, _ = _flip_by_one_noisy_recheck(policy)
+    # the change was real: narrow stays faster, so the confirming re-check of wide keeps narrow ...
+    after = run(choice, 300, {WIDE: 0.0030, NARROW: 0.0020}, 7 + 4 + 1)
+    assert after[7:11] == [WIDE] * 4 and choice.preferred() is NARROW and after[11] is NARROW
+    # ... and the next re-check comes after the usual interval, not after confirm_calls
+    later = run(choice, 300, {WIDE: 0.0030, NARROW: 0.0020}, 63 + 4)
+    assert set(later[:63]) == {NARROW} and later[63:] == [WIDE] * 4
+    # a re-check that does not change the choice keeps the interval too
+    steady = SessionChoice(policy)
+    chosen = run(steady, 300, {WIDE: 0.0030, NARROW: 0.0033}, 8 + 3 * 68)
+    assert chosen[8:].count(NARROW) == 3 * 4, "one re-check stint per 64 + 4 calls"
+
+
+def test_a_fresh_sessions_first_calls_are_not_timed_so_the_first_choice_is_not_made_on_them():
+    """In the server (2-core Intel Xeon, text c=1), the wide session's first stint ran at load, beside
+    the other partition loading its models: its calls 5-16 took 1.4-6x its later time, and the 1-thread
+    session's first ten calls 1.2-2.3x; the first choice, made on them, was the 1-thread session in
+    most starts (docs/measurements/2026-12-05-intel-xeon/session-settling/)."""
+    sizes = [20, 40, 80]  # three size classes in turn: each class's window holds few calls of a stint
+
+    def start(policy: ChoicePolicy) -> SessionChoice:
+        choice, calls_on = SessionChoice(policy), {WIDE: 0, NARROW: 0}
+        for i in range(200):
+            size = sizes[i % 3]
+            which = choice.choose(size)
+            calls_on[which] += 1
+            steady = size * 1e-4 * (1.0 if which is WIDE else 1.1)
+            choice.record(size, which, steady * ((3.0 if which is WIDE else 1.5) if calls_on[which] <= 16 else 1.0))
+        return choice
+
+    assert start(ChoicePolicy(cold_calls=4, stint_calls=16, explore_calls=24, recheck_every=512)).preferred() is WIDE
+    timed_fresh = start(ChoicePolicy(cold_calls=4, stint_calls=16, explore_calls=24, recheck_every=512, fresh_calls=0))
+    assert timed_fresh.preferred() is NARROW, "timed from their 5th call, the fresh stints decided"
