@@ -320,8 +320,8 @@ class SessionChoice:
             return
         median = self._median_s
         wide_minus_narrow = sum(t.seen * (median(t, 0) - median(t, 1)) for t in both)
-        before, self._best = self._best, 0 if wide_minus_narrow <= 0 else 1
-        best = self._best
+        before = self._best
+        self._best = best = 0 if wide_minus_narrow <= 0 else 1
         self.decisions += 1
         if self._stint_reason is Reason.RECHECK:  # a changed choice is re-checked soon, once
             confirm = self.policy.confirm_calls
