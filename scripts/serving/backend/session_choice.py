@@ -243,30 +243,28 @@ class SessionChoice:
         if self._stint_over:  # decide with what the stint just timed
             self._stint_over = False
             self._decide()
-        # a sibling computed lately: the wide session would start cold (and again after the next one)
-        settling = self._last == 1 and self._lone_streak < self.policy.settle_calls
+        every, by_class = self.policy.recheck_every, False
         if self._best is None:  # exploring: a stint on the session with fewer timed calls (wide first)
-            index = 0 if self._timed[0] <= self._timed[1] else 1
-            return self._settle() if settling and index == 0 else self._start_stint(index, Reason.EXPLORING)
-        every = self.policy.recheck_every
-        if every and self._since_check >= every:  # re-check: a stint on each session in turn
+            index, reason = (0 if self._timed[0] <= self._timed[1] else 1), Reason.EXPLORING
+        elif every and self._since_check >= every:  # re-check: a stint on each session in turn
             by_class = any(t.own is not None for t in self._classes.values())  # some classes run each session
-            index = 1 - self._check_on if by_class else 1 - self._best
-            if settling and index == 0:
-                return self._settle()
-            self._since_check, self._check_on = 0, index if by_class else self._check_on
-            return self._start_stint(index, Reason.RECHECK)
-        self._since_check += 1
-        index = self._best if times.own is None else times.own
-        if settling and index == 0:
-            return self._settle()
-        self.reason = Reason.PREFERRED if times.own is None else Reason.SIZE_CLASS
+            index, reason = (1 - self._check_on if by_class else 1 - self._best), Reason.RECHECK
+        else:
+            self._since_check += 1
+            index = self._best if times.own is None else times.own
+            reason = Reason.PREFERRED if times.own is None else Reason.SIZE_CLASS
+        if index == 0 and self._last == 1 and self._lone_streak < self.policy.settle_calls:
+            # a sibling computed lately: the wide session would start cold (and again after the next one)
+            self._untimed, self.reason = True, Reason.SETTLING
+            return Session.NARROW
+        if reason is Reason.RECHECK:
+            self._since_check = 0
+            if by_class:
+                self._check_on = index
+        if reason in (Reason.EXPLORING, Reason.RECHECK):
+            return self._start_stint(index, reason)
+        self.reason = reason
         return _SESSIONS[index]
-
-    def _settle(self) -> Session:
-        """A lone call right after sibling activity that would start the wide session: narrow, untimed."""
-        self._untimed, self.reason = True, Reason.SETTLING
-        return Session.NARROW
 
     def _start_stint(self, index: int, reason: Reason) -> Session:
         self._stint_on, self._stint_left, self._stint_over = index, self.policy.stint_calls - 1, True
