@@ -9,6 +9,15 @@ batch is split in halves and each half re-run, recursively, until the failing re
 alone. Only those are answered with an error; every other request gets the answer it would have
 had on its own. A batch of n requests with one bad request costs at most 2 log2(n) extra calls.
 
+Few numpy calls per execution: this runs in the stub between ONNX Runtime calls, which have just
+pulled the model's weights through the caches, and there each numpy call costs 10-20 us against
+0.5-5 us in a warm loop (docs/measurements/2026-12-05-intel-xeon/cold-numpy/). A lone held-out text
+spent ~0.40-0.44 ms of its execution outside ONNX Runtime, at c=16 1.1-1.5 ms per execution of ~4
+requests. So a batch of requests is padded into one array per input (`concat_padded`), a lone
+unpadded row skips the bucketing's reductions (contracts.sequence_buckets), real tokens are one
+count, the text front-end pads a batch's texts at once (serving/backend/text_frontend.py) and the
+answers are checked for NaN/Inf once per batch (serving/backend/checks.py).
+
 Pure apart from the `run` callable it is given (an ONNX Runtime session's `run`, in production and
 in the unit tests): no Triton here. Also returns what the batch cost (`BatchStats`): rows, real vs
 computed tokens (padding efficiency), framework calls and time, for the backend's metrics.
@@ -22,7 +31,7 @@ from typing import Callable, Mapping, Sequence, TypeVar
 
 import numpy as np
 
-from contracts.sequence_buckets import is_mask_input, real_lengths, run_in_length_buckets
+from contracts.sequence_buckets import is_mask_input, run_in_length_buckets
 from contracts.token_padding import TOKEN_TYPES_INPUT
 
 #: A framework call: feeds by input name -> outputs (rows on axis 0), in the model's output order.
@@ -45,20 +54,21 @@ def run_isolating_failures(run_group: Callable[[Sequence[int]], Sequence[T]], in
         return {**run_isolating_failures(run_group, indices[:middle]), **run_isolating_failures(run_group, indices[middle:])}
 
 
-def _pad_to(array: np.ndarray, shape: Sequence[int], pad_value: int) -> np.ndarray:
-    if tuple(array.shape) == tuple(shape):
-        return array
-    padded = np.full(shape, pad_value, dtype=array.dtype)
-    padded[tuple(slice(0, n) for n in array.shape)] = array
-    return padded
-
-
 def concat_padded(arrays: Sequence[np.ndarray], pad_value: int = 0) -> np.ndarray:
-    """Concatenate along axis 0, right-padding every other axis to the largest size seen."""
+    """Concatenate along axis 0, right-padding every other axis to the largest size seen: one
+    array filled with `pad_value` and each request's rows copied in (one numpy call per request,
+    not a padded copy of each and then a concatenation)."""
     if len(arrays) == 1:
         return arrays[0]
-    target = [max(a.shape[axis] for a in arrays) for axis in range(1, arrays[0].ndim)]
-    return np.concatenate([_pad_to(a, (a.shape[0], *target), pad_value) for a in arrays], axis=0)
+    target = tuple(max(a.shape[axis] for a in arrays) for axis in range(1, arrays[0].ndim))
+    if all(a.shape[1:] == target for a in arrays):
+        return np.concatenate(arrays, axis=0)
+    out = np.full((sum(a.shape[0] for a in arrays), *target), pad_value, dtype=arrays[0].dtype)
+    start = 0
+    for a in arrays:
+        out[(slice(start, start + a.shape[0]), *(slice(0, n) for n in a.shape[1:]))] = a
+        start += a.shape[0]
+    return out
 
 
 @dataclass(frozen=True)
@@ -119,10 +129,10 @@ class _Meter:
         finally:
             self.seconds += time.perf_counter() - start
             self.calls += 1
-            if self.length_input is not None:
+            if self.length_input is not None:  # real tokens = the mask's non-zero entries (one numpy call)
                 mask = feeds[self.length_input]
                 self.computed += int(mask.shape[0] * mask.shape[1])
-                self.real += int(real_lengths(mask).sum())
+                self.real += int(np.count_nonzero(mask))
                 self.widths[int(mask.shape[1])] += 1
             else:
                 self.widths[0] += 1

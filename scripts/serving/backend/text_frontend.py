@@ -112,13 +112,17 @@ class TextFrontEnd:
         bounded = [self.bounded(text) for text in texts]
         pending = [i for i, (_, encoding) in enumerate(bounded) if encoding is None]
         starts = [bounded[i][0] for i in pending]
-        fresh = self.tokenizer.encode_batch(starts) if starts else []
+        fresh = self.tokenizer.encode_batch_fast(starts) if starts else []
         encodings = [encoding for _, encoding in bounded]
         for i, encoding in zip(pending, fresh):
             encodings[i] = encoding
         return encodings
 
-    def tokenize(self, text_arrays: Sequence[np.ndarray]) -> TokenizedRequests:
+    def tokenize(self, text_arrays: Sequence[np.ndarray], one_width: bool = False) -> TokenizedRequests:
+        """Each request's token tensors, padded to its own longest row; with `one_width`, every
+        request's to the batch's longest, as views of one array per tensor (the fused backend pads
+        across requests anyway, and one numpy call per tensor for the batch is cheaper than one per
+        request: serving/backend/batch_execution.py says why that counts)."""
         decoded: list[list[str] | str] = []
         for array in text_arrays:
             try:
@@ -126,13 +130,16 @@ class TextFrontEnd:
             except ValueError as exc:
                 decoded.append(str(exc))
         encodings = self.encodings([t for texts in decoded if isinstance(texts, list) for t in texts])
+        batch = padded_token_tensors(encodings, self.pad_id, self.output_names) if one_width and encodings else None
         tensors, problems, start = [], [], 0
         for texts in decoded:
             if isinstance(texts, str):
                 tensors.append(None)
                 problems.append(texts)
                 continue
-            tensors.append(padded_token_tensors(encodings[start:start + len(texts)], self.pad_id, self.output_names))
+            end = start + len(texts)
+            tensors.append({name: rows[start:end] for name, rows in batch.items()} if batch is not None
+                           else padded_token_tensors(encodings[start:end], self.pad_id, self.output_names))
             problems.append(None)
-            start += len(texts)
+            start = end
         return TokenizedRequests(tuple(tensors), tuple(problems))

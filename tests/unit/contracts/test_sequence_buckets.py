@@ -45,6 +45,14 @@ def test_real_lengths_from_a_right_padded_mask():
         real_lengths(np.ones(3))
 
 
+@pytest.mark.parametrize("row, length", [([1, 1, 1], 3), ([1, 1, 0], 2), ([0, 0], 1), ([1, 0, 1], 3), ([2, 5], 2)])
+def test_a_lone_row_has_the_same_real_length_as_in_a_batch(row, length):
+    """A lone unpadded row takes a shortcut (no reduction over the mask); padded or not, alone or
+    beside another row, the same length."""
+    assert real_lengths(np.array([row])).tolist() == [length]
+    assert real_lengths(np.array([row, [0] * len(row)])).tolist() == [length, 1]
+
+
 def test_rows_go_to_the_first_boundary_that_fits_and_overflow_joins_the_last():
     groups = assign_buckets([5, 16, 17, 40, 200, 3], (16, 32, 64))
     assert [g.tolist() for g in groups] == [[0, 1, 5], [2], [3, 4]]

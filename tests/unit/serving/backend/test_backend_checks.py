@@ -47,6 +47,43 @@ def test_an_answer_holding_nan_or_inf_is_an_error_naming_the_output():
     assert "holds 2 NaN/Inf values out of 3" in message
 
 
+def test_a_batch_of_finite_answers_is_checked_at_once_and_an_overflow_is_found_per_request():
+    """One reduction per output for the whole batch (each numpy call is dear right after a framework
+    call); a NaN/Inf still reaches only the request whose answer holds it."""
+    from serving.backend.checks import non_finite_answer_error, non_finite_answer_errors
+
+    names = ["probabilities", "label"]
+    rows = np.array([[0.1, 0.9], [0.5, 0.5], [0.3, 0.7]], np.float32)
+    answers = [[rows[i:i + 1], np.array([[i]], np.int64)] for i in range(3)]
+    assert non_finite_answer_errors(names, answers + [RuntimeError("failed alone")]) == {}
+    assert non_finite_answer_errors(names, []) == {}
+    overflowed = rows.copy()
+    overflowed[1, 0] = np.inf
+    answers = [[overflowed[i:i + 1], np.array([[i]], np.int64)] for i in range(3)]
+    errors = non_finite_answer_errors(names, [RuntimeError("failed alone")] + answers)
+    assert errors == {2: non_finite_answer_error(zip(names, answers[1]))} and "'probabilities'" in errors[2]
+    assert non_finite_answer_errors(names, answers[1:2]) == {0: errors[2]}  # a lone answer: checked directly
+
+
+def test_one_width_pads_every_request_to_the_batch_longest_as_views_of_one_array(tmp_path):
+    """The fused backend pads across requests anyway: one array per tensor for the batch, and each
+    request's tensors are its rows of it; refused requests stay refused."""
+    from serving.backend.text_frontend import TextFrontEnd
+
+    frontend = TextFrontEnd(_word_tokenizer_file(tmp_path), max_length=8, pad_id=1,
+                            output_names=["input_ids", "attention_mask", "token_type_ids"])
+    requests = [np.array([[b"hello"], [b"hello world world"]], dtype=object), np.zeros((0, 1), dtype=object),
+                np.array([[b"world hello"]], dtype=object), np.array([[b"\xff"]], dtype=object)]
+    own, wide = frontend.tokenize(requests), frontend.tokenize(requests, one_width=True)
+    assert wide.problems == own.problems and wide.problems[1] and wide.problems[3] and wide.tensors[1] is None
+    np.testing.assert_array_equal(wide.tensors[0]["input_ids"], [[2, 1, 1], [2, 3, 3]])
+    np.testing.assert_array_equal(wide.tensors[2]["input_ids"], [[3, 2, 1]])
+    np.testing.assert_array_equal(own.tensors[2]["input_ids"], [[3, 2]])  # its own longest row without one_width
+    np.testing.assert_array_equal(wide.tensors[2]["attention_mask"], [[1, 1, 0]])
+    np.testing.assert_array_equal(wide.tensors[2]["token_type_ids"], [[0, 0, 0]])
+    assert wide.tensors[0]["input_ids"].base is wide.tensors[2]["input_ids"].base is not None
+
+
 def _word_tokenizer_file(tmp_path, bert_rules: bool = False) -> str:
     """A four-word WordLevel tokenizer saved as tokenizer.json ([PAD] = 1): split at white space, or
     with BERT's normalizer and pre-tokenizer (lower case, punctuation) when `bert_rules`."""

@@ -75,6 +75,16 @@ def test_concat_pads_the_variable_axis_with_the_pad_value():
     np.testing.assert_array_equal(out, [[1, 2, 3], [4, 9, 9]])
 
 
+def test_concat_of_equal_shapes_is_a_plain_concatenation_and_every_axis_is_padded_otherwise():
+    same = [np.arange(6).reshape(2, 3), np.arange(3).reshape(1, 3)]
+    np.testing.assert_array_equal(concat_padded(same, pad_value=9), np.concatenate(same))
+    mixed = [np.ones((1, 2, 3), np.float32), np.full((2, 1, 4), 2, np.float32)]
+    out = concat_padded(mixed, pad_value=-1)
+    assert out.shape == (3, 2, 4) and out.dtype == np.float32
+    np.testing.assert_array_equal(out[0], [[1, 1, 1, -1], [1, 1, 1, -1]])
+    np.testing.assert_array_equal(out[1:], [[[2, 2, 2, 2], [-1, -1, -1, -1]]] * 2)
+
+
 def test_bucketing_needs_its_length_input():
     with pytest.raises(ValueError, match="length_input"):
         BatchLayout(("ids",), buckets=(8,), length_input="mask")
