@@ -10,7 +10,11 @@ HISTOGRAM family takes one observation per call, so it cannot be batched. So:
 * each histogram is published as the three counter families that ARE a Prometheus classic
   histogram on the wire (`<name>_bucket{le}` cumulative, `<name>_sum`, `<name>_count`):
   `histogram_quantile` and `rate` read them exactly as they read a histogram;
-* the model only adds to in-process totals (`MetricTotals`: pure, microseconds per call);
+* the model only adds to in-process totals (`MetricTotals`: pure, microseconds per call), or
+  queues the arguments it would build its observations from (`record_later`): the flush thread
+  builds them. Why: the onnxruntime_cpu backend records after every execution, right after a
+  framework call, where building and adding its observations took ~33 us (7 in a warm loop;
+  docs/measurements/2026-12-05-intel-xeon/cold-numpy/), on the request's path;
 * a daemon thread of `StubMetrics` sends the non-zero deltas (and the gauges' latest values) every
   `flush_interval_s` (default 1 s; a Prometheus scrape interval is 10-30 s, so nothing a dashboard
   shows is lost; the last second before a stub dies can be).
@@ -24,7 +28,7 @@ import bisect
 import math
 import threading
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 FamilyTable = Mapping[str, tuple[str, str, "tuple[float, ...] | None", tuple[str, ...]]]
 Series = tuple[str, tuple[tuple[str, str], ...]]
@@ -144,6 +148,7 @@ class StubMetrics:
                          for name, (kind, text, _) in published_families(families).items()}
         self.metrics: dict[Series, Any] = {}
         self.totals, self.lock = MetricTotals(families), threading.Lock()
+        self.pending: list[tuple[Callable[..., Iterable[Observation]], tuple]] = []  # record_later's
         self.flush_interval_s, self.stopping = flush_interval_s, threading.Event()
         self.flusher = threading.Thread(target=self._flush_every_interval, name=f"metrics-{model}", daemon=True)
         self.flusher.start()
@@ -151,6 +156,12 @@ class StubMetrics:
     def record(self, observations: Sequence[Observation]) -> None:
         with self.lock:
             self.totals.add(observations)
+
+    def record_later(self, observe: Callable[..., Iterable[Observation]], *args: Any) -> None:
+        """Queue `observe(*args)` for the flush thread (the module docstring says why): the
+        arguments must not change afterwards."""
+        with self.lock:
+            self.pending.append((observe, args))
 
     def _series(self, series: Series):
         if series not in self.metrics:
@@ -166,6 +177,10 @@ class StubMetrics:
     def flush(self) -> None:
         """Send what was recorded since the last flush (one call per changed series)."""
         with self.lock:
+            pending, self.pending = self.pending, []
+        observations = [o for observe, args in pending for o in observe(*args)]
+        with self.lock:
+            self.totals.add(observations)
             deltas = self.totals.drain()
         for series, value in deltas:
             metric = self._series(series)

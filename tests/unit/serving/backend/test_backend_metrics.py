@@ -1,6 +1,8 @@
 """What one executed batch adds to the backend's custom metrics (pure)."""
 from __future__ import annotations
 
+import pytest
+
 from serving.backend.metrics import FAMILIES, Observation, batch_observations, bucket_of
 from serving.backend.batch_execution import BatchStats
 
@@ -144,3 +146,67 @@ def test_no_custom_family_declares_a_label_that_prometheus_or_triton_sets_itself
     for table in (FAMILIES, family_table()):
         for name, (_kind, _help, _buckets, labels) in table.items():
             assert not reserved & set(labels), f"{name} declares {sorted(reserved & set(labels))}"
+
+
+class _RecordingPbUtils:
+    """The part of the Python backend's `pb_utils` that StubMetrics calls, recording what it is sent
+    (the stub's aggregation is tested here; tests/integration/test_backend_metrics_serving.py reads the
+    real server's endpoint)."""
+
+    class Logger:
+        warnings: list = []
+
+        @classmethod
+        def log_warn(cls, message):
+            cls.warnings.append(message)
+
+    class MetricFamily:
+        COUNTER, GAUGE = "counter", "gauge"
+        sent: list = []
+
+        def __init__(self, name, description, kind):
+            self.name = name
+
+        def Metric(self, labels):  # noqa: N802 (pb_utils' name)
+            family, sent = self.name, self.sent
+
+            class Metric:
+                def increment(self, value):
+                    sent.append((family, labels.get("le"), value))
+
+                def set(self, value):
+                    sent.append((family, labels.get("le"), value))
+
+            return Metric()
+
+
+def test_record_later_builds_the_observations_on_the_flush_and_sends_them_once():
+    """The backend queues what a batch cost; the flush thread turns it into observations, so the
+    request's path only appends (stub_metrics.py says why)."""
+    from serving.backend.stub_metrics import StubMetrics
+
+    pb = _RecordingPbUtils
+    pb.MetricFamily.sent.clear()
+    built = []
+
+    def observe(stats, execute_s):
+        built.append(execute_s)
+        return batch_observations(stats, execute_s, 0, (), {})
+
+    stub = StubMetrics(pb, FAMILIES, "digits", "1", flush_interval_s=3600)
+    try:
+        stats = BatchStats(requests=3, rows=3, real_tokens=0, computed_tokens=0, framework_calls=1, framework_s=0.002,
+                           failed_requests=0, calls_by_width={0: 1})
+        stub.record_later(observe, stats, 0.003)
+        stub.record_later(observe, stats, 0.005)
+        assert built == []  # nothing built on the serving path
+        stub.flush()
+        assert built == [0.003, 0.005]
+        sent = {(family, le): value for family, le, value in pb.MetricFamily.sent}
+        assert sent[("serving_batch_requests_count", None)] == 2 and sent[("serving_batch_requests_sum", None)] == 6
+        assert sent[("serving_batch_overhead_seconds_sum", None)] == pytest.approx(0.001 + 0.003)
+        pb.MetricFamily.sent.clear()
+        stub.flush()
+        assert pb.MetricFamily.sent == [] and built == [0.003, 0.005]  # queued once, built once, sent once
+    finally:
+        stub.close()

@@ -331,9 +331,10 @@ class TritonPythonModel:
                     for name, out in zip(self.output_names, by_request[i])
                 ]
                 responses.append(pb_utils.InferenceResponse(output_tensors=tensors))
-        self.metrics.record(batch_observations(stats, time.perf_counter() - started, len(requests) - len(valid),
-                                               self.layout.buckets, self.session_calls))
-        self.session_calls.clear()
+        # built on the metrics thread, not on the request's path (serving/backend/stub_metrics.py)
+        calls, self.session_calls = self.session_calls, collections.Counter()
+        self.metrics.record_later(batch_observations, stats, time.perf_counter() - started, len(requests) - len(valid),
+                                  self.layout.buckets, calls)
         return responses
 
     def finalize(self):
