@@ -48,7 +48,6 @@ def non_finite_answer_error(named_outputs) -> str | None:
     return None
 
 
-
 def non_finite_answer_errors(output_names, answers) -> dict[int, str]:
     """{index: error} for the answers of one batch (per request its outputs in `output_names`
     order, or the exception it alone raised, skipped) that hold NaN/Inf. Checked over the whole
@@ -61,6 +60,7 @@ def non_finite_answer_errors(output_names, answers) -> dict[int, str]:
             for parts in ([a[k] for _, a in computed] for k in range(len(output_names)))):
         return {}
     return {i: message for i, a in computed if (message := non_finite_answer_error(zip(output_names, a)))}
+
 
 def first_request_error(named_arrays) -> str | None:
     """The first problem in one request's (name, array) pairs, or None when all are acceptable."""
