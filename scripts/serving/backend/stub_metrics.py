@@ -157,11 +157,21 @@ class StubMetrics:
         with self.lock:
             self.totals.add(observations)
 
+    #: Queued executions beyond this are built at once on the caller's thread (a flush that hangs,
+    #: e.g. while the server shuts down, must not let the queue grow by one entry per execution).
+    MAX_PENDING = 4096
+
     def record_later(self, observe: Callable[..., Iterable[Observation]], *args: Any) -> None:
         """Queue `observe(*args)` for the flush thread (the module docstring says why): the
         arguments must not change afterwards."""
         with self.lock:
-            self.pending.append((observe, args))
+            if len(self.pending) < self.MAX_PENDING:
+                self.pending.append((observe, args))
+                return
+        try:  # never fail the execution for its metrics
+            self.record(list(observe(*args)))
+        except Exception as exc:  # noqa: BLE001
+            self.logger.log_warn(f"model '{self.labels['model']}': an execution's metrics could not be built ({type(exc).__name__}: {exc}).")
 
     def _series(self, series: Series):
         if series not in self.metrics:
@@ -178,7 +188,15 @@ class StubMetrics:
         """Send what was recorded since the last flush (one call per changed series)."""
         with self.lock:
             pending, self.pending = self.pending, []
-        observations = [o for observe, args in pending for o in observe(*args)]
+        observations, failures = [], []
+        for observe, args in pending:  # one batch's figures that cannot be built must not take the others with them
+            try:
+                observations.extend(observe(*args))
+            except Exception as exc:  # noqa: BLE001 - reported below, once per flush
+                failures.append(exc)
+        if failures:
+            self.logger.log_warn(f"model '{self.labels['model']}': the metrics of {len(failures)} of {len(pending)} queued "
+                                 f"executions could not be built ({type(failures[0]).__name__}: {failures[0]}); the others were sent.")
         with self.lock:
             self.totals.add(observations)
             deltas = self.totals.drain()

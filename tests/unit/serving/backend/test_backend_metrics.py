@@ -210,3 +210,52 @@ def test_record_later_builds_the_observations_on_the_flush_and_sends_them_once()
         assert pb.MetricFamily.sent == [] and built == [0.003, 0.005]  # queued once, built once, sent once
     finally:
         stub.close()
+
+
+def test_record_later_an_execution_whose_figures_fail_to_build_loses_only_its_own():
+    """A queued callback that raises is skipped and logged; the other executions of the interval are sent."""
+    from serving.backend.stub_metrics import StubMetrics
+
+    pb = _RecordingPbUtils
+    pb.MetricFamily.sent.clear()
+    pb.Logger.warnings.clear()
+
+    def broken(stats, execute_s):
+        raise ValueError("no figures")
+
+    stub = StubMetrics(pb, FAMILIES, "digits", "1", flush_interval_s=3600)
+    try:
+        stats = BatchStats(requests=3, rows=3, real_tokens=0, computed_tokens=0, framework_calls=1, framework_s=0.002,
+                           failed_requests=0, calls_by_width={0: 1})
+        stub.record_later(lambda st, s: batch_observations(st, s, 0, (), {}), stats, 0.003)
+        stub.record_later(broken, stats, 0.004)
+        stub.record_later(lambda st, s: batch_observations(st, s, 0, (), {}), stats, 0.005)
+        stub.flush()
+        sent = {(family, le): value for family, le, value in pb.MetricFamily.sent}
+        assert sent[("serving_batch_requests_count", None)] == 2 and sent[("serving_batch_requests_sum", None)] == 6
+        assert len(pb.Logger.warnings) == 1 and "1 of 3 queued executions" in pb.Logger.warnings[0]
+        assert "ValueError: no figures" in pb.Logger.warnings[0]
+    finally:
+        stub.close()
+
+
+def test_record_later_builds_at_once_beyond_the_queue_bound():
+    """A flush that does not come (a hung send) leaves the queue at its bound; what comes after is
+    added to the totals at once, so nothing is lost and memory stays bounded."""
+    from serving.backend.stub_metrics import StubMetrics
+
+    pb = _RecordingPbUtils
+    pb.MetricFamily.sent.clear()
+    stub = StubMetrics(pb, FAMILIES, "digits", "1", flush_interval_s=3600)
+    stub.MAX_PENDING = 2
+    try:
+        stats = BatchStats(requests=1, rows=1, real_tokens=0, computed_tokens=0, framework_calls=1, framework_s=0.001,
+                           failed_requests=0, calls_by_width={0: 1})
+        for _ in range(5):
+            stub.record_later(lambda st, s: batch_observations(st, s, 0, (), {}), stats, 0.002)
+        assert len(stub.pending) == 2
+        stub.flush()
+        sent = {(family, le): value for family, le, value in pb.MetricFamily.sent}
+        assert sent[("serving_batch_requests_count", None)] == 5
+    finally:
+        stub.close()
