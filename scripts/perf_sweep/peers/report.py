@@ -141,22 +141,27 @@ def inside_server_table(levels: Sequence[LevelSummary], model: ModelKind) -> lis
     return out + [""]
 
 
+def _host_cell(s: LevelSummary) -> str:
+    return f"x{s.host_speedup:.2f}" + ("" if s.host_one_thread_ms is None else f" · {s.host_one_thread_ms:.2f} ms")
+
+
 def host_table(levels: Sequence[LevelSummary], model: ModelKind) -> list[str]:
-    """The host's speed-up on every core, probed just before each target's window (machine.HostParallelism);
-    [] when no level was probed."""
+    """The host's speed-up on every core and its 1-thread call, probed just before each target's window
+    (machine.HostParallelism); [] when no level was probed."""
     rows = [s for s in levels if s.model == model.value and s.host_speedup is not None]
     if not rows:
         return []
     labels = list(dict.fromkeys(s.label for s in rows))
     out = ["The host before each window: how much faster one call of the served text encoder (64 tokens) ran on every "
-           "core than on one (machine.HostParallelism). About x1.0 is one of the host's spells, in which a thread per "
-           "core gains nothing; a target measured in one loses what its threads would have gained, and a verdict "
-           "whose two sides were measured in different states says so:", "",
+           "core than on one (machine.HostParallelism), and how long it took on one thread. About x1.0 is one of the "
+           "host's spells, in which a thread per core gains nothing; a target measured in one loses what its threads "
+           "would have gained. The 1-thread time is the host's own speed, which drifts over a run. A verdict whose two "
+           "sides were measured in different states or at speeds 25% apart says so:", "",
            _row("target", *labels), "|---|" + "---:|" * len(labels)]
     for target in TargetKind:
-        cells = {s.label: s.host_speedup for s in rows if s.target == target.value}
+        cells = {s.label: s for s in rows if s.target == target.value}
         if cells:
-            out.append(_row(target.value, *(f"x{cells[x]:.2f}" if x in cells else "-" for x in labels)))
+            out.append(_row(target.value, *(_host_cell(cells[x]) if x in cells else "-" for x in labels)))
     return out + [""]
 
 

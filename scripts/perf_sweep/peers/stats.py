@@ -79,6 +79,10 @@ class LevelSummary:
     #: The host's speed-up of a call on every core over one, just before the window
     #: (perf_sweep.peers.machine.HostParallelism; None: not probed, e.g. on one core).
     host_speedup: float | None = None
+    #: The same probe's 1-thread call (ms): the host's own speed just before the window, which drifts by
+    #: tens of percent over a session on these KVM hosts (docs/performance.md, "Tried and not kept
+    #: (2026-12-06, morning)"). None: not probed.
+    host_one_thread_ms: float | None = None
 
     @property
     def errors(self) -> int:
@@ -89,9 +93,14 @@ class LevelSummary:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "LevelSummary":
-        # levels.jsonl of earlier runs lacks the fields added since (`server`, `host_speedup`): their defaults
-        # apply; a missing required field is the constructor's TypeError naming it
-        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
+        # levels.jsonl of earlier runs lacks the fields added since (`server`, `host_speedup`, `host_one_thread_ms`):
+        # their defaults apply, the 1-thread time from the probe's own record where there is one; a missing
+        # required field is the constructor's TypeError naming it
+        values = {f.name: data[f.name] for f in fields(cls) if f.name in data}
+        probe = data.get("host_parallelism")
+        if "host_one_thread_ms" not in values and isinstance(probe, Mapping) and "one_thread_ms" in probe:
+            values["host_one_thread_ms"] = probe["one_thread_ms"]
+        return cls(**values)
 
 
 def percentile(values: Sequence[float], q: float) -> float:

@@ -269,7 +269,7 @@ def measure_model(state: SuiteState, running: dict[TargetKind, servers.RunningTa
         summary = summarize_level(run.records, level, workload.target, model.value, run.window_start_s, run.client_cpu)
         summary = _with_inside_server(summary, metrics_url, before, progress)
         if host:
-            summary = replace(summary, host_speedup=round(host.speedup, 3))
+            summary = replace(summary, host_speedup=round(host.speedup, 3), host_one_thread_ms=host.one_thread_ms)
         _record_level(state, summary, run.records, quiet, host)
         mine[target].append(summary)
         progress(f"[peers] {accounting_line(summary)}")

@@ -29,6 +29,12 @@ LIMIT_AT_LEAST = 0.85
 #: Host speed-ups on every core (machine.HostParallelism) this far apart put two windows in different
 #: host states: ~x1.6 outside the host's spells against ~x1.0 in one, on the Zen 4 KVM host of docs/performance.md.
 HOST_STATE_GAP = 0.3
+#: The probe's 1-thread call this much slower (or faster) before one side's window than before the
+#: other's: the host itself ran at another speed (the same in-process loop drifted by ~30% within
+#: half an hour on the Intel Xeon KVM host, docs/performance.md). Well above the probe's own spread:
+#: back to back on an idle host its 1-thread median moved by up to 17% between probes
+#: (docs/measurements/2026-12-05-intel-xeon/host-speed/probe-repeat.txt).
+HOST_SPEED_GAP = 0.25
 
 
 @dataclass(frozen=True)
@@ -83,12 +89,20 @@ def _errors_note(s: LevelSummary) -> str:
 
 
 def _host_note(mine: LevelSummary, peer: LevelSummary | None) -> str:
-    """Says when this project and the peer it is compared with were measured in different host states."""
-    a, b = mine.host_speedup, peer.host_speedup if peer else None
-    if a is None or b is None or abs(a - b) < HOST_STATE_GAP:
+    """Says when this project and the peer it is compared with were measured in different host states:
+    another speed-up on every core (a spell), or another speed of the host itself (the 1-thread call)."""
+    if peer is None:
         return ""
-    return (f"; the host differed: a call on every core ran x{a:.2f} faster than on one before this project's window, "
-            f"x{b:.2f} before {peer.target}'s")
+    notes = []
+    a, b = mine.host_speedup, peer.host_speedup
+    if a is not None and b is not None and abs(a - b) >= HOST_STATE_GAP:
+        notes.append(f"the host differed: a call on every core ran x{a:.2f} faster than on one before this project's "
+                     f"window, x{b:.2f} before {peer.target}'s")
+    a, b = mine.host_one_thread_ms, peer.host_one_thread_ms
+    if a and b and abs(a / b - 1) >= HOST_SPEED_GAP:
+        notes.append(f"the host ran at another speed: a 1-thread call took {a:.2f} ms before this project's window, "
+                     f"{b:.2f} ms before {peer.target}'s ({a / b - 1:+.0%})")
+    return "".join(f"; {n}" for n in notes)
 
 
 def _ceiling_note(needed: float, ceiling: float | None, unit: str) -> str:

@@ -84,8 +84,8 @@ def test_the_host_state_before_each_window_has_a_table_when_probed():
 
     from perf_sweep.peers.report import host_table
 
-    probed = [replace(LEVELS[3], host_speedup=1.63), replace(LEVELS[2], host_speedup=0.99)]
+    probed = [replace(LEVELS[3], host_speedup=1.63, host_one_thread_ms=5.15), replace(LEVELS[2], host_speedup=0.99)]
     lines = host_table(probed, ModelKind.TEXT)
-    assert any(line.startswith("| this_project | x1.63") for line in lines), lines
+    assert any(line.startswith("| this_project | x1.63 · 5.15 ms") for line in lines), lines
     assert any("x0.99" in line for line in lines) and host_table(LEVELS, ModelKind.TEXT) == []
     assert "The host before each window" in render_peer_markdown(results_with(probed), {})

@@ -76,8 +76,11 @@ def test_summaries_round_trip_through_results_json_and_print_their_accounting():
     assert LevelSummary.from_dict(older) == summary
     with pytest.raises(TypeError, match="throughput"):  # a field without a default stays required
         LevelSummary.from_dict({k: v for k, v in summary.as_dict().items() if k != "throughput"})
-    probed = replace(summary, host_speedup=1.04)
+    probed = replace(summary, host_speedup=1.04, host_one_thread_ms=5.2)
     assert LevelSummary.from_dict(probed.as_dict()) == probed
+    run_41 = {k: v for k, v in probed.as_dict().items() if k != "host_one_thread_ms"}  # levels.jsonl before the field
+    run_41["host_parallelism"] = {"one_thread_ms": 5.2, "all_threads_ms": 5.0, "threads": 2}
+    assert LevelSummary.from_dict(run_41) == probed
     assert accounting_line(probed).endswith("client CPU 25% of a core; host x1.04 on every core")
 
 

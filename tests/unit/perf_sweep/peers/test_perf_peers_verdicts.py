@@ -137,3 +137,19 @@ def test_a_verdict_says_when_its_two_sides_were_measured_in_different_host_state
     assert not any("host differed" in v.text for v in concurrency_verdicts(alike, T, "texts/s"))
     unprobed = [replace(mine, host_speedup=None), peer]  # a run on one core, or an older levels.jsonl
     assert not any("host differed" in v.text for v in concurrency_verdicts(unprobed, T, "texts/s"))
+
+
+def test_a_verdict_says_when_the_host_ran_at_another_speed_for_its_two_sides():
+    from dataclasses import replace
+
+    mine = replace(level("this_project", T, 32, 538, p99=120.0, p50=58.0), host_speedup=1.15, host_one_thread_ms=6.90)
+    peer = replace(level("minimal_fastapi", T, 32, 327, p99=155.0, p50=90.0), host_speedup=1.10, host_one_thread_ms=5.20)
+    verdicts = concurrency_verdicts([mine, peer], T, "texts/s")
+    assert by_rule(verdicts, "throughput >= 1.5x", "c=32").met is True  # the verdict stands as measured
+    assert verdicts[0].text.endswith("; the host ran at another speed: a 1-thread call took 6.90 ms before this "
+                                     "project's window, 5.20 ms before minimal_fastapi's (+33%)"), verdicts[0].text
+    assert "host differed" not in verdicts[0].text  # the spells' note is about the speed-up, within its gap here
+    close = [replace(mine, host_one_thread_ms=5.15), replace(peer, host_one_thread_ms=4.63)]  # 11%: the probe's own spread
+    assert not any("another speed" in v.text for v in concurrency_verdicts(close, T, "texts/s"))
+    both = concurrency_verdicts([replace(mine, host_speedup=1.64), replace(peer, host_speedup=1.01)], T, "texts/s")[0].text
+    assert "x1.64" in both and "another speed" in both
