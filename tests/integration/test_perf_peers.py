@@ -64,6 +64,7 @@ def test_the_suite_measures_this_project_and_the_minimal_peer_alike_and_stops_th
             host = m["host_parallelism"]
             assert host["threads"] == opts.threads and host["one_thread_ms"] > 0 and host["all_threads_ms"] > 0, m
             assert m["host_speedup"] == round(host["one_thread_ms"] / host["all_threads_ms"], 3)
+            assert m["host_one_thread_ms"] == host["one_thread_ms"]  # the host's own speed, for the verdicts' note
         assert report.count("The host before each window") == 2
     # interleaved: each level on both targets back to back, the order reversed at the next level
     assert [(m["label"], m["target"]) for m in measured if m["model"] == "digit_classifier"][:4] == [
