@@ -31,7 +31,7 @@ LIMIT_AT_LEAST = 0.85
 HOST_STATE_GAP = 0.3
 #: The probe's 1-thread call this much slower (or faster) before one side's window than before the
 #: other's: the host itself ran at another speed (the same in-process loop drifted by ~30% within
-#: half an hour on the Intel Xeon KVM host, docs/performance.md). Well above the probe's own spread:
+#: minutes on the Intel Xeon KVM host, docs/performance.md). Well above the probe's own spread:
 #: back to back on an idle host its 1-thread median moved by up to 17% between probes
 #: (docs/measurements/2026-12-05-intel-xeon/host-speed/probe-repeat.txt).
 HOST_SPEED_GAP = 0.25
