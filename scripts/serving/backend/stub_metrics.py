@@ -44,6 +44,10 @@ class Observation:
     value: float
 
 
+#: An execution queued by `StubMetrics.record_later`: the callable that builds its observations, and its arguments.
+QueuedExecution = tuple[Callable[..., Iterable[Observation]], tuple]
+
+
 def published_families(families: FamilyTable) -> dict[str, tuple[str, str, tuple[str, ...]]]:
     """Every family registered with Triton: name -> (kind "counter" | "gauge", description, label
     names); a histogram becomes its `_bucket` (with `le`), `_sum` and `_count` counters."""
@@ -137,6 +141,10 @@ class StubMetrics:
     (`pb_utils`): `record` adds to in-process totals (no round trip to the server), a daemon
     thread flushes them every `flush_interval_s` (see the module docstring)."""
 
+    #: Queued executions beyond this are built at once on the caller's thread (a flush that hangs,
+    #: e.g. while the server shuts down, must not let the queue grow by one entry per execution).
+    MAX_PENDING = 4096
+
     def __init__(self, pb_utils: Any, families: FamilyTable, model: str, version: str, flush_interval_s: float = 1.0):
         if not flush_interval_s > 0:
             raise ValueError(f"the metrics flush interval must be > 0 seconds, got {flush_interval_s!r}.")
@@ -148,7 +156,7 @@ class StubMetrics:
                          for name, (kind, text, _) in published_families(families).items()}
         self.metrics: dict[Series, Any] = {}
         self.totals, self.lock = MetricTotals(families), threading.Lock()
-        self.pending: list[tuple[Callable[..., Iterable[Observation]], tuple]] = []  # record_later's
+        self.pending: list[QueuedExecution] = []  # record_later's
         self.flush_interval_s, self.stopping = flush_interval_s, threading.Event()
         self.flusher = threading.Thread(target=self._flush_every_interval, name=f"metrics-{model}", daemon=True)
         self.flusher.start()
@@ -157,10 +165,6 @@ class StubMetrics:
         with self.lock:
             self.totals.add(observations)
 
-    #: Queued executions beyond this are built at once on the caller's thread (a flush that hangs,
-    #: e.g. while the server shuts down, must not let the queue grow by one entry per execution).
-    MAX_PENDING = 4096
-
     def record_later(self, observe: Callable[..., Iterable[Observation]], *args: Any) -> None:
         """Queue `observe(*args)` for the flush thread (the module docstring says why): the
         arguments must not change afterwards."""
@@ -168,10 +172,21 @@ class StubMetrics:
             if len(self.pending) < self.MAX_PENDING:
                 self.pending.append((observe, args))
                 return
-        try:  # never fail the execution for its metrics
-            self.record(list(observe(*args)))
-        except Exception as exc:  # noqa: BLE001
-            self.logger.log_warn(f"model '{self.labels['model']}': an execution's metrics could not be built ({type(exc).__name__}: {exc}).")
+        self.record(self._build([(observe, args)]))  # never raises: an execution never fails for its metrics
+
+    def _build(self, queued: Sequence[QueuedExecution]) -> list[Observation]:
+        """The observations of queued executions; one whose figures cannot be built is left out (it must
+        not take the others with it) and the failures are logged once."""
+        observations, failures = [], []
+        for observe, args in queued:
+            try:
+                observations.extend(observe(*args))
+            except Exception as exc:  # noqa: BLE001 - reported below, once per call
+                failures.append(exc)
+        if failures:
+            self.logger.log_warn(f"model '{self.labels['model']}': the metrics of {len(failures)} of {len(queued)} queued "
+                                 f"executions could not be built ({type(failures[0]).__name__}: {failures[0]}); the others were sent.")
+        return observations
 
     def _series(self, series: Series):
         if series not in self.metrics:
@@ -188,15 +203,7 @@ class StubMetrics:
         """Send what was recorded since the last flush (one call per changed series)."""
         with self.lock:
             pending, self.pending = self.pending, []
-        observations, failures = [], []
-        for observe, args in pending:  # one batch's figures that cannot be built must not take the others with them
-            try:
-                observations.extend(observe(*args))
-            except Exception as exc:  # noqa: BLE001 - reported below, once per flush
-                failures.append(exc)
-        if failures:
-            self.logger.log_warn(f"model '{self.labels['model']}': the metrics of {len(failures)} of {len(pending)} queued "
-                                 f"executions could not be built ({type(failures[0]).__name__}: {failures[0]}); the others were sent.")
+        observations = self._build(pending)
         with self.lock:
             self.totals.add(observations)
             deltas = self.totals.drain()

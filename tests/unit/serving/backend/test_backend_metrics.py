@@ -180,6 +180,12 @@ class _RecordingPbUtils:
             return Metric()
 
 
+def _batch_of(requests: int, framework_s: float = 0.002) -> BatchStats:
+    """What a one-call execution of `requests` one-row requests of a model without a sequence axis cost."""
+    return BatchStats(requests=requests, rows=requests, real_tokens=0, computed_tokens=0, framework_calls=1,
+                      framework_s=framework_s, failed_requests=0, calls_by_width={0: 1})
+
+
 def test_record_later_builds_the_observations_on_the_flush_and_sends_them_once():
     """The backend queues what a batch cost; the flush thread turns it into observations, so the
     request's path only appends (stub_metrics.py says why)."""
@@ -195,8 +201,7 @@ def test_record_later_builds_the_observations_on_the_flush_and_sends_them_once()
 
     stub = StubMetrics(pb, FAMILIES, "digits", "1", flush_interval_s=3600)
     try:
-        stats = BatchStats(requests=3, rows=3, real_tokens=0, computed_tokens=0, framework_calls=1, framework_s=0.002,
-                           failed_requests=0, calls_by_width={0: 1})
+        stats = _batch_of(3)
         stub.record_later(observe, stats, 0.003)
         stub.record_later(observe, stats, 0.005)
         assert built == []  # nothing built on the serving path
@@ -225,8 +230,7 @@ def test_record_later_an_execution_whose_figures_fail_to_build_loses_only_its_ow
 
     stub = StubMetrics(pb, FAMILIES, "digits", "1", flush_interval_s=3600)
     try:
-        stats = BatchStats(requests=3, rows=3, real_tokens=0, computed_tokens=0, framework_calls=1, framework_s=0.002,
-                           failed_requests=0, calls_by_width={0: 1})
+        stats = _batch_of(3)
         stub.record_later(lambda st, s: batch_observations(st, s, 0, (), {}), stats, 0.003)
         stub.record_later(broken, stats, 0.004)
         stub.record_later(lambda st, s: batch_observations(st, s, 0, (), {}), stats, 0.005)
@@ -249,8 +253,7 @@ def test_record_later_builds_at_once_beyond_the_queue_bound():
     stub = StubMetrics(pb, FAMILIES, "digits", "1", flush_interval_s=3600)
     stub.MAX_PENDING = 2
     try:
-        stats = BatchStats(requests=1, rows=1, real_tokens=0, computed_tokens=0, framework_calls=1, framework_s=0.001,
-                           failed_requests=0, calls_by_width={0: 1})
+        stats = _batch_of(1, framework_s=0.001)
         for _ in range(5):
             stub.record_later(lambda st, s: batch_observations(st, s, 0, (), {}), stats, 0.002)
         assert len(stub.pending) == 2
