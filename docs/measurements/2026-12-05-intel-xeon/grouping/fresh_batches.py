@@ -4,17 +4,13 @@ from c16-batches.txt; held-out texts), split into the served length buckets as t
 `fresh`: each batch once; `repeated`: each batch 5 times in a row, the median kept. Thread CPU and
 wall per text. Session variants: served options, enable_mem_pattern off, CPU arena off.
 Usage: python fresh_batches.py BATCHES ROUNDS"""
-import sys, time, random
-sys.path.insert(0, "/work/main/scripts")
-sys.path.insert(0, "/work/main/docs/measurements/2026-12-05-intel-xeon/skip-layer-norm")
-import numpy as np
+import os, sys, time, random
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import onnxruntime as ort
 from contracts.onnx_sessions import served_session_options, disabled_fusions
-from contracts.sequence_buckets import run_in_length_buckets, parse_bucket_boundaries
-from in_process_ab import HELDOUT, feeds
+from contracts.sequence_buckets import run_in_length_buckets
+from grouping_ab import BUCKETS, HELDOUT, MODEL, feeds  # the set-up this folder's probes share
 
-MODEL = "/work/main/model_repository/text_embedder/1/model.onnx"
-BUCKETS = parse_bucket_boundaries("16,24,32,48,64,96,128")
 SIZES = [(1, 437), (2, 204), (3, 118), (4, 119), (6, 315), (12, 176)]  # c16-batches.txt, bins by their middle
 
 
