@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import shutil
 import sys
 from dataclasses import dataclass
@@ -221,27 +222,63 @@ def level_timeout_s(measurement: Measurement, mode: LoadMode, level: float, requ
     return (measurement.max_trials + 2) * measurement.interval_ms / 1000 * 2 + 30
 
 
-def hung_in_perf_analyzer(answered: float, failed: float, queued: float, expected: int | None) -> bool:
+def hung_in_perf_analyzer(answered: float, failed: float, queued: float, expected: int | None,
+                          workers_idle: bool = False) -> bool:
     """Whether a perf_analyzer run that overran its limit hung on its own side, so that measuring
     the level once more is honest. `answered`/`failed` are Triton's counters for the model over the
     run and `queued` its pending requests, all read while the run hangs; `expected` is how many
     requests the run sends in all (a fixed count plus the warm-up), None when that is open-ended
-    (time windows send for as long as they measure).
+    (time windows send for as long as they measure); `workers_idle` is what perf_analyzer's own
+    thread stacks showed (`load_workers_idle`).
 
     Why: perf_analyzer 2.51 can wait forever on its own. With `--request-count N` it sends exactly N
     requests and waits for N records, but clears its records only after its workers have started
     (RequestRateManager::ChangeRequestRate, then InferenceProfiler::ProfileHelper's
-    SwapRequestRecords), so an answer landing in between is dropped. And the end of its warm-up
-    waits, without a limit, for every request it counts as outstanding
-    (LoadWorker::WaitForOngoingRequests): seen once here and once in CI, a Poisson run at 40 req/s
-    (priority 1) against the digit classifier that never printed its "Request Rate" line, i.e. never
-    left its warm-up. A server that failed or holds requests shows it (a failure, a request still
-    queued, fewer answers than a fixed-count run sent): then the level stays failed. A request
-    stuck inside a model instance is not counted as queued; the evidence file beside the output
-    (perf_analyzer's stacks) is there to tell that case apart afterwards."""
-    if failed > 0 or queued > 0 or answered <= 0:
+    SwapRequestRecords), so an answer landing in between is dropped: then Triton answered all the
+    run sent. And its warm-up can end in a deadlock: the main thread joins the load workers
+    (LoadManager::WaitForWarmupAndCleanup) while a worker, paused before it sent its share, waits
+    for a signal to go on that never comes (RequestRateWorker::HandleExecuteOff). That run sends
+    fewer requests than `expected`. On a 2-core Intel Xeon, 3 of 150 Poisson runs at 40 req/s
+    (priority 1, 10 warm-up requests, 100 counted) against the digit classifier never left their
+    warm-up, each with 7 requests answered (docs/measurements/2026-12-05-intel-xeon/
+    perf-analyzer-hang/); CI runs of tests/integration/test_perf_sweep.py met it too. Triton's
+    counters cannot tell requests never sent from requests stuck inside a model instance (those
+    are not counted as queued), but the worker's stack can: it pauses only after waiting out every
+    request of its own (LoadWorker::WaitForOngoingRequests). So a run is perf_analyzer's own hang
+    when Triton failed nothing, holds nothing queued and either answered everything the run was to
+    send or every load worker was paused with nothing outstanding. Otherwise (a failure, a request
+    still queued, fewer answers than a fixed-count run sent while a worker still waited on one, no
+    stacks) the level stays failed."""
+    if failed > 0 or queued > 0:
+        return False
+    if workers_idle:
+        return True
+    if answered <= 0:
         return False
     return expected is None or answered >= expected
+
+
+#: A frame of one of perf_analyzer's load workers (ConcurrencyWorker, RequestRateWorker, ...): its thread's loop.
+_WORKER_LOOP = re.compile(r"perfanalyzer::\w*Worker::Infer\(")
+
+
+def load_workers_idle(stacks: str) -> bool:
+    """Whether perf_analyzer's thread stacks (gdb's `thread apply all bt`) show at least one load
+    worker and every one paused with no request of its own outstanding: its innermost
+    perf_analyzer frame is `HandleExecuteOff` and it waits on a condition variable there. Why that
+    means nothing is outstanding: a worker that finds itself paused first waits out its ongoing
+    requests (LoadWorker::WaitForOngoingRequests, a 50-ms sleep loop, not a condition wait) and only
+    then waits to be resumed. A worker sleeping in that loop, waiting for a free context or for its
+    schedule's next slot, or a stack without workers (no gdb, an attach refused) gives False."""
+    workers = [block for block in re.split(r"\n(?=Thread \d+ )", stacks) if _WORKER_LOOP.search(block)]
+
+    def paused_idle(block: str) -> bool:
+        frames = [line for line in block.splitlines() if line.startswith("#")]
+        first_own = next(i for i, frame in enumerate(frames) if "perfanalyzer::" in frame)
+        return ("::HandleExecuteOff(" in frames[first_own]
+                and any("pthread_cond_wait" in frame for frame in frames[:first_own]))
+
+    return bool(workers) and all(paused_idle(block) for block in workers)
 
 
 def find_perf_analyzer(explicit: str | os.PathLike | None = None) -> Path:

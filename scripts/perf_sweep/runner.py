@@ -5,9 +5,9 @@ scrape again. If perf_analyzer never stabilises (common on a shared 2-core host)
 measured once more with a fixed request count sized from the server's own request counter, and
 recorded as "unstable" rather than dropped. A run that gives no result in time is killed, after
 its evidence is kept (Triton's counts for the run, perf_analyzer's thread stacks: `level_*.hang.txt`);
-if Triton had nothing outstanding, the hang was perf_analyzer's own (`plan.hung_in_perf_analyzer`)
-and the level is measured once more, while a level with requests failed, queued or unanswered
-stays failed. The exact command of every attempt is appended to `commands.sh` in the run folder,
+if Triton had nothing outstanding and perf_analyzer nothing in flight, the hang was perf_analyzer's
+own (`plan.hung_in_perf_analyzer`) and the level is measured once more, while a level with
+requests failed, queued or possibly unanswered stays failed. The exact command of every attempt is appended to `commands.sh` in the run folder,
 so any number in the report can be reproduced.
 """
 from __future__ import annotations
@@ -30,6 +30,7 @@ from perf_sweep.plan import (
     fixed_count_timeout_s,
     fixed_request_count,
     hung_in_perf_analyzer,
+    load_workers_idle,
     level_timeout_s,
     perf_analyzer_environment,
     render_perf_analyzer_command,
@@ -101,6 +102,8 @@ class HangEvidence:
     failed: float | None
     queued: float | None
     summary: str
+    #: every load worker of perf_analyzer's was paused with no request outstanding (`plan.load_workers_idle`)
+    workers_idle: bool = False
 
 
 def _hang_evidence(pid: int, sweep: SweepSpec, before: Mapping[MetricKey, float], path: Path) -> HangEvidence:
@@ -116,16 +119,23 @@ def _hang_evidence(pid: int, sweep: SweepSpec, before: Mapping[MetricKey, float]
             summary = "Triton meanwhile: {:.0f} answered, {:.0f} failed, {:.0f} queued".format(*counts)
         except SweepRunError as exc:
             summary = f"Triton's metrics unreadable ({exc})"
-    stacks = "gdb not installed"
-    if shutil.which("gdb"):
-        try:
-            stacks = subprocess.run(["gdb", "-p", str(pid), "-batch", "-ex", "thread apply all bt"],
-                                    capture_output=True, text=True, timeout=30).stdout
-        except subprocess.TimeoutExpired:
-            stacks = "gdb took over 30 s"
+    stacks = thread_stacks(pid)
     with path.open("a") as f:  # a level measured once more keeps both attempts' evidence
         f.write(f"{summary}\n\nperf_analyzer's threads (pid {pid}):\n{stacks}\n")
-    return HangEvidence(*counts, summary=f"{summary} (perf_analyzer's stacks: {path.name})")
+    if idle := load_workers_idle(stacks):
+        summary += "; perf_analyzer's load workers all paused with nothing in flight"
+    return HangEvidence(*counts, summary=f"{summary} (perf_analyzer's stacks: {path.name})", workers_idle=idle)
+
+
+def thread_stacks(pid: int) -> str:
+    """Every thread's stack of process `pid` (gdb's `thread apply all bt`), or why there is none."""
+    if not shutil.which("gdb"):
+        return "gdb not installed"
+    try:
+        return subprocess.run(["gdb", "-p", str(pid), "-batch", "-ex", "thread apply all bt"],
+                              capture_output=True, text=True, timeout=30).stdout
+    except subprocess.TimeoutExpired:
+        return "gdb took over 30 s"
 
 
 def _run_perf_analyzer(argv: list[str], env: Mapping[str, str], limit: float, sweep: SweepSpec,
@@ -151,8 +161,8 @@ def run_level(sweep: SweepSpec, level: float, folder: RunFolder, perf_analyzer: 
     With `request_count`, one fixed-count measurement replaces the stability search (by design,
     e.g. to fix how long a level lasts while other traffic runs). With `fixed_reason` too, the level
     counts as "unstable" (the stability search failed or was skipped for that reason). A run killed
-    while Triton showed nothing outstanding is measured once more (`plan.hung_in_perf_analyzer`:
-    perf_analyzer's own hang); `remeasured` says why."""
+    while neither Triton nor perf_analyzer showed anything outstanding is measured once more
+    (`plan.hung_in_perf_analyzer`: perf_analyzer's own hang); `remeasured` says why."""
     out = folder.sweep_dir(sweep)
     tag = _level_tag(level) + ("_fixed" if request_count else "")
     csv_path, export_path, hang_path = (out / f"level_{tag}{suffix}" for suffix in (".csv", ".export.json", ".hang.txt"))
@@ -186,7 +196,7 @@ def run_level(sweep: SweepSpec, level: float, folder: RunFolder, perf_analyzer: 
     )
     expected = request_count + m.warmup_requests if request_count else None
     if (hang is not None and not remeasured and hang.answered is not None
-            and hung_in_perf_analyzer(hang.answered, hang.failed, hang.queued, expected)):
+            and hung_in_perf_analyzer(hang.answered, hang.failed, hang.queued, expected, hang.workers_idle)):
         return run_level(sweep, level, folder, perf_analyzer, env, request_count=request_count, timeout=limit,
                          fixed_reason=fixed_reason, remeasured=(
                              f"measured again: the first run was killed after {limit:.0f} s while Triton had nothing "

@@ -13,6 +13,7 @@ from perf_sweep.plan import (
     fixed_count_timeout_s,
     fixed_request_count,
     hung_in_perf_analyzer,
+    load_workers_idle,
     perf_analyzer_environment,
     render_perf_analyzer_command,
     request_rate_levels,
@@ -103,6 +104,39 @@ def test_a_killed_run_is_perf_analyzers_own_hang_only_if_the_server_shows_nothin
     assert hung_in_perf_analyzer(answered=35, failed=0, queued=0, expected=None)
     assert not hung_in_perf_analyzer(answered=35, failed=0, queued=1, expected=None)  # still queued
     assert not hung_in_perf_analyzer(answered=0, failed=0, queued=0, expected=None)  # never reached the server
+    # fewer answers than it was to send, but its workers showed nothing in flight: never sent
+    assert hung_in_perf_analyzer(answered=7, failed=0, queued=0, expected=110, workers_idle=True)
+    assert not hung_in_perf_analyzer(answered=7, failed=1, queued=0, expected=110, workers_idle=True)
+    assert not hung_in_perf_analyzer(answered=7, failed=0, queued=1, expected=110, workers_idle=True)
+
+
+#: gdb's stacks of a real perf_analyzer 2.51 that never left its warm-up (Poisson 40 req/s, 10 warm-up
+#: requests, 7 answered): the main thread joins the workers, the last worker waits to be resumed.
+WARMUP_HANG_STACKS = (Path(__file__).parent / "perf_analyzer_warmup_hang.gdb.txt").read_text()
+PAUSED_WAIT = """#3  0x00007fc314ea65d8 in __pthread_cond_wait_common (abstime=0x0, clockid=0, mutex=0x556fd57036b0, cond=0x556fd5703680) at ./nptl/pthread_cond_wait.c:503
+#4  ___pthread_cond_wait (cond=0x556fd5703680, mutex=0x556fd57036b0) at ./nptl/pthread_cond_wait.c:618
+#5  0x0000556fac96633b in triton::perfanalyzer::RequestRateWorker::HandleExecuteOff() ()"""
+
+
+def test_load_workers_are_idle_only_when_every_worker_waits_to_be_resumed_with_nothing_in_flight():
+    assert PAUSED_WAIT in WARMUP_HANG_STACKS
+    assert load_workers_idle(WARMUP_HANG_STACKS)
+    # the same worker still waiting out its own requests (a sleep loop, inlined or not): one may be stuck in Triton
+    waiting_out = WARMUP_HANG_STACKS.replace(PAUSED_WAIT, (
+        "#3  0x00007fc314eecb23 in __GI___clock_nanosleep (clock_id=0, flags=0, req=0x7fc311e16d60) at nanosleep.c:25\n"
+        "#4  0x0000556fac942a10 in triton::perfanalyzer::LoadWorker::WaitForOngoingRequests() ()\n"
+        "#5  0x0000556fac96633b in triton::perfanalyzer::RequestRateWorker::HandleExecuteOff() ()"))
+    assert not load_workers_idle(waiting_out)
+    assert not load_workers_idle(waiting_out.replace(
+        "triton::perfanalyzer::LoadWorker::WaitForOngoingRequests() ()", "std::this_thread::sleep_for() ()"))
+    # a worker waiting for a free context (its requests are all in flight)
+    assert not load_workers_idle(WARMUP_HANG_STACKS.replace(
+        "RequestRateWorker::HandleExecuteOff() ()", "RequestRateWorker::SleepIfNecessary() ()"))
+    # a second worker that is not paused makes the whole run undecided
+    busy = "\n\nThread 13 (LWP 7600):\n#0  __GI___clock_nanosleep ()\n#1  triton::perfanalyzer::RequestRateWorker::SleepIfNecessary() ()\n#2  triton::perfanalyzer::RequestRateWorker::Infer() ()\n"
+    assert not load_workers_idle(WARMUP_HANG_STACKS + busy)
+    assert not load_workers_idle("gdb not installed")
+    assert not load_workers_idle("ptrace: Operation not permitted.")
 
 
 def test_a_fixed_count_is_three_windows_at_the_rate_within_100_and_20000():

@@ -4,11 +4,13 @@ The decision logic only: a stand-in executable that never exits plays the hung p
 and a small Prometheus text endpoint plays Triton's counters. (The real perf_analyzer against the
 real server is tests/integration/test_perf_sweep.py.)"""
 from http.server import BaseHTTPRequestHandler
+from pathlib import Path
 
 import pytest
 
 from conftest import serve_loopback_http
 from perf_sweep.plan import Measurement, SweepSpec
+from perf_sweep import runner
 from perf_sweep.runner import RunFolder, run_level
 
 
@@ -84,3 +86,26 @@ def test_a_killed_time_window_run_is_measured_once_more_when_triton_holds_nothin
         server.shutdown()
     assert (tmp_path / "run" / "commands.sh").read_text().count(str(hanging_perf_analyzer)) == 2
     assert record.status == "failed" and "measured again" in record.note
+
+
+WARMUP_HANG_STACKS = (Path(__file__).parent / "perf_analyzer_warmup_hang.gdb.txt").read_text()
+
+
+@pytest.mark.parametrize("stacks, measured_again", [
+    (WARMUP_HANG_STACKS, True),  # its workers all paused with nothing in flight: the rest was never sent
+    (WARMUP_HANG_STACKS.replace("RequestRateWorker::HandleExecuteOff", "RequestRateWorker::SleepIfNecessary"), False),
+    ("gdb not installed", False),
+])
+def test_killed_in_its_warm_up_is_measured_once_more_only_if_its_stacks_show_nothing_in_flight(
+        tmp_path, hanging_perf_analyzer, monkeypatch, stacks, measured_again):
+    monkeypatch.setattr(runner, "thread_stacks", lambda pid: stacks)  # the stand-in has no perf_analyzer threads
+    server, url = counters_endpoint(successes=7)  # 7 of the 110 (100 + 10 warm-up) it was to send
+    try:
+        record, _ = run_level(sweep(url), 40, RunFolder(tmp_path / "run"), hanging_perf_analyzer, {},
+                              request_count=100, timeout=0.5, fixed_reason="never stable")
+    finally:
+        server.shutdown()
+    runs = (tmp_path / "run" / "commands.sh").read_text().count(str(hanging_perf_analyzer))
+    assert runs == (2 if measured_again else 1)
+    assert record.status == "failed" and ("measured again" in record.note) == measured_again
+    assert ("nothing in flight" in record.note) == measured_again
