@@ -241,7 +241,7 @@ def hung_in_perf_analyzer(answered: float, failed: float, queued: float, expecte
     fewer requests than `expected`. On a 2-core Intel Xeon, 3 of 150 Poisson runs at 40 req/s
     (priority 1, 10 warm-up requests, 100 counted) against the digit classifier never left their
     warm-up, each with 7 requests answered (docs/measurements/2026-12-05-intel-xeon/
-    perf-analyzer-hang/); CI runs of tests/integration/test_perf_sweep.py met it too. Triton's
+    perf-analyzer-2.51/); CI runs of tests/integration/test_perf_sweep.py met it too. Triton's
     counters cannot tell requests never sent from requests stuck inside a model instance (those
     are not counted as queued), but the worker's stack can: it pauses only after waiting out every
     request of its own (LoadWorker::WaitForOngoingRequests). So a run is perf_analyzer's own hang

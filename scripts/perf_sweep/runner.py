@@ -39,6 +39,7 @@ from perf_sweep.results import (
     STALL_MS,
     MetricKey,
     PerfRecord,
+    fixed_count_throughput,
     latencies_from_profile_export,
     metric_sum,
     parse_prometheus_text,
@@ -180,9 +181,11 @@ def run_level(sweep: SweepSpec, level: float, folder: RunFolder, perf_analyzer: 
     (out / f"level_{tag}.stdout.txt").write_text(f"$ {shlex.join(argv)}\n# exit code {returncode}\n{stdout}")
     server = server_metrics_delta(before, after, sweep.model) if before and after else None
     latencies: list[float] = []
+    answer_rate = None  # a fixed count's throughput, from its answers (results.fixed_count_throughput)
     if export_path.exists():
         export = json.loads(export_path.read_text())
         latencies = latencies_from_profile_export(export)
+        answer_rate = fixed_count_throughput(export) if request_count else None
         export_path.write_text(json.dumps(slim_profile_export(export)))
     record = record_from_outputs(
         sweep=sweep.name, model=sweep.model, variant=sweep.variant, mode=sweep.mode.value, load=level,
@@ -202,6 +205,10 @@ def run_level(sweep: SweepSpec, level: float, folder: RunFolder, perf_analyzer: 
                              f"measured again: the first run was killed after {limit:.0f} s while Triton had nothing "
                              f"outstanding ({hang.summary}; plan.hung_in_perf_analyzer)"))
     record = dataclasses.replace(record, stalled=sum(latency >= STALL_MS for latency in latencies))
+    if answer_rate is not None and record.status != "failed":
+        record = dataclasses.replace(record, throughput=answer_rate, note="; ".join(filter(None, (
+            record.note, f"throughput from the export's answers (perf_analyzer's own {record.throughput:.1f} "
+                         "infer/s counts whole seconds: results.fixed_count_throughput)"))))
     if record.status == "failed" and request_count is None and "Failed to obtain stable measurement" in stdout:
         # Size a fixed-count measurement as ~3 windows at the rate the server actually served.
         served_rate = (server.requests_succeeded / elapsed) if server and elapsed > 0 else 0.0

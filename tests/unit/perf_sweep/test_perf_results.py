@@ -5,6 +5,7 @@ import pytest
 
 from perf_sweep.errors import SweepRunError
 from perf_sweep.results import (
+    fixed_count_throughput,
     latencies_from_profile_export,
     parse_perf_csv,
     parse_perf_stdout,
@@ -84,6 +85,20 @@ def test_prometheus_text_and_server_metrics_delta():
     assert delta.cpu_utilization == pytest.approx(0.93)
     assert delta.error_rate == pytest.approx(4 / 404)
     assert delta.failures_by_reason == {"REJECTED": 4}
+
+
+def test_a_fixed_count_runs_throughput_is_its_answers_over_first_send_to_last_answer():
+    second = 1_000_000_000
+    # perf_analyzer's export of 4 requests, 3 answered, between 0.5 s and 1.5 s; its window ended at 2 s
+    export = {"experiments": [{"window_boundaries": [0, 2 * second], "requests": [
+        {"timestamp": second // 2, "response_timestamps": [second // 2 + 1_000_000]},
+        {"timestamp": second, "response_timestamps": []},  # failed: not an answer
+        {"timestamp": second, "response_timestamps": [second + 1, second + 2_000_000]},  # the last response counts
+        {"timestamp": 2 * second // 3, "response_timestamps": [3 * second // 2]},
+    ]}]}
+    assert fixed_count_throughput(export) == pytest.approx(3 / 1.0)
+    assert fixed_count_throughput({"experiments": [{"requests": [{"timestamp": 5, "response_timestamps": []}]}]}) is None
+    assert fixed_count_throughput({}) is None
 
 
 def test_latencies_from_profile_export_use_the_last_three_windows_and_skip_failures():

@@ -7,7 +7,7 @@ a fixed count of 100 requests. This runs that fixed-count level N times against 
   perf_analyzer go to hang<i>.txt here (run 49's stacks are tests/unit/perf_sweep/perf_analyzer_warmup_hang.gdb.txt);
 - `runner`: `perf_sweep.runner.run_level` (20 s limit), printing the note of any level whose
   run was killed (measured again or not).
-Usage (repo root): .venv/bin/python docs/measurements/2026-12-05-intel-xeon/perf-analyzer-hang/hang_loop.py bare|runner N
+Usage (repo root): .venv/bin/python docs/measurements/2026-12-05-intel-xeon/perf-analyzer-2.51/hang_loop.py bare|runner N
 """
 import shutil
 import subprocess
@@ -28,6 +28,8 @@ from perf_sweep.results import metric_sum, server_metrics_delta  # noqa: E402
 from perf_sweep.runner import RunFolder, run_level, scrape_metrics, thread_stacks  # noqa: E402
 
 COUNT, LIMIT_S = 100, 20
+#: tests/integration/test_perf_sweep.py's QUICK
+TEST_MEASUREMENT = Measurement(interval_ms=500, stability_percentage=100, max_trials=3, warmup_requests=10)
 
 
 def bare(sweep, binary, env, work, i):
@@ -59,8 +61,8 @@ def runner(sweep, binary, env, work, i):
         f" | {record.note}" if killed else ""), killed
 
 
-def main(mode: str, runs: int) -> None:
-    work = Path(f"/tmp/perf-analyzer-hang-{mode}")
+def served_digits(work: Path, measurement: Measurement = TEST_MEASUREMENT):
+    """A real tritonserver serving the digit classifier, the test's input file and the test's Poisson sweep."""
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     server = start_test_server(work / "triton", ("digit_classifier",))
@@ -71,8 +73,13 @@ def main(mode: str, runs: int) -> None:
     sweep = SweepSpec(name="poisson", levels=(40,), mode=LoadMode.REQUEST_RATE,
                       request_parameters=(RequestParameter("priority", "1"),), model="digit_classifier",
                       url=server.grpc_url, input_data=str(input_file), metrics_url=server.metrics_url,
-                      measurement=Measurement(interval_ms=500, stability_percentage=100, max_trials=3,
-                                              warmup_requests=10))
+                      measurement=measurement)
+    return server, sweep
+
+
+def main(mode: str, runs: int) -> None:
+    work = Path(f"/tmp/perf-analyzer-hang-{mode}")
+    server, sweep = served_digits(work)
     binary, env = find_perf_analyzer(), perf_analyzer_environment()
     once = {"bare": bare, "runner": runner}[mode]
     hung = 0
