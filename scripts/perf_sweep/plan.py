@@ -222,63 +222,88 @@ def level_timeout_s(measurement: Measurement, mode: LoadMode, level: float, requ
     return (measurement.max_trials + 2) * measurement.interval_ms / 1000 * 2 + 30
 
 
+class LoadWorkers(Enum):
+    """What perf_analyzer's thread stacks say of its load workers while a run hangs (`load_workers`)."""
+
+    #: Every load worker waits to be resumed, each past waiting out its own requests: nothing in flight.
+    IDLE = "idle"
+    #: A load worker is still at work: waiting out its requests, for a free context or its next slot.
+    BUSY = "busy"
+    #: No verdict: no stacks (no gdb, attach refused), no worker or main thread recognised.
+    UNKNOWN = "unknown"
+
+
 def hung_in_perf_analyzer(answered: float, failed: float, queued: float, expected: int | None,
-                          workers_idle: bool = False) -> bool:
+                          workers: LoadWorkers = LoadWorkers.UNKNOWN) -> bool:
     """Whether a perf_analyzer run that overran its limit hung on its own side, so that measuring
     the level once more is honest. `answered`/`failed` are Triton's counters for the model over the
     run and `queued` its pending requests, all read while the run hangs; `expected` is how many
     requests the run sends in all (a fixed count plus the warm-up), None when that is open-ended
-    (time windows send for as long as they measure); `workers_idle` is what perf_analyzer's own
-    thread stacks showed (`load_workers_idle`).
+    (time windows send for as long as they measure); `workers` is what perf_analyzer's own thread
+    stacks showed (`load_workers`).
 
     Why: perf_analyzer 2.51 can wait forever on its own. With `--request-count N` it sends exactly N
     requests and waits for N records, but clears its records only after its workers have started
     (RequestRateManager::ChangeRequestRate, then InferenceProfiler::ProfileHelper's
     SwapRequestRecords), so an answer landing in between is dropped: then Triton answered all the
     run sent. And its warm-up can end in a deadlock: the main thread joins the load workers
-    (LoadManager::WaitForWarmupAndCleanup) while a worker, paused before it sent its share, waits
-    for a signal to go on that never comes (RequestRateWorker::HandleExecuteOff). That run sends
-    fewer requests than `expected`. On a 2-core Intel Xeon, 3 of 150 Poisson runs at 40 req/s
-    (priority 1, 10 warm-up requests, 100 counted) against the digit classifier never left their
-    warm-up, each with 7 requests answered (docs/measurements/2026-12-05-intel-xeon/
-    perf-analyzer-2.51/); CI runs of tests/integration/test_perf_sweep.py met it too. Triton's
-    counters cannot tell requests never sent from requests stuck inside a model instance (those
-    are not counted as queued), but the worker's stack can: it pauses only after waiting out every
-    request of its own (LoadWorker::WaitForOngoingRequests). So a run is perf_analyzer's own hang
-    when Triton failed nothing, holds nothing queued and either answered everything the run was to
-    send or every load worker was paused with nothing outstanding. Otherwise (a failure, a request
-    still queued, fewer answers than a fixed-count run sent while a worker still waited on one, no
-    stacks) the level stays failed."""
-    if failed > 0 or queued > 0:
+    (LoadManager::WaitForWarmupAndCleanup) while a worker that found itself paused before sending
+    its share waits to be resumed, and misses the wake-up (RequestRateManager::ResumeWorkers sets
+    the flag and notifies without holding the worker's mutex). That run sends fewer requests than
+    `expected`. On a 2-core Intel Xeon, 3 of 150 Poisson runs at 40 req/s (priority 1, 10 warm-up
+    requests, 100 counted) against the digit classifier never left their warm-up, each with 7
+    requests answered (docs/measurements/2026-12-05-intel-xeon/perf-analyzer-2.51/); CI runs of
+    tests/integration/test_perf_sweep.py met it too. Triton's counters cannot tell requests never
+    sent from requests stuck inside a model instance (those are not counted as queued), but the
+    workers' stacks can: a worker waits to be resumed only after waiting out every request of its
+    own (LoadWorker::WaitForOngoingRequests).
+
+    So: never when Triton failed a request or holds one queued, nor when a worker is still at work
+    (a request of the run may be stuck in the server); always when every worker was idle (nothing
+    in flight; a run that sent nothing included); without stacks, when Triton answered something
+    and, for a fixed count, everything the run was to send."""
+    if failed > 0 or queued > 0 or workers is LoadWorkers.BUSY:
         return False
-    if workers_idle:
+    if workers is LoadWorkers.IDLE:
         return True
     if answered <= 0:
         return False
     return expected is None or answered >= expected
 
 
+#: gdb's header of each thread: `Thread 8 (Thread 0x7f.. (LWP 7560) "perf_analyzer"):`, or `Thread 1.8 (...)`
+#: with several inferiors.
+_THREAD_HEADER = re.compile(r"^Thread \d+(?:\.\d+)? ", re.M)
 #: A frame of one of perf_analyzer's load workers (ConcurrencyWorker, RequestRateWorker, ...): its thread's loop.
-_WORKER_LOOP = re.compile(r"perfanalyzer::\w*Worker::Infer\(")
+_WORKER_LOOP = "Worker::Infer("
+#: Frames of perf_analyzer's main thread while it waits on its workers or its measurement.
+_MAIN_WAITS = ("LoadManager::", "InferenceProfiler::")
 
 
-def load_workers_idle(stacks: str) -> bool:
-    """Whether perf_analyzer's thread stacks (gdb's `thread apply all bt`) show at least one load
-    worker and every one paused with no request of its own outstanding: its innermost
-    perf_analyzer frame is `HandleExecuteOff` and it waits on a condition variable there. Why that
-    means nothing is outstanding: a worker that finds itself paused first waits out its ongoing
-    requests (LoadWorker::WaitForOngoingRequests, a 50-ms sleep loop, not a condition wait) and only
-    then waits to be resumed. A worker sleeping in that loop, waiting for a free context or for its
-    schedule's next slot, or a stack without workers (no gdb, an attach refused) gives False."""
-    workers = [block for block in re.split(r"\n(?=Thread \d+ )", stacks) if _WORKER_LOOP.search(block)]
+def load_workers(stacks: str) -> LoadWorkers:
+    """What gdb's `thread apply all bt` of a hung perf_analyzer says of its load workers.
 
-    def paused_idle(block: str) -> bool:
-        frames = [line for line in block.splitlines() if line.startswith("#")]
-        first_own = next(i for i, frame in enumerate(frames) if "perfanalyzer::" in frame)
-        return ("::HandleExecuteOff(" in frames[first_own]
-                and any("pthread_cond_wait" in frame for frame in frames[:first_own]))
+    IDLE needs the main thread recognised (waiting in its load manager or profiler) and at least
+    one worker, every one with `HandleExecuteOff` as its innermost perf_analyzer frame and waiting
+    on a condition variable there. Why that means nothing is in flight: a worker that finds itself
+    paused first waits out its ongoing requests (LoadWorker::WaitForOngoingRequests, a 50-ms sleep
+    loop, not a condition wait) and only then waits to be resumed. A worker anywhere else (in that
+    loop, waiting for a free context or for its schedule's next slot) is BUSY; stacks it cannot
+    read (no gdb, an attach refused, frames without names, a thread header it does not know) are
+    UNKNOWN."""
+    blocks = _THREAD_HEADER.split(stacks)[1:]
+    frames_of = [[line for line in block.splitlines() if line.startswith("#")] for block in blocks]
+    workers = [frames for frames in frames_of if any(_WORKER_LOOP in frame for frame in frames)]
+    main_seen = any(wait in frame for frames in frames_of for frame in frames for wait in _MAIN_WAITS)
+    if not workers or not main_seen or any(sum(_WORKER_LOOP in f for f in frames) != 1 for frames in workers):
+        return LoadWorkers.UNKNOWN
 
-    return bool(workers) and all(paused_idle(block) for block in workers)
+    def idle(frames: list[str]) -> bool:
+        own = next((i for i, frame in enumerate(frames) if "perfanalyzer::" in frame), None)
+        return (own is not None and "::HandleExecuteOff(" in frames[own]
+                and any("pthread_cond_wait" in frame for frame in frames[:own]))
+
+    return LoadWorkers.IDLE if all(idle(frames) for frames in workers) else LoadWorkers.BUSY
 
 
 def find_perf_analyzer(explicit: str | os.PathLike | None = None) -> Path:

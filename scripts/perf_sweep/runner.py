@@ -4,11 +4,12 @@ Per level: scrape Triton's metrics, run perf_analyzer (argv from `plan.render_pe
 scrape again. If perf_analyzer never stabilises (common on a shared 2-core host), the level is
 measured once more with a fixed request count sized from the server's own request counter, and
 recorded as "unstable" rather than dropped. A run that gives no result in time is killed, after
-its evidence is kept (Triton's counts for the run, perf_analyzer's thread stacks: `level_*.hang.txt`);
-if Triton had nothing outstanding and perf_analyzer nothing in flight, the hang was perf_analyzer's
-own (`plan.hung_in_perf_analyzer`) and the level is measured once more, while a level with
-requests failed, queued or possibly unanswered stays failed. The exact command of every attempt is appended to `commands.sh` in the run folder,
-so any number in the report can be reproduced.
+its evidence is kept (Triton's counts for the run, perf_analyzer's thread stacks: `level_*.hang.txt`).
+When neither shows a request outstanding, the hang was perf_analyzer's own
+(`plan.hung_in_perf_analyzer`) and the level is measured once more; a level with requests failed,
+queued, possibly unanswered or still awaited by a load worker stays failed. A fixed count is rated
+from its answers' timestamps (`results.fixed_count_throughput`). The exact command of every attempt
+is appended to `commands.sh` in the run folder, so any number in the report can be reproduced.
 """
 from __future__ import annotations
 
@@ -30,7 +31,8 @@ from perf_sweep.plan import (
     fixed_count_timeout_s,
     fixed_request_count,
     hung_in_perf_analyzer,
-    load_workers_idle,
+    LoadWorkers,
+    load_workers,
     level_timeout_s,
     perf_analyzer_environment,
     render_perf_analyzer_command,
@@ -103,8 +105,8 @@ class HangEvidence:
     failed: float | None
     queued: float | None
     summary: str
-    #: every load worker of perf_analyzer's was paused with no request outstanding (`plan.load_workers_idle`)
-    workers_idle: bool = False
+    #: what perf_analyzer's thread stacks said of its load workers (`plan.load_workers`)
+    workers: LoadWorkers = LoadWorkers.UNKNOWN
 
 
 def _hang_evidence(pid: int, sweep: SweepSpec, before: Mapping[MetricKey, float], path: Path) -> HangEvidence:
@@ -121,22 +123,24 @@ def _hang_evidence(pid: int, sweep: SweepSpec, before: Mapping[MetricKey, float]
         except SweepRunError as exc:
             summary = f"Triton's metrics unreadable ({exc})"
     stacks = thread_stacks(pid)
+    workers = load_workers(stacks)
+    summary += f"; perf_analyzer's load workers: {workers.value}"
     with path.open("a") as f:  # a level measured once more keeps both attempts' evidence
         f.write(f"{summary}\n\nperf_analyzer's threads (pid {pid}):\n{stacks}\n")
-    if idle := load_workers_idle(stacks):
-        summary += "; perf_analyzer's load workers all paused with nothing in flight"
-    return HangEvidence(*counts, summary=f"{summary} (perf_analyzer's stacks: {path.name})", workers_idle=idle)
+    return HangEvidence(*counts, summary=f"{summary} (perf_analyzer's stacks: {path.name})", workers=workers)
 
 
 def thread_stacks(pid: int) -> str:
-    """Every thread's stack of process `pid` (gdb's `thread apply all bt`), or why there is none."""
+    """Every thread's stack of process `pid` (gdb's `thread apply all bt`), or why there is none
+    (gdb's own complaint, e.g. an attach that ptrace refused)."""
     if not shutil.which("gdb"):
         return "gdb not installed"
     try:
-        return subprocess.run(["gdb", "-p", str(pid), "-batch", "-ex", "thread apply all bt"],
-                              capture_output=True, text=True, timeout=30).stdout
+        done = subprocess.run(["gdb", "-p", str(pid), "-batch", "-ex", "thread apply all bt"],
+                              capture_output=True, text=True, timeout=30)
     except subprocess.TimeoutExpired:
         return "gdb took over 30 s"
+    return done.stdout if "\nThread " in done.stdout else f"{done.stdout}\n{done.stderr}".strip()
 
 
 def _run_perf_analyzer(argv: list[str], env: Mapping[str, str], limit: float, sweep: SweepSpec,
@@ -148,8 +152,10 @@ def _run_perf_analyzer(argv: list[str], env: Mapping[str, str], limit: float, sw
         stdout, _ = proc.communicate(timeout=limit)
         return stdout, proc.returncode, None
     except subprocess.TimeoutExpired:
-        hang = _hang_evidence(proc.pid, sweep, before, hang_path)
-        proc.kill()
+        try:
+            hang = _hang_evidence(proc.pid, sweep, before, hang_path)
+        finally:  # a hung perf_analyzer never outlives its level
+            proc.kill()
         stdout, _ = proc.communicate()
         return stdout + f"\n[perf_sweep] no result after {limit:.0f} s: perf_analyzer killed; {hang.summary}", -9, hang
 
@@ -185,7 +191,7 @@ def run_level(sweep: SweepSpec, level: float, folder: RunFolder, perf_analyzer: 
     if export_path.exists():
         export = json.loads(export_path.read_text())
         latencies = latencies_from_profile_export(export)
-        answer_rate = fixed_count_throughput(export) if request_count else None
+        answer_rate = fixed_count_throughput(export, sweep.batch_size) if request_count else None
         export_path.write_text(json.dumps(slim_profile_export(export)))
     record = record_from_outputs(
         sweep=sweep.name, model=sweep.model, variant=sweep.variant, mode=sweep.mode.value, load=level,
@@ -199,7 +205,7 @@ def run_level(sweep: SweepSpec, level: float, folder: RunFolder, perf_analyzer: 
     )
     expected = request_count + m.warmup_requests if request_count else None
     if (hang is not None and not remeasured and hang.answered is not None
-            and hung_in_perf_analyzer(hang.answered, hang.failed, hang.queued, expected, hang.workers_idle)):
+            and hung_in_perf_analyzer(hang.answered, hang.failed, hang.queued, expected, hang.workers)):
         return run_level(sweep, level, folder, perf_analyzer, env, request_count=request_count, timeout=limit,
                          fixed_reason=fixed_reason, remeasured=(
                              f"measured again: the first run was killed after {limit:.0f} s while Triton had nothing "

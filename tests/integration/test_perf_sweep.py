@@ -41,7 +41,7 @@ def test_concurrency_and_poisson_priority_sweep_against_real_server(triton_serve
     assert len(latencies[1]) > 0
     # 40 req/s offered, all answered; a fixed count (the usual fallback here) is rated from its answers'
     # timestamps, not perf_analyzer's whole-second window (25 infer/s for these 100 requests)
-    assert open_loop[0].throughput == pytest.approx(40, rel=0.3), open_loop[0].note
+    assert open_loop[0].throughput == pytest.approx(40, rel=0.35), open_loop[0].note
     assert open_loop[0].status == "ok" or "from the export's answers" in open_loop[0].note
     assert knee_of(closed) is not None
     commands = (tmp_path / "run" / "commands.sh").read_text()

@@ -12,8 +12,9 @@ from perf_sweep.plan import (
     concurrency_levels,
     fixed_count_timeout_s,
     fixed_request_count,
+    LoadWorkers,
     hung_in_perf_analyzer,
-    load_workers_idle,
+    load_workers,
     perf_analyzer_environment,
     render_perf_analyzer_command,
     request_rate_levels,
@@ -104,10 +105,15 @@ def test_a_killed_run_is_perf_analyzers_own_hang_only_if_the_server_shows_nothin
     assert hung_in_perf_analyzer(answered=35, failed=0, queued=0, expected=None)
     assert not hung_in_perf_analyzer(answered=35, failed=0, queued=1, expected=None)  # still queued
     assert not hung_in_perf_analyzer(answered=0, failed=0, queued=0, expected=None)  # never reached the server
-    # fewer answers than it was to send, but its workers showed nothing in flight: never sent
-    assert hung_in_perf_analyzer(answered=7, failed=0, queued=0, expected=110, workers_idle=True)
-    assert not hung_in_perf_analyzer(answered=7, failed=1, queued=0, expected=110, workers_idle=True)
-    assert not hung_in_perf_analyzer(answered=7, failed=0, queued=1, expected=110, workers_idle=True)
+    # what perf_analyzer's stacks say decides before the counts: idle workers sent nothing more ...
+    assert hung_in_perf_analyzer(answered=7, failed=0, queued=0, expected=110, workers=LoadWorkers.IDLE)
+    assert hung_in_perf_analyzer(answered=0, failed=0, queued=0, expected=110, workers=LoadWorkers.IDLE)  # none sent
+    # ... a worker still at work may wait on a request stuck in the server, whatever Triton counted ...
+    assert not hung_in_perf_analyzer(answered=35, failed=0, queued=0, expected=None, workers=LoadWorkers.BUSY)
+    assert not hung_in_perf_analyzer(answered=110, failed=0, queued=0, expected=110, workers=LoadWorkers.BUSY)
+    # ... and a failure or a queued request keeps the level failed even with idle workers
+    assert not hung_in_perf_analyzer(answered=7, failed=1, queued=0, expected=110, workers=LoadWorkers.IDLE)
+    assert not hung_in_perf_analyzer(answered=7, failed=0, queued=1, expected=110, workers=LoadWorkers.IDLE)
 
 
 #: gdb's stacks of a real perf_analyzer 2.51 that never left its warm-up (Poisson 40 req/s, 10 warm-up
@@ -116,27 +122,51 @@ WARMUP_HANG_STACKS = (Path(__file__).parent / "perf_analyzer_warmup_hang.gdb.txt
 PAUSED_WAIT = """#3  0x00007fc314ea65d8 in __pthread_cond_wait_common (abstime=0x0, clockid=0, mutex=0x556fd57036b0, cond=0x556fd5703680) at ./nptl/pthread_cond_wait.c:503
 #4  ___pthread_cond_wait (cond=0x556fd5703680, mutex=0x556fd57036b0) at ./nptl/pthread_cond_wait.c:618
 #5  0x0000556fac96633b in triton::perfanalyzer::RequestRateWorker::HandleExecuteOff() ()"""
+WORKER_HEADER = 'Thread 8 (Thread 0x7fc311e17000 (LWP 7560) "perf_analyzer"):'
+
+
+def worker_thread(number: int, *frames: str) -> str:
+    """One more load-worker thread in gdb's form, innermost frame first."""
+    lines = [f"#{i}  0x0000556fac96{i:04d} in {frame}() ()" for i, frame in enumerate(
+        (*frames, "triton::perfanalyzer::RequestRateWorker::Infer"))]
+    return f"\nThread {number} (Thread 0x7fc2 (LWP {7600 + number}) \"perf_analyzer\"):\n" + "\n".join(lines) + "\n"
 
 
 def test_load_workers_are_idle_only_when_every_worker_waits_to_be_resumed_with_nothing_in_flight():
-    assert PAUSED_WAIT in WARMUP_HANG_STACKS
-    assert load_workers_idle(WARMUP_HANG_STACKS)
+    assert PAUSED_WAIT in WARMUP_HANG_STACKS and WORKER_HEADER in WARMUP_HANG_STACKS
+    assert load_workers(WARMUP_HANG_STACKS) is LoadWorkers.IDLE
+    # a second worker, idle too (all three hangs of the measurement had one; a run may have more)
+    idle_too = worker_thread(13, "__pthread_cond_wait_common", "___pthread_cond_wait",
+                             "triton::perfanalyzer::RequestRateWorker::HandleExecuteOff")
+    assert load_workers(WARMUP_HANG_STACKS + idle_too) is LoadWorkers.IDLE
+    # gdb's header with several inferiors: Thread 1.8
+    assert load_workers(WARMUP_HANG_STACKS.replace("\nThread ", "\nThread 1.")) is LoadWorkers.IDLE
     # the same worker still waiting out its own requests (a sleep loop, inlined or not): one may be stuck in Triton
     waiting_out = WARMUP_HANG_STACKS.replace(PAUSED_WAIT, (
         "#3  0x00007fc314eecb23 in __GI___clock_nanosleep (clock_id=0, flags=0, req=0x7fc311e16d60) at nanosleep.c:25\n"
         "#4  0x0000556fac942a10 in triton::perfanalyzer::LoadWorker::WaitForOngoingRequests() ()\n"
         "#5  0x0000556fac96633b in triton::perfanalyzer::RequestRateWorker::HandleExecuteOff() ()"))
-    assert not load_workers_idle(waiting_out)
-    assert not load_workers_idle(waiting_out.replace(
-        "triton::perfanalyzer::LoadWorker::WaitForOngoingRequests() ()", "std::this_thread::sleep_for() ()"))
+    assert load_workers(waiting_out) is LoadWorkers.BUSY
+    assert load_workers(waiting_out.replace(
+        "triton::perfanalyzer::LoadWorker::WaitForOngoingRequests() ()", "std::this_thread::sleep_for() ()")) is LoadWorkers.BUSY
     # a worker waiting for a free context (its requests are all in flight)
-    assert not load_workers_idle(WARMUP_HANG_STACKS.replace(
-        "RequestRateWorker::HandleExecuteOff() ()", "RequestRateWorker::SleepIfNecessary() ()"))
-    # a second worker that is not paused makes the whole run undecided
-    busy = "\n\nThread 13 (LWP 7600):\n#0  __GI___clock_nanosleep ()\n#1  triton::perfanalyzer::RequestRateWorker::SleepIfNecessary() ()\n#2  triton::perfanalyzer::RequestRateWorker::Infer() ()\n"
-    assert not load_workers_idle(WARMUP_HANG_STACKS + busy)
-    assert not load_workers_idle("gdb not installed")
-    assert not load_workers_idle("ptrace: Operation not permitted.")
+    assert load_workers(WARMUP_HANG_STACKS.replace(
+        "RequestRateWorker::HandleExecuteOff() ()", "RequestRateWorker::SleepIfNecessary() ()")) is LoadWorkers.BUSY
+    # one worker idle and one still sending: busy
+    sending = worker_thread(13, "__GI___clock_nanosleep", "triton::perfanalyzer::RequestRateWorker::SleepIfNecessary")
+    assert load_workers(WARMUP_HANG_STACKS + sending) is LoadWorkers.BUSY
+    # what it cannot read gives no verdict, and never raises
+    assert load_workers("gdb not installed") is LoadWorkers.UNKNOWN
+    assert load_workers("ptrace: Operation not permitted.") is LoadWorkers.UNKNOWN
+    assert load_workers(WARMUP_HANG_STACKS.replace("\nThread ", "\nLWP ")) is LoadWorkers.UNKNOWN  # no header known
+    main_thread = WARMUP_HANG_STACKS[WARMUP_HANG_STACKS.index("\nThread 1 ("):]
+    assert load_workers(WARMUP_HANG_STACKS.replace(main_thread, "\n")) is LoadWorkers.UNKNOWN  # no main thread
+    assert load_workers("Thread 2 (LWP 1):\n  from triton::perfanalyzer::RequestRateWorker::Infer() ()\n#0 foo ()\n"
+                        "Thread 1 (LWP 2):\n#0 triton::perfanalyzer::LoadManager::WaitForWarmupAndCleanup() ()\n"
+                        ) is LoadWorkers.UNKNOWN  # a worker frame not on a frame line
+    assert load_workers("Thread 2 (LWP 1):\n#0 ?? ()\n#1 triton::perfanalyzer::RequestRateWorker::Infer() ()\n"
+                        "Thread 1 (LWP 2):\n#0 triton::perfanalyzer::LoadManager::WaitForWarmupAndCleanup() ()\n"
+                        ) is LoadWorkers.BUSY  # no perf_analyzer frame before the loop: not known idle
 
 
 def test_a_fixed_count_is_three_windows_at_the_rate_within_100_and_20000():

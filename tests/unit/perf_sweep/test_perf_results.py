@@ -97,6 +97,7 @@ def test_a_fixed_count_runs_throughput_is_its_answers_over_first_send_to_last_an
         {"timestamp": 2 * second // 3, "response_timestamps": [3 * second // 2]},
     ]}]}
     assert fixed_count_throughput(export) == pytest.approx(3 / 1.0)
+    assert fixed_count_throughput(export, batch_size=8) == pytest.approx(24 / 1.0)  # items, not requests
     assert fixed_count_throughput({"experiments": [{"requests": [{"timestamp": 5, "response_timestamps": []}]}]}) is None
     assert fixed_count_throughput({}) is None
 

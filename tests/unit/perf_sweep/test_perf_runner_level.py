@@ -1,8 +1,12 @@
-"""run_level's handling of a fixed-count perf_analyzer run that never returns.
+"""run_level's decisions around perf_analyzer 2.51's own failings: a run that never returns (measured
+once more or not) and a fixed count's rate (from the answers, not perf_analyzer's whole seconds).
 
-The decision logic only: a stand-in executable that never exits plays the hung perf_analyzer,
-and a small Prometheus text endpoint plays Triton's counters. (The real perf_analyzer against the
-real server is tests/integration/test_perf_sweep.py.)"""
+The decision logic only: stand-in executables play perf_analyzer (one never exits, one writes a
+finished run's files), a small Prometheus text endpoint plays Triton's counters, and gdb's stacks
+of a real hang are read from a file. (The real perf_analyzer against the real server is
+tests/integration/test_perf_sweep.py.)"""
+import dataclasses
+import json
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
@@ -89,17 +93,19 @@ def test_a_killed_time_window_run_is_measured_once_more_when_triton_holds_nothin
 
 
 WARMUP_HANG_STACKS = (Path(__file__).parent / "perf_analyzer_warmup_hang.gdb.txt").read_text()
+STILL_SENDING = WARMUP_HANG_STACKS.replace("RequestRateWorker::HandleExecuteOff", "RequestRateWorker::SleepIfNecessary")
 
 
-@pytest.mark.parametrize("stacks, measured_again", [
-    (WARMUP_HANG_STACKS, True),  # its workers all paused with nothing in flight: the rest was never sent
-    (WARMUP_HANG_STACKS.replace("RequestRateWorker::HandleExecuteOff", "RequestRateWorker::SleepIfNecessary"), False),
-    ("gdb not installed", False),
+@pytest.mark.parametrize("stacks, successes, measured_again, verdict", [
+    (WARMUP_HANG_STACKS, 7, True, "idle"),  # its workers all waited to be resumed: the rest was never sent
+    (STILL_SENDING, 7, False, "busy"),
+    (STILL_SENDING, 110, False, "busy"),  # all answered, yet a worker still waits on something
+    ("gdb not installed", 7, False, "unknown"),
 ])
-def test_killed_in_its_warm_up_is_measured_once_more_only_if_its_stacks_show_nothing_in_flight(
-        tmp_path, hanging_perf_analyzer, monkeypatch, stacks, measured_again):
+def test_a_killed_run_is_measured_once_more_only_if_perf_analyzers_stacks_allow_it(
+        tmp_path, hanging_perf_analyzer, monkeypatch, stacks, successes, measured_again, verdict):
     monkeypatch.setattr(runner, "thread_stacks", lambda pid: stacks)  # the stand-in has no perf_analyzer threads
-    server, url = counters_endpoint(successes=7)  # 7 of the 110 (100 + 10 warm-up) it was to send
+    server, url = counters_endpoint(successes=successes)  # of the 110 (100 + 10 warm-up) it was to send
     try:
         record, _ = run_level(sweep(url), 40, RunFolder(tmp_path / "run"), hanging_perf_analyzer, {},
                               request_count=100, timeout=0.5, fixed_reason="never stable")
@@ -108,4 +114,41 @@ def test_killed_in_its_warm_up_is_measured_once_more_only_if_its_stacks_show_not
     runs = (tmp_path / "run" / "commands.sh").read_text().count(str(hanging_perf_analyzer))
     assert runs == (2 if measured_again else 1)
     assert record.status == "failed" and ("measured again" in record.note) == measured_again
-    assert ("nothing in flight" in record.note) == measured_again
+    assert f"perf_analyzer's load workers: {verdict}" in record.note
+    evidence = (tmp_path / "run" / "raw" / "s" / "level_40_fixed.hang.txt").read_text()
+    assert f"perf_analyzer's load workers: {verdict}" in evidence.splitlines()[0]
+
+
+def answering_perf_analyzer(tmp_path, answered_within_s: float, requests: int, reported: float):
+    """A stand-in perf_analyzer that writes what 2.51 writes for a finished fixed-count run: the CSV
+    row with its own throughput (`reported`) and a profile export whose `requests` answers span
+    `answered_within_s` from the first send."""
+    export = {"experiments": [{"experiment": {"mode": "request_rate", "value": 40}, "window_boundaries": [0, 4 * 10**9],
+                               "requests": [{"timestamp": 10**9 + i, "response_timestamps": [
+                                   10**9 + int(answered_within_s * 10**9 * (i + 1) / requests)]} for i in range(requests)]}]}
+    (tmp_path / "export.json").write_text(json.dumps(export))
+    path = tmp_path / "perf_analyzer"
+    path.write_text(
+        "#!/bin/sh\n"
+        'while [ $# -gt 0 ]; do case "$1" in -f) csv="$2"; shift;; --profile-export-file) out="$2"; shift;; esac; shift; done\n'
+        f'cp "{tmp_path / "export.json"}" "$out"\n'
+        'printf "Request Rate,Inferences/Second,Client Send,Network+Server Send/Recv,Server Queue,Server Compute Input,'
+        'Server Compute Infer,Server Compute Output,Client Recv,p50 latency,p90 latency,p95 latency,p99 latency,Avg latency,'
+        f'request/response,response wait\\n40,{reported},13,421,110,33,655,209,2,1285,2425,2498,2829,1446,15,1417\\n" > "$csv"\n'
+        f'echo "  Client:\n    Request count: {requests}"\n')
+    path.chmod(0o755)
+    return path
+
+
+@pytest.mark.parametrize("batch_size", [1, 4])
+def test_a_fixed_count_level_is_rated_from_its_answers_not_perf_analyzers_whole_seconds(tmp_path, batch_size):
+    perf_analyzer = answering_perf_analyzer(tmp_path, answered_within_s=2.5, requests=100, reported=25.0)
+    level = dataclasses.replace(sweep(None), batch_size=batch_size)
+    record, latencies = run_level(level, 40, RunFolder(tmp_path / "run"), perf_analyzer, {},
+                                  request_count=100, fixed_reason="never stable")
+    assert record.status == "unstable" and len(latencies) == 100
+    assert record.throughput == pytest.approx(40.0 * batch_size)  # 100 answers in 2.5 s
+    assert "perf_analyzer's own 25.0 infer/s" in record.note
+    # a time-window level keeps perf_analyzer's own figure
+    record, _ = run_level(level, 40, RunFolder(tmp_path / "windows"), perf_analyzer, {})
+    assert record.status == "ok" and record.throughput == 25.0 and "export's answers" not in record.note
