@@ -160,6 +160,18 @@ def _run_perf_analyzer(argv: list[str], env: Mapping[str, str], limit: float, sw
         return stdout + f"\n[perf_sweep] no result after {limit:.0f} s: perf_analyzer killed; {hang.summary}", -9, hang
 
 
+def _read_export(path: Path, batch_size: int, fixed_count: bool) -> tuple[list[float], float | None]:
+    """The level's per-request latencies (ms) from its profile export and, for a fixed count, its
+    throughput from the answers (`results.fixed_count_throughput`); the file is then slimmed to
+    timestamps. ([], None) when perf_analyzer wrote none."""
+    if not path.exists():
+        return [], None
+    export = json.loads(path.read_text())
+    path.write_text(json.dumps(slim_profile_export(export)))
+    return (latencies_from_profile_export(export),
+            fixed_count_throughput(export, batch_size) if fixed_count else None)
+
+
 def run_level(sweep: SweepSpec, level: float, folder: RunFolder, perf_analyzer: Path, env: Mapping[str, str],
               request_count: int | None = None, timeout: float | None = None,
               fixed_reason: str | None = None, remeasured: str = "") -> tuple[PerfRecord, list[float]]:
@@ -186,13 +198,7 @@ def run_level(sweep: SweepSpec, level: float, folder: RunFolder, perf_analyzer: 
     after = scrape_metrics(sweep.metrics_url)
     (out / f"level_{tag}.stdout.txt").write_text(f"$ {shlex.join(argv)}\n# exit code {returncode}\n{stdout}")
     server = server_metrics_delta(before, after, sweep.model) if before and after else None
-    latencies: list[float] = []
-    answer_rate = None  # a fixed count's throughput, from its answers (results.fixed_count_throughput)
-    if export_path.exists():
-        export = json.loads(export_path.read_text())
-        latencies = latencies_from_profile_export(export)
-        answer_rate = fixed_count_throughput(export, sweep.batch_size) if request_count else None
-        export_path.write_text(json.dumps(slim_profile_export(export)))
+    latencies, answer_rate = _read_export(export_path, sweep.batch_size, fixed_count=bool(request_count))
     record = record_from_outputs(
         sweep=sweep.name, model=sweep.model, variant=sweep.variant, mode=sweep.mode.value, load=level,
         batch_size=sweep.batch_size, command=argv, csv_text=csv_path.read_text() if csv_path.exists() else None,
@@ -208,7 +214,7 @@ def run_level(sweep: SweepSpec, level: float, folder: RunFolder, perf_analyzer: 
             and hung_in_perf_analyzer(hang.answered, hang.failed, hang.queued, expected, hang.workers)):
         return run_level(sweep, level, folder, perf_analyzer, env, request_count=request_count, timeout=limit,
                          fixed_reason=fixed_reason, remeasured=(
-                             f"measured again: the first run was killed after {limit:.0f} s while Triton had nothing "
+                             f"measured again: the first run was killed after {limit:.0f} s with nothing "
                              f"outstanding ({hang.summary}; plan.hung_in_perf_analyzer)"))
     record = dataclasses.replace(record, stalled=sum(latency >= STALL_MS for latency in latencies))
     if answer_rate is not None and record.status != "failed":
