@@ -26,14 +26,14 @@ from typing import Callable, Mapping
 
 from perf_sweep.errors import SweepRunError
 from perf_sweep.plan import (
+    LoadWorkers,
     SweepSpec,
     find_perf_analyzer,
     fixed_count_timeout_s,
     fixed_request_count,
     hung_in_perf_analyzer,
-    LoadWorkers,
-    load_workers,
     level_timeout_s,
+    load_workers,
     perf_analyzer_environment,
     render_perf_analyzer_command,
 )
@@ -140,6 +140,8 @@ def thread_stacks(pid: int) -> str:
                               capture_output=True, text=True, timeout=30)
     except subprocess.TimeoutExpired:
         return "gdb took over 30 s"
+    except OSError as exc:  # evidence only: never let it cost the level
+        return f"gdb did not run: {exc}"
     return done.stdout if "\nThread " in done.stdout else f"{done.stdout}\n{done.stderr}".strip()
 
 
