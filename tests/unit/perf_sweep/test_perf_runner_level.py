@@ -54,15 +54,21 @@ def sweep(metrics_url):
                      measurement=Measurement(warmup_requests=10), metrics_url=metrics_url)
 
 
-def test_killed_after_the_server_answered_everything_is_measured_once_more(tmp_path, hanging_perf_analyzer):
-    server, url = counters_endpoint(successes=110)
+def killed_level(tmp_path, perf_analyzer, successes, failures=0, request_count=100):
+    """One level against the never-exiting stand-in with Triton's counters at `successes`/`failures`
+    (a fixed count of 100 + 10 warm-up, or time windows with `request_count=None`): (record, runs)."""
+    server, url = counters_endpoint(successes, failures)
     try:
-        record, _ = run_level(sweep(url), 40, RunFolder(tmp_path / "run"), hanging_perf_analyzer, {},
-                              request_count=100, timeout=0.5, fixed_reason="never stable")
+        record, _ = run_level(sweep(url), 40, RunFolder(tmp_path / "run"), perf_analyzer, {}, request_count=request_count,
+                              timeout=0.5, fixed_reason="never stable" if request_count else None)
     finally:
         server.shutdown()
-    commands = (tmp_path / "run" / "commands.sh").read_text()
-    assert commands.count(str(hanging_perf_analyzer)) == 2  # the first run and exactly one more
+    return record, (tmp_path / "run" / "commands.sh").read_text().count(str(perf_analyzer))
+
+
+def test_killed_after_the_server_answered_everything_is_measured_once_more(tmp_path, hanging_perf_analyzer):
+    record, runs = killed_level(tmp_path, hanging_perf_analyzer, successes=110)
+    assert runs == 2  # the first run and exactly one more
     assert record.status == "failed" and "measured again" in record.note and "perf_analyzer killed" in record.note
     # before each kill: Triton's counters and perf_analyzer's stacks (gdb, where installed) beside the output
     evidence = (tmp_path / "run" / "raw" / "s" / "level_40_fixed.hang.txt").read_text()
@@ -72,23 +78,14 @@ def test_killed_after_the_server_answered_everything_is_measured_once_more(tmp_p
 @pytest.mark.parametrize("successes, failures", [(109, 0), (110, 1)])
 def test_killed_with_a_request_unanswered_or_failed_stays_failed_without_a_second_run(
         tmp_path, hanging_perf_analyzer, successes, failures):
-    server, url = counters_endpoint(successes, failures)
-    try:
-        record, _ = run_level(sweep(url), 40, RunFolder(tmp_path / "run"), hanging_perf_analyzer, {},
-                              request_count=100, timeout=0.5, fixed_reason="never stable")
-    finally:
-        server.shutdown()
-    assert (tmp_path / "run" / "commands.sh").read_text().count(str(hanging_perf_analyzer)) == 1
+    record, runs = killed_level(tmp_path, hanging_perf_analyzer, successes, failures)
+    assert runs == 1
     assert record.status == "failed" and "measured again" not in record.note
 
 
 def test_a_killed_time_window_run_is_measured_once_more_when_triton_holds_nothing(tmp_path, hanging_perf_analyzer):
-    server, url = counters_endpoint(successes=35)
-    try:
-        record, _ = run_level(sweep(url), 40, RunFolder(tmp_path / "run"), hanging_perf_analyzer, {}, timeout=0.5)
-    finally:
-        server.shutdown()
-    assert (tmp_path / "run" / "commands.sh").read_text().count(str(hanging_perf_analyzer)) == 2
+    record, runs = killed_level(tmp_path, hanging_perf_analyzer, successes=35, request_count=None)
+    assert runs == 2
     assert record.status == "failed" and "measured again" in record.note
 
 
@@ -105,13 +102,7 @@ STILL_SENDING = WARMUP_HANG_STACKS.replace("RequestRateWorker::HandleExecuteOff"
 def test_a_killed_run_is_measured_once_more_only_if_perf_analyzers_stacks_allow_it(
         tmp_path, hanging_perf_analyzer, monkeypatch, stacks, successes, measured_again, verdict):
     monkeypatch.setattr(runner, "thread_stacks", lambda pid: stacks)  # the stand-in has no perf_analyzer threads
-    server, url = counters_endpoint(successes=successes)  # of the 110 (100 + 10 warm-up) it was to send
-    try:
-        record, _ = run_level(sweep(url), 40, RunFolder(tmp_path / "run"), hanging_perf_analyzer, {},
-                              request_count=100, timeout=0.5, fixed_reason="never stable")
-    finally:
-        server.shutdown()
-    runs = (tmp_path / "run" / "commands.sh").read_text().count(str(hanging_perf_analyzer))
+    record, runs = killed_level(tmp_path, hanging_perf_analyzer, successes)  # of the 110 it was to send
     assert runs == (2 if measured_again else 1)
     assert record.status == "failed" and ("measured again" in record.note) == measured_again
     assert f"perf_analyzer's load workers: {verdict}" in record.note
