@@ -18,6 +18,13 @@ TWO_PRIORITY_LEVELS = {
     "realtime": {"level": 1, "max_queue_size": 4, "default_timeout_microseconds": 1000},
     "batch": {"level": 2, "max_queue_size": 8, "default_timeout_microseconds": 5000},
 }
+#: gdb's `thread apply all bt` of a real perf_analyzer 2.51 that never left its warm-up (Poisson 40 req/s, 10
+#: warm-up requests, 7 answered; docs/measurements/2026-12-05-intel-xeon/perf-analyzer-2.51/): the main thread
+#: joins the load workers, the last worker waits to be resumed with nothing in flight.
+PERF_ANALYZER_WARMUP_HANG = (Path(__file__).parent / "unit/perf_sweep/perf_analyzer_warmup_hang.gdb.txt").read_text()
+#: The same, with that worker still waiting for its schedule's next slot (a request of its own may be in flight).
+PERF_ANALYZER_STILL_SENDING = PERF_ANALYZER_WARMUP_HANG.replace(
+    "RequestRateWorker::HandleExecuteOff() ()", "RequestRateWorker::SleepIfNecessary() ()")
 
 
 def free_ports(count: int) -> list[int]:

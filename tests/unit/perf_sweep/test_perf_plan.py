@@ -3,8 +3,10 @@ from pathlib import Path
 
 import pytest
 
+from conftest import PERF_ANALYZER_STILL_SENDING, PERF_ANALYZER_WARMUP_HANG
 from perf_sweep.errors import SweepPlanError
 from perf_sweep.plan import (
+    LoadWorkers,
     LoadMode,
     Measurement,
     RequestParameter,
@@ -12,7 +14,6 @@ from perf_sweep.plan import (
     concurrency_levels,
     fixed_count_timeout_s,
     fixed_request_count,
-    LoadWorkers,
     hung_in_perf_analyzer,
     load_workers,
     perf_analyzer_environment,
@@ -116,9 +117,7 @@ def test_a_killed_run_is_perf_analyzers_own_hang_only_if_the_server_shows_nothin
     assert not hung_in_perf_analyzer(answered=7, failed=0, queued=1, expected=110, workers=LoadWorkers.IDLE)
 
 
-#: gdb's stacks of a real perf_analyzer 2.51 that never left its warm-up (Poisson 40 req/s, 10 warm-up
-#: requests, 7 answered): the main thread joins the workers, the last worker waits to be resumed.
-WARMUP_HANG_STACKS = (Path(__file__).parent / "perf_analyzer_warmup_hang.gdb.txt").read_text()
+WARMUP_HANG_STACKS = PERF_ANALYZER_WARMUP_HANG
 PAUSED_WAIT = """#3  0x00007fc314ea65d8 in __pthread_cond_wait_common (abstime=0x0, clockid=0, mutex=0x556fd57036b0, cond=0x556fd5703680) at ./nptl/pthread_cond_wait.c:503
 #4  ___pthread_cond_wait (cond=0x556fd5703680, mutex=0x556fd57036b0) at ./nptl/pthread_cond_wait.c:618
 #5  0x0000556fac96633b in triton::perfanalyzer::RequestRateWorker::HandleExecuteOff() ()"""
@@ -150,8 +149,7 @@ def test_load_workers_are_idle_only_when_every_worker_waits_to_be_resumed_with_n
     assert load_workers(waiting_out.replace(
         "triton::perfanalyzer::LoadWorker::WaitForOngoingRequests() ()", "std::this_thread::sleep_for() ()")) is LoadWorkers.BUSY
     # a worker waiting for a free context (its requests are all in flight)
-    assert load_workers(WARMUP_HANG_STACKS.replace(
-        "RequestRateWorker::HandleExecuteOff() ()", "RequestRateWorker::SleepIfNecessary() ()")) is LoadWorkers.BUSY
+    assert load_workers(PERF_ANALYZER_STILL_SENDING) is LoadWorkers.BUSY
     # one worker idle and one still sending: busy
     sending = worker_thread(13, "__GI___clock_nanosleep", "triton::perfanalyzer::RequestRateWorker::SleepIfNecessary")
     assert load_workers(WARMUP_HANG_STACKS + sending) is LoadWorkers.BUSY

@@ -8,13 +8,12 @@ tests/integration/test_perf_sweep.py.)"""
 import dataclasses
 import json
 from http.server import BaseHTTPRequestHandler
-from pathlib import Path
 
 import pytest
 
-from conftest import serve_loopback_http
-from perf_sweep.plan import Measurement, SweepSpec
+from conftest import PERF_ANALYZER_STILL_SENDING, PERF_ANALYZER_WARMUP_HANG, serve_loopback_http
 from perf_sweep import runner
+from perf_sweep.plan import Measurement, SweepSpec
 from perf_sweep.runner import RunFolder, run_level
 
 
@@ -89,14 +88,10 @@ def test_a_killed_time_window_run_is_measured_once_more_when_triton_holds_nothin
     assert record.status == "failed" and "measured again" in record.note
 
 
-WARMUP_HANG_STACKS = (Path(__file__).parent / "perf_analyzer_warmup_hang.gdb.txt").read_text()
-STILL_SENDING = WARMUP_HANG_STACKS.replace("RequestRateWorker::HandleExecuteOff", "RequestRateWorker::SleepIfNecessary")
-
-
 @pytest.mark.parametrize("stacks, successes, measured_again, verdict", [
-    (WARMUP_HANG_STACKS, 7, True, "idle"),  # its workers all waited to be resumed: the rest was never sent
-    (STILL_SENDING, 7, False, "busy"),
-    (STILL_SENDING, 110, False, "busy"),  # all answered, yet a worker still waits on something
+    (PERF_ANALYZER_WARMUP_HANG, 7, True, "idle"),  # its workers all waited to be resumed: the rest was never sent
+    (PERF_ANALYZER_STILL_SENDING, 7, False, "busy"),
+    (PERF_ANALYZER_STILL_SENDING, 110, False, "busy"),  # all answered, yet a worker still waits on something
     ("gdb not installed", 7, False, "unknown"),
 ])
 def test_a_killed_run_is_measured_once_more_only_if_perf_analyzers_stacks_allow_it(
