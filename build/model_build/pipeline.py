@@ -1,6 +1,6 @@
 """Run the build for every model the serving configuration names, skipping work that is current.
 
-Each model has a recipe (see `recipes.py`): `build` does the heavy work (train/export/quantize/
+Each model has a recipe (see `recipes/registry.py`): `build` does the heavy work (train/export/quantize/
 validate) into `artifacts/<model>/` and returns a JSON-able record; `install` copies the served
 variant into `model_repository/` and renders its config. A build is skipped when its fingerprint
 (recipe code, the model's settings, library versions) matches the one stored with its record and

@@ -1,4 +1,4 @@
-"""`python -m model_client embed ...`: embed plain text with the served text ensemble.
+"""`python -m model_client embed ...`: embed plain text with the served text embedder.
 
 Examples:
   python -m model_client embed --text "How do I serve a model?" --text "Triton serves models."

@@ -1,6 +1,6 @@
-"""Sentence embeddings from the served text ensemble: plain text in, vectors and their norms out.
+"""Sentence embeddings from the served text embedder: plain text in, vectors and their norms out.
 
-The `text_embedder` ensemble tokenizes on the server, so a client sends UTF-8 strings (input
+`text_embedder` tokenizes on the server (tokenizer and encoder in one model), so a client sends UTF-8 strings (input
 `TEXT`, shape [N, 1], BYTES) over HTTP or gRPC and gets `embedding` FP32 [N, 384] back. Names come
 from the server's model metadata, not from this file. The model L2-normalises inside its graph,
 so every norm is 1 within float32 rounding; the norms are returned so callers can check that.

@@ -3,8 +3,9 @@
 Pure functions of the parsed serving.toml and the partition plan `contracts.partition_plan` makes
 for one node of `[kubernetes] node_cpus` CPUs, so a partition gets the same whole cores, ONNX
 Runtime threads, ports and (on a GPU) MPS limits in a pod as on a host. The tritonserver arguments
-come from the launcher's own `partition_server_settings`; only the admin key differs: a placeholder
-that the pod expands from a Secret (`$(TRITON_ADMIN_KEY)`), so no key is ever rendered.
+come from the launcher's own `partition_server_settings`; three differ: the admin key, a placeholder
+that the pod expands from a Secret (`$(TRITON_ADMIN_KEY)`), so no key is ever rendered, and strict
+readiness and exit-on-error (`server_args` says why).
 """
 from __future__ import annotations
 

@@ -3,8 +3,7 @@
 Used on both sides of the build/serving boundary: the build installs an artifact into the model
 repository only when its bytes differ (`model_build.pipeline.install_file`), and batch sizing
 reuses its memory measurements only while the ONNX file is the same one
-(`model_build.sizing.batch_sizing`). It lives in `serving` because the build depends on serving, never the
-reverse.
+(`model_build.sizing.batch_sizing`). It lives in `contracts`, the bottom layer both import.
 """
 from __future__ import annotations
 

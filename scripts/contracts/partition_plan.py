@@ -3,10 +3,10 @@
 Each `[partitions.<name>]` in serving.toml becomes one tritonserver process with a compute share,
 a memory cap and its own ports. What a share *means* depends on the host (the mechanism):
 
-- CPU shares (no NVIDIA GPU; `[placement] cpu = "shares"`, the default): every partition may use
-  every core and the share is its weight when partitions compete (serving.runtime.cpu_shares); ONNX
-  Runtime's thread budget is the host's core count, split between a model's instances by the
-  backend (one source of truth: no thread count is typed anywhere else).
+- CPU shares (no NVIDIA GPU; `[placement] cpu = "shares"`): every partition may use every core and
+  the share is its weight when partitions compete (serving.runtime.cpu_shares); each model instance
+  runs one ONNX Runtime thread per core (`PlannedPartition.intra_op_threads`, the one source: no
+  thread count is typed anywhere else).
 - CPU sets (`[placement] cpu = "cpu_sets"`): the share becomes a set of whole cores the process is
   pinned to, and the thread budget is the size of that set.
 - Elastic CPU sets (`"elastic"`, the default): the same home cores, lent by an idle partition to

@@ -2,7 +2,7 @@
 
 Why both: a user at a terminal wants to tell work from a hang (the text encoder's sensitivity
 search runs minutes); a CI log wants short, greppable lines, not carriage-return animations.
-tqdm (pinned in requirements/base.txt) draws the bar; off a terminal each step prints
+tqdm (pinned in requirements/constraints.txt) draws the bar; off a terminal each step prints
 `[<what>] <i>/<n> <item> (<elapsed> s, ETA <s> s)`.
 """
 from __future__ import annotations

@@ -7,7 +7,7 @@ fixed boundaries (e.g. 16, 24, 32, 48, 64, 96, 128) and pads each bucket only to
 price of one framework call per non-empty bucket (at most len(boundaries) calls per batch).
 
 The same functions run inside the `onnxruntime_cpu` backend (so what is served is what is
-measured), in the padding report (scripts/serving/padding_report.py) and in the unit tests.
+measured), in the padding report (scripts/perf_sweep/padding_report.py) and in the unit tests.
 Pure: numpy in, numpy out.
 """
 from __future__ import annotations
@@ -73,7 +73,7 @@ def default_bucket_boundaries(max_length: int, smallest: int = SMALLEST_BUCKET) 
     A bucket then pads a row by at most a third of its length (a half with powers of two alone),
     for at most 7 framework calls per batch. On documentation sentences in batches of 32 this kept
     89% of the encoder's work real versus 78% with powers of two, and ran faster in ONNX Runtime
-    (scripts/serving/padding_report.py).
+    (scripts/perf_sweep/padding_report.py).
     """
     if max_length < 1 or smallest < 1:
         raise ConfigError(f"`max_length` = {max_length} and `smallest` = {smallest} must be >= 1.")

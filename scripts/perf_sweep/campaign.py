@@ -3,7 +3,7 @@
 Order of work: read run/manifest.json (where each model is served) and serving.toml (what it is);
 per model, ask the server for its inputs and generate production-like input files; run a
 concurrency sweep, find its knee, then a Poisson request-rate sweep planned around the measured
-peak; the in-process limit of each swept text ensemble (see `text_limit.py`); then the A/B block
+peak; the in-process limit of each swept text model (fused or ensemble) (see `text_limit.py`); then the A/B block
 (see `ab.py`) for the main model; finally results.json (`contracts.perf_results`) and report.md in
 reports/perf/<timestamp>/.
 Headlines start with each model's served throughput as a fraction of its in-process limit.

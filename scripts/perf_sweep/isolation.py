@@ -1,7 +1,7 @@
 """Partitioned vs shared: does a saturated neighbour model hurt the main model's latency?
 
-Partitioned: the running servers from the manifest (each partition its own tritonserver pinned to
-its own cores). Shared: one temporary tritonserver, unpinned, serving both models with every core.
+Partitioned: the running servers from the manifest (each partition its own tritonserver on its own
+home cores; under the default elastic placement an idle neighbour lends its cores). Shared: one temporary tritonserver, unpinned, serving both models with every core.
 In both, the main model gets the same Poisson load twice -- alone, then while the neighbour (a model
 of another partition) is flooded by the open-loop client -- and P99 is compared.
 """

@@ -27,7 +27,25 @@ from serving.runtime.supervisor import RestartPolicy, read_supervisor_state, run
 from contracts.command_line import run_subcommand
 
 DEFAULT_CONFIG = PROJECT_ROOT / "model_repository" / "serving.toml"
-#: Written by the single-server launcher before partitions existed; still honoured by `stop`.
+
+#: What a partition's compute share means on a host without a GPU, per mechanism (`serve` prints it).
+CPU_PLACEMENT_LINES = {
+    Mechanism.CPU_SHARES: "CPU shares: every partition may use every core, its compute_share is its weight when they compete",
+    Mechanism.CPU_SETS: "partitions are pinned CPU sets, never lent",
+    Mechanism.ELASTIC_CPU_SETS: "partitions are pinned to their home cores and an idle one lends its cores to the busy ones",
+}
+
+
+def partition_share(mechanism: str, part: dict) -> str:
+    """How one partition of the manifest shares the machine, as `serve` prints it: its cores (and
+    weight) on CPU, its MPS limits on a GPU."""
+    if mechanism == Mechanism.CPU_SETS.value:
+        return f"cpus {part['cpus']}"
+    if mechanism == Mechanism.ELASTIC_CPU_SETS.value:
+        return f"home cpus {part['cpus']} (elastic)"
+    if mechanism == Mechanism.CPU_SHARES.value:
+        return f"cpus {part['cpus']} weight {part['compute_share']}%"
+    return f"MPS {part.get('mps', {})}"
 
 
 def _overrides(args: argparse.Namespace) -> dict:
@@ -58,9 +76,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
           + (f"the key from {admin_key.source}" if admin_key else
              "a one-off key (no TRITON_ADMIN_KEY, no key file): create one with `make admin-key`"))
     if not gpu.present:
-        how = ("CPU shares: every partition may use every core, its compute_share is its weight when they compete"
-               if plan.mechanism is Mechanism.CPU_SHARES else "partitions are pinned CPU sets")
-        print(f"[serve] {gpu.detail}: {how}; CUDA MPS is not started")
+        print(f"[serve] {gpu.detail}: {CPU_PLACEMENT_LINES.get(plan.mechanism, plan.mechanism.value)}; CUDA MPS is not started")
     else:
         print(f"[serve] {gpu.detail}: starting the CUDA MPS control daemon (pipe and logs under {_short(layout.mps_pipe.parent)})")
     extra = (["--cpu-sets"] if args.cpu_sets else []) + list(args.supervise_arg)
@@ -70,8 +86,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     print(f"[serve] supervisor log: {_short(layout.supervisor_log)}; waiting for {len(plan.partitions)} partition(s)")
     manifest = start_supervisor(Path(args.config).resolve(), repository, layout, timeout_s=args.timeout, extra_args=extra)
     for name, part in manifest["partitions"].items():
-        share = {"cpu_sets": f"cpus {part['cpus']}", "cpu_shares": f"cpus {part['cpus']} weight {part['compute_share']}%"}.get(
-            manifest["mechanism"], f"MPS {part.get('mps', {})}")
+        share = partition_share(manifest["mechanism"], part)
         print(f"[serve] {name}: ready pid {part['pid']} HTTP {part['http']} gRPC {part['grpc']} metrics {part['metrics']} "
               f"{share} threads {part['intra_op_threads']} memory {part['memory_mb']} MiB models {part['models']}")
     state = read_supervisor_state(layout)

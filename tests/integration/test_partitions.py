@@ -21,7 +21,7 @@ from conftest import REPOSITORY, free_ports, poll_until
 from contracts.supervisor_state import PartitionStatus, read_supervisor_state
 from partition_probe import QUIET_MODEL, measure_noisy_neighbour, two_partition_config
 
-# Latency ratios and timing bounds: `make test` runs this file alone, after the parallel phase.
+# Latency ratios and timing bounds: must not run beside another test process (`make test` runs one).
 pytestmark = [pytest.mark.server, pytest.mark.alone]
 
 #: A noisy neighbour may raise the quiet partition's P99 by at most this factor: issue 10's target.

@@ -4,7 +4,7 @@ Static INT8 needs activation ranges, and ranges come from the data the model is 
 calibrating. A small set drawn at random can miss a class (classifier) or the long sequences
 (embedder) and so under-estimate a range; a stratified set draws from every stratum in proportion
 to its share of the training data. Both samplers are here, with the same size and seed, so the
-build report can compare them (`calibration_study.py`).
+build report can compare them (the study in `model_build/reports/benchmark.py`).
 
 The functions only ever see training rows: they return positions into the arrays the caller
 passes, and the recipes pass training data only (digits: `splits.train_*`; text: the corpus'

@@ -16,7 +16,7 @@ Outputs: logits [B, V] float32, new_key / new_value [L, B, H, T, D] float32 (pos
 The module mirrors transformers' LlamaForCausalLM (RMSNorm, rotary embedding computed from the
 position ids in float32 as transformers does, grouped-query attention, SwiGLU MLP, tied LM head)
 and takes its weights from the transformers model loaded from the GGUF file, so the reference
-comparison in `llm_validate` checks the export and the cache handling, not two weight loaders.
+comparison in `model_build.llm.validate` checks the export and the cache handling, not two weight loaders.
 """
 from __future__ import annotations
 

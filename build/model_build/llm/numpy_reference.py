@@ -1,7 +1,7 @@
 """The decoder step in plain numpy, from the exported graph's own weights: the speed baseline.
 
 Why: the engine's heavy compute runs in ONNX Runtime; this is what it would cost without it (same
-math as llm_graph.DecoderStep, numpy matmuls on the same FP32 weights), and a second, independent
+math as model_build.llm.graph.DecoderStep, numpy matmuls on the same FP32 weights), and a second, independent
 check of the exported graph's logits. Decode steps only (one new token per row).
 """
 from __future__ import annotations

@@ -3,9 +3,9 @@
 build (cached like every recipe; about 2-3 minutes on the 2-core EPYC):
   1. read the GGUF header (architecture, special tokens, pre-tokenizer, chat template);
   2. load tokenizer and model with transformers (offline; Q4_1/Q8_0 dequantized to FP32);
-  3. write tokenizer.json with the `smollm` pre-tokenizer restored (llm_source) and check round trips;
-  4. export the decoder-step graph (llm_graph) to decoder_step.onnx;
-  5. validate the served runtime against transformers (llm_validate): >= 20 prompts greedy-identical
+  3. write tokenizer.json with the `smollm` pre-tokenizer restored (llm/source.py) and check round trips;
+  4. export the decoder-step graph (llm/graph.py) to decoder_step.onnx;
+  5. validate the served runtime against transformers (llm/validate.py): >= 20 prompts greedy-identical
      for 32 tokens, logits within LOGIT_TOLERANCE (the reference runs the prompts as one batch and is
      checked against one prompt run alone); measure INT8 KV fidelity (per-head, per-token scales);
      time ONNX Runtime vs plain numpy; measure the engine's resident memory (for KV sizing).

@@ -1,4 +1,4 @@
-"""The `int8_mixed` variant of the text encoder (called from recipe_text's variant call site).
+"""The `int8_mixed` variant of the text encoder (called from recipes/text.py's variant call site).
 
 Calibration texts come from the corpus' TRAIN split only, stratified by sequence length (token
 counts after truncation) so short and long sentences are both represented; evaluation (layer
@@ -49,7 +49,7 @@ def text_int8_inputs(model: ModelSpec, workdir: Path, fp32_path: Path, settings:
 
 def build_text_int8_mixed(model: ModelSpec, workdir: Path, fp32_path: Path) -> dict[str, dict[str, Any]]:
     """{variant: record} for int8_mixed and the two TensorRT input graphs."""
-    settings = Int8Settings()  # recipe_text's options table admits only its own keys: INT8 defaults
+    settings = Int8Settings()  # recipes/text.py's options table admits only its own keys: INT8 defaults
     result = build_int8_mixed(text_int8_inputs(model, workdir, fp32_path, settings), settings)
     result.variants["int8_mixed"]["report_section"] = result.report_section
     result.variants["int8_mixed"]["files"] = result.files

@@ -1,4 +1,4 @@
-"""Install the text embedder as three Triton models, so clients send plain text.
+"""The text embedder's four recipes; `text_pipeline` is the one served, so clients send plain text.
 
 * `minilm_encoder` (e.g. `text_encoder`): the ONNX graph served by the `onnxruntime_cpu` backend
   with ragged batching (texts of different lengths share a dynamic batch) and sequence-length
@@ -11,7 +11,7 @@
 * `text_pipeline` (e.g. `text_embedder`, what is served): the same TEXT -> embedding in ONE model,
   the `onnxruntime_cpu` backend with its text front-end (serving/backend/text_frontend.py): tokenizer and
   encoder run in one execution, so a request pays one batching decision and one Python-backend
-  round trip instead of the ensemble's two (docs/performance.md has the measurement).
+  round trip instead of the ensemble's two (with a batching window, the ensemble paid it twice).
 
 The tokenizer and ensemble recipes build nothing themselves; they name the encoder in
 `options.encoder` (and the ensemble its tokenizer in `options.tokenizer`), and installing them

@@ -1,6 +1,7 @@
 """Triton Python model `text_tokenizer`: UTF-8 strings in, the encoder's token tensors out.
 
-The first step of the `text_embedder` ensemble, so clients send plain text. It uses the Hugging
+A standalone tokenizer model (text in, token ids out); the served `text_embedder` runs the same
+front-end (serving/backend/text_frontend.py) inside its one model. It uses the Hugging
 Face `tokenizers` library and the tokenizer.json that `make build-engines` copies next to this
 file (the one the encoder was exported and validated with).
 

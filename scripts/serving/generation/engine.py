@@ -1,7 +1,7 @@
 """Run the scheduler's steps: ONNX Runtime computes, the project's block pool holds the KV cache.
 
 `DecoderGraph` is the thin ONNX Runtime wrapper around the exported decoder-step graph
-(build/model_build/llm_graph.py documents its tensors). `GenerationEngine` does one scheduler step
+(build/model_build/llm/graph.py documents its tensors). `GenerationEngine` does one scheduler step
 per `step()` call: all decoding sequences
 share one batched graph call (padded to the longest past, masked by `past_length`); the step's prefill chunks
 share another (padded to the longest chunk). New K/V go

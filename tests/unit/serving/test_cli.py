@@ -1,0 +1,18 @@
+"""What `python -m serving serve` prints about how each partition shares the machine."""
+from contracts.partition_plan import Mechanism
+from serving.cli import CPU_PLACEMENT_LINES, partition_share
+
+PART = {"cpus": [0], "compute_share": 50, "mps": {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "50"}}
+
+
+def test_each_mechanism_names_its_own_share_and_only_a_gpu_host_shows_mps():
+    assert partition_share(Mechanism.ELASTIC_CPU_SETS.value, PART) == "home cpus [0] (elastic)"
+    assert partition_share(Mechanism.CPU_SETS.value, PART) == "cpus [0]"
+    assert partition_share(Mechanism.CPU_SHARES.value, PART) == "cpus [0] weight 50%"
+    assert partition_share(Mechanism.CUDA_MPS.value, PART) == "MPS {'CUDA_MPS_ACTIVE_THREAD_PERCENTAGE': '50'}"
+
+
+def test_every_cpu_mechanism_has_its_own_line():
+    cpu_mechanisms = [m for m in Mechanism if m is not Mechanism.CUDA_MPS]
+    assert set(CPU_PLACEMENT_LINES) == set(cpu_mechanisms)
+    assert len(set(CPU_PLACEMENT_LINES.values())) == len(cpu_mechanisms)
