@@ -64,17 +64,23 @@ class AsyncTritonModelClient:
     async def __aexit__(self, *exc) -> None:
         await self.close()
 
+    async def _classified(self, model: str, awaitable):
+        """Await `awaitable`, its errors classified; a timeout of the transport itself (aiohttp's
+        `network_timeout_s`) is one of them, told apart from the caller's deadline in `_call`."""
+        try:
+            return await awaitable
+        except Exception as exc:  # tritonclient raises its own and transport errors
+            raise classify_triton_error(exc, self.url, model) from None
+
     async def _call(self, model: str, client_timeout_s: float | None, awaitable):
         """Await `awaitable`, its errors classified; within `client_timeout_s` when given (over gRPC the
         call also carries it as its own deadline)."""
+        if client_timeout_s is None:
+            return await self._classified(model, awaitable)
         try:
-            if client_timeout_s is None:
-                return await awaitable
-            return await asyncio.wait_for(awaitable, max(client_timeout_s, 0.001))
-        except asyncio.TimeoutError:
+            return await asyncio.wait_for(self._classified(model, awaitable), max(client_timeout_s, 0.001))
+        except asyncio.TimeoutError:  # only wait_for's own: the awaitable's timeouts are classified above
             raise deadline_error(self.url, model, client_timeout_s) from None
-        except Exception as exc:  # tritonclient raises its own and transport errors
-            raise classify_triton_error(exc, self.url, model) from None
 
     async def interface(self, model: str, client_timeout_s: float | None = None) -> ModelInterface:
         """The model's inputs and outputs (fetched once; within `client_timeout_s` when given)."""
@@ -98,11 +104,25 @@ class AsyncTritonModelClient:
         return {n: result.as_numpy(n) for n in call.output_names}
 
 
+#: Requests of one split call in flight at once (`AsyncResilientClient.parts_in_flight`): 4 x 8 items
+#: at the batch level (serving.toml's max_request_batch_size). Why a bound: all at once, one call of
+#: 2,048+ items filled the model's whole batch queue (256 requests) by itself and then failed on the
+#: rejections it caused; the blocking client sends its parts one after another.
+DEFAULT_PARTS_IN_FLIGHT = 4
+
+
 class AsyncResilientClient(ResilientClientBase):
-    """`ResilientClient` for asyncio: retries sleep with `asyncio.sleep`, other calls go on."""
+    """`ResilientClient` for asyncio: retries sleep with `asyncio.sleep`, other calls go on; the
+    requests a large call is split into go at most `parts_in_flight` at a time."""
 
     default_client_factory = AsyncTritonModelClient
     default_sleep = staticmethod(asyncio.sleep)
+
+    def __init__(self, *args, parts_in_flight: int = DEFAULT_PARTS_IN_FLIGHT, **kwargs):
+        super().__init__(*args, **kwargs)
+        if isinstance(parts_in_flight, bool) or not isinstance(parts_in_flight, int) or parts_in_flight < 1:
+            raise ClientError(f"parts_in_flight = {parts_in_flight!r}: allowed an integer >= 1.")
+        self.parts_in_flight = parts_in_flight
 
     async def close(self) -> None:
         for client in self._clients.values():
@@ -119,10 +139,16 @@ class AsyncResilientClient(ResilientClientBase):
                     timeout_us: int | None = None) -> InferenceOutcome:
         start = self._clock()
         plan = plan_call(model, inputs, priority, self.limits, self.fallback)
-        # The parts of one call go concurrently (each is its own request in the server's queue), all
-        # within the call's one deadline; when one fails, the others are cancelled, not left retrying.
-        tasks = [asyncio.ensure_future(self._request(plan, slice_inputs(inputs, lo, hi), priority, timeout_us, start))
-                 for lo, hi in plan.ranges]
+        # The parts of one call go concurrently (each is its own request in the server's queue), at most
+        # `parts_in_flight` at a time, all within the call's one deadline; when one fails, the others
+        # are cancelled, not left retrying.
+        gate = asyncio.Semaphore(self.parts_in_flight)
+
+        async def part(lo: int, hi: int):
+            async with gate:
+                return await self._request(plan, slice_inputs(inputs, lo, hi), priority, timeout_us, start)
+
+        tasks = [asyncio.ensure_future(part(lo, hi)) for lo, hi in plan.ranges]
         try:
             parts = await asyncio.gather(*tasks)
         except BaseException:

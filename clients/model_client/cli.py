@@ -89,7 +89,7 @@ def classify_resilient(args: argparse.Namespace, protocol: Protocol, images: np.
     fallback = FallbackPolicy.of(DIGIT_FALLBACKS) if args.fallback else None
     with ResilientClient(protocol, url=args.url, retry=retry, fallback=fallback,
                          limits=PriorityLimits.from_serving_config()) as client:
-        interface = client.client_for(args.model).interface(args.model)
+        interface = client.interface(args.model, args.priority)  # retried, and from the fallback when it must
         outcome = client.infer(args.model, {interface.inputs[0].name: np.ascontiguousarray(images, np.float32)},
                                priority=args.priority, timeout_us=args.timeout_us)
     if outcome.degraded:

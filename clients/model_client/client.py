@@ -151,13 +151,12 @@ class TritonModelClient:
     def __init__(self, url: str, protocol: Protocol | str = Protocol.HTTP, network_timeout_s: float = 30.0):
         self.url = url
         self.protocol = Protocol(protocol)
+        self._network_timeout_s = network_timeout_s
         if self.protocol is Protocol.HTTP:
             import tritonclient.http as module
 
             self._module = module
-            self._client = module.InferenceServerClient(
-                url, connection_timeout=network_timeout_s, network_timeout=network_timeout_s
-            )
+            self._client = self._http_client()
             #: The thread that first used it: gevent's hub, hence its connections, belong to that thread.
             self._thread: int | None = None
         else:
@@ -166,6 +165,10 @@ class TritonModelClient:
             self._module = module
             self._client = module.InferenceServerClient(url)
         self._interfaces: dict[str, ModelInterface] = {}
+
+    def _http_client(self):
+        return self._module.InferenceServerClient(
+            self.url, connection_timeout=self._network_timeout_s, network_timeout=self._network_timeout_s)
 
     def close(self) -> None:
         self._client.close()
@@ -178,8 +181,11 @@ class TritonModelClient:
 
     def _call(self, model: str, client_timeout_s: float | None, function, *args, **kwargs):
         """`function(*args, **kwargs)`, its errors classified. Over HTTP a `client_timeout_s` bounds the
-        wait: tritonclient.http blocks in gevent, so a gevent timer interrupts it (its connection is
-        dropped, not reused); gRPC calls take the deadline as their own `client_timeout`."""
+        wait: tritonclient.http blocks in gevent, so a gevent timer interrupts it, and the connections
+        are then replaced (geventhttpclient gives a connection back to its pool only on a socket
+        error: one interrupted while sending the request stayed taken, and every later call of this
+        client waited for it until its own deadline); gRPC calls take the deadline as their own
+        `client_timeout`."""
         try:
             if self.protocol is Protocol.HTTP and client_timeout_s is not None:
                 import gevent
@@ -188,9 +194,18 @@ class TritonModelClient:
                     return function(*args, **kwargs)
             return function(*args, **kwargs)
         except _DeadlineExceeded:
+            self._replace_http_client()
             raise deadline_error(self.url, model, client_timeout_s) from None
         except Exception as exc:  # tritonclient raises its own and transport errors
             raise classify_triton_error(exc, self.url, model) from None
+
+    def _replace_http_client(self) -> None:
+        """A new tritonclient HTTP client (fresh connections) instead of one whose call was interrupted."""
+        stale, self._client = self._client, self._http_client()
+        try:
+            stale.close()
+        except Exception:  # noqa: BLE001 - closing what was interrupted may fail; the new client is what counts
+            pass
 
     def interface(self, model: str, client_timeout_s: float | None = None) -> ModelInterface:
         """The model's inputs and outputs (fetched once; within `client_timeout_s` when given)."""

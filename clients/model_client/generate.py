@@ -56,12 +56,29 @@ def _no_response(url: str, model: str, timeout_s: float) -> ClientError:
 
 
 def _classify(message: str, status: str, url: str, model: str) -> ClientError:
+    """A failure as this client's error type. A server that is down is unreachable on every
+    transport, although gRPC reports it as UNAVAILABLE too (checked first, so HTTP and gRPC agree)."""
     lowered = message.lower()
-    if status in ("503", "StatusCode.UNAVAILABLE") or "wait queue" in lowered:
-        return OverloadedError(f"model {model!r} at {url} is overloaded ({message}); retry later with backoff.")
     if "connection refused" in lowered or "failed to connect" in lowered:
         return ServerUnavailableError(f"server at {url} is not reachable ({message}); is it running? try `make serve`.")
+    if status in ("503", "StatusCode.UNAVAILABLE") or "wait queue" in lowered:
+        return OverloadedError(f"model {model!r} at {url} is overloaded ({message}); retry later with backoff.")
     return RequestRejectedError(f"request to {model!r} at {url} was rejected: {message}")
+
+
+def _rpc_error(exc: Exception, url: str, model: str) -> ClientError:
+    """A gRPC stream that failed as a whole (grpc.RpcError: server down, stream reset, deadline)."""
+    details = exc.details() if callable(getattr(exc, "details", None)) else str(exc)
+    code = str(exc.code()) if callable(getattr(exc, "code", None)) else ""
+    return _classify(details or repr(exc), code, url, model)
+
+
+def _connect_error(reason: object, url: str, model: str, timeout_s: float) -> ClientError:
+    """Why an HTTP connection could not be opened: a connect timeout is an unreachable server too."""
+    if isinstance(reason, TimeoutError):
+        return ServerUnavailableError(f"server at {url} did not accept a connection within {timeout_s} s ({reason}); "
+                                      f"is it running? try `make serve`.")
+    return _classify(str(reason), "", url, model)
 
 
 def _chunk_from_sse_line(raw: bytes, url: str, model: str):
@@ -110,17 +127,25 @@ def generate_http(url: str, prompt: str, settings: GenerationSettings = Generati
         message = json.loads(detail).get("error", detail) if detail.startswith("{") else detail
         raise _classify(message, str(exc.code), url, model) from None
     except urllib.error.URLError as exc:
-        raise _classify(str(exc.reason), "", url, model) from None
+        raise _connect_error(exc.reason, url, model, timeout_s) from None
+    except TimeoutError:  # connected, but no response headers in time
+        raise _no_response(url, model, timeout_s) from None
     with response:
-        if not stream:
-            yield _chunk_from_json(json.loads(response.read()))
-            return
-        for raw in response:  # server-sent events: "data: {...}" lines
-            chunk = _chunk_from_sse_line(raw, url, model)
-            if chunk is not None:
-                yield chunk
-                if chunk.finish_reason:
-                    return
+        try:
+            if not stream:
+                yield _chunk_from_json(json.loads(response.read()))
+                return
+            for raw in response:  # server-sent events: "data: {...}" lines
+                chunk = _chunk_from_sse_line(raw, url, model)
+                if chunk is not None:
+                    yield chunk
+                    if chunk.finish_reason:
+                        return
+        except TimeoutError:  # nothing more within `timeout_s` of the previous read
+            raise _no_response(url, model, timeout_s) from None
+        except ConnectionError as exc:
+            raise ServerUnavailableError(f"server at {url} closed the connection before {model!r} finished ({exc}); "
+                                         f"it went down or restarted.") from None
 
 
 def _grpc_inputs(module, prompt: str, settings: GenerationSettings, stream: bool) -> list:
@@ -212,6 +237,7 @@ async def generate_http_async(url: str, prompt: str, settings: GenerationSetting
 
 async def generate_grpc_async(url: str, prompt: str, settings: GenerationSettings = GenerationSettings(), stream: bool = True,
                               model: str = DEFAULT_GENERATION_MODEL, timeout_s: float = 300.0) -> AsyncIterator[GenerationChunk]:
+    import grpc
     import tritonclient.grpc.aio as grpc_aio
 
     async with grpc_aio.InferenceServerClient(url) as client:
@@ -227,6 +253,8 @@ async def generate_grpc_async(url: str, prompt: str, settings: GenerationSetting
                     return
                 except asyncio.TimeoutError:
                     raise _no_response(url, model, timeout_s) from None
+                except grpc.RpcError as exc:  # tritonclient's response iterator passes grpc.aio's own errors on
+                    raise _rpc_error(exc, url, model) from None
                 if error is not None:
                     raise _classify(error.message() if hasattr(error, "message") else str(error), str(error.status()), url, model)
                 chunk = _chunk_from_result(result)

@@ -116,9 +116,11 @@ def gave_up(error: ClientError, attempts_made: int, elapsed_s: float, policy: Re
 
 
 def server_timeout_us(requested_us: int | None, remaining_s: float) -> int:
-    """Queue timeout to send: the caller's, shortened to what is left of the deadline (>= 1 ms)."""
+    """Queue timeout to send: the caller's, shortened to what is left of the deadline (>= 1 ms).
+    None or 0 (Triton's "the model's default") sends what is left of the deadline: a 0 must not
+    become 1 us, which rejects any request that has to wait at all."""
     remaining_us = max(1000, int(remaining_s * 1e6))
-    return remaining_us if requested_us is None else max(1, min(int(requested_us), remaining_us))
+    return remaining_us if not requested_us or requested_us < 0 else min(int(requested_us), remaining_us)
 
 
 def attempt_error(errors: Sequence[tuple[str, ClientError]]) -> ClientError:
@@ -187,6 +189,8 @@ class AttemptPlanner:
                                "record_failure first (a success ends the request).")
         elapsed = now_s - self.start_s
         if not self._in_attempt:
+            if elapsed >= self.retry.deadline_s:  # spent by the call's earlier requests, or a sleep that overran
+                raise self._deadline_passed(elapsed) from None
             self.attempts, self._errors, self._tried, self._in_attempt = self.attempts + 1, [], 0, True
         if self._may_send_next(elapsed):
             model = self.models[self._tried]
@@ -199,6 +203,15 @@ class AttemptPlanner:
         if delay is None:
             raise gave_up(error, self.attempts, elapsed, self.retry) from None
         return SleepBeforeRetry(delay)
+
+    def _deadline_passed(self, elapsed_s: float) -> ClientError:
+        """Nothing is sent once the deadline has passed: the last attempt's error (as `gave_up`), or,
+        before any attempt, an overload error saying where the time went."""
+        if self._errors:
+            return gave_up(attempt_error(self._errors), self.attempts, elapsed_s, self.retry)
+        return OverloadedError(
+            f"the call's deadline of {self.retry.deadline_s:g} s had passed ({elapsed_s:.2f} s) before this request "
+            f"was sent: the call's earlier requests used it; allow a longer deadline or send fewer items per call.")
 
     def record_failure(self, error: ClientError) -> None:
         if not self._awaiting_result:

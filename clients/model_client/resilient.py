@@ -21,11 +21,11 @@ import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Callable, Mapping, TypeVar
 
 import numpy as np
 
-from model_client.client import Protocol, TritonModelClient
+from model_client.client import ModelInterface, Protocol, TritonModelClient
 from model_client.endpoints import DEFAULT_MANIFEST, resolve_url
 from model_client.errors import ClientError, RequestRejectedError
 from model_client.policies import (
@@ -33,9 +33,12 @@ from model_client.policies import (
     FallbackPolicy,
     PriorityLimits,
     RetryPolicy,
+    SendRequest,
     SleepBeforeRetry,
     backoff_schedule,
 )
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -72,16 +75,26 @@ def item_count(inputs: Mapping[str, np.ndarray]) -> int:
     return sizes.pop()
 
 
+def models_to_try(model: str, level: int | None, fallback: FallbackPolicy | None) -> tuple[str, ...]:
+    """The primary model, then its fallback where the policy allows one at this level."""
+    smaller = fallback.fallback_for(model, level) if (fallback is not None and level is not None) else None
+    return (model,) if smaller is None else (model, smaller)
+
+
+def call_level(priority: int, limits: PriorityLimits | None) -> int | None:
+    """The priority level a call is served at (None: the model's default, unknown without limits)."""
+    if limits is None:
+        return priority if priority >= 1 else None
+    return limits.effective_level(priority)
+
+
 def plan_call(model: str, inputs: Mapping[str, np.ndarray], priority: int,
               limits: PriorityLimits | None, fallback: FallbackPolicy | None) -> CallPlan:
     """Pure: how a call is cut into requests and which models each attempt may use."""
     items = item_count(inputs)
-    if limits is None:
-        ranges, level = ((0, items),), (priority if priority >= 1 else None)
-    else:
-        ranges, level = limits.plan_requests(items, priority), limits.effective_level(priority)
-    smaller = fallback.fallback_for(model, level) if (fallback is not None and level is not None) else None
-    return CallPlan(ranges, (model,) if smaller is None else (model, smaller), level)
+    level = call_level(priority, limits)
+    ranges = ((0, items),) if limits is None else limits.plan_requests(items, priority)
+    return CallPlan(ranges, models_to_try(model, level, fallback), level)
 
 
 def slice_inputs(inputs: Mapping[str, np.ndarray], start: int, stop: int) -> dict[str, np.ndarray]:
@@ -167,9 +180,26 @@ class ResilientClient(ResilientClientBase):
             calls += n
         return InferenceOutcome(merge_parts(parts), model, tuple(answered_by), calls, self._clock() - start)
 
+    def interface(self, model: str, priority: int = 0) -> ModelInterface:
+        """The model's inputs and outputs, with a call's retries and fallback: from the primary, or,
+        while it is unreachable or overloaded and `priority` allows the fallback, from the fallback
+        (which takes the same inputs; that is what makes it a fallback). So a caller that needs
+        tensor names before `infer` degrades as `infer` does instead of failing on the metadata."""
+        plan = CallPlan(((0, 1),), models_to_try(model, call_level(priority, self.limits), self.fallback), None)
+        interface, _, _ = self._with_retries(plan, None, self._clock(), lambda client, step: client.interface(
+            step.model, client_timeout_s=step.client_timeout_s))
+        return interface
+
     def _request(self, plan: CallPlan, inputs: dict[str, np.ndarray], priority: int,
                  timeout_us: int | None, call_start_s: float) -> tuple[dict[str, np.ndarray], str, int]:
         """One request with retries: (outputs, model that answered, server calls made)."""
+        return self._with_retries(plan, timeout_us, call_start_s, lambda client, step: client.infer(
+            step.model, inputs, priority=priority, timeout_us=step.timeout_us, client_timeout_s=step.client_timeout_s))
+
+    def _with_retries(self, plan: CallPlan, timeout_us: int | None, call_start_s: float,
+                      send: Callable[[object, SendRequest], T]) -> tuple[T, str, int]:
+        """`send(client, step)` for each step the planner asks for: (its answer, the model that gave
+        it, server calls made)."""
         planner = self._attempt_planner(plan, timeout_us, call_start_s)
         while True:
             step = planner.next_step(self._clock())  # raises the final error when it gives up
@@ -177,9 +207,8 @@ class ResilientClient(ResilientClientBase):
                 self._sleep(step.seconds)
                 continue
             try:
-                outputs = self.client_for(step.model).infer(
-                    step.model, inputs, priority=priority, timeout_us=step.timeout_us, client_timeout_s=step.client_timeout_s)
+                answer = send(self.client_for(step.model), step)
             except ClientError as exc:  # 503/UNAVAILABLE or unreachable: the fallback may still answer
                 planner.record_failure(exc)
                 continue
-            return outputs, step.model, planner.calls
+            return answer, step.model, planner.calls

@@ -42,7 +42,8 @@ def test_batch_work_is_sent_in_requests_of_the_allowed_size_and_answers_match(tr
 def test_realtime_degrades_to_the_small_classifier_when_the_main_one_is_unreachable(triton_server, digits_test_split,
                                                                                     limits, tmp_path):
     """Endpoints come from a manifest: the main model's partition is down (a dead port), the small
-    model's is up. Realtime calls degrade to the small model and are still right."""
+    model's is up. Realtime calls degrade to the small model and are still right, and so does the
+    metadata read that names the tensors (`classify --fallback` used to fail on it)."""
     from conftest import free_ports
 
     (dead,) = free_ports(1)
@@ -55,7 +56,9 @@ def test_realtime_degrades_to_the_small_classifier_when_the_main_one_is_unreacha
     fallback = FallbackPolicy.of(DIGIT_FALLBACKS)
     with ResilientClient("grpc", manifest=manifest, retry=RetryPolicy(max_attempts=2, deadline_s=10),
                          fallback=fallback, limits=limits) as client:
-        outcome = client.infer(MODEL, {"image": images[:1]}, priority=1)
+        interface = client.interface(MODEL, priority=1)  # what `classify --fallback` reads first
+        outcome = client.infer(MODEL, {interface.inputs[0].name: images[:1]}, priority=1)
+    assert interface.name == SMALL and [t.name for t in interface.outputs] == ["probabilities"]
     assert outcome.answered_by == (SMALL,) and outcome.degraded
     np.testing.assert_allclose(outcome.outputs["probabilities"], in_process_probabilities(SMALL, images[:1]),
                                rtol=1e-5, atol=1e-6)

@@ -123,6 +123,25 @@ def test_the_fallback_is_skipped_once_the_deadline_has_passed():
     assert p.calls == 1
 
 
+def test_nothing_is_sent_once_the_calls_deadline_has_passed():
+    """A later request of a split call (the same start) finds the deadline spent by the earlier ones:
+    it used to be sent anyway, with a 1 ms timeout it could not meet."""
+    p = planner(retry=RetryPolicy(deadline_s=1.0))
+    with pytest.raises(OverloadedError, match="deadline of 1 s had passed"):
+        p.next_step(101.2)
+    assert p.calls == 0
+
+
+def test_a_sleep_that_overran_the_deadline_gives_up_with_the_last_error():
+    p = planner(retry=RetryPolicy(max_attempts=4, deadline_s=1.0))
+    p.next_step(100.0)
+    p.record_failure(full())
+    assert isinstance(p.next_step(100.05), SleepBeforeRetry)
+    with pytest.raises(OverloadedError, match="Gave up after 1 attempt"):
+        p.next_step(101.5)  # the sleep ended past the deadline
+    assert p.calls == 1
+
+
 def test_every_send_shrinks_the_timeouts_with_what_is_left():
     p = planner(retry=RetryPolicy(max_attempts=4, deadline_s=1.0), timeout_us=5_000_000)
     sent, now = [], 100.0

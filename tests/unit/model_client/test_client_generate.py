@@ -1,10 +1,14 @@
-"""model_client.generate's pure parts: what goes on the wire and how responses are read."""
+"""model_client.generate's pure parts: what goes on the wire, how responses are read, and what a
+caller sees when the transport fails (a loopback socket that never answers; serving itself is
+tested against tritonserver in tests/integration)."""
 from __future__ import annotations
 
 import json
 
-from model_client.errors import OverloadedError, RequestRejectedError
-from model_client.generate import GenerationSettings, _chunk_from_json, _classify, _http_body
+import pytest
+
+from model_client.errors import ClientError, OverloadedError, RequestRejectedError, ServerUnavailableError
+from model_client.generate import GenerationSettings, _chunk_from_json, _classify, _http_body, _rpc_error, generate_http
 from model_client.generate_cli import add_generate_command
 
 
@@ -31,6 +35,30 @@ def test_errors_map_to_retryable_and_not_retryable():
     assert isinstance(_classify("the wait queue of priority 1 is full", "", "u", "m"), OverloadedError)
     assert isinstance(_classify("busy", "503", "u", "m"), OverloadedError)
     assert isinstance(_classify("text_input is empty", "400", "u", "m"), RequestRejectedError)
+
+
+def test_a_server_that_is_down_is_unreachable_over_grpc_as_over_http():
+    """gRPC reports a refused connection as UNAVAILABLE too: it used to become OverloadedError."""
+    import grpc
+
+    refused = "failed to connect to all addresses; Connection refused"
+    assert isinstance(_classify(refused, "StatusCode.UNAVAILABLE", "u", "m"), ServerUnavailableError)
+    error = grpc.aio.AioRpcError(grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(), grpc.aio.Metadata(), details=refused)
+    assert isinstance(_rpc_error(error, "u", "m"), ServerUnavailableError)
+    assert isinstance(_classify("Exceeds maximum queue size", "StatusCode.UNAVAILABLE", "u", "m"), OverloadedError)
+
+
+def test_an_http_generation_with_no_answer_in_time_is_a_client_error_not_a_raw_timeout():
+    import socket
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)  # accepts the connection, never answers
+    try:
+        with pytest.raises(ClientError, match="no response from 'smollm2_chat'"):
+            list(generate_http(f"127.0.0.1:{listener.getsockname()[1]}", "hi", timeout_s=0.3))
+    finally:
+        listener.close()
 
 
 def test_generate_command_has_priority_max_tokens_deadline_async_and_protocol():

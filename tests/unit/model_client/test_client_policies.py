@@ -97,6 +97,7 @@ def test_server_timeout_is_the_callers_shortened_to_the_remaining_deadline():
     assert server_timeout_us(100_000, 2.5) == 100_000
     assert server_timeout_us(5_000_000, 0.5) == 500_000
     assert server_timeout_us(None, -1.0) == 1000  # never 0 (0 would mean "no timeout" to Triton)
+    assert server_timeout_us(0, 2.5) == 2_500_000  # Triton's 0 ("the model's default"), not 1 us
 
 
 def test_fallback_applies_to_listed_levels_only():

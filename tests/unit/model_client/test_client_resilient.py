@@ -11,7 +11,7 @@ import pytest
 
 from model_client.aio import AsyncResilientClient, InferenceJob, infer_concurrently
 from model_client.client import classify_triton_error
-from model_client.errors import OverloadedError, QueueTimeoutError, RequestRejectedError, ServerUnavailableError
+from model_client.errors import ClientError, OverloadedError, QueueTimeoutError, RequestRejectedError, ServerUnavailableError
 from model_client.policies import FallbackPolicy, PriorityLimits, RetryPolicy, backoff_schedule
 from model_client.resilient import ResilientClient
 
@@ -139,6 +139,55 @@ def test_an_unreachable_primary_degrades_to_the_fallback_for_realtime():
     fallback = FallbackPolicy.of({"big": "small"})
     client, _, _ = make_client({"big": [ServerUnavailableError("refused")], "small": ["ok"]}, fallback=fallback)
     assert client.infer("big", X, priority=1).answered_by == ("small",)
+
+
+def test_the_interface_comes_from_the_fallback_while_the_primary_is_unreachable():
+    """`classify --fallback` read the primary's metadata first, with no retry and no fallback: it
+    failed on an unreachable primary although `infer` would have degraded."""
+    fallback = FallbackPolicy.of({"big": "small"})
+    client, connection, _ = make_client({"big": [ServerUnavailableError("refused")], "small": ["ok"]}, fallback=fallback)
+    asked = []
+
+    def interface(model, client_timeout_s=None):
+        asked.append(model)
+        if model == "big":
+            raise ServerUnavailableError("server at fake:1 is not reachable (connection refused)")
+        return f"interface of {model}"
+
+    connection.interface = interface
+    assert client.interface("big", priority=1) == "interface of small" and asked == ["big", "small"]
+    asked.clear()
+    with pytest.raises(ServerUnavailableError, match="Gave up"):  # batch work keeps its model
+        client.interface("big", priority=2)
+    assert set(asked) == {"big"}
+
+
+def test_async_split_calls_keep_at_most_parts_in_flight_requests_queued():
+    """All parts at once, one large call filled the model's whole batch queue by itself."""
+    in_flight, most = 0, 0
+
+    class SlowConnection:
+        async def infer(self, model, inputs, priority=0, timeout_us=None, client_timeout_s=None):
+            nonlocal in_flight, most
+            in_flight += 1
+            most = max(most, in_flight)
+            await asyncio.sleep(0.001)
+            in_flight -= 1
+            return {"y": inputs["x"]}
+
+        async def close(self):
+            pass
+
+    async def run():
+        async with AsyncResilientClient("grpc", url="fake:1", limits=PriorityLimits(2, ((1, 1), (2, 8))),
+                                        parts_in_flight=3, client_factory=lambda *a: SlowConnection()) as client:
+            return await client.infer("big", {"x": np.arange(100, dtype=np.float32).reshape(100, 1)}, priority=2)
+
+    outcome = asyncio.run(run())
+    assert outcome.calls == 13 and most == 3
+    np.testing.assert_array_equal(outcome.outputs["y"][:, 0], np.arange(100))
+    with pytest.raises(ClientError, match="parts_in_flight = 0"):
+        AsyncResilientClient("grpc", url="fake:1", parts_in_flight=0)
 
 
 def test_lowest_priority_work_is_sent_in_requests_of_the_allowed_size():

@@ -5,7 +5,8 @@ client library's own handling; serving itself is tested against tritonserver (te
 
 The server speaks just enough of KServe v2 over HTTP: model metadata (one FP32 input `x` [-1, 2],
 one output `y`), and infer, whose answer is chosen by the model name (`ok`, `slow`, `eof`,
-`overloaded`) or, for the model `by_value`, by the first value of the request (1: 400, 2: 503).
+`overloaded`, `unread`: never reads the request body) or, for the model `by_value`, by the first
+value of the request (1: 400, 2: 503).
 """
 from __future__ import annotations
 
@@ -56,6 +57,10 @@ class ScriptedTriton(BaseHTTPRequestHandler):
                          "outputs": [{"name": "y", "datatype": "FP32", "shape": [-1, 1]}]})
 
     def do_POST(self):
+        if self.path.strip("/").split("/")[2] == "unread":  # a stalled reader: the client's send blocks
+            time.sleep(SLOW_S)
+            self.close_connection = True
+            return
         body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
         header_length = self.headers.get("Inference-Header-Content-Length")
         header = json.loads(body[:int(header_length)] if header_length else body)
@@ -194,3 +199,22 @@ def test_a_blocking_http_client_used_from_a_second_thread_is_refused_not_hung(ur
         worker.start()
         worker.join(timeout=10)
     assert isinstance(outcome[0], ClientError) and "make one client per thread" in str(outcome[0])
+
+
+def test_a_deadline_that_interrupts_sending_the_request_leaves_the_client_usable(url):
+    """geventhttpclient gives a connection back to its pool only on a socket error: a request whose
+    deadline passed while its body was still being sent kept the pool's one connection, and every
+    later call of that client waited for it until its own deadline."""
+    with TritonModelClient(url) as client:
+        large = np.zeros((4 * 1024 * 1024, 2), np.float32)  # 32 MiB: more than the loopback buffers hold
+        error, took = timed(lambda: client.infer("unread", {"x": large}, client_timeout_s=0.3))
+        assert isinstance(error, OverloadedError) and took < 1.5
+        answer, took = timed(lambda: client.infer("ok", {"x": X}, client_timeout_s=1.0))
+    assert not isinstance(answer, ClientError), answer
+    assert answer["y"].shape == (1, 1) and took < 0.5
+
+
+def test_an_async_network_timeout_without_a_deadline_is_an_overload_error_naming_it(url):
+    """With no client deadline, aiohttp's own timeout used to end in a TypeError (formatting None)."""
+    error, took = timed_async(lambda: AsyncTritonModelClient(url, network_timeout_s=0.3), "slow")
+    assert isinstance(error, OverloadedError) and "network timeout" in str(error) and took < 1.5
