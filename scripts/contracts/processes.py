@@ -6,13 +6,14 @@ SIGTERM to the group first, then SIGKILL; ports held open together so they are d
 """
 from __future__ import annotations
 
+import http.client
 import os
 import signal
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable
 
 
 def free_loopback_ports(count: int) -> list[int]:
@@ -31,11 +32,32 @@ def free_loopback_ports(count: int) -> list[int]:
             s.close()
 
 
+#: What a failed HTTP exchange raises besides URLError/OSError: a listener that does not speak HTTP
+#: (a gRPC port) or a server killed mid-answer gives a bad status line or a short body.
+HTTP_PROTOCOL_ERRORS = (http.client.HTTPException,)
+
+
+def ports_in_use(host: str, ports: Iterable[int]) -> list[int]:
+    """Those of `ports` that a listening socket on `host` already holds: a bind test with
+    SO_REUSEADDR, as servers bind (a port a stopped server left in TIME_WAIT counts as free)."""
+    import socket
+
+    busy = []
+    for port in ports:
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind((host, port))
+            except OSError:
+                busy.append(port)
+    return busy
+
+
 def _answers_200(url: str, timeout: float) -> bool:
     try:
         with urllib.request.urlopen(url, timeout=timeout) as resp:
             return resp.status == 200
-    except (urllib.error.URLError, ConnectionError, OSError):
+    except (urllib.error.URLError, ConnectionError, OSError, *HTTP_PROTOCOL_ERRORS):
         return False
 
 

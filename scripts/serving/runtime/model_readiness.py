@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from contracts.errors import ServingError
+from contracts.processes import HTTP_PROTOCOL_ERRORS
 from serving.runtime.security import AdminKey
 
 #: Triton's reason text carries the Python traceback after "At:"; the first part is the news.
@@ -96,15 +97,19 @@ def fetch_repository_index(host: str, http_port: int, key: AdminKey, timeout_s: 
     except urllib.error.HTTPError as exc:
         body = exc.read().decode(errors="replace")[:200]
         raise ServingError(f"repository index at {host}:{http_port} answered HTTP {exc.code}: {body}") from None
-    except (urllib.error.URLError, OSError, json.JSONDecodeError) as exc:
-        raise ServingError(f"repository index at {host}:{http_port} could not be read: {exc}") from None
+    except (urllib.error.URLError, OSError, json.JSONDecodeError, *HTTP_PROTOCOL_ERRORS) as exc:
+        raise ServingError(f"repository index at {host}:{http_port} could not be read: {exc!r}") from None
 
 
 def served_model_config(host: str, http_port: int, model: str, timeout_s: float = 5.0) -> dict[str, Any]:
     """GET /v2/models/<model>/config (open to everyone): the config Triton is serving, as JSON.
-    Raises urllib.error.URLError/OSError (server unreachable, model unknown) or ValueError (not JSON)."""
-    with urllib.request.urlopen(f"http://{host}:{http_port}/v2/models/{model}/config", timeout=timeout_s) as response:
-        return json.loads(response.read())
+    Raises urllib.error.URLError/OSError (server unreachable, model unknown, or an answer that is not
+    HTTP) or ValueError (not JSON)."""
+    try:
+        with urllib.request.urlopen(f"http://{host}:{http_port}/v2/models/{model}/config", timeout=timeout_s) as response:
+            return json.loads(response.read())
+    except HTTP_PROTOCOL_ERRORS as exc:
+        raise OSError(f"no HTTP answer from {host}:{http_port} ({exc!r})") from None
 
 
 def model_readiness(host: str, http_port: int, model: str, timeout_s: float = 5.0) -> bool | None:
@@ -116,7 +121,7 @@ def model_readiness(host: str, http_port: int, model: str, timeout_s: float = 5.
             return response.status == 200
     except urllib.error.HTTPError:
         return False
-    except (urllib.error.URLError, OSError):
+    except (urllib.error.URLError, OSError, *HTTP_PROTOCOL_ERRORS):
         return None
 
 

@@ -46,7 +46,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Sequence
 
-from contracts.errors import ConfigError
+from contracts.errors import ConfigError, ServerStartError
 from serving.runtime.cpu_shares import CpuWeight, create_cpu_groups, remove_cpu_groups
 from serving.runtime.elastic_cpus import Activity, ActivityTracker, cpu_seconds, group_members, lend_idle_cores, pin_threads
 from serving.runtime.launcher import (
@@ -58,7 +58,7 @@ from contracts.manifest import write_manifest
 from serving.runtime.model_readiness import model_ready
 from contracts.partition_plan import Mechanism, PartitionPlan, PlannedPartition, plan_for_this_host
 from contracts.layout import remove_server_shared_files
-from contracts.processes import log_tail, server_ready
+from contracts.processes import log_tail, ports_in_use, server_ready
 from serving.runtime.server import TritonServerProcess, find_tritonserver, prepare_backend_dir
 from contracts.serving_spec import load_serving_spec
 from contracts.supervisor_state import PartitionStatus, SupervisorState, write_supervisor_state
@@ -142,10 +142,14 @@ class RestartPolicy:
     def allows_restart(self, restart_times: Sequence[float], now: float) -> bool:
         return self.restarts_in_window(restart_times, now) < self.max_restarts
 
-    def next_restart(self, restart_times: Sequence[float], consecutive_failures: int, now: float) -> tuple[str, float]:
+    def next_restart(self, restart_times: Sequence[float], consecutive_failures: int, now: float,
+                     in_crash_loop: bool = False) -> tuple[str, float]:
         """(state, delay) after a server went down: a quick backoff within the budget, else the
-        crash-loop interval. Pure, so the whole policy is unit-tested without processes."""
-        if self.allows_restart(restart_times, now):
+        crash-loop interval. A partition in a crash loop keeps that interval until it has been ready
+        for `stable_after_s` (`Supervisor._check_stable`), although its old restarts leave the window:
+        otherwise it went back to quick restarts every `window_s` (5 starts per ~650 s, not 1 per
+        300 s). Pure, so the whole policy is unit-tested without processes."""
+        if not in_crash_loop and self.allows_restart(restart_times, now):
             return PartitionState.BACKOFF.value, self.backoff_s(consecutive_failures)
         return PartitionState.CRASH_LOOP.value, self.crash_loop_backoff_s
 
@@ -230,6 +234,8 @@ class Supervisor:
         self.error: str | None = None
         self.stop_requested = False
         self.mps_started = False
+        #: The last write of the state file failed (`_save_state` logs a failing streak once).
+        self.state_unwritten = False
         # Probes and stub reloads run here so a hung server costs the tick loop nothing; each ends
         # within its timeout. Three per partition: a restarted partition's probe never waits behind
         # its old one, nor behind a reload.
@@ -255,6 +261,16 @@ class Supervisor:
 
     # --- processes ---------------------------------------------------------------------------
     def _launch(self, sp: SupervisedPartition, now: float) -> None:
+        """Start a partition's server, once its ports are free: a server already listening on them
+        (another checkout's, a test's, one a killed run left) answered the readiness check in place
+        of this one, which then failed to bind and exited, restarted and was taken for ready again."""
+        part = sp.partition
+        busy = ports_in_use(part.host, [p for p in (part.http_port, part.grpc_port, part.metrics_port) if p])
+        if busy:
+            raise ServerStartError(
+                f"partition {part.name}: port(s) {busy} on {part.host} are held by another process (another "
+                f"tritonserver, an earlier run?): stop it (`ss -ltnp` names it) or give this partition other ports "
+                f"(serving.toml [server] http_port / grpc_port / metrics_port, or `serving serve --http-port ...`).")
         sp.process = partition_server_process(self.installation, self.plan, sp.partition, self.repository, self.layout,
                                               self.cpu_weights.get(sp.partition.name)).start()
         sp.state, sp.deadline = PartitionState.STARTING, now + self.policy.ready_timeout_s
@@ -290,7 +306,7 @@ class Supervisor:
         """Count a failure of a running partition (or of its restart) and set when it is tried again."""
         sp.consecutive_failures += 1
         sp.ready_since = None
-        state, delay = self.policy.next_restart(sp.restart_times, sp.consecutive_failures, now)
+        state, delay = self.policy.next_restart(sp.restart_times, sp.consecutive_failures, now, sp.in_crash_loop)
         sp.state, sp.deadline = PartitionState(state), now + delay
         if sp.state is PartitionState.CRASH_LOOP:
             if not sp.in_crash_loop:
@@ -418,8 +434,8 @@ class Supervisor:
                         log.log(logging.WARNING if not_ready else logging.INFO, "partition %s: ready (pid %d)%s", part.name,
                                 sp.process.pid, f"; models NOT ready: {not_ready} (see its log)" if not_ready else "")
                         changed = True
-                    elif now > sp.deadline:
-                        sp.process.stop()
+                    elif now > sp.deadline:  # killed at once by _on_down: a graceful stop of a server still
+                        # loading models waited up to 25 s, and supervised nothing else meanwhile
                         self._on_down(sp, now, f"was not ready within {self.policy.ready_timeout_s:.0f} s")
                         changed = True
                 elif self._check_liveness(sp, now):
@@ -481,9 +497,11 @@ class Supervisor:
             for sp in self.parts.values():
                 self._launch(sp, now)
             self.write_state()
+            unsaved = False
             while not self.stop_requested and self.status != "failed":
-                if self.tick(time.monotonic()):
-                    self.write_state()
+                unsaved = self.tick(time.monotonic()) or unsaved
+                if unsaved:
+                    unsaved = not self._save_state()
                 time.sleep(TICK_S)
         except Exception as exc:  # anything unexpected: record it, then stop what was started
             self.status, self.error = "failed", f"{type(exc).__name__}: {exc}"
@@ -504,6 +522,22 @@ class Supervisor:
             self.write_state()
             log.info("supervisor exiting (%s)", self.status)
         return 1 if failed else 0
+
+    def _save_state(self) -> bool:
+        """`write_state` while serving: a write that fails (a full disk) is logged and tried again at
+        the next tick; the partitions keep serving (it used to end the supervisor and stop them)."""
+        try:
+            self.write_state()
+        except OSError as exc:
+            if not self.state_unwritten:
+                log.error("could not write %s or the manifest (%s): serving goes on; retrying every tick",
+                          self.layout.supervisor_state, exc)
+            self.state_unwritten = True
+            return False
+        if self.state_unwritten:
+            log.info("wrote %s again", self.layout.supervisor_state)
+        self.state_unwritten = False
+        return True
 
     def _request_stop(self, signum, frame) -> None:
         log.info("received %s: stopping", signal.Signals(signum).name)

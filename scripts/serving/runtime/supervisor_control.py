@@ -27,18 +27,49 @@ def read_supervisor_state(layout: RunLayout) -> SupervisorState | None:
     return read_state_file(layout.supervisor_state)
 
 
-def _cmdline(pid: int) -> str:
+def _arguments(pid: int) -> list[str]:
     try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
     except OSError:
-        return ""
+        return []
+
+
+def _names_path(pid: int, arguments: Sequence[str], flag: str, expected: Path) -> bool:
+    """`flag PATH` or `flag=PATH` among a process's arguments names `expected` (a relative path read
+    from the process's own working directory)."""
+    values = [b for a, b in zip(arguments, arguments[1:]) if a == flag]
+    values += [a.split("=", 1)[1] for a in arguments if a.startswith(f"{flag}=")]
+    for value in values:
+        path = Path(value)
+        if not path.is_absolute():
+            try:
+                path = Path(os.readlink(f"/proc/{pid}/cwd")) / path
+            except OSError:
+                continue
+        if os.path.realpath(path) == os.path.realpath(expected):
+            return True
+    return False
+
+
+def is_run_supervisor(pid: int | None, layout: RunLayout) -> bool:
+    """A live `serving supervise` of THIS run folder. A pid in run/ may have been reused since (a
+    reboot, a supervisor killed with SIGKILL): another checkout's supervisor, or anything else, is
+    never signalled."""
+    arguments = _arguments(pid) if pid and pid_alive(pid) else []
+    return "supervise" in arguments and _names_path(pid, arguments, "--run-dir", layout.run_dir)
+
+
+def is_run_server(pid: int | None, layout: RunLayout) -> bool:
+    """A live tritonserver started for THIS run folder (its backend directory is the run's copy)."""
+    arguments = _arguments(pid) if pid and pid_alive(pid) else []
+    return any("tritonserver" in a for a in arguments[:2]) and _names_path(pid, arguments, "--backend-directory", layout.backends)
 
 
 def start_supervisor(config: Path, repository: Path, layout: RunLayout, timeout_s: float = 180.0,
                      extra_args: Sequence[str] = ()) -> dict[str, Any]:
     """Start `python -m serving supervise` in its own session; return the manifest once all are ready."""
     existing = read_supervisor_state(layout)
-    if existing and pid_alive(existing.supervisor_pid) and "supervise" in _cmdline(existing.supervisor_pid):
+    if existing and is_run_supervisor(existing.supervisor_pid, layout):
         raise ServerStartError(f"a supervisor is already running (pid {existing.supervisor_pid}); run `make stop` first.")
     for line in clear_stale_run(layout):
         print(f"[serve] {line}", flush=True)
@@ -87,19 +118,19 @@ def stop_supervisor(layout: RunLayout, timeout_s: float = 60.0) -> list[str]:
         pid = int(layout.supervisor_pid.read_text().strip())
     except (FileNotFoundError, ValueError):
         pid = None
-    if pid and pid_alive(pid) and "supervise" in _cmdline(pid):
+    if is_run_supervisor(pid, layout):
         os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout_s
-        while pid_alive(pid) and "supervise" in _cmdline(pid) and time.monotonic() < deadline:
+        while is_run_supervisor(pid, layout) and time.monotonic() < deadline:
             time.sleep(0.1)
-        if pid_alive(pid) and "supervise" in _cmdline(pid):
+        if is_run_supervisor(pid, layout):
             os.kill(pid, signal.SIGKILL)
             done.append(f"supervisor (pid {pid}) did not stop in {timeout_s:.0f} s: killed")
         else:
             done.append(f"stopped the supervisor (pid {pid}) and its partitions")
     state = read_supervisor_state(layout)
     for name, part in (state.partitions if state else {}).items():
-        if part.pid and pid_alive(part.pid) and "tritonserver" in _cmdline(part.pid):
+        if is_run_server(part.pid, layout):
             stop_server_group(part.pid)
             done.append(f"stopped partition {name} (pid {part.pid}) left behind")
     if state and state.mps_started and stop_mps_daemon(layout):

@@ -171,21 +171,47 @@ def test_a_new_start_stops_the_servers_a_dead_supervisor_left_behind(tmp_path):
     stand_in = tmp_path / "tritonserver"  # a process whose command line names tritonserver, as a server's does
     stand_in.write_text(f"#!{sys.executable}\nimport time\ntime.sleep(60)\n")
     stand_in.chmod(0o755)
-    orphan = subprocess.Popen([str(stand_in)], start_new_session=True)
+    layout, other_run = RunLayout(tmp_path / "run"), RunLayout(tmp_path / "other-checkout" / "run")
+    orphan = subprocess.Popen([str(stand_in), f"--backend-directory={layout.backends}"], start_new_session=True)
+    # a server of another run (another checkout on the host) whose pid the state file names: the
+    # pid was reused since, and it is not ours to stop
+    foreign = subprocess.Popen([str(stand_in), f"--backend-directory={other_run.backends}"], start_new_session=True)
     dead = subprocess.Popen(["true"])
     dead.wait()
-    layout = RunLayout(tmp_path / "run")
     layout.run_dir.mkdir(parents=True)
     write_supervisor_state(SupervisorState.from_dict(
-        {"supervisor_pid": dead.pid, "status": "ready", "partitions": {"main": {"pid": orphan.pid, "state": "ready"}}}),
+        {"supervisor_pid": dead.pid, "status": "ready", "partitions": {"main": {"pid": orphan.pid, "state": "ready"},
+                                                                       "fallback": {"pid": foreign.pid, "state": "ready"}}}),
         layout.supervisor_state)
     try:
         done = clear_stale_run(layout)
         assert done == [f"stopped partition main (pid {orphan.pid}) left behind"]
         assert orphan.wait(timeout=10) is not None and not layout.supervisor_state.exists()
+        assert foreign.poll() is None  # still running
         assert clear_stale_run(layout) == []  # nothing recorded: nothing to do
     finally:
         orphan.kill()
+        foreign.kill()
+
+
+def test_only_a_supervisor_of_this_run_folder_is_taken_for_ours(tmp_path):
+    """`make stop` signalled any live pid whose command line held "supervise": after a reboot or a
+    SIGKILL the pid in run/ may belong to another checkout's supervisor."""
+    import subprocess
+    import sys
+
+    from serving.runtime.supervisor_control import is_run_supervisor
+
+    layout = RunLayout(tmp_path / "run")
+    sleeper = [sys.executable, "-c", "import time; time.sleep(60)", "serving", "supervise"]
+    ours = subprocess.Popen([*sleeper, "--run-dir", str(layout.run_dir)])
+    theirs = subprocess.Popen([*sleeper, "--run-dir", str(tmp_path / "elsewhere" / "run")])
+    try:
+        assert is_run_supervisor(ours.pid, layout) and not is_run_supervisor(theirs.pid, layout)
+        assert not is_run_supervisor(None, layout)
+    finally:
+        ours.kill()
+        theirs.kill()
 
 
 def test_status_shows_what_the_supervisor_did_to_a_partition():
@@ -209,8 +235,85 @@ def test_a_spent_budget_means_a_slow_crash_loop_not_giving_up():
     policy = RestartPolicy(max_restarts=3, window_s=600, crash_loop_backoff_s=300, initial_backoff_s=0.5)
     assert policy.next_restart([0, 10], consecutive_failures=3, now=20) == ("backoff", 2.0)
     assert policy.next_restart([0, 10, 15], consecutive_failures=4, now=20) == ("crash_loop", 300)
-    # once the old restarts leave the window, quick restarts are allowed again
+    # once the old restarts leave the window, quick restarts are allowed again ...
     assert policy.next_restart([0, 10, 15], consecutive_failures=4, now=700) == ("backoff", 4.0)
+    # ... but not while the crash loop lasts (until the partition was ready for stable_after_s): it
+    # went back to quick restarts every window_s, 5 starts per ~650 s instead of 1 per 300 s
+    assert policy.next_restart([0, 10, 15], consecutive_failures=6, now=700, in_crash_loop=True) == ("crash_loop", 300)
+
+
+def test_a_state_file_that_cannot_be_written_leaves_the_partitions_serving(tmp_path, monkeypatch):
+    """A full disk failed a write of run/supervisor.json inside the loop: the supervisor stopped
+    every partition. Now the write is logged once, retried every tick, and serving goes on."""
+    supervisor = Supervisor(plan_partitions(SPEC, 2, False), tmp_path / "repository", RunLayout(tmp_path))
+    try:
+        def full_disk():
+            raise OSError(28, "No space left on device")
+
+        monkeypatch.setattr(supervisor, "write_state", full_disk)
+        assert not supervisor._save_state() and not supervisor._save_state()
+        assert supervisor.state_unwritten and supervisor.status == "starting"
+        monkeypatch.setattr(supervisor, "write_state", lambda: None)
+        assert supervisor._save_state() and not supervisor.state_unwritten
+    finally:
+        supervisor.probes.shutdown()
+
+
+def test_a_partition_whose_port_another_process_holds_is_not_started(tmp_path):
+    """A server already on the ports answered the readiness check in place of the partition's own."""
+    import socket
+    from dataclasses import replace
+
+    from contracts.errors import ServerStartError
+
+    supervisor = Supervisor(plan_partitions(SPEC, 2, False), tmp_path / "repository", RunLayout(tmp_path))
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    port = listener.getsockname()[1]
+    try:
+        sp = supervisor.parts["p"]
+        sp.partition = replace(sp.partition, host="127.0.0.1", http_port=port)
+        with pytest.raises(ServerStartError, match=rf"partition p: port\(s\) \[{port}\] on 127.0.0.1 are held"):
+            supervisor._launch(sp, 0.0)
+        assert sp.process is None
+    finally:
+        listener.close()
+        supervisor.probes.shutdown()
+
+
+def test_a_listener_that_does_not_speak_http_is_not_ready_rather_than_an_exception():
+    """A bad status line (a gRPC port, a server killed mid-answer) escaped the readiness helpers and
+    ended the supervisor's tick loop, with every partition."""
+    import socket
+    import threading
+
+    from contracts.processes import server_ready
+    from serving.runtime.model_readiness import model_readiness, served_model_config
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    port = listener.getsockname()[1]
+
+    def answer_garbage():
+        for _ in range(3):
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            with conn:
+                conn.recv(4096)
+                conn.sendall(b"\x00\x00\x12\x04 not http\r\n\r\n")
+
+    threading.Thread(target=answer_garbage, daemon=True).start()
+    try:
+        assert server_ready("127.0.0.1", port, None, timeout=2.0) is False
+        assert model_readiness("127.0.0.1", port, "m", timeout_s=2.0) is None
+        with pytest.raises(OSError, match="no HTTP answer"):
+            served_model_config("127.0.0.1", port, "m", timeout_s=2.0)
+    finally:
+        listener.close()
 
 
 @pytest.mark.parametrize("fields, message", [
