@@ -154,6 +154,24 @@ def test_non_utf8_prompt_gets_invalid_argument_over_grpc(triton_server):
     assert "text_input is not valid UTF-8 (invalid start byte at byte 2)" in errors[0].message()
 
 
+def test_a_request_written_for_the_vllm_backend_is_answered_as_that_backend_would(triton_server):
+    """Its README's /generate example (`stream` among the parameters) with its sample client's
+    habit of numbers as strings: answered, max_tokens taken as the number it names."""
+    import json
+
+    # (a null is refused by Triton itself among request parameters: only bool, int and string pass)
+    body = {"text_input": PROMPTS[0], "parameters": {"stream": False, "temperature": "0", "max_tokens": "5",
+                                                      "ignore_eos": "true"}}
+    request = urllib.request.Request(f"http://{triton_server.http_url}/v2/models/{MODEL}/generate",
+                                     data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=60) as response:
+        answer = json.loads(response.read())
+    expected = run(triton_server, "http", PROMPTS[0], stream=False, max_tokens=5, ignore_eos=True)
+    # (not streamed, the vLLM backend's default puts the prompt before the text: compare the tokens)
+    assert answer["output_token_ids"] == expected[1] and answer["finish_reason"] == "length"
+    assert answer["text_output"] == PROMPTS[0] + expected[0]
+
+
 def _hold_slots(server, count, stop):
     """`count` long streams that occupy the running batch until `stop` is set (then abandoned)."""
     def one():

@@ -209,17 +209,16 @@ class TritonPythonModel:
                 self.wake.wait(0.05)
                 self.wake.clear()
                 continue
-            for request_id, pending in list(self.pending.items()):
-                if pending.request.is_cancelled():
-                    self.engine.cancel(request_id)
-            try:
+            try:  # all of it: an exception anywhere here ended the one loop thread, and every later request hung
+                for request_id, pending in list(self.pending.items()):
+                    if pending.request.is_cancelled():
+                        self.engine.cancel(request_id)
                 result = self.engine.step()
+                self._respond(result)
+                self._publish(result)
             except Exception as exc:  # never let the loop die: fail what is running, keep serving
                 pb_utils.Logger.log_error(f"generation step failed: {exc!r}")
                 self._fail_all(str(exc))
-                continue
-            self._respond(result)
-            self._publish(result)
 
     def _fail_all(self, message):
         for sequence in list(self.engine.scheduler.all_sequences()):
@@ -313,4 +312,11 @@ class TritonPythonModel:
         self.stopping = True
         self.wake.set()
         self.thread.join(timeout=10)
+        # every decoupled request gets its FINAL, also when the server stops mid-generation: one left
+        # open hangs its client until the connection drops (and an open sender holds the model)
+        for request_id, pending in list(self.pending.items()):
+            self.pending.pop(request_id, None)
+            error = pb_utils.TritonError("the model is being unloaded (server stopping or model reloaded); retry",
+                                         pb_utils.TritonError.UNAVAILABLE)
+            self._send(pending, pb_utils.InferenceResponse(error=error), FINAL)
         self.metrics.close()

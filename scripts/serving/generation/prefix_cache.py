@@ -6,7 +6,11 @@ are computed once and shared. Only FULL blocks are shared: a full block is immut
 sequence ever writes into a block another one reads.
 
 A block is found by the chain key of its tokens and of every token before it:
-key_i = (key_{i-1}, tokens of block i). Equal keys mean equal prefixes, so equal K/V. A hit
+key_i = BLAKE2b(key_{i-1}, tokens of block i). Equal keys mean equal prefixes, so equal K/V: the
+digest is what makes that safe. Python's hash() of a tuple of ints is the same in every process
+(PYTHONHASHSEED does not touch ints) and 64 bits wide, so a prompt whose key collides with another
+user's prefix could be made offline, and a hit never compares tokens: that request would have been
+computed on someone else's K/V (the class of vLLM's GHSA-rm76-4mrf-v9r8, fixed there with SHA-256). A hit
 retains the block (the allocator's reference count); the cache itself holds no reference, so an
 unreferenced cached block is evictable and the allocator reuses it under pressure (and tells the
 cache through `on_evict`).
@@ -16,17 +20,24 @@ output token, so at least one prompt token is always computed.
 """
 from __future__ import annotations
 
+import hashlib
+import struct
 from dataclasses import dataclass
 from typing import Sequence
 
 from serving.generation.kv_blocks import BlockAllocator
 
+#: Bytes of a chain key (BLAKE2b digest size): 128 bits, collision-resistant.
+KEY_BYTES = 16
 
-def chain_keys(tokens: Sequence[int], block_size: int) -> list[int]:
-    """Chain keys of the full blocks of `tokens` (one per full block)."""
-    keys, parent = [], 0
+
+def chain_keys(tokens: Sequence[int], block_size: int) -> list[bytes]:
+    """Chain keys of the full blocks of `tokens` (one per full block): each a digest of the previous
+    key and the block's token ids (module docstring)."""
+    keys, parent = [], b""
     for start in range(0, len(tokens) - block_size + 1, block_size):
-        parent = hash((parent, tuple(tokens[start:start + block_size])))
+        block = struct.pack(f"<{block_size}q", *(int(t) for t in tokens[start:start + block_size]))
+        parent = hashlib.blake2b(parent + block, digest_size=KEY_BYTES).digest()
         keys.append(parent)
     return keys
 
@@ -49,8 +60,8 @@ class PrefixCache:
         self.allocator = allocator
         self.block_size = block_size
         self.enabled = enabled
-        self._by_key: dict[int, int] = {}
-        self._key_of: dict[int, int] = {}
+        self._by_key: dict[bytes, int] = {}
+        self._key_of: dict[int, bytes] = {}
         self.stats = PrefixCacheStats()
         allocator.on_evict = self._forget
 

@@ -31,6 +31,11 @@ SAMPLING_FIELDS: dict[str, tuple[type | tuple[type, ...], str]] = {
 #: Where the fields came from, as the caller named them: the `sampling_parameters` input (the vLLM
 #: backend's) or, without it, the request's own parameters (the generate endpoint's "parameters").
 FROM_INPUT, FROM_REQUEST = "sampling_parameters", "the request's parameters"
+#: Request parameters that are not sampling fields but this model's input tensors: the vLLM
+#: backend's README sends `{"parameters": {"stream": false, "temperature": 0}}` to /generate, and
+#: that backend reads these from the tensors only, so they are passed over here too (the tensor
+#: decides), not refused as unknown.
+INPUT_NAMES_IN_PARAMETERS = ("stream", "exclude_input_in_output")
 _INT31, _UINT64 = 2**31 - 1, 2**64 - 1
 #: Temperatures below this sample greedily (vLLM's threshold): dividing logits by a subnormal
 #: temperature overflows to inf, and a NaN distribution used to fail the whole step, every
@@ -113,10 +118,35 @@ def parse_sampling_parameters(text: str | bytes | None, source: str = FROM_INPUT
                                        '{"max_tokens": 32, "temperature": 0}.') from None
     if not isinstance(data, dict):
         raise InvalidGenerationRequest(f"{source} must be a JSON object, got {type(data).__name__}.")
+    if source == FROM_REQUEST:
+        data = {name: value for name, value in data.items() if name not in INPUT_NAMES_IN_PARAMETERS}
     unknown = sorted(set(data) - set(SAMPLING_FIELDS))
     if unknown:
         raise InvalidGenerationRequest(f"{source} has unknown fields {unknown}; allowed: {sorted(SAMPLING_FIELDS)}.")
-    return {name: _check(name, value, source) for name, value in data.items()}
+    fields = {name: as_vllm_backend_reads(name, value) for name, value in data.items()}
+    return {name: _check(name, value, source) for name, value in fields.items() if value is not None}
+
+
+def as_vllm_backend_reads(name: str, value: Any) -> Any:
+    """A field as Triton's vLLM backend would take it, so its clients work unchanged: it converts
+    each field with its type (`int("100")`, `float("0.95")`), and its own sample client sends
+    numbers as strings; null is the default (None: the field is left out); `top_k` -1 is vLLM's "no
+    limit" (0 here) and an empty `stop` list no stop strings. Anything else is left for `_check`,
+    which names what is wrong ("0.5" for an integer field, "abc" for a number)."""
+    if value is None or (name == "stop" and value == []):
+        return None
+    if isinstance(value, str) and name != "stop":
+        text = value.strip()
+        if SAMPLING_FIELDS[name][0] is bool:
+            value = {"true": True, "false": False}.get(text.lower(), value)
+        else:
+            for parse in (int, float):
+                try:
+                    value = parse(text)
+                    break
+                except ValueError:
+                    continue
+    return 0 if name == "top_k" and value == -1 else value
 
 
 def prompt_bytes_limit(max_context: int, vocabulary: "Iterable[str]") -> int:

@@ -100,6 +100,8 @@ class Sequence:
         #: A stop string appeared in the text (found by the caller, who detokenizes): ends as STOP.
         self.stop_requested = False
         self.admitted_at: float | None = None
+        #: Order of first admission (0, 1, ...): breaks ties of `admitted_at` (one step admits several).
+        self.admission_index: int | None = None
         self.first_token_at: float | None = None
         self.cached_prompt_tokens = 0
         self.preemptions = 0
@@ -151,6 +153,8 @@ class Scheduler:
         self.waiting: dict[int, deque[Sequence]] = {level: deque() for level in sorted(config.max_waiting)}
         self.running: list[Sequence] = []
         self._by_id: dict[str, Sequence] = {}
+        #: Sequences admitted so far (each counted at its first admission).
+        self.admissions = 0
 
     # ------------------------------------------------------------------ intake
     @property
@@ -243,12 +247,13 @@ class Scheduler:
                     self.allocator.release(block)
                 return
             promised += needed
-            self.prefix_cache.count_admitted(len(tokens), len(shared))
             self.waiting[sequence.request.priority].popleft()
             sequence.table.blocks = list(shared)
             sequence.table.num_tokens = len(shared) * self.config.block_size
-            if sequence.admitted_at is None:
-                sequence.admitted_at = now
+            if sequence.admitted_at is None:  # counted once: a preempted sequence is admitted again
+                self.prefix_cache.count_admitted(len(tokens), len(shared))
+                sequence.admitted_at, sequence.admission_index = now, self.admissions
+                self.admissions += 1
                 sequence.cached_prompt_tokens = sequence.table.num_tokens
             self.running.append(sequence)
 
@@ -294,7 +299,7 @@ class Scheduler:
     def _preemption_victim(self) -> Sequence:
         """The most recently admitted running sequence of the lowest priority (the one asking for
         blocks included: a batch sequence never evicts a realtime one, a newer one never an older one)."""
-        return max(self.running, key=lambda s: (s.request.priority, s.admitted_at or 0.0))
+        return max(self.running, key=lambda s: (s.request.priority, s.admitted_at or 0.0, s.admission_index or 0))
 
     def _preempt(self, sequence: Sequence) -> None:
         self.running.remove(sequence)

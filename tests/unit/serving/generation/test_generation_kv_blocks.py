@@ -71,6 +71,17 @@ def test_chain_keys_depend_on_every_earlier_token():
     assert chain_keys([1, 2, 3], 4) == []
 
 
+def test_chain_keys_are_digests_not_pythons_hash():
+    """hash() of a tuple of ints is the same in every process and can be collided on purpose; a
+    cache hit never compares tokens, so a key must be collision-resistant (BLAKE2b, 128 bits)."""
+    import hashlib
+    import struct
+
+    first = hashlib.blake2b(struct.pack("<4q", 1, 2, 3, 4), digest_size=16).digest()
+    second = hashlib.blake2b(first + struct.pack("<4q", 5, 6, 7, 8), digest_size=16).digest()
+    assert chain_keys([1, 2, 3, 4, 5, 6, 7, 8], 4) == [first, second]
+
+
 def _cached_prompt(cache, allocator, prompt):
     table = BlockTable(cache.block_size)
     table.grow(allocator, len(prompt))

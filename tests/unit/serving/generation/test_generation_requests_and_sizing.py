@@ -39,6 +39,26 @@ def test_bad_sampling_parameters_name_the_field_and_the_rule(text, message):
         parse_sampling_parameters(text)
 
 
+def test_what_the_vllm_backend_accepts_is_accepted_as_it_reads_it():
+    """Clients written for Triton's vLLM backend: its sample client sends numbers as strings (the
+    backend converts each field with its type), null means the default, top_k -1 is vLLM's "no
+    limit", [] no stop strings; the generate endpoint's "parameters" may carry `stream`."""
+    from serving.generation.requests import FROM_REQUEST
+
+    fields = parse_sampling_parameters('{"temperature": "0.1", "top_p": "0.95", "max_tokens": "100", "ignore_eos": "false"}')
+    assert fields == {"temperature": 0.1, "top_p": 0.95, "max_tokens": 100, "ignore_eos": False}
+    assert parse_sampling_parameters('{"seed": null, "max_tokens": null, "top_k": -1, "stop": []}') == {"top_k": 0}
+    assert parse_sampling_parameters('{"stream": false, "temperature": 0}', FROM_REQUEST) == {"temperature": 0}
+    with pytest.raises(InvalidGenerationRequest, match=r"`max_tokens` = 0.5: expected an integer"):
+        parse_sampling_parameters('{"max_tokens": "0.5"}')
+    with pytest.raises(InvalidGenerationRequest, match=r"`temperature` = 'warm': expected a number"):
+        parse_sampling_parameters('{"temperature": "warm"}')
+    with pytest.raises(InvalidGenerationRequest, match=r"`top_p` = nan"):
+        parse_sampling_parameters('{"top_p": "nan"}')
+    with pytest.raises(InvalidGenerationRequest, match=r"unknown fields \['stream'\]"):
+        parse_sampling_parameters('{"stream": true}')  # in the sampling_parameters input it is a typo'd field
+
+
 def test_fields_from_the_requests_own_parameters_are_named_as_such():
     """The generate endpoint's "parameters" arrive as the request's parameters, not an input."""
     from serving.generation.requests import FROM_REQUEST
@@ -174,7 +194,7 @@ def test_stop_strings_cut_the_text_before_the_first_and_stream_no_part_of_one():
     assert held.push("abcxy") == "abc" and held.flush() == "xy" and held.text == "abcxy"
 
 
-@pytest.mark.parametrize("value, ok", [("\n", True), (["a", "bb"], True), ("", False), ([], False), (["a"] * 5, False),
+@pytest.mark.parametrize("value, ok", [("\n", True), (["a", "bb"], True), ("", False), (["a"] * 5, False),
                                        (["x" * 65], False), ([1], False)])
 def test_stop_is_a_string_or_a_short_list_of_them(value, ok):
     import json

@@ -267,3 +267,30 @@ def test_a_stop_string_found_by_the_caller_ends_the_sequence_as_stop_before_anot
     assert scheduler.stop("a") and not scheduler.stop("nobody")
     _, _, finished = step(scheduler, now=2.0)
     assert finished == [sequence] and sequence.finish_reason is FinishReason.STOP and len(sequence.generated) == generated
+
+
+def test_of_two_sequences_admitted_in_one_step_the_later_one_is_preempted():
+    """`admitted_at` ties when one step admits both: max() then took the first of `running`, the
+    older one, against the rule that a newer sequence never evicts an older one."""
+    scheduler = make(num_blocks=4, prefill_chunk_tokens=16, max_context=16, max_waiting={2: 4}, prefix_sharing=False)
+    old = scheduler.submit(request("old", prompt_len=3, max_tokens=12), 0.0)
+    new = scheduler.submit(request("new", prompt_len=3, max_tokens=12), 0.0)
+    for t in range(12):
+        step(scheduler, float(t))
+        if old.preemptions or new.preemptions:
+            break
+    assert (old.preemptions, new.preemptions) == (0, 1)
+    assert old.admission_index == 0 and new.admission_index == 1
+
+
+def test_a_preempted_sequence_is_counted_once_by_the_prefix_cache():
+    scheduler = make(num_blocks=4, prefill_chunk_tokens=16, max_context=16, max_waiting={2: 4})
+    old = scheduler.submit(request("old", prompt_len=5, max_tokens=11), 0.0)
+    new = scheduler.submit(request("new", prompt_len=5, max_tokens=11), 1.0)
+    t = 0
+    while scheduler.running or scheduler.num_waiting:
+        step(scheduler, float(t))
+        t += 1
+    assert old.preemptions + new.preemptions >= 1
+    stats = scheduler.prefix_cache.stats
+    assert (stats.lookups, stats.looked_up_tokens) == (2, 10)  # re-admission counted 3 lookups and 19 tokens
