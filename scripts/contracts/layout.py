@@ -98,3 +98,16 @@ def display_path(path: Path | str, root: Path | str = PROJECT_ROOT) -> str:
 
 if not (PROJECT_ROOT / "Makefile").is_file():  # pragma: no cover - guards a moved file
     raise ImportError(f"contracts.layout expected the project root at {PROJECT_ROOT} (a folder with a Makefile); was the package moved?")
+
+
+def place_model_file(source: Path, target: Path) -> None:
+    """Put `source` at `target` in a (throwaway) model repository: a hard link, so a large file is not
+    copied (the backend refuses symbolic links that leave the model directory), or a copy where the
+    two are on different file systems (a tmpfs /tmp: a hard link fails there with EXDEV)."""
+    import os
+    import shutil
+
+    try:
+        os.link(Path(source).resolve(), target)
+    except OSError:
+        shutil.copy2(source, target)

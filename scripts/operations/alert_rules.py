@@ -51,6 +51,13 @@ class AlertThresholds:
     queue_growth_window: str = "2m"
     queue_growth_for: str = "3m"
     queue_min_depth: int = 2
+    #: Backlogged = at least this many waiting at every evaluation for `queue_backlog_for`. Why beside
+    #: "growing": a queue stops growing once it is full (its max_queue_size) or once closed-loop
+    #: clients plateau, so "growing" never fired for a queue that filled within a minute and stayed
+    #: full, nor for one that stays deep.
+    queue_backlog_depth: int = 32
+    llm_backlog_depth: int = 8
+    queue_backlog_for: str = "5m"
     target_down_for: str = "1m"
     #: Generation models (serving/generation/metrics.py): KV blocks in use above this share of all blocks.
     kv_usage_fraction: float = 0.90
@@ -77,14 +84,16 @@ class AlertThresholds:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1:
                 raise MonitorConfigError(f"{name} = {value!r}: expected a fraction strictly between 0 and 1.")
         for name in ("latency_for", "low_utilisation_for", "memory_for", "error_rate_window",
-                     "error_rate_for", "queue_growth_window", "queue_growth_for", "target_down_for",
+                     "error_rate_for", "queue_growth_window", "queue_growth_for", "queue_backlog_for", "target_down_for",
                      "restart_window", "partition_down_for", "padding_window", "padding_for",
                      "kv_usage_for"):
             value = getattr(self, name)
             if not isinstance(value, str) or not _DURATION.fullmatch(value):
                 raise MonitorConfigError(f"{name} = {value!r}: expected a Prometheus duration such as '30s', '5m' or '1h'.")
-        if isinstance(self.queue_min_depth, bool) or not isinstance(self.queue_min_depth, int) or self.queue_min_depth < 1:
-            raise MonitorConfigError(f"queue_min_depth = {self.queue_min_depth!r}: expected an integer >= 1.")
+        for name in ("queue_min_depth", "queue_backlog_depth", "llm_backlog_depth"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise MonitorConfigError(f"{name} = {value!r}: expected an integer >= 1.")
         for name in ("job", "supervisor_job"):
             if not re.fullmatch(r"^[a-zA-Z_][a-zA-Z0-9_-]*$", getattr(self, name)):
                 raise MonitorConfigError(f"{name} = {getattr(self, name)!r}: expected a Prometheus job name (letters, digits, _ and -).")
@@ -138,7 +147,6 @@ def render_alert_rules(t: AlertThresholds, pod_container: str | None = None) -> 
     util_pct, mem_pct = f"{t.low_utilisation:.0%}", f"{t.memory_fraction:.0%}"
     failures = f"sum by ({MODEL_LABELS}) (rate(nv_inference_request_failure[{t.error_rate_window}]))"
     successes = f"sum by ({MODEL_LABELS}) (rate(nv_inference_request_success[{t.error_rate_window}]))"
-    pending = "nv_inference_pending_request_count"
     rules = [
         _rule("TritonGpuUtilisationLow", f"nv_gpu_utilization < {t.low_utilisation}", t.low_utilisation_for,
               "info", "gpu", f"GPU utilisation below {util_pct} for {t.low_utilisation_for}",
@@ -169,11 +177,7 @@ def render_alert_rules(t: AlertThresholds, pod_container: str | None = None) -> 
               "critical", "errors", f"Error rate above {t.error_rate:.1%}",
               "{{ $labels.model }} v{{ $labels.version }} on {{ $labels.instance }} fails "
               "{{ $value | humanizePercentage }} of requests: look at the server log now."),
-        _rule("TritonQueueDepthGrowing",
-              f"deriv({pending}[{t.queue_growth_window}]) > 0 and {pending} >= {t.queue_min_depth}",
-              t.queue_growth_for, "critical", "queue", "Request queue keeps growing",
-              "{{ $labels.model }} on {{ $labels.instance }}: the queue grows by {{ printf \"%.2f\" $value }} "
-              "requests/s: arrivals exceed capacity, overload is near."),
+        *queue_rules(t),
         _rule("TritonTargetDown", f'up{{job="{t.job}"}} == 0', t.target_down_for, "critical", "availability",
               "Triton metrics endpoint down",
               "{{ $labels.instance }} (partition {{ $labels.partition }}) does not answer scrapes: the server is down or hung."),
@@ -186,6 +190,23 @@ def render_alert_rules(t: AlertThresholds, pod_container: str | None = None) -> 
     if not pod_container:
         groups.append({"name": "serving-supervisor", "rules": supervisor_rules(t)})
     return {"groups": groups}
+
+
+def queue_rules(t: AlertThresholds) -> list[dict[str, Any]]:
+    """A model's queue: growing (arrivals exceed capacity) and backlogged (full, or deep and flat)."""
+    pending = "nv_inference_pending_request_count"
+    return [
+        _rule("TritonQueueDepthGrowing",
+              f"deriv({pending}[{t.queue_growth_window}]) > 0 and {pending} >= {t.queue_min_depth}",
+              t.queue_growth_for, "critical", "queue", "Request queue keeps growing",
+              "{{ $labels.model }} on {{ $labels.instance }}: the queue grows by {{ printf \"%.2f\" $value }} "
+              "requests/s: arrivals exceed capacity, overload is near."),
+        _rule("TritonQueueBacklogged", f"{pending} >= {t.queue_backlog_depth}",
+              t.queue_backlog_for, "warning", "queue", f"Request queue at {t.queue_backlog_depth} or more for {t.queue_backlog_for}",
+              "{{ $labels.model }} on {{ $labels.instance }}: {{ $value }} requests waiting, never fewer than "
+              f"{t.queue_backlog_depth} for {t.queue_backlog_for}: the model is saturated (a full queue answers 503); "
+              "add capacity or shed load."),
+    ]
 
 
 def batching_rules(t: AlertThresholds) -> list[dict[str, Any]]:
@@ -236,6 +257,10 @@ def generation_rules(t: AlertThresholds) -> list[dict[str, Any]]:
               t.queue_growth_for, "critical", "queue", "Generation wait queue keeps growing",
               "{{ $labels.model }} on {{ $labels.instance }}: waiting sequences grow by {{ printf \"%.2f\" $value }}/s: "
               "arrivals exceed decode capacity; a full queue answers 503 next."),
+        _rule("LlmWaitQueueBacklogged", f"{waiting} >= {t.llm_backlog_depth}", t.queue_backlog_for, "warning", "queue",
+              f"Generation wait queue at {t.llm_backlog_depth} or more for {t.queue_backlog_for}",
+              "{{ $labels.model }} on {{ $labels.instance }}: {{ $value }} sequences waiting, never fewer than "
+              f"{t.llm_backlog_depth} for {t.queue_backlog_for}: decode capacity is saturated; add replicas or shed load."),
     ]
 
 

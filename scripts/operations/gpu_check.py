@@ -127,11 +127,11 @@ def _serve_gpu_model(repository: Path, serving_config: Path) -> StepResult:
     served by tritonserver with its batcher and priority levels, asked at both priorities; answers
     compared with the FP32 CPU session."""
     import dataclasses
-    import os
 
     import numpy as np
     import tritonclient.http as http
 
+    from contracts.layout import place_model_file
     from contracts.model_config import render_onnx_cpu_config, tensor_specs_from_onnx, write_model_config
     from contracts.onnx_sessions import served_session
     from contracts.processes import free_loopback_ports
@@ -145,7 +145,7 @@ def _serve_gpu_model(repository: Path, serving_config: Path) -> StepResult:
     with tempfile.TemporaryDirectory(prefix="gpu-check-serve-") as tmp:
         repo = Path(tmp) / "repository"
         (repo / model.name / "1").mkdir(parents=True)
-        os.link(onnx, repo / model.name / "1" / "model.onnx")
+        place_model_file(onnx, repo / model.name / "1" / "model.onnx")
         inputs, outputs = tensor_specs_from_onnx(onnx)
         write_model_config(repo / model.name, render_onnx_cpu_config(model, spec, inputs, outputs))
         installation = find_tritonserver()

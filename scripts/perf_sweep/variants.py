@@ -14,8 +14,6 @@ with no delay: the server runs exactly the client's batch of B and cannot merge 
 from __future__ import annotations
 
 import dataclasses
-import os
-import shutil
 import time
 from dataclasses import dataclass
 from enum import Enum
@@ -23,6 +21,7 @@ from pathlib import Path
 from typing import Sequence
 
 from perf_sweep.errors import SweepPlanError, SweepRunError
+from contracts.layout import place_model_file
 from contracts.serving_spec import ModelSpec, ServingSpec, check_name
 
 
@@ -161,10 +160,7 @@ def write_variant_repository(spec: ServingSpec, model: str, variants: Sequence[S
         target = model_dir / "1" / "model.onnx"
         if target.is_symlink() or target.exists():
             target.unlink()
-        try:  # the backend refuses symbolic links that leave the model directory; a hard link is fine
-            os.link(variant.onnx_path.resolve(), target)
-        except OSError:  # another file system
-            shutil.copy2(variant.onnx_path, target)
+        place_model_file(variant.onnx_path, target)
         inputs, outputs = tensor_specs_from_onnx(variant.onnx_path)
         serving = spec if variant.queue_policies else dataclasses.replace(spec, priorities=())
         write_model_config(model_dir, render_onnx_cpu_config(variant_model_spec(base, variant), serving, inputs, outputs))

@@ -25,7 +25,7 @@ import time
 import pytest
 
 from conftest import poll_until, start_test_server
-from k8s_deploy.monitoring import render_adapter_rules, substitute_adapter_template
+from k8s_deploy.monitoring import QUEUE_WINDOW, render_adapter_rules, substitute_adapter_template
 from k8s_deploy.workload import plan_deployment, resource_name
 from operations.monitor import PrometheusSettings, api_get, start_prometheus
 from perf_sweep.plan import find_perf_analyzer, perf_analyzer_environment
@@ -144,7 +144,7 @@ def test_queue_time_signal_raises_the_hpa_desired_replicas_under_load_and_lowers
     scaling = deploy.autoscaling(PARTITION)
     (rule,) = render_adapter_rules(serving_spec, window=REHEARSAL_WINDOW)
     production = render_adapter_rules(serving_spec)[0]["metricsQuery"]
-    assert rule["metricsQuery"] == production.replace("[30s]", f"[{REHEARSAL_WINDOW}]"), "only the window may differ"
+    assert rule["metricsQuery"] == production.replace(f"[{QUEUE_WINDOW}]", f"[{REHEARSAL_WINDOW}]"), "only the window may differ"
     per_pod = substitute_adapter_template(rule["metricsQuery"], serving_spec.kubernetes.namespace, pods)
     current = len(pods)
     value_expr = f"avg({per_pod})"  # the HPA averages the pods' values of an AverageValue target

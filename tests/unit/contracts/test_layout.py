@@ -38,3 +38,24 @@ def test_no_function_of_the_source_folders_is_over_60_lines():
                 if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 60:
                     too_long.append(f"{path.relative_to(folder.parent)}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1} lines)")
     assert not too_long, "functions over 60 lines: " + "; ".join(too_long)
+
+
+def test_a_model_file_is_hard_linked_or_copied_across_file_systems(tmp_path, monkeypatch):
+    """gpu_check linked the served ONNX file into a repository under /tmp: on a tmpfs /tmp the link
+    failed (EXDEV) and the whole check ended in a traceback."""
+    import errno
+    import os
+
+    from contracts.layout import place_model_file
+
+    source = tmp_path / "model.onnx"
+    source.write_bytes(b"onnx bytes")
+    place_model_file(source, tmp_path / "linked.onnx")
+    assert os.stat(tmp_path / "linked.onnx").st_ino == os.stat(source).st_ino
+
+    def cross_device(*args):
+        raise OSError(errno.EXDEV, "Invalid cross-device link")
+
+    monkeypatch.setattr(os, "link", cross_device)
+    place_model_file(source, tmp_path / "copied.onnx")
+    assert (tmp_path / "copied.onnx").read_bytes() == b"onnx bytes"

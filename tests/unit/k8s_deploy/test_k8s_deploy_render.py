@@ -141,8 +141,8 @@ def test_hpa_reads_the_adapters_metric_with_the_partitions_autoscaling_settings(
 
 
 def test_adapter_query_is_nvidias_queue_time_per_request_with_the_adapters_template():
-    assert adapter_metrics_query() == ("avg(increase(nv_inference_queue_duration_us{<<.LabelMatchers>>}[30s])"
-                                       "/clamp_min(increase(nv_inference_request_success{<<.LabelMatchers>>}[30s]),1)) by (<<.GroupBy>>)")
+    assert adapter_metrics_query() == ("avg(increase(nv_inference_queue_duration_us{<<.LabelMatchers>>}[1m])"
+                                       "/clamp_min(increase(nv_inference_request_success{<<.LabelMatchers>>}[1m]),1)) by (<<.GroupBy>>)")
     filled = substitute_adapter_template(adapter_metrics_query("5s"), "ns", ["a-1", "a-2"])
     assert filled == ('avg(increase(nv_inference_queue_duration_us{namespace="ns",pod=~"a-1|a-2"}[5s])'
                       '/clamp_min(increase(nv_inference_request_success{namespace="ns",pod=~"a-1|a-2"}[5s]),1)) by (pod)')
