@@ -128,16 +128,25 @@ def test_concurrent_texts_of_different_lengths_share_batches_and_get_their_own_a
     """Single-text requests of many lengths at once: the dynamic batcher merges them (fewer
     executions than requests; one batching decision per request, tokenizer and encoder in one
     execution); bucketing inside each batch must still hand every request its own embedding."""
+    import threading
+
     texts = sorted(heldout_texts, key=len)[::len(heldout_texts) // 24][:24]
     expected = reference(texts)
+    # Connected and with the model's metadata before the burst, then released together: a fresh
+    # connection and a metadata fetch per request spread the arrivals so far apart that the two
+    # instances kept up and every request ran alone (a CI run on a quiet host).
+    senders = 12
+    start = threading.Barrier(senders)
     before = _embedder_counts(triton_server.http_url)
 
-    def one(i):
-        with TritonModelClient(triton_server.http_url, "http") as c:
-            return i, embed(c, [texts[i]], model=MODEL).vectors[0]
+    def one(k):
+        with TritonModelClient(triton_server.http_url, "http") as client:  # made in its own thread (HTTP clients are per thread)
+            client.interface(MODEL)
+            start.wait(timeout=60)
+            return [(i, embed(client, [texts[i]], model=MODEL).vectors[0]) for i in range(k, len(texts), senders)]
 
-    with ThreadPoolExecutor(12) as pool:
-        results = list(pool.map(one, range(len(texts))))
+    with ThreadPoolExecutor(senders) as pool:
+        results = [pair for part in pool.map(one, range(senders)) for pair in part]
     for i, vector in results:
         np.testing.assert_allclose(vector, expected[i], atol=ATOL, rtol=0)
     settled = settled_model_stats(triton_server.http_url, MODEL, lambda st: int(st["inference_count"]), before[0] + len(texts))

@@ -7,7 +7,9 @@ pays one batching decision and one backend round trip instead of an ensemble's t
 
 Rules (as sentence-transformers does for all-MiniLM-L6-v2): texts longer than `max_length`
 tokens are truncated, special tokens included; an empty or blank text is [CLS] [SEP]; bytes that
-are not UTF-8 are refused naming the row and the byte offset. Each request's rows are right-padded
+are not UTF-8 are refused naming the row and the byte offset. A long text is tokenized from a start
+that already fills `max_length` (PREFIX_CHARS); one over the last start that none fills (white space,
+a giant word) is refused, alone, so that no request holds up its batch for seconds. Each request's rows are right-padded
 with the pad id to that request's longest row (the backend pads or buckets across requests).
 All texts of a dynamic batch are tokenized in one `encode_batch` call, on the calling thread:
 the front-end sets `TOKENIZERS_PARALLELISM=false` in its process unless the environment already
@@ -35,12 +37,16 @@ if TYPE_CHECKING:
     from tokenizers import Encoding
 
 SUPPORTED_OUTPUTS = ("input_ids", "attention_mask", "token_type_ids")
-#: A text longer than one of these (characters) is tokenized from its start up to a space or line
-#: break before that length, when that start alone already fills `max_length` (the truncated
-#: tokens are then the same: the tokenizer splits words at spaces and normalizes per character).
-#: Why: the model reads 128 tokens, but tokenizing all of an 8 MB text took 9 s and 1.2 GB.
+#: A text longer than one of these (characters) is tokenized from its start of that length, when
+#: that start alone already fills `max_length` with whole words (`TextFrontEnd.bounded` says why the
+#: truncated tokens are then the same). A longer text whose last start does not is refused
+#: (`TextTooLong`). Why: the model reads 128 tokens, but tokenizing all of an 8 MB text took 9 s and
+#: 1.2 GB, and 1M characters of CJK (no space to cut at) 2.9 s, with the whole batch waiting.
 PREFIX_CHARS = (16_384, 262_144)
-_SPLITS = (" ", "\n", "\t", "\r")
+
+
+class TextTooLong(ValueError):
+    """A text longer than PREFIX_CHARS[-1] whose start holds too few whole words to fill max_length."""
 #: The `tokenizers` variable that turns its Rust thread pool off ("false") or on ("true"); the
 #: front-end sets "false" when it is unset (module docstring), a value already set is kept.
 TOKENIZER_PARALLELISM_ENV = "TOKENIZERS_PARALLELISM"
@@ -89,27 +95,55 @@ class TextFrontEnd:
         self.tokenizer = Tokenizer.from_file(tokenizer_file)
         self.tokenizer.enable_truncation(max_length)
         self.tokenizer.no_padding()
-        self.pad_id, self.output_names = int(pad_id), tuple(output_names)
+        self.pad_id, self.output_names, self.max_length = int(pad_id), tuple(output_names), max_length
+        #: A cut may split an added token ("[MASK]" -> "[MA"), which then reads as other words:
+        #: kept tokens must end at least this many characters before the cut.
+        self.cut_margin = max((len(t.content) for t in self.tokenizer.get_added_tokens_decoder().values()), default=0)
 
     def bounded(self, text: str) -> "tuple[str, Encoding | None]":
         """`text`, or the start of it that gives the same truncated tokens (PREFIX_CHARS), with that
-        start's encoding where finding it already made one (so a long text is encoded once)."""
+        start's encoding where finding it already made one (so a long text is encoded once).
+
+        A start's encoding is the text's when it overflows `max_length`, no kept token comes from the
+        start's last word and every kept token ends `cut_margin` characters before the cut. Why that
+        suffices: the tokenizer normalizes character by character, splits words at white space and
+        punctuation (each CJK character a word of its own) and tokenizes word by word, so a cut can
+        only change the last word, or an added token it splits. It used to cut at a space only, so a
+        text without one (CJK, "a,a,a,...") was tokenized whole. Raises TextTooLong for a text longer
+        than the last start that no start bounds (white space, words too long to split)."""
         for limit in PREFIX_CHARS:
             if len(text) <= limit:
                 return text, None
-            cut = max(text.rfind(split, 0, limit) for split in _SPLITS)
-            if cut > 0:
-                encoding = self.tokenizer.encode(text[:cut])
-                if encoding.overflowing:  # the start alone fills max_length
-                    return text[:cut], encoding
-        return text, None
+            encoding = self.tokenizer.encode(text[:limit])
+            if self._fills_with_whole_words(encoding, limit):
+                return text[:limit], encoding
+        raise TextTooLong(
+            f"a text of {len(text):,} characters whose first {PREFIX_CHARS[-1]:,} do not fill the model's "
+            f"{self.max_length} tokens (mostly white space, or words too long to split): tokenizing all of it "
+            f"would hold up the requests batched with it; send at most {PREFIX_CHARS[-1]:,} characters of such text.")
+
+    def _bounded_row(self, row: int, text: str) -> "tuple[str, Encoding | None]":
+        try:
+            return self.bounded(text)
+        except TextTooLong as exc:  # refused alone: its batch mates are tokenized
+            raise ValueError(f"TEXT row {row}: {exc}") from None
+
+    def _fills_with_whole_words(self, encoding: "Encoding", cut: int) -> bool:
+        if not encoding.overflowing:
+            return False
+        kept = [(word, offsets[1]) for word, offsets in zip(encoding.word_ids, encoding.offsets) if word is not None]
+        last_word = max((w for part in encoding.overflowing for w in part.word_ids if w is not None), default=None)
+        return (bool(kept) and last_word is not None and max(w for w, _ in kept) < last_word
+                and max(end for _, end in kept) <= cut - self.cut_margin)
 
     def encodings(self, texts: Sequence[str]) -> list["Encoding"]:
         """The truncated encoding of each text, long ones from their bounded start; the texts not
         encoded by that check go through one `encode_batch` (on this thread, the module docstring
         says why; a lone text costs about what `encode` costs: 34.0-35.0 against 32.9-34.6 us per
         held-out text, docs/measurements/2026-12-05-intel-xeon/tokenizer-threads/encode_one.py)."""
-        bounded = [self.bounded(text) for text in texts]
+        return self._encoded([self.bounded(text) for text in texts])
+
+    def _encoded(self, bounded: Sequence["tuple[str, Encoding | None]"]) -> list["Encoding"]:
         pending = [i for i, (_, encoding) in enumerate(bounded) if encoding is None]
         starts = [bounded[i][0] for i in pending]
         fresh = self.tokenizer.encode_batch_fast(starts) if starts else []
@@ -123,13 +157,13 @@ class TextFrontEnd:
         request's to the batch's longest, as views of one array per tensor (the fused backend pads
         across requests anyway, and one numpy call per tensor for the batch is cheaper than one per
         request: serving/backend/batch_execution.py says why that counts)."""
-        decoded: list[list[str] | str] = []
+        decoded: list[list[tuple[str, Encoding | None]] | str] = []  # per request: its bounded rows, or its problem
         for array in text_arrays:
             try:
-                decoded.append(decode_texts(array))
+                decoded.append([self._bounded_row(row, text) for row, text in enumerate(decode_texts(array))])
             except ValueError as exc:
                 decoded.append(str(exc))
-        encodings = self.encodings([t for texts in decoded if isinstance(texts, list) for t in texts])
+        encodings = self._encoded([pair for rows in decoded if isinstance(rows, list) for pair in rows])
         batch = padded_token_tensors(encodings, self.pad_id, self.output_names) if one_width and encodings else None
         tensors, problems, start = [], [], 0
         for texts in decoded:

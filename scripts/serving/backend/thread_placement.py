@@ -52,9 +52,12 @@ class ThreadPlacement:
         self.workers: tuple[int, ...] = ()        # the worker threads' cores now (none: nothing pinned)
 
     def keep(self) -> None:
-        """At the start of an execution (from the main thread): re-plan if the partition's cores changed."""
+        """At the start of an execution (from the main thread): re-plan if the partition's cores
+        changed. The main thread's set alone does not show every change: re-pinned to its home core
+        only (the elastic sets' both-busy state), it kept the set this placement gave it while the
+        workers lost their cores, and the wide session stayed in use with its 2 threads on 1 core."""
         current = frozenset(os.sched_getaffinity(0))
-        if current == self.left:
+        if current == self.left and not self._workers_moved():
             return
         if self.left is None:  # first call: drop the threads that only lived while the session loaded
             self.worker_tids = tuple(t for t in self.worker_tids if os.path.exists(f"/proc/self/task/{t}"))
@@ -69,3 +72,14 @@ class ThreadPlacement:
                 continue
         os.sched_setaffinity(0, {plan.home})
         self.left, self.workers = frozenset({plan.home}), plan.workers
+
+    def _workers_moved(self) -> bool:
+        """A worker thread no longer runs on the cores this placement gave the workers (one syscall)."""
+        if not self.workers:
+            return False
+        for tid in self.worker_tids:
+            try:
+                return frozenset(os.sched_getaffinity(tid)) != frozenset(self.workers)
+            except OSError:  # a thread that exited: ask the next one
+                continue
+        return False

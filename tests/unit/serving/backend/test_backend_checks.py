@@ -86,13 +86,15 @@ def test_one_width_pads_every_request_to_the_batch_longest_as_views_of_one_array
 
 def _word_tokenizer_file(tmp_path, bert_rules: bool = False) -> str:
     """A four-word WordLevel tokenizer saved as tokenizer.json ([PAD] = 1): split at white space, or
-    with BERT's normalizer and pre-tokenizer (lower case, punctuation) when `bert_rules`."""
+    with BERT's normalizer and pre-tokenizer (lower case, punctuation) and the added token [MASK] when
+    `bert_rules`."""
     from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
 
     tokenizer = Tokenizer(models.WordLevel({"[UNK]": 0, "[PAD]": 1, "hello": 2, "world": 3}, unk_token="[UNK]"))
     if bert_rules:
         tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True)
         tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        tokenizer.add_special_tokens(["[MASK]"])
     else:
         tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
     tokenizer.save(str(tmp_path / "tokenizer.json"))
@@ -117,22 +119,66 @@ def test_a_long_text_is_tokenized_from_its_start_with_the_same_truncated_tokens(
     from serving.backend.text_frontend import PREFIX_CHARS, TextFrontEnd
 
     frontend = TextFrontEnd(_word_tokenizer_file(tmp_path, bert_rules=True), max_length=8, pad_id=1, output_names=["input_ids", "attention_mask"])
+    cut = PREFIX_CHARS[0]
     cases = {
         "words": "Hello world, " * 40_000,                                # 520 KB: the start is enough
-        "spaces first": " " * (PREFIX_CHARS[0] + 10) + "hello world " * 9,  # the start has no token: a longer start
-        "one long word": "x" * (PREFIX_CHARS[-1] + 10) + " hello",           # no space before the limits: all of it
+        "no space": "hello,world." * 20_000,                             # cut anywhere, not only at a space
+        "spaces first": " " * (cut + 10) + "hello world " * 9,           # the start has no token: a longer start
     }
     for name, text in cases.items():
         full = frontend.tokenizer.encode(text).ids
         start, encoding = frontend.bounded(text)
         assert frontend.tokenizer.encode(start).ids == full, name
-        assert (len(start) <= PREFIX_CHARS[0]) == (name == "words"), (name, len(start))
+        assert (len(start) <= cut) == (name in ("words", "no space")), (name, len(start))
         # the check's own encoding is handed on (a long text is encoded once), and only when it holds
-        assert (encoding is not None) == (name == "words") and (encoding is None or encoding.ids == full), name
+        assert (encoding is not None) == (name in ("words", "no space")) and (encoding is None or encoding.ids == full), name
         assert [e.ids for e in frontend.encodings(["hello", text, "world"])] == [
             frontend.tokenizer.encode("hello").ids, full, frontend.tokenizer.encode("world").ids], name
     result = frontend.tokenize([np.array([[cases["words"].encode()]], dtype=object)])
     np.testing.assert_array_equal(result.tensors[0]["input_ids"], [frontend.tokenizer.encode(cases["words"]).ids])
+    # A cut through "[MASK]" leaves "[m", two other words ("[" and "m"); with 2 tokens kept the start
+    # keeps "hello" "[" and overflows into "m", so the last-word rule alone would take it ([2, 0]
+    # where the text gives [2, 4]): kept tokens must also end `cut_margin` characters before the cut.
+    short = TextFrontEnd(_word_tokenizer_file(tmp_path, bert_rules=True), max_length=2, pad_id=1, output_names=["input_ids"])
+    text = " " * (cut - 8) + "hello [MASK] world"
+    assert short.bounded(text) == (text, None) and short.encodings([text])[0].ids == [2, 4]
+
+
+def test_a_text_no_start_of_which_fills_the_model_is_refused_alone(tmp_path):
+    """Beyond the last start, tokenizing the whole text is what held up its batch (10M spaces then a
+    word: 7.3 s); such a text is refused with its row named, and its batch mates are answered."""
+    from serving.backend.text_frontend import PREFIX_CHARS, TextFrontEnd, TextTooLong
+
+    frontend = TextFrontEnd(_word_tokenizer_file(tmp_path, bert_rules=True), max_length=8, pad_id=1, output_names=["input_ids"])
+    one_long_word = "x" * (PREFIX_CHARS[-1] + 10) + " hello"
+    with pytest.raises(TextTooLong, match=r"a text of 262,160 characters whose first 262,144 do not fill the model's 8 tokens"):
+        frontend.bounded(one_long_word)
+    good = np.array([[b"hello world"]], dtype=object)
+    result = frontend.tokenize([good, np.array([[b"hello"], [one_long_word.encode()]], dtype=object), good])
+    assert result.problems[0] is None and result.problems[2] is None
+    assert result.problems[1].startswith("TEXT row 1: a text of 262,160 characters")
+    np.testing.assert_array_equal(result.tensors[2]["input_ids"], [[2, 3]])
+
+
+@pytest.mark.built
+def test_the_served_tokenizer_cuts_cjk_and_punctuation_texts_without_tokenizing_them_whole():
+    """No space to cut at: 1M characters of CJK took 2.9 s to tokenize whole, the batch waiting."""
+    import time
+
+    from contracts.layout import MODEL_REPOSITORY
+    from serving.backend.text_frontend import TextFrontEnd
+
+    path = MODEL_REPOSITORY / "text_embedder" / "1" / "tokenizer.json"
+    if not path.exists():
+        pytest.skip(f"{path} is built by `make build-engines`")
+    frontend = TextFrontEnd(str(path), max_length=128, pad_id=0, output_names=["input_ids"])
+    for text in ("中文字符" * 6_000, "a,b;" * 6_000, "日本語のテキスト。[MASK]" * 1_500, "é" * 200 + "中" * 30_000):
+        start, encoding = frontend.bounded(text)
+        assert encoding is not None and len(start) < len(text)
+        assert encoding.ids == frontend.tokenizer.encode(text).ids
+    started = time.perf_counter()
+    assert frontend.bounded("中" * 1_000_000)[1] is not None
+    assert time.perf_counter() - started < 0.5
 
 
 def _threads_after_a_batch(tmp_path, environment: dict[str, str]) -> tuple[int, int, str]:

@@ -1,5 +1,6 @@
 """The instance's threads: main thread on a home core, the wide session's workers on the others,
 re-planned when the partition's cores change (serving/backend/thread_placement.py)."""
+import contextlib
 import os
 import threading
 
@@ -20,6 +21,19 @@ def test_one_core_has_nothing_to_split():
     assert plan_cores([], 3) is None
 
 
+@contextlib.contextmanager
+def _worker_thread():
+    """A thread that stands for a session's worker until the block ends; its native id."""
+    stop = threading.Event()
+    worker = threading.Thread(target=stop.wait)
+    worker.start()
+    try:
+        yield worker.native_id
+    finally:
+        stop.set()
+        worker.join(5)
+
+
 def _in_a_thread(function):
     """Run `function` in a fresh thread (sched_setaffinity(0) pins only the calling thread); its result."""
     box = {}
@@ -32,30 +46,47 @@ def _in_a_thread(function):
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 or more usable cores")
 def test_keep_pins_the_caller_home_and_the_workers_elsewhere_and_replans_when_the_cores_change():
     cores = sorted(os.sched_getaffinity(0))[:2]
-    stop = threading.Event()
-    worker = threading.Thread(target=stop.wait)
-    worker.start()
-    try:
+    with _worker_thread() as worker:
         def scenario():
             os.sched_setaffinity(0, set(cores))
-            os.sched_setaffinity(worker.native_id, set(cores))
-            placement = ThreadPlacement(1, [worker.native_id, 2**22 + 7])  # the second: a thread that is gone
+            os.sched_setaffinity(worker, set(cores))
+            placement = ThreadPlacement(1, [worker, 2**22 + 7])  # the second: a thread that is gone
             placement.keep()
-            first = (os.sched_getaffinity(0), os.sched_getaffinity(worker.native_id), placement.worker_tids)
+            first = (os.sched_getaffinity(0), os.sched_getaffinity(worker), placement.worker_tids)
             # the elastic CPU sets take a core away, then give both back: each change is re-planned
             os.sched_setaffinity(0, {cores[0]})
             placement.keep()
             one_core = os.sched_getaffinity(0)
             os.sched_setaffinity(0, set(cores))
-            os.sched_setaffinity(worker.native_id, set(cores))
+            os.sched_setaffinity(worker, set(cores))
             placement.keep()
-            again = (os.sched_getaffinity(0), os.sched_getaffinity(worker.native_id))
+            again = (os.sched_getaffinity(0), os.sched_getaffinity(worker))
             return first, one_core, again
 
         first, one_core, again = _in_a_thread(scenario)
-    finally:
-        stop.set()
-        worker.join(5)
-    assert first == ({cores[1]}, {cores[0]}, (worker.native_id,))  # the gone thread dropped at the first call
+    assert first == ({cores[1]}, {cores[0]}, (worker,))  # the gone thread dropped at the first call
     assert one_core == {cores[0]}  # nothing to split: left as the partition set it
     assert again == ({cores[1]}, {cores[0]})
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 or more usable cores")
+def test_a_move_of_every_thread_to_the_home_core_is_seen_through_the_workers():
+    """The elastic sets' both-busy state pins every thread of the partition to its home core: the
+    main thread kept the set the placement gave it, so `keep` saw no change and the wide session's
+    2 threads ran on 1 core (6.4 ms instead of 2.2 on the 1-thread session, 24 tokens)."""
+    cores = sorted(os.sched_getaffinity(0))[:2]
+    with _worker_thread() as worker:
+        def scenario():
+            os.sched_setaffinity(0, set(cores))
+            os.sched_setaffinity(worker, set(cores))
+            placement = ThreadPlacement(0, [worker])
+            placement.keep()
+            before = placement.workers
+            home = os.sched_getaffinity(0)
+            os.sched_setaffinity(worker, home)  # the supervisor re-pins every thread to the home core
+            placement.keep()
+            return before, home, placement.workers
+
+        before, home, after = _in_a_thread(scenario)
+    assert before == (cores[1],) and home == {cores[0]}
+    assert after == ()  # nothing to split now: the backend runs its 1-thread session

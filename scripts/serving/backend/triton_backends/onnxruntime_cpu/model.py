@@ -289,7 +289,10 @@ class TritonPythonModel:
         alone = not self.activity.others_busy()
         if alone:  # the wide session's workers would take the placement's other cores: busy with other work?
             placement = self.placement
-            busy = self.core_load.busy(placement.workers, placement.worker_tids) if placement and placement.workers else 0.0
+            if placement is not None and not placement.workers:  # one reachable core: no worker core at all
+                busy = 1.0
+            else:
+                busy = self.core_load.busy(placement.workers, placement.worker_tids) if placement else 0.0
             which = self.choice.choose(size, busy)
             reason = self.choice.reason
             if self.choice.decisions != self.decisions_published:  # the choice was (re)made: show its medians
