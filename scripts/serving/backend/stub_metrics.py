@@ -157,6 +157,8 @@ class StubMetrics:
         self.metrics: dict[Series, Any] = {}
         self.totals, self.lock = MetricTotals(families), threading.Lock()
         self.pending: list[QueuedExecution] = []  # record_later's
+        #: What a failed flush drained but did not send, in order: sent first by the next flush.
+        self.unsent: list[tuple[Series, float]] = []
         self.flush_interval_s, self.stopping = flush_interval_s, threading.Event()
         self.flusher = threading.Thread(target=self._flush_every_interval, name=f"metrics-{model}", daemon=True)
         self.flusher.start()
@@ -206,13 +208,19 @@ class StubMetrics:
         observations = self._build(pending)
         with self.lock:
             self.totals.add(observations)
-            deltas = self.totals.drain()
-        for series, value in deltas:
-            metric = self._series(series)
-            if self.kinds[series[0]] == "gauge":
-                metric.set(value)
-            else:
-                metric.increment(value)
+            deltas, self.unsent = self.unsent + self.totals.drain(), []
+        for sent, (series, value) in enumerate(deltas):
+            try:
+                metric = self._series(series)
+                if self.kinds[series[0]] == "gauge":
+                    metric.set(value)
+                else:
+                    metric.increment(value)
+            except Exception:  # the rest goes with the next flush: drained deltas were lost, and a
+                # histogram's _count was left below its +Inf bucket for good
+                with self.lock:
+                    self.unsent = deltas[sent:] + self.unsent
+                raise
 
     def _flush_logging_failures(self) -> None:
         try:

@@ -217,6 +217,38 @@ def test_record_later_builds_the_observations_on_the_flush_and_sends_them_once()
         stub.close()
 
 
+def test_a_flush_that_fails_midway_sends_the_rest_with_the_next_one():
+    """drain() empties the totals before sending: a failure midway lost the rest of the flush, and a
+    histogram's _count stayed below its +Inf bucket."""
+    from serving.backend.stub_metrics import StubMetrics
+
+    pb = _RecordingPbUtils
+    pb.MetricFamily.sent.clear()
+    stub = StubMetrics(pb, FAMILIES, "digits", "1", flush_interval_s=3600)
+    try:
+        stub.record(batch_observations(_batch_of(3), 0.003, 0, (), {}))
+        stub.flush()
+        expected = list(pb.MetricFamily.sent)
+        pb.MetricFamily.sent.clear()
+        stub.record(batch_observations(_batch_of(3), 0.003, 0, (), {}))
+        real_series, calls = stub._series, []
+
+        def failing_once(series):
+            calls.append(series)
+            if len(calls) == 3:
+                raise RuntimeError("Triton is unloading the model")
+            return real_series(series)
+
+        stub._series = failing_once
+        with pytest.raises(RuntimeError):
+            stub.flush()
+        stub._series = real_series
+        stub.flush()
+        assert pb.MetricFamily.sent == expected  # every delta once, in the order one flush sends them
+    finally:
+        stub.close()
+
+
 def test_record_later_an_execution_whose_figures_fail_to_build_loses_only_its_own():
     """A queued callback that raises is skipped and logged; the other executions of the interval are sent."""
     from serving.backend.stub_metrics import StubMetrics
