@@ -10,6 +10,7 @@ the request on the server, which frees its KV blocks at the next step.
 from __future__ import annotations
 
 import asyncio
+import http.client
 import json
 import queue
 from dataclasses import dataclass, field
@@ -59,7 +60,7 @@ def _classify(message: str, status: str, url: str, model: str) -> ClientError:
     """A failure as this client's error type. A server that is down is unreachable on every
     transport, although gRPC reports it as UNAVAILABLE too (checked first, so HTTP and gRPC agree)."""
     lowered = message.lower()
-    if "connection refused" in lowered or "failed to connect" in lowered:
+    if "connection refused" in lowered or "failed to connect" in lowered or "cannot connect to host" in lowered:
         return ServerUnavailableError(f"server at {url} is not reachable ({message}); is it running? try `make serve`.")
     if status in ("503", "StatusCode.UNAVAILABLE") or "wait queue" in lowered:
         return OverloadedError(f"model {model!r} at {url} is overloaded ({message}); retry later with backoff.")
@@ -73,11 +74,19 @@ def _rpc_error(exc: Exception, url: str, model: str) -> ClientError:
     return _classify(details or repr(exc), code, url, model)
 
 
+def _connection_lost(url: str, model: str, what: object) -> ServerUnavailableError:
+    """The server closed the connection (or the stream ended) before the generation finished."""
+    return ServerUnavailableError(f"server at {url} closed the connection before {model!r} finished ({what}); "
+                                  f"it went down or restarted.")
+
+
 def _connect_error(reason: object, url: str, model: str, timeout_s: float) -> ClientError:
     """Why an HTTP connection could not be opened: a connect timeout is an unreachable server too."""
     if isinstance(reason, TimeoutError):
         return ServerUnavailableError(f"server at {url} did not accept a connection within {timeout_s} s ({reason}); "
                                       f"is it running? try `make serve`.")
+    if isinstance(reason, OSError):  # refused, unreachable, unknown host: aiohttp's text says none of it
+        return ServerUnavailableError(f"server at {url} is not reachable ({reason}); is it running? try `make serve`.")
     return _classify(str(reason), "", url, model)
 
 
@@ -130,6 +139,8 @@ def generate_http(url: str, prompt: str, settings: GenerationSettings = Generati
         raise _connect_error(exc.reason, url, model, timeout_s) from None
     except TimeoutError:  # connected, but no response headers in time
         raise _no_response(url, model, timeout_s) from None
+    except (ConnectionError, http.client.HTTPException) as exc:  # closed before the response headers
+        raise _connection_lost(url, model, repr(exc)) from None
     with response:
         try:
             if not stream:
@@ -143,9 +154,10 @@ def generate_http(url: str, prompt: str, settings: GenerationSettings = Generati
                         return
         except TimeoutError:  # nothing more within `timeout_s` of the previous read
             raise _no_response(url, model, timeout_s) from None
-        except ConnectionError as exc:
-            raise ServerUnavailableError(f"server at {url} closed the connection before {model!r} finished ({exc}); "
-                                         f"it went down or restarted.") from None
+        except (ConnectionError, http.client.HTTPException) as exc:
+            raise _connection_lost(url, model, repr(exc)) from None
+        # a stream that ends without a finish reason was cut: not a (short) answer
+        raise _connection_lost(url, model, "the stream ended without a finish reason")
 
 
 def _grpc_inputs(module, prompt: str, settings: GenerationSettings, stream: bool) -> list:
@@ -229,8 +241,13 @@ async def generate_http_async(url: str, prompt: str, settings: GenerationSetting
                         yield chunk
                         if chunk.finish_reason:
                             return
+                raise _connection_lost(url, model, "the stream ended without a finish reason")
     except asyncio.TimeoutError:
         raise _no_response(url, model, timeout_s) from None
+    except aiohttp.ClientConnectorError as exc:  # no connection at all: unreachable, as over the other transports
+        raise _connect_error(exc.os_error, url, model, timeout_s) from None
+    except (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError) as exc:
+        raise _connection_lost(url, model, repr(exc)) from None
     except aiohttp.ClientConnectionError as exc:
         raise _classify(str(exc), "", url, model) from None
 

@@ -6,6 +6,7 @@ SIGTERM to the group first, then SIGKILL; ports held open together so they are d
 """
 from __future__ import annotations
 
+import errno
 import http.client
 import os
 import signal
@@ -48,7 +49,10 @@ def ports_in_use(host: str, ports: Iterable[int]) -> list[int]:
             probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 probe.bind((host, port))
-            except OSError:
+            except OSError as exc:
+                if exc.errno != errno.EADDRINUSE:  # not a local address, a name that does not resolve, ...
+                    raise OSError(exc.errno, f"cannot listen on {host}:{port} ({exc.strerror or exc}): expected "
+                                             f"an address of this machine, such as 127.0.0.1 or 0.0.0.0") from None
                 busy.append(port)
     return busy
 

@@ -55,7 +55,8 @@ class AlertThresholds:
     #: "growing": a queue stops growing once it is full (its max_queue_size) or once closed-loop
     #: clients plateau, so "growing" never fired for a queue that filled within a minute and stayed
     #: full, nor for one that stays deep.
-    queue_backlog_depth: int = 32
+    #: 24 = the realtime queue's cap (serving.toml): a full realtime queue alone fires it.
+    queue_backlog_depth: int = 24
     llm_backlog_depth: int = 8
     queue_backlog_for: str = "5m"
     target_down_for: str = "1m"

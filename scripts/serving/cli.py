@@ -135,8 +135,9 @@ def cmd_stop(args: argparse.Namespace) -> int:
 def partition_restart_line(part: PartitionStatus) -> str | None:
     """The restart budget and, when the partition is waiting to restart, when and why (for `status`)."""
     if part.crash_loop:
-        return (f"    CRASH LOOP: restart budget spent ({part.restarts_in_window} of {part.restart_budget} "
-                f"restarts in {part.window_s:.0f} s); "
+        # "in the last window" counts down while the loop lasts (attempts every crash_loop_backoff_s)
+        return (f"    CRASH LOOP: restart budget of {part.restart_budget} spent; {part.restarts_in_window} restart(s) "
+                f"in the last {part.window_s:.0f} s; "
                 + (f"next attempt in {part.next_attempt_in_s:.0f} s" if part.next_attempt_in_s is not None else "retrying")
                 + f"; budget spent {max(part.crash_loops, 1)} time(s); alert ServingPartitionCrashLooping")
     if part.state == "backoff":

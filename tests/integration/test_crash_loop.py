@@ -78,7 +78,7 @@ def test_a_partition_that_keeps_dying_enters_a_loud_crash_loop_and_comes_back(tm
             assert looping.state == "crash_loop" and looping.crash_loop and looping.restarts == 2, looping
             assert 0 < looping.next_attempt_in_s <= 10
             status = serving_cli("status", *server["common"])
-            assert status.returncode == 1 and "CRASH LOOP: restart budget spent (2 of 2 restarts" in status.stdout, status.stdout
+            assert status.returncode == 1 and "CRASH LOOP: restart budget of 2 spent; 2 restart(s)" in status.stdout, status.stdout
             assert supervisor_metric(server, 'serving_partition_crash_loop{partition="default"}') == 1
             firing = poll_until(lambda: api_get(prometheus["url"], "/api/v1/query",
                                                 query='ALERTS{alertname="ServingPartitionCrashLooping",alertstate="firing"}')["result"],

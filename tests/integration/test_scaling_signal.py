@@ -7,7 +7,7 @@ the HPA's desired count ceil(current x value / target) (clamped to min/max, as t
 rises above the two replicas running; after the load stops both fall back. Every value is
 Prometheus's answer to a query; the test only compares.
 
-The one difference from production: the delta window is 5 s instead of 30 s (and the scrape
+The one difference from production: the delta window is 5 s instead of 1 min (and the scrape
 interval 1 s instead of 15 s), so the signal rises and falls within seconds and the test stays
 short; the expression is otherwise the rendered one.
 """

@@ -251,8 +251,8 @@ class TritonPythonModel:
             elif pending.stream:
                 pending.delta, pending.last_tokens = delta, tokens
         for request_id, sequence in finished.items():
-            pending = self.pending.pop(request_id, None)
-            if pending is None:
+            pending = self.pending.get(request_id)  # popped once answered: an exception before that leaves
+            if pending is None:                     # it to _fail_all, which answers what is still pending
                 continue
             # a stop string in the step that also reached max_tokens still ends as "stop" (as vLLM)
             reason = FinishReason.STOP.value if pending.text_out.stopped else sequence.finish_reason.value
@@ -260,6 +260,7 @@ class TritonPythonModel:
                 self.metrics.add(gm.REQUESTS_REJECTED, 1, reason="queue_timeout")
                 error = pb_utils.TritonError("Request timeout expired", pb_utils.TritonError.UNAVAILABLE)
                 self._send(pending, pb_utils.InferenceResponse(error=error), FINAL)
+                self.pending.pop(request_id, None)
                 continue
             self.metrics.add(gm.REQUESTS_FINISHED, 1, reason=reason)
             rest = pending.text_out.push(pending.detokenizer.flush()) + pending.text_out.flush()
@@ -268,6 +269,7 @@ class TritonPythonModel:
             else:
                 response = self._response(pending.prefix_text + pending.text_out.text, reason, pending, sequence.generated)
             self._send(pending, response, FINAL)
+            self.pending.pop(request_id, None)
 
     def _observe_latency(self, pending, sequence, now):
         if pending.last_token_at is None:

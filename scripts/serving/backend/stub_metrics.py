@@ -144,6 +144,9 @@ class StubMetrics:
     #: Queued executions beyond this are built at once on the caller's thread (a flush that hangs,
     #: e.g. while the server shuts down, must not let the queue grow by one entry per execution).
     MAX_PENDING = 4096
+    #: A metric update that failed this many flushes in a row is dropped (a transient failure, as
+    #: at unload, is retried; one that always fails must not pile up).
+    MAX_SEND_TRIES = 3
 
     def __init__(self, pb_utils: Any, families: FamilyTable, model: str, version: str, flush_interval_s: float = 1.0):
         if not flush_interval_s > 0:
@@ -157,8 +160,8 @@ class StubMetrics:
         self.metrics: dict[Series, Any] = {}
         self.totals, self.lock = MetricTotals(families), threading.Lock()
         self.pending: list[QueuedExecution] = []  # record_later's
-        #: What a failed flush drained but did not send, in order: sent first by the next flush.
-        self.unsent: list[tuple[Series, float]] = []
+        #: Deltas a flush failed to send, with their failed tries: sent first by the next flush.
+        self.unsent: list[tuple[Series, float, int]] = []
         self.flush_interval_s, self.stopping = flush_interval_s, threading.Event()
         self.flusher = threading.Thread(target=self._flush_every_interval, name=f"metrics-{model}", daemon=True)
         self.flusher.start()
@@ -208,19 +211,24 @@ class StubMetrics:
         observations = self._build(pending)
         with self.lock:
             self.totals.add(observations)
-            deltas, self.unsent = self.unsent + self.totals.drain(), []
-        for sent, (series, value) in enumerate(deltas):
+            deltas, self.unsent = self.unsent + [(series, value, 0) for series, value in self.totals.drain()], []
+        failed, errors = [], []
+        for series, value, tries in deltas:  # every delta is tried: one that fails must not hold up the others
             try:
                 metric = self._series(series)
                 if self.kinds[series[0]] == "gauge":
                     metric.set(value)
                 else:
                     metric.increment(value)
-            except Exception:  # the rest goes with the next flush: drained deltas were lost, and a
-                # histogram's _count was left below its +Inf bucket for good
-                with self.lock:
-                    self.unsent = deltas[sent:] + self.unsent
-                raise
+            except Exception as exc:  # noqa: BLE001 - kept for the next flush, dropped after MAX_SEND_TRIES
+                errors.append(exc)
+                if tries + 1 < self.MAX_SEND_TRIES:
+                    failed.append((series, value, tries + 1))
+        if errors:  # a failure used to lose the rest of its flush (a histogram's _count below its +Inf bucket)
+            with self.lock:
+                self.unsent = failed + self.unsent
+            raise RuntimeError(f"{len(errors)} of {len(deltas)} metric updates failed ({len(failed)} kept for the next "
+                               f"flush): {type(errors[0]).__name__}: {errors[0]}")
 
     def _flush_logging_failures(self) -> None:
         try:

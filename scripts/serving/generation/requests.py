@@ -67,7 +67,9 @@ class GenerationRequest:
     queue_timeout_s: float | None = None
 
 
-def _check(name: str, value: Any, source: str = FROM_INPUT) -> Any:
+def _check(name: str, value: Any, source: str = FROM_INPUT, sent: Any = None) -> Any:
+    """`value` if allowed for field `name`, else InvalidGenerationRequest naming what was `sent`
+    (the caller's form, before `as_vllm_backend_reads`; `value` itself when not given)."""
     types, allowed = SAMPLING_FIELDS[name]
     ok = isinstance(value, types) and not (isinstance(value, bool) and types is not bool)
     if ok and isinstance(value, float) and not math.isfinite(value):
@@ -91,7 +93,8 @@ def _check(name: str, value: Any, source: str = FROM_INPUT) -> Any:
             stops = stop_strings(value)
             ok = 1 <= len(stops) <= 4 and all(isinstance(s, str) and 1 <= len(s) <= 64 for s in stops)
     if not ok:
-        shown = repr(value) if len(repr(value)) <= 40 else f"{repr(value)[:20]}... ({len(repr(value))} characters)"
+        shown = repr(value if sent is None else sent)
+        shown = shown if len(shown) <= 40 else f"{shown[:20]}... ({len(shown)} characters)"
         raise InvalidGenerationRequest(f"{source} `{name}` = {shown}: expected {allowed}.")
     return value
 
@@ -123,16 +126,17 @@ def parse_sampling_parameters(text: str | bytes | None, source: str = FROM_INPUT
     unknown = sorted(set(data) - set(SAMPLING_FIELDS))
     if unknown:
         raise InvalidGenerationRequest(f"{source} has unknown fields {unknown}; allowed: {sorted(SAMPLING_FIELDS)}.")
-    fields = {name: as_vllm_backend_reads(name, value) for name, value in data.items()}
-    return {name: _check(name, value, source) for name, value in fields.items() if value is not None}
+    fields = {name: (as_vllm_backend_reads(name, value), value) for name, value in data.items()}
+    return {name: _check(name, value, source, sent) for name, (value, sent) in fields.items() if value is not None}
 
 
 def as_vllm_backend_reads(name: str, value: Any) -> Any:
-    """A field as Triton's vLLM backend would take it, so its clients work unchanged: it converts
+    """A field as the vLLM backend's clients send it, so they work unchanged: that backend converts
     each field with its type (`int("100")`, `float("0.95")`), and its own sample client sends
     numbers as strings; null is the default (None: the field is left out); `top_k` -1 is vLLM's "no
-    limit" (0 here) and an empty `stop` list no stop strings. Anything else is left for `_check`,
-    which names what is wrong ("0.5" for an integer field, "abc" for a number)."""
+    limit" (0 here) and an empty `stop` list no stop strings. Stricter than that backend's `bool()`
+    and `int()`: "false" is False, and 100.0 for an integer field is refused. Anything else is left
+    for `_check`, which names what is wrong ("0.5" for an integer field, "abc" for a number)."""
     if value is None or (name == "stop" and value == []):
         return None
     if isinstance(value, str) and name != "stop":

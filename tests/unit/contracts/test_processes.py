@@ -3,6 +3,8 @@ import http.server
 import subprocess
 import time
 
+import pytest
+
 from conftest import serve_loopback_http
 from contracts.processes import cpu_idle_and_total, cpu_ticks, free_loopback_ports, pid_alive, proc_stat_fields, server_ready, stop_pid
 
@@ -75,3 +77,23 @@ def test_a_server_is_ready_only_once_its_metrics_endpoint_answers_too():
         http_server.shutdown()
         http_server.server_close()
     assert not server_ready("127.0.0.1", http_port, metrics_port, timeout=0.5), "nothing listening"
+
+
+def test_ports_in_use_names_a_held_port_and_refuses_an_address_that_is_not_this_machines():
+    import socket
+
+    from contracts.processes import ports_in_use
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    try:
+        held = listener.getsockname()[1]
+        assert ports_in_use("127.0.0.1", [held]) == [held]
+        assert ports_in_use("0.0.0.0", [held]) == [held]  # every address includes the loopback one
+    finally:
+        listener.close()
+    assert ports_in_use("127.0.0.1", [held]) == []
+    # 192.0.2.1 (TEST-NET-1) is no address of this machine: not "another process holds it"
+    with pytest.raises(OSError, match=r"cannot listen on 192.0.2.1:\d+ .*expected an address of this machine"):
+        ports_in_use("192.0.2.1", [held])

@@ -61,6 +61,71 @@ def test_an_http_generation_with_no_answer_in_time_is_a_client_error_not_a_raw_t
         listener.close()
 
 
+def _serve_once(behaviour):
+    """A loopback listener whose first connection gets `behaviour(connection)` after the request."""
+    import socket
+    import threading
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)
+
+    def run():
+        connection, _ = listener.accept()
+        connection.recv(65536)
+        behaviour(connection)
+
+    threading.Thread(target=run, daemon=True).start()
+    return f"127.0.0.1:{listener.getsockname()[1]}", listener
+
+
+def _cut_mid_stream(connection):
+    event = b'data: {"text_output": "a", "output_token_ids": [1]}\n\n'
+    connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+                       + b"%x\r\n%s\r\n" % (len(event), event))
+    connection.close()
+
+
+@pytest.mark.parametrize("behaviour", [lambda c: c.close(), _cut_mid_stream], ids=["before the headers", "mid-stream"])
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["blocking", "asyncio"])
+def test_a_server_gone_mid_generation_is_unavailable_on_both_http_clients(behaviour, asynchronous):
+    """A closed connection escaped raw (RemoteDisconnected, ClientPayloadError), was refused as bad
+    input, or, mid-stream, ended as if the answer were complete."""
+    import asyncio
+
+    from model_client.generate import generate_http_async
+
+    url, listener = _serve_once(behaviour)
+    try:
+        with pytest.raises(ServerUnavailableError, match="closed the connection before 'smollm2_chat' finished"):
+            if asynchronous:
+                asyncio.run(_collect(generate_http_async(url, "hi", timeout_s=5)))
+            else:
+                list(generate_http(url, "hi", timeout_s=5))
+    finally:
+        listener.close()
+
+
+def test_an_unreachable_server_is_unavailable_on_both_http_clients():
+    import asyncio
+    import socket
+
+    from model_client.generate import generate_http_async
+
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    url = f"127.0.0.1:{probe.getsockname()[1]}"
+    probe.close()  # nothing listens there now
+    with pytest.raises(ServerUnavailableError, match="is not reachable"):
+        asyncio.run(_collect(generate_http_async(url, "hi", timeout_s=5)))
+    with pytest.raises(ServerUnavailableError, match="is not reachable"):
+        list(generate_http(url, "hi", timeout_s=5))
+
+
+async def _collect(chunks):
+    return [chunk async for chunk in chunks]
+
+
 def test_generate_command_has_priority_max_tokens_deadline_async_and_protocol():
     import argparse
 

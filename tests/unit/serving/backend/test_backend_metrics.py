@@ -1,6 +1,8 @@
 """What one executed batch adds to the backend's custom metrics (pure)."""
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 
 from serving.backend.metrics import FAMILIES, Observation, batch_observations, bucket_of
@@ -240,11 +242,22 @@ def test_a_flush_that_fails_midway_sends_the_rest_with_the_next_one():
             return real_series(series)
 
         stub._series = failing_once
-        with pytest.raises(RuntimeError):
+        with pytest.raises(RuntimeError, match="1 of .* metric updates failed"):
             stub.flush()
         stub._series = real_series
         stub.flush()
-        assert pb.MetricFamily.sent == expected  # every delta once, in the order one flush sends them
+        assert sorted(pb.MetricFamily.sent, key=repr) == sorted(expected, key=repr)  # every delta once
+        # one that always fails is dropped after MAX_SEND_TRIES flushes, and never holds up the others
+        pb.MetricFamily.sent.clear()
+        broken = calls[2]
+        stub._series = lambda series: (_ for _ in ()).throw(RuntimeError("refused")) if series == broken else real_series(series)
+        for _ in range(StubMetrics.MAX_SEND_TRIES + 2):
+            stub.record(batch_observations(_batch_of(3), 0.003, 0, (), {}))
+            with contextlib.suppress(RuntimeError):
+                stub.flush()
+        assert stub.unsent == [] or all(series == broken for series, _, _ in stub.unsent)
+        assert len(stub.unsent) < StubMetrics.MAX_SEND_TRIES
+        assert len(pb.MetricFamily.sent) == (StubMetrics.MAX_SEND_TRIES + 2) * (len(expected) - 1)
     finally:
         stub.close()
 

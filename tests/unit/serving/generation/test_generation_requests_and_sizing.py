@@ -49,11 +49,11 @@ def test_what_the_vllm_backend_accepts_is_accepted_as_it_reads_it():
     assert fields == {"temperature": 0.1, "top_p": 0.95, "max_tokens": 100, "ignore_eos": False}
     assert parse_sampling_parameters('{"seed": null, "max_tokens": null, "top_k": -1, "stop": []}') == {"top_k": 0}
     assert parse_sampling_parameters('{"stream": false, "temperature": 0}', FROM_REQUEST) == {"temperature": 0}
-    with pytest.raises(InvalidGenerationRequest, match=r"`max_tokens` = 0.5: expected an integer"):
+    with pytest.raises(InvalidGenerationRequest, match=r"`max_tokens` = '0.5': expected an integer"):
         parse_sampling_parameters('{"max_tokens": "0.5"}')
     with pytest.raises(InvalidGenerationRequest, match=r"`temperature` = 'warm': expected a number"):
         parse_sampling_parameters('{"temperature": "warm"}')
-    with pytest.raises(InvalidGenerationRequest, match=r"`top_p` = nan"):
+    with pytest.raises(InvalidGenerationRequest, match=r"`top_p` = 'nan'"):
         parse_sampling_parameters('{"top_p": "nan"}')
     with pytest.raises(InvalidGenerationRequest, match=r"unknown fields \['stream'\]"):
         parse_sampling_parameters('{"stream": true}')  # in the sampling_parameters input it is a typo'd field

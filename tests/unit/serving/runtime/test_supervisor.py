@@ -332,7 +332,7 @@ def test_status_names_a_crash_loop_and_when_the_next_attempt_comes():
     line = partition_restart_line(_partition({"state": "crash_loop", "crash_loop": True, "restarts_in_window": 5,
                                               "restart_budget": 5, "window_s": 600.0, "next_attempt_in_s": 287.4,
                                               "crash_loops": 1}))
-    assert line == ("    CRASH LOOP: restart budget spent (5 of 5 restarts in 600 s); next attempt in 287 s; "
+    assert line == ("    CRASH LOOP: restart budget of 5 spent; 5 restart(s) in the last 600 s; next attempt in 287 s; "
                     "budget spent 1 time(s); alert ServingPartitionCrashLooping")
     assert "restarting in 2.0 s (restart 3 of 5" in partition_restart_line(_partition(
         {"state": "backoff", "next_attempt_in_s": 2.0, "restarts_in_window": 2, "restart_budget": 5, "window_s": 600}))
