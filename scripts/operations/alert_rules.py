@@ -57,12 +57,14 @@ class AlertThresholds:
     #: full, nor for one that stays deep.
     #: 24 = the realtime queue's cap (serving.toml): a full realtime queue alone fires it.
     queue_backlog_depth: int = 24
-    llm_backlog_depth: int = 8
     queue_backlog_for: str = "5m"
     target_down_for: str = "1m"
     #: Generation models (serving/generation/metrics.py): KV blocks in use above this share of all blocks.
     kv_usage_fraction: float = 0.90
     kv_usage_for: str = "2m"
+    #: ... and their wait queue backlogged (for `queue_backlog_for`) at this many sequences: 8 = the
+    #: served model's running slots (serving.toml `max_running`), a whole batch's worth waiting.
+    llm_backlog_depth: int = 8
     job: str = "triton"
     #: The supervisor's own endpoint (serving.runtime.supervisor_metrics): restarts and crash loops.
     supervisor_job: str = "serving_supervisor"
