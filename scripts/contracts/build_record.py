@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from contracts.errors import ServingError
+from contracts.layout import write_text_atomically
 
 BUILD_RECORD_FILE = "build.json"
 REQUIRED_KEYS = ("model", "recipe", "fingerprint", "files")
@@ -64,8 +65,6 @@ def read_build_record(workdir: Path) -> BuildRecord:
 
 
 def write_build_record(workdir: Path, data: Mapping[str, Any]) -> Path:
-    """Check the document as a reader will, then write it (sorted keys: stable diffs)."""
+    """Check the document as a reader will, then write it atomically (sorted keys: stable diffs)."""
     BuildRecord.from_dict(data, "the build record being written")
-    path = build_record_path(workdir)
-    path.write_text(json.dumps(data, indent=2, sort_keys=True))
-    return path
+    return write_text_atomically(build_record_path(workdir), json.dumps(data, indent=2, sort_keys=True))

@@ -111,3 +111,14 @@ def place_model_file(source: Path, target: Path) -> None:
         os.link(Path(source).resolve(), target)
     except OSError:
         shutil.copy2(source, target)
+
+
+def write_text_atomically(path: Path, text: str) -> Path:
+    """Write `text` to `path` through a temporary file renamed over it: a reader (or a later run,
+    after this one was killed mid-write) sees the old file or the new one, never half of one."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+    return path

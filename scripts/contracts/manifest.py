@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from contracts.errors import ServingError
-from contracts.layout import MANIFEST as MANIFEST_PATH, RUN_DIR  # noqa: F401 (RUN_DIR re-exported)
+from contracts.layout import MANIFEST as MANIFEST_PATH, RUN_DIR, write_text_atomically  # noqa: F401 (RUN_DIR re-exported)
 
 ENDPOINT_KEYS = ("http", "grpc", "metrics")
 
@@ -107,11 +107,7 @@ def as_manifest(manifest: "Manifest | Mapping[str, Any]") -> Manifest:
 def write_manifest(manifest: Mapping[str, Any], path: Path = MANIFEST_PATH) -> Path:
     """Write atomically (readers never see half a file); the document is checked by the reader first."""
     Manifest.from_dict(manifest, "the manifest being written")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True))
-    tmp.replace(path)
-    return path
+    return write_text_atomically(path, json.dumps(manifest, indent=2, sort_keys=True))
 
 
 def read_manifest_dict(path: Path = MANIFEST_PATH) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from contracts.errors import ServingError
+from contracts.layout import write_text_atomically
 
 RESULTS_FILE = "results.json"
 
@@ -264,9 +265,4 @@ def write_perf_results(folder: Path, results: "PerfRunResults | Mapping[str, Any
     """Write folder/results.json atomically (a re-render never reads half a file). A plain
     document is checked by the reader first, so what is written always reads back."""
     document = as_perf_results(results, "the results being written").as_dict()
-    path = Path(folder) / RESULTS_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(document, indent=1, default=str))
-    tmp.replace(path)
-    return path
+    return write_text_atomically(Path(folder) / RESULTS_FILE, json.dumps(document, indent=1, default=str))

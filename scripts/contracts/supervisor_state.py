@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from contracts.errors import ServingError
+from contracts.layout import write_text_atomically
 
 #: Every state a partition can be in (serving.runtime.supervisor.PartitionState values).
 PARTITION_STATES = ("starting", "ready", "backoff", "crash_loop", "failed", "stopped")
@@ -115,10 +116,7 @@ def _partition(entry: Any, source: str) -> PartitionStatus:
 
 def write_supervisor_state(state: SupervisorState, path: Path) -> Path:
     """Write atomically: `make status` and the start-up wait read it while the supervisor runs."""
-    tmp = Path(path).with_suffix(".tmp")
-    tmp.write_text(json.dumps(state.as_dict(), indent=2, sort_keys=True))
-    tmp.replace(path)
-    return Path(path)
+    return write_text_atomically(Path(path), json.dumps(state.as_dict(), indent=2, sort_keys=True))
 
 
 def read_supervisor_state(path: Path) -> SupervisorState | None:

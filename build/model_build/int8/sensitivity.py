@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from contracts.layout import write_text_atomically
 from model_build.errors import BudgetExceededError, BuildError
 from model_build.int8.quant_types import ActivationScheme, LayerKind, Precision, QuantizableLayer
 
@@ -121,12 +122,26 @@ def sensitivity_key(**inputs: Any) -> str:
     return digest.hexdigest()
 
 
+def read_json_cache(path: Path) -> dict:
+    """A cache file's JSON object, {} when there is none. One that cannot be read (a build killed
+    while writing it, before the writes were atomic) is reported and started afresh: a cache only
+    saves time, and a bare JSONDecodeError made every later build fail without naming the file."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        return {}
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        print(f"[build] {path} is not a readable cache ({exc}): starting it afresh", flush=True)
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
 class SensitivityCache:
     """{key: {layer: [value, error]}} in one JSON file beside the model."""
 
     def __init__(self, path: Path):
         self.path = Path(path)
-        self._data: dict[str, dict[str, list[float]]] = json.loads(self.path.read_text()) if self.path.exists() else {}
+        self._data: dict[str, dict[str, list[float]]] = read_json_cache(self.path)
 
     def get(self, key: str, layer: str) -> LayerSensitivity | None:
         hit = self._data.get(key, {}).get(layer)
@@ -136,8 +151,7 @@ class SensitivityCache:
         self._data.setdefault(key, {})[result.layer] = [result.value, result.error]
 
     def save(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.path.write_text(json.dumps(self._data, indent=1, sort_keys=True))
+        write_text_atomically(self.path, json.dumps(self._data, indent=1, sort_keys=True))
 
 
 def measure_sensitivities(

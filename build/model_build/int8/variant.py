@@ -32,9 +32,10 @@ from model_build.reports.latency import median_latencies
 from model_build.int8.quant_types import ActivationScheme, CalibrationMethod, LayerKind, find_quantizable_layers
 from model_build.int8.quantize import choose_cpu_scheme, compute_activation_ranges, cpu_graph, cpu_session, fp16_graph, gpu_graph, simulated_graph
 from model_build.int8.smoothing import DEFAULT_OUTLIER_THRESHOLD, smoothed_source
+from contracts.layout import write_text_atomically
 from model_build.int8.sensitivity import (
     Budget, Measurement, SensitivityCache, choose_fewest_high_precision, measure_sensitivities,
-    plan_from_selection, rank_by_sensitivity, sensitivity_key,
+    plan_from_selection, rank_by_sensitivity, read_json_cache, sensitivity_key,
 )
 from model_build.onnx_export.validate import validate_variants
 from model_build.sources import code_digest
@@ -146,7 +147,7 @@ def _cpu_scheme_by_measurement(inputs: Int8Inputs, settings: Int8Settings, sourc
     key = sensitivity_key(model=model_digest, cpu=cpu, ort=_ort_version(), settings=dataclasses.asdict(settings),
                           data=_digest_batches(inputs.eval_batches), budget=repr(inputs.budget), code=code_digest(__name__))
     path = Path(inputs.workdir) / CPU_SCHEME_CACHE
-    cached = json.loads(path.read_text()) if path.exists() else {}
+    cached = read_json_cache(path)
     if "batch_invariance_error" not in cached.get(key, {}):
         measured: dict[int, Measurement] = {}
 
@@ -159,7 +160,7 @@ def _cpu_scheme_by_measurement(inputs: Int8Inputs, settings: Int8Settings, sourc
             source_path, layers, settings.calibration_method, Path(inputs.workdir) / RANGES_CACHE,
             inputs.latency_feeds[max(inputs.latency_feeds)], metric_of, inputs.budget, built=built)
         cached[key] = {"scheme": scheme.value, "seconds": seconds, "metric": metric, "batch_invariance_error": invariance, "cpu": cpu}
-        path.write_text(json.dumps(cached, indent=1))
+        write_text_atomically(path, json.dumps(cached, indent=1))
         if first_trials is not None:
             graph, session = built[scheme]
             first_trials[(scheme, frozenset(l.name for l in layers))] = (graph, measured[id(session)])

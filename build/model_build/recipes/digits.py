@@ -21,9 +21,24 @@ TEST_SPLIT = "test_split.npz"
 EXPORT_TOLERANCE = 1e-4
 
 
+#: The digit recipe's own options; the INT8 settings' (model_build.int8.variant.Int8Settings) come on top.
+DIGIT_OPTIONS = ("width", "epochs", "seed", "also_build")
+
+
+def check_digit_options(model: ModelSpec) -> None:
+    """A misspelled option (`calibration_sise`) was dropped without a word and built the default."""
+    from model_build.int8.variant import Int8Settings
+
+    known = set(DIGIT_OPTIONS) | set(Int8Settings.__dataclass_fields__)
+    unknown = set(model.options) - known
+    if unknown:
+        raise BuildError(f"`models.{model.name}.options` has unknown keys {sorted(unknown)}; allowed: {sorted(known)}.")
+
+
 def build_digit_cnn(model: ModelSpec, workdir: Path) -> dict[str, Any]:
     import torch
 
+    check_digit_options(model)
     width = int(model.options.get("width", 16))
     epochs = int(model.options.get("epochs", 40))
     seed = int(model.options.get("seed", 0))

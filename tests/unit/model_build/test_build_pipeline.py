@@ -54,3 +54,49 @@ def test_fingerprint_changes_with_own_sources_and_settings_only(tmp_path, monkey
     monkeypatch.setattr(sources, "PACKAGE_DIR", pipeline.Path(sources.__file__).parent)
     other_options = dataclasses.replace(digit_model, options={**digit_model.options, "epochs": 999})
     assert pipeline.build_fingerprint(digit_recipe, other_options) != before
+
+
+def test_a_rebuild_killed_midway_leaves_no_record_so_the_next_run_builds_again(tmp_path):
+    """The build writes over its files in place and wrote the record at the end: killed midway, the
+    old record named half-written files, and the next run installed them as current."""
+    import pytest
+
+    spec = load_serving_spec(PROJECT_ROOT / "model_repository" / "serving.toml")
+    model, paths = spec.model("digit_classifier"), pipeline.BuildPaths(tmp_path)
+
+    def complete(model, workdir):
+        (workdir / "model.onnx").write_bytes(b"x" * 1000)
+        return {"files": ["model.onnx"]}
+
+    def killed(model, workdir):
+        (workdir / "model.onnx").write_bytes(b"x" * 100)  # half of it, then the process dies
+        raise KeyboardInterrupt
+
+    recipe = pipeline.Recipe("toy", complete, lambda *a: [])
+    assert pipeline.build_model(recipe, model, paths)[1]
+    with pytest.raises(KeyboardInterrupt):
+        pipeline.build_model(dataclasses.replace(recipe, build=killed), model, paths, force=True)
+    record, rebuilt = pipeline.build_model(recipe, model, paths)
+    assert rebuilt and (paths.workdir(model.name) / "model.onnx").stat().st_size == 1000
+
+
+def test_a_cache_file_cut_short_is_started_afresh_with_its_name_said(tmp_path, capsys):
+    from model_build.int8.sensitivity import SensitivityCache
+
+    path = tmp_path / "sensitivity.json"
+    path.write_text('{"key": {"layer": [0.1, ')
+    assert SensitivityCache(path).get("key", "layer") is None
+    assert f"{path} is not a readable cache" in capsys.readouterr().out
+
+
+def test_a_misspelled_digit_option_is_refused_naming_the_allowed_ones():
+    import pytest
+
+    from model_build.errors import BuildError
+    from model_build.recipes.digits import check_digit_options
+
+    spec = load_serving_spec(PROJECT_ROOT / "model_repository" / "serving.toml")
+    model = spec.model("digit_classifier")
+    check_digit_options(model)  # the served options pass
+    with pytest.raises(BuildError, match=r"unknown keys \['calibration_sise'\]; allowed: \[.*'calibration_size'"):
+        check_digit_options(dataclasses.replace(model, options={**model.options, "calibration_sise": 64}))
