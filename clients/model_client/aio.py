@@ -32,7 +32,9 @@ from model_client.resilient import (
     CallPlan,
     InferenceOutcome,
     ResilientClientBase,
+    call_level,
     merge_parts,
+    models_to_try,
     plan_call,
     slice_inputs,
 )
@@ -159,9 +161,22 @@ class AsyncResilientClient(ResilientClientBase):
         return InferenceOutcome(merge_parts([p[0] for p in parts]), model, tuple(p[1] for p in parts),
                                 sum(p[2] for p in parts), self._clock() - start)
 
+    async def interface(self, model: str, priority: int = 0) -> ModelInterface:
+        """`ResilientClient.interface`, awaited: the primary's metadata, or the fallback's while the
+        primary is unreachable or overloaded and `priority` allows the fallback."""
+        plan = CallPlan(((0, 1),), models_to_try(model, call_level(priority, self.limits), self.fallback), None)
+        interface, _, _ = await self._with_retries(plan, None, self._clock(), lambda client, step: client.interface(
+            step.model, client_timeout_s=step.client_timeout_s))
+        return interface
+
     async def _request(self, plan: CallPlan, inputs: dict[str, np.ndarray], priority: int,
                        timeout_us: int | None, call_start_s: float) -> tuple[dict[str, np.ndarray], str, int]:
         """`ResilientClient._request`, awaited: the same `AttemptPlanner` decides every step."""
+        return await self._with_retries(plan, timeout_us, call_start_s, lambda client, step: client.infer(
+            step.model, inputs, priority=priority, timeout_us=step.timeout_us, client_timeout_s=step.client_timeout_s))
+
+    async def _with_retries(self, plan: CallPlan, timeout_us: int | None, call_start_s: float, send):
+        """`ResilientClient._with_retries`, awaited: `send(client, step)` returns an awaitable."""
         planner = self._attempt_planner(plan, timeout_us, call_start_s)
         while True:
             step = planner.next_step(self._clock())  # raises the final error when it gives up
@@ -169,12 +184,11 @@ class AsyncResilientClient(ResilientClientBase):
                 await self._sleep(step.seconds)
                 continue
             try:
-                outputs = await self.client_for(step.model).infer(
-                    step.model, inputs, priority=priority, timeout_us=step.timeout_us, client_timeout_s=step.client_timeout_s)
+                answer = await send(self.client_for(step.model), step)
             except ClientError as exc:  # 503/UNAVAILABLE or unreachable: the fallback may still answer
                 planner.record_failure(exc)
                 continue
-            return outputs, step.model, planner.calls
+            return answer, step.model, planner.calls
 
 
 @dataclass(frozen=True)

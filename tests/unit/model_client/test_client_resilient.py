@@ -162,6 +162,28 @@ def test_the_interface_comes_from_the_fallback_while_the_primary_is_unreachable(
     assert set(asked) == {"big"}
 
 
+def test_the_async_client_reads_the_interface_from_the_fallback_too():
+    fallback = FallbackPolicy.of({"big": "small"})
+    clock = FakeClock()
+    connection = AsyncScriptedConnection({}, clock)
+    asked = []
+
+    async def interface(model, client_timeout_s=None):
+        asked.append(model)
+        if model == "big":
+            raise ServerUnavailableError("server at fake:1 is not reachable (connection refused)")
+        return f"interface of {model}"
+
+    connection.interface = interface
+
+    async def run():
+        async with AsyncResilientClient("grpc", url="fake:1", fallback=fallback, rng=random.Random(3),
+                                        sleep=clock.async_sleep, clock=clock, client_factory=lambda *a: connection) as client:
+            return await client.interface("big", priority=1)
+
+    assert asyncio.run(run()) == "interface of small" and asked == ["big", "small"]
+
+
 def test_async_split_calls_keep_at_most_parts_in_flight_requests_queued():
     """All parts at once, one large call filled the model's whole batch queue by itself."""
     in_flight, most = 0, 0
