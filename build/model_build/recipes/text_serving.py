@@ -106,7 +106,26 @@ def _encoder_build(model: ModelSpec, serving: ServingSpec, workdir: Path, reposi
             f"[models.{encoder.name}] before [models.{model.name}] in serving.toml, or run "
             f"`python -m model_build build --models {encoder.name}`."
         )
+    _check_encoder_current(model, encoder, record, onnx_path, Path(workdir).parent)
     return dict(record.data), onnx_path
+
+
+def _check_encoder_current(model: ModelSpec, encoder: ModelSpec, record, onnx_path: Path, artifacts: Path) -> None:
+    """The encoder's build is current for serving.toml, and its installed graph is the one its record
+    serves. Why: `build --models text_embedder` after a change to the encoder (its variant, options,
+    code) said "up to date" and installed the old graph beside a tokenizer.json from artifacts/."""
+    from contracts.file_digest import sha256_file
+    from model_build.pipeline import build_fingerprint
+    from model_build.recipes.registry import RECIPES  # lazy: the registry imports this module
+
+    rebuild = f"run `python -m model_build build --models {encoder.name} {model.name}` (or `make build-engines`)"
+    if record.fingerprint != build_fingerprint(RECIPES[encoder.recipe], encoder):
+        raise BuildError(f"{model.name} needs the encoder {encoder.name!r}, whose build is out of date for serving.toml "
+                         f"and the code: {rebuild}.")
+    served = artifacts / encoder.name / (record.served_file or "")
+    if not served.is_file() or sha256_file(served) != sha256_file(onnx_path):
+        raise BuildError(f"{model.name} needs the encoder {encoder.name!r}: its installed graph {onnx_path} is not the "
+                         f"one its build serves ({served}): {rebuild}.")
 
 
 def build_text_tokenizer(model: ModelSpec, workdir: Path) -> dict[str, Any]:

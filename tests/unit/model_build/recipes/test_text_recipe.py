@@ -139,3 +139,38 @@ def test_embed_cli_reads_texts_and_lines(tmp_path):
     with pytest.raises(ClientError, match="nothing to embed"):
         read_texts(None, None)
 
+
+
+def test_a_text_model_is_not_installed_beside_a_stale_or_other_encoder_graph(tmp_path):
+    """`build --models text_embedder` after a change to the encoder said "up to date" and installed
+    the old graph; now it names the encoder to rebuild."""
+    import dataclasses
+
+    from contracts.build_record import write_build_record
+    from contracts.serving_spec import load_serving_spec
+    from conftest import PROJECT_ROOT
+    from model_build.pipeline import build_fingerprint
+    from model_build.recipes.registry import RECIPES
+    from model_build.recipes.text_serving import _encoder_build
+
+    spec = load_serving_spec(PROJECT_ROOT / "model_repository" / "serving.toml")
+    encoder, embedder = spec.model("text_encoder"), spec.model("text_embedder")
+    artifacts, repository = tmp_path / "artifacts", tmp_path / "repository"
+    (artifacts / encoder.name).mkdir(parents=True)
+    (artifacts / encoder.name / "int8_mixed.onnx").write_bytes(b"the current graph")
+    (repository / encoder.name / "1").mkdir(parents=True)
+    installed = repository / encoder.name / "1" / "model.onnx"
+    record = {"model": encoder.name, "recipe": encoder.recipe, "files": [], "served_file": "int8_mixed.onnx",
+              "fingerprint": build_fingerprint(RECIPES[encoder.recipe], encoder), "max_length": 128, "pad_token_id": 0}
+    write_build_record(artifacts / encoder.name, record)
+
+    installed.write_bytes(b"the current graph")
+    assert _encoder_build(embedder, spec, artifacts / embedder.name, repository)[1] == installed
+    installed.write_bytes(b"an older graph")
+    with pytest.raises(BuildError, match=r"its installed graph .* is not the one its build serves .*--models text_encoder text_embedder"):
+        _encoder_build(embedder, spec, artifacts / embedder.name, repository)
+    installed.write_bytes(b"the current graph")
+    other = dataclasses.replace(spec, models=tuple(dataclasses.replace(m, options={**m.options, "max_length": 64})
+                                                   if m.name == encoder.name else m for m in spec.models))
+    with pytest.raises(BuildError, match="whose build is out of date for serving.toml"):
+        _encoder_build(embedder, other, artifacts / embedder.name, repository)
