@@ -32,9 +32,7 @@ from model_client.resilient import (
     CallPlan,
     InferenceOutcome,
     ResilientClientBase,
-    call_level,
     merge_parts,
-    models_to_try,
     plan_call,
     slice_inputs,
 )
@@ -164,8 +162,7 @@ class AsyncResilientClient(ResilientClientBase):
     async def interface(self, model: str, priority: int = 0) -> ModelInterface:
         """`ResilientClient.interface`, awaited: the primary's metadata, or the fallback's while the
         primary is unreachable or overloaded and `priority` allows the fallback."""
-        plan = CallPlan(((0, 1),), models_to_try(model, call_level(priority, self.limits), self.fallback), None)
-        interface, _, _ = await self._with_retries(plan, None, self._clock(), lambda client, step: client.interface(
+        interface, _, _ = await self._with_retries(self._interface_plan(model, priority), None, self._clock(), lambda client, step: client.interface(
             step.model, client_timeout_s=step.client_timeout_s))
         return interface
 

@@ -60,7 +60,7 @@ def _classify(message: str, status: str, url: str, model: str) -> ClientError:
     """A failure as this client's error type. A server that is down is unreachable on every
     transport, although gRPC reports it as UNAVAILABLE too (checked first, so HTTP and gRPC agree)."""
     lowered = message.lower()
-    if "connection refused" in lowered or "failed to connect" in lowered or "cannot connect to host" in lowered:
+    if "connection refused" in lowered or "failed to connect" in lowered:
         return ServerUnavailableError(f"server at {url} is not reachable ({message}); is it running? try `make serve`.")
     if status in ("503", "StatusCode.UNAVAILABLE") or "wait queue" in lowered:
         return OverloadedError(f"model {model!r} at {url} is overloaded ({message}); retry later with backoff.")

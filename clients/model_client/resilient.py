@@ -146,6 +146,11 @@ class ResilientClientBase:
             self._clients[url] = self._client_factory(url, self.protocol, self._network_timeout_s)
         return self._clients[url]
 
+    def _interface_plan(self, model: str, priority: int) -> CallPlan:
+        """What `interface` asks for: one request, to the primary and, where the priority allows it,
+        its fallback (which takes the same inputs; that is what makes it a fallback)."""
+        return CallPlan(((0, 1),), models_to_try(model, call_level(priority, self.limits), self.fallback), None)
+
     def _attempt_planner(self, plan: CallPlan, timeout_us: int | None, call_start_s: float) -> AttemptPlanner:
         """The decisions of one request: its own jittered backoff schedule, and the deadline of the
         whole call it is part of (a call cut into several requests gets one deadline, not one each)."""
@@ -182,11 +187,10 @@ class ResilientClient(ResilientClientBase):
 
     def interface(self, model: str, priority: int = 0) -> ModelInterface:
         """The model's inputs and outputs, with a call's retries and fallback: from the primary, or,
-        while it is unreachable or overloaded and `priority` allows the fallback, from the fallback
-        (which takes the same inputs; that is what makes it a fallback). So a caller that needs
-        tensor names before `infer` degrades as `infer` does instead of failing on the metadata."""
-        plan = CallPlan(((0, 1),), models_to_try(model, call_level(priority, self.limits), self.fallback), None)
-        interface, _, _ = self._with_retries(plan, None, self._clock(), lambda client, step: client.interface(
+        while it is unreachable or overloaded and `priority` allows the fallback, from the fallback.
+        So a caller that needs tensor names before `infer` degrades as `infer` does instead of
+        failing on the metadata."""
+        interface, _, _ = self._with_retries(self._interface_plan(model, priority), None, self._clock(), lambda client, step: client.interface(
             step.model, client_timeout_s=step.client_timeout_s))
         return interface
 

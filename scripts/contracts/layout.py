@@ -96,10 +96,6 @@ def display_path(path: Path | str, root: Path | str = PROJECT_ROOT) -> str:
         return str(path)
 
 
-if not (PROJECT_ROOT / "Makefile").is_file():  # pragma: no cover - guards a moved file
-    raise ImportError(f"contracts.layout expected the project root at {PROJECT_ROOT} (a folder with a Makefile); was the package moved?")
-
-
 def place_model_file(source: Path, target: Path) -> None:
     """Put `source` at `target` in a (throwaway) model repository: a hard link, so a large file is not
     copied (the backend refuses symbolic links that leave the model directory), or a copy where the
@@ -122,3 +118,7 @@ def write_text_atomically(path: Path, text: str) -> Path:
     tmp.write_text(text)
     tmp.replace(path)
     return path
+
+
+if not (PROJECT_ROOT / "Makefile").is_file():  # pragma: no cover - guards a moved file
+    raise ImportError(f"contracts.layout expected the project root at {PROJECT_ROOT} (a folder with a Makefile); was the package moved?")

@@ -100,7 +100,7 @@ class Sequence:
         #: A stop string appeared in the text (found by the caller, who detokenizes): ends as STOP.
         self.stop_requested = False
         self.admitted_at: float | None = None
-        #: Order of first admission (0, 1, ...): breaks ties of `admitted_at` (one step admits several).
+        #: Order of first admission (0, 1, ...): orders admissions where `admitted_at` ties (one step admits several).
         self.admission_index: int | None = None
         self.first_token_at: float | None = None
         self.cached_prompt_tokens = 0
@@ -299,7 +299,7 @@ class Scheduler:
     def _preemption_victim(self) -> Sequence:
         """The most recently admitted running sequence of the lowest priority (the one asking for
         blocks included: a batch sequence never evicts a realtime one, a newer one never an older one)."""
-        return max(self.running, key=lambda s: (s.request.priority, s.admitted_at or 0.0, s.admission_index or 0))
+        return max(self.running, key=lambda s: (s.request.priority, s.admission_index or 0))
 
     def _preempt(self, sequence: Sequence) -> None:
         self.running.remove(sequence)

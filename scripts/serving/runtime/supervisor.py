@@ -234,7 +234,8 @@ class Supervisor:
         self.error: str | None = None
         self.stop_requested = False
         self.mps_started = False
-        #: The last write of the state file failed (`_save_state` logs a failing streak once).
+        #: The last write of the state file failed: the loop tries again each tick (`_save_state`
+        #: logs a failing streak once).
         self.state_unwritten = False
         # Probes and stub reloads run here so a hung server costs the tick loop nothing; each ends
         # within its timeout. Three per partition: a restarted partition's probe never waits behind
@@ -497,11 +498,9 @@ class Supervisor:
             for sp in self.parts.values():
                 self._launch(sp, now)
             self.write_state()
-            unsaved = False
             while not self.stop_requested and self.status != "failed":
-                unsaved = self.tick(time.monotonic()) or unsaved
-                if unsaved:
-                    unsaved = not self._save_state()
+                if self.tick(time.monotonic()) or self.state_unwritten:
+                    self._save_state()
                 time.sleep(TICK_S)
         except Exception as exc:  # anything unexpected: record it, then stop what was started
             self.status, self.error = "failed", f"{type(exc).__name__}: {exc}"
@@ -525,7 +524,8 @@ class Supervisor:
 
     def _save_state(self) -> bool:
         """`write_state` while serving: a write that fails (a full disk) is logged and tried again at
-        the next tick; the partitions keep serving (it used to end the supervisor and stop them)."""
+        the next tick (`state_unwritten`); the partitions keep serving (it used to end the supervisor
+        and stop them)."""
         try:
             self.write_state()
         except OSError as exc:

@@ -289,10 +289,12 @@ class TritonPythonModel:
         alone = not self.activity.others_busy()
         if alone:  # the wide session's workers would take the placement's other cores: busy with other work?
             placement = self.placement
-            if placement is not None and not placement.workers:  # one reachable core: no worker core at all
+            if placement is None:
+                busy = 0.0
+            elif not placement.workers:  # one reachable core: no worker core at all
                 busy = 1.0
             else:
-                busy = self.core_load.busy(placement.workers, placement.worker_tids) if placement else 0.0
+                busy = self.core_load.busy(placement.workers, placement.worker_tids)
             which = self.choice.choose(size, busy)
             reason = self.choice.reason
             if self.choice.decisions != self.decisions_published:  # the choice was (re)made: show its medians
