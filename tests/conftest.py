@@ -77,6 +77,24 @@ def start_test_server(workdir: Path, models: tuple[str, ...], repository: Path =
                          workdir / "tritonserver.log", process)
 
 
+def scrape_text(metrics_url: str) -> str:
+    """One scrape of a Prometheus endpoint (Triton's /metrics or the supervisor's), as text."""
+    import urllib.request
+
+    with urllib.request.urlopen(metrics_url, timeout=10) as response:
+        return response.read().decode()
+
+
+def series_total(text: str, name: str, **labels: str) -> float | None:
+    """The sum of `name`'s samples in one scrape whose labels include `labels` (exact values, read by
+    the project's own parser, perf_sweep.results); None when no sample matches."""
+    from perf_sweep.results import parse_prometheus_text
+
+    values = [value for (sample, have), value in parse_prometheus_text(text).items()
+              if sample == name and all((k, v) in have for k, v in labels.items())]
+    return sum(values) if values else None
+
+
 def in_process_probabilities(model: str, images) -> "np.ndarray":
     """What the served ONNX file of a digits model answers in-process (ONNX Runtime, the build's
     session): the reference every serving test compares a served answer with."""
@@ -129,6 +147,16 @@ def client(request, triton_server):
 
     with TritonModelClient(triton_server.url(request.param), request.param) as c:
         yield c
+
+
+@pytest.fixture(scope="module")
+def admin_key():
+    """A fresh repository-API key per module, for a server started with `restricted_api_flags(admin_key)`."""
+    import secrets
+
+    from serving.runtime.security import AdminKey
+
+    return AdminKey(secrets.token_urlsafe(32), "test")
 
 
 @pytest.fixture(scope="session")

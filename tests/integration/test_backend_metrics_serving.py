@@ -7,27 +7,24 @@ from __future__ import annotations
 
 import re
 import time
-import urllib.request
 
 import numpy as np
 import pytest
 
 from model_client.client import TritonModelClient
 from serving.backend.session_choice import Reason
-from conftest import poll_until, start_test_server
+from conftest import poll_until, scrape_text, series_total, start_test_server
 
 pytestmark = pytest.mark.server
 
 
 def scrape(server) -> str:
-    return urllib.request.urlopen(server.metrics_url, timeout=10).read().decode()
+    return scrape_text(server.metrics_url)
 
 
 def series_sum(text: str, name: str, model: str, **labels: str) -> float:
     """The sum of every sample of `name` for `model` (over instances and other labels) having `labels`."""
-    wanted = [f'model="{model}"', *(f'{k}="{v}"' for k, v in labels.items())]
-    return sum(float(m.group(2)) for m in re.finditer(rf"^{name}{{([^}}]*)}} (\S+)$", text, flags=re.M)
-               if all(w in m.group(1) for w in wanted))
+    return series_total(text, name, model=model, **labels) or 0.0
 
 
 def test_digit_batches_show_their_rows_and_time_as_prometheus_histograms(triton_server, digits_test_split):

@@ -17,7 +17,7 @@ import urllib.request
 import numpy as np
 import pytest
 
-from conftest import poll_until
+from conftest import poll_until, scrape_text, series_total
 from contracts.supervisor_state import PartitionStatus
 from supervision import partition_pid, serving_cli, supervised_server, supervisor_state
 
@@ -43,12 +43,8 @@ def partition(server: dict) -> PartitionStatus:
     return supervisor_state(server).partitions["default"]
 
 
-def supervisor_metric(server: dict, line_start: str) -> float | None:
-    with urllib.request.urlopen(server["supervisor_metrics"], timeout=5) as response:
-        for line in response.read().decode().splitlines():
-            if line.startswith(line_start):
-                return float(line.rsplit(" ", 1)[1])
-    return None
+def supervisor_metric(server: dict, name: str, **labels: str) -> float | None:
+    return series_total(scrape_text(server["supervisor_metrics"]), name, **labels)
 
 
 def classify_ok(server: dict) -> bool:
@@ -79,7 +75,7 @@ def test_a_partition_that_keeps_dying_enters_a_loud_crash_loop_and_comes_back(tm
             assert 0 < looping.next_attempt_in_s <= 10
             status = serving_cli("status", *server["common"])
             assert status.returncode == 1 and "CRASH LOOP: restart budget of 2 spent; 2 restart(s)" in status.stdout, status.stdout
-            assert supervisor_metric(server, 'serving_partition_crash_loop{partition="default"}') == 1
+            assert supervisor_metric(server, "serving_partition_crash_loop", partition="default") == 1
             firing = poll_until(lambda: api_get(prometheus["url"], "/api/v1/query",
                                                 query='ALERTS{alertname="ServingPartitionCrashLooping",alertstate="firing"}')["result"],
                                 bool, 20)
@@ -88,7 +84,7 @@ def test_a_partition_that_keeps_dying_enters_a_loud_crash_loop_and_comes_back(tm
             assert poll_until(lambda: classify_ok(server), bool, 40), partition(server)
             recovered = poll_until(lambda: partition(server), lambda p: not p.crash_loop, 15)
             assert recovered.state == "ready" and not recovered.crash_loop and recovered.crash_loops == 1, recovered
-            assert supervisor_metric(server, 'serving_partition_crash_loop{partition="default"}') == 0
+            assert supervisor_metric(server, "serving_partition_crash_loop", partition="default") == 0
             print(f"\ncrash loop entered after 3 crashes (2 restarts); alert firing; back and stable; {recovered}")
         finally:
             stop_monitoring(tmp_path / "prometheus")

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import shutil
 import signal
 import threading
@@ -21,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from serving.runtime.security import AdminKey, restricted_api_flags
+from serving.runtime.security import restricted_api_flags
 from contracts.processes import cpu_ticks, pid_alive
 from contracts.supervisor_state import read_supervisor_state
 from conftest import in_process_probabilities, poll_until, raw_triton_client
@@ -65,11 +64,6 @@ def build_fault_repository(root: Path) -> Path:
     shutil.copytree(TEST_MODELS / RAISING, repo / RAISING, ignore=shutil.ignore_patterns("__pycache__"))
     write_model_config(repo / RAISING, raising_model_config())
     return repo
-
-
-@pytest.fixture(scope="module")
-def admin_key():
-    return AdminKey(secrets.token_urlsafe(32), "test")
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,6 @@ continuous batching correctness, priorities, the bounded wait queue, deadlines, 
 bad input. Short prompts and few tokens keep it fast (greedy, so every result is exact)."""
 from __future__ import annotations
 
-import re
 import threading
 import time
 import urllib.request
@@ -14,6 +13,7 @@ import pytest
 
 from model_client.errors import OverloadedError, RequestRejectedError
 from model_client.generate import GenerationSettings, generate
+from conftest import scrape_text, series_total
 
 pytestmark = pytest.mark.server
 MODEL = "smollm2_chat"
@@ -28,12 +28,11 @@ def run(server, protocol, prompt, stream=True, **settings):
 
 
 def metric(server, name):
-    text = urllib.request.urlopen(server.metrics_url, timeout=10).read().decode()
+    """`name`'s total for the model (None when not published); `name` may end in one label,
+    e.g. 'llm_requests_finished_total{reason="cancelled"'."""
     base, _, label = name.partition("{")
-    label = label.rstrip(",")
-    values = [float(m.group(2)) for m in re.finditer(rf'^{base}{{([^}}]*)}} (\S+)$', text, flags=re.M)
-              if f'model="{MODEL}"' in m.group(1) and (not label or label in m.group(1))]
-    return sum(values) if values else None
+    labels = dict([label.rstrip(",").replace('"', "").split("=", 1)]) if label else {}
+    return series_total(scrape_text(server.metrics_url), base, model=MODEL, **labels)
 
 
 #: The model sends its metrics to Triton once a second (serving/backend/stub_metrics.py): a value
@@ -184,28 +183,38 @@ def _hold_slots(server, count, stop):
     return threads
 
 
+#: smollm2_chat's running slots (serving.toml `options.max_running`) and realtime wait queue (`max_queue_size`).
+MAX_RUNNING, REALTIME_QUEUE = 8, 24
+
+
 def test_a_full_realtime_queue_answers_unavailable_and_realtime_is_admitted_first(triton_server):
+    from conftest import poll_until
+
     stop = threading.Event()
-    holders = _hold_slots(triton_server, 8, stop)
+    holders = _hold_slots(triton_server, MAX_RUNNING, stop)
     try:
-        deadline = time.monotonic() + 60
-        while (metric(triton_server, "llm_sequences_running") or 0) < 8 and time.monotonic() < deadline:
-            time.sleep(0.1)
-        with ThreadPoolExecutor(max_workers=26) as pool:
+        running = poll_until(lambda: metric(triton_server, "llm_sequences_running") or 0, lambda n: n >= MAX_RUNNING, 60, 0.1)
+        assert running >= MAX_RUNNING, f"precondition: the holders occupy every slot ({running} running)"
+        finished_at = {}  # when each future completed (its own callback), not when this thread looked at it
+        with ThreadPoolExecutor(max_workers=REALTIME_QUEUE + 2) as pool:
             batch = pool.submit(run, triton_server, "http", "Batch request", max_tokens=2, priority=2)
+            batch.add_done_callback(lambda _: finished_at.setdefault("batch", time.monotonic()))
             time.sleep(0.3)
-            realtime = [pool.submit(run, triton_server, "http", f"Realtime {i}", max_tokens=2, priority=1) for i in range(24)]
+            realtime = [pool.submit(run, triton_server, "http", f"Realtime {i}", max_tokens=2, priority=1)
+                        for i in range(REALTIME_QUEUE)]
+            for i, future in enumerate(realtime):
+                future.add_done_callback(lambda _, i=i: finished_at.setdefault(i, time.monotonic()))
             time.sleep(1.0)
             with pytest.raises(OverloadedError, match="wait queue of priority 1 is full"):
                 run(triton_server, "http", "One too many", max_tokens=2, priority=1)
             stop.set()  # the holders cancel: slots free up, realtime goes first
-            finished_at = {}
-            for i, future in enumerate(realtime):
+            for future in realtime:
                 future.result(timeout=120)
-                finished_at[i] = time.monotonic()
             batch.result(timeout=120)
-            batch_done = time.monotonic()
-        assert max(finished_at.values()) <= batch_done
+        # The batch request is admitted only after all 24 realtime ones were, so at least 24 - 8 of
+        # them had already finished (only 8 run at once) and it then needs steps of its own.
+        before_batch = sum(finished_at[i] < finished_at["batch"] for i in range(REALTIME_QUEUE))
+        assert before_batch >= REALTIME_QUEUE - MAX_RUNNING, f"only {before_batch} realtime requests finished before the batch one"
     finally:
         stop.set()
         for thread in holders:
@@ -258,11 +267,20 @@ def test_the_requests_triton_timeout_bounds_its_wait_for_a_slot(triton_server):
         client.close()
         return result, error
 
+    from conftest import poll_until
+
+    # docs/generation.md: a request not admitted in time is counted as llm_requests_rejected_total{reason="queue_timeout"}
+    timed_out = lambda: metric(triton_server, 'llm_requests_rejected_total{reason="queue_timeout"') or 0  # noqa: E731
+    before = timed_out()
     _, error = stream_once(1)
     assert isinstance(error, InferenceServerException), error
     assert error.message() == "Request timeout expired", error  # (a stream error carries no status code in tritonclient)
     result, error = stream_once(60_000_000)
     assert error is None and result.as_numpy("num_output_tokens").sum() >= 1
+    # sent to Triton once a second (METRICS_FLUSH_S); exactly one: the generous timeout is not counted
+    assert poll_until(timed_out, lambda n: n >= before + 1, 5 * METRICS_FLUSH_S, 0.2) == before + 1
+    time.sleep(METRICS_FLUSH_S + 0.2)
+    assert timed_out() == before + 1
 
 
 def test_a_stop_string_ends_the_text_before_it_streamed_or_not(triton_server):

@@ -133,10 +133,14 @@ BROKEN_RULES = {
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_every_broken_rule_is_refused_alone_while_its_batch_mates_get_their_solo_answers(triton_server, token_ids, protocol):
+    from conftest import settled_model_stats
+
     url = triton_server.url(protocol)
     solo = [encode(url, protocol, ids) for ids in token_ids[:6]]
     cases = list(BROKEN_RULES.items())
-    for _ in range(3):
+    rounds, per_round = 3, 6 + len(cases)
+    before = settled_model_stats(triton_server.http_url, ENCODER, lambda s: int(s["inference_count"]), 6)
+    for _ in range(rounds):
         results = concurrently([lambda ids=ids: encode(url, protocol, ids) for ids in token_ids[:6]]
                                + [lambda c=c: encode(url, protocol, np.asarray(c[0]), None if c[1] is None else np.asarray(c[1]))
                                   for _, c in cases])
@@ -146,6 +150,12 @@ def test_every_broken_rule_is_refused_alone_while_its_batch_mates_get_their_solo
             assert not isinstance(result, np.ndarray), f"{name}: answered instead of refused"
             assert result.status() == ("400" if protocol == "http" else "StatusCode.INVALID_ARGUMENT"), (name, result)
             assert re.search(pattern, result.message()), (name, result.message())
+    # Triton counts every request the backend executed, refused ones included (as in the poison test above)
+    after = settled_model_stats(triton_server.http_url, ENCODER, lambda s: int(s["inference_count"]),
+                                int(before["inference_count"]) + rounds * per_round)
+    items = int(after["inference_count"]) - int(before["inference_count"])
+    executions = int(after["execution_count"]) - int(before["execution_count"])
+    assert executions < items, f"{items} requests in {executions} executions: never co-batched, isolation was not exercised"
 
 
 # --- what validation cannot foresee: isolation by re-running halves -------------------------------

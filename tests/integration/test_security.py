@@ -3,24 +3,18 @@ and gRPC, inference/metadata/statistics/health open, every socket on loopback.""
 from __future__ import annotations
 
 import json
-import secrets
 import urllib.error
 import urllib.request
 
 import numpy as np
 import pytest
 
-from serving.runtime.security import AdminKey, restricted_api_flags
+from serving.runtime.security import restricted_api_flags
 from conftest import settled_model_stats
 
 pytestmark = pytest.mark.server
 MODEL = "digit_classifier"
 TIMEOUT_S = 10
-
-
-@pytest.fixture(scope="module")
-def admin_key():
-    return AdminKey(secrets.token_urlsafe(32), "test")
 
 
 @pytest.fixture(scope="module")

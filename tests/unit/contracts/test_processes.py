@@ -11,8 +11,12 @@ from contracts.processes import cpu_idle_and_total, cpu_ticks, free_loopback_por
 
 def term_ignoring_group() -> subprocess.Popen:
     """A process group leader that ignores SIGTERM, as a tritonserver waiting out its exit timeout does."""
-    process = subprocess.Popen(["bash", "-c", "trap '' TERM; while true; do sleep 0.1; done"], start_new_session=True)
-    time.sleep(0.2)  # the trap is set
+    process = subprocess.Popen(["bash", "-c", "trap '' TERM; echo trapped; while true; do sleep 0.1; done"],
+                               start_new_session=True, stdout=subprocess.PIPE, text=True)
+    # Wait for bash to say the trap is set: a fixed sleep raced bash's start-up on a loaded machine
+    # (SIGTERM before the trap ends the group at once, and both tests below fail).
+    assert process.stdout.readline() == "trapped\n"
+    process.stdout.close()
     return process
 
 
