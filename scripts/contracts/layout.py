@@ -8,10 +8,12 @@ silently breaks whenever a module moves one level). The project is installed edi
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+# Re-exported: the backend stubs import them from contracts.shared_memory (no checkout needed there).
+from contracts.shared_memory import SHARED_MEMORY_DIR, instance_activity_file, remove_server_shared_files  # noqa: F401
 
 #: The checkout's root (holds Makefile, model_repository/, build/, clients/, scripts/, deploy/).
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -35,25 +37,6 @@ ENGINE_REPLAY_INPUTS, ENGINE_REPLAY_OUTPUTS = "replay_inputs.json", "replay_outp
 ENGINE_REPLAY_ATOL = 0.01
 #: Source folders that hold importable packages (the Triton Python stub needs them on its path).
 SOURCE_DIRS = tuple(PROJECT_ROOT / name for name in ("build", "clients", "scripts", "deploy"))
-#: Linux shared memory (tmpfs): where backend stubs keep what the instances of a server share.
-SHARED_MEMORY_DIR = Path("/dev/shm")
-
-
-def instance_activity_file(model: str, server_pid: int, directory: Path = SHARED_MEMORY_DIR) -> Path:
-    """The busy flags of one model's instances in one tritonserver (serving.backend.instance_activity),
-    named by the server's pid so that the runtime can remove the files of a server that is gone."""
-    return Path(directory) / f"serving-{re.sub(r'[^A-Za-z0-9_]', '_', model)}-{server_pid}-activity"
-
-
-def remove_server_shared_files(server_pid: int, directory: Path = SHARED_MEMORY_DIR) -> list[Path]:
-    """Remove the activity files a stopped or killed server's models left in shared memory (a
-    server restarted for months must not leave one per start). Returns what was removed."""
-    removed = sorted(Path(directory).glob(f"serving-*-{int(server_pid)}-activity"))
-    for path in removed:
-        path.unlink(missing_ok=True)
-    return removed
-
-
 class PathBelow:
     """A file or folder at a fixed place below a layout's root folder, declared once per name
     (`logs = PathBelow("run_dir", "logs")`): the layout's paths read as a table, not as a

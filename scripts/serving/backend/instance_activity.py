@@ -11,7 +11,7 @@ on some hosts a short call is faster on one thread). serving/backend's `onnxrunt
 
 The flags are one byte per instance in a small shared file under /dev/shm, written only by its
 own instance (no locking needed: a stale read only picks the other session for one batch). The
-file is named by model and server pid (contracts.layout.instance_activity_file); the runtime
+file is named by model and server pid (contracts.shared_memory.instance_activity_file); the runtime
 removes a server's files once it has stopped or been killed.
 """
 from __future__ import annotations
@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Sequence
 
-from contracts.layout import SHARED_MEMORY_DIR, instance_activity_file
+from contracts.shared_memory import SHARED_MEMORY_DIR, instance_activity_file
 
 SLOTS = 64
 

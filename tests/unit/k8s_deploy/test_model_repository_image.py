@@ -9,6 +9,7 @@ path and only `serving/`, which nothing here noticed.
 from __future__ import annotations
 
 import ast
+import shutil
 import re
 import sys
 from pathlib import Path
@@ -131,3 +132,39 @@ def test_the_image_builds_the_helpers_where_the_pods_preload_them():
     assert built == ["/opt/serving/lib"]
     assert re.search(r"^COPY --from=\S+ /opt/serving/lib/ /opt/serving/lib/$", text, re.MULTILINE)
     assert "/opt/serving/" + str(NATIVE_LIBRARY_DIR.relative_to(SERVING_ROOT)) == built[0]
+
+
+def test_the_served_project_modules_import_where_the_image_puts_them(tmp_path):
+    """In a pod the stubs import `serving` and `contracts` from /serving/python, a folder with no
+    Makefile above it: a module of the served code that insists on a checkout (contracts.layout's
+    moved-file guard) fails every onnxruntime_cpu model's load there. Each project module the
+    served code imports is imported from a copy laid out as the Dockerfile copies it."""
+    import os
+    import subprocess
+
+    python_dir = tmp_path / "serving" / "python"
+    copies = dockerfile_copies()
+    for dest, src in copies.items():
+        if dest.startswith("/opt/serving/python/"):
+            shutil.copytree(PROJECT_ROOT / src, python_dir / dest[len("/opt/serving/python/"):].rstrip("/"),
+                            ignore=shutil.ignore_patterns("__pycache__"))
+    modules, pending, seen = set(), list(SERVED_ENTRY_POINTS), set()
+    while pending:
+        path = pending.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        for name in imports_of(path):
+            for candidate in (name, name.rsplit(".", 1)[0]):
+                found = project_module_file(candidate)
+                if found is not None:
+                    modules.add(candidate)
+                    pending.append(found)
+    assert "serving.backend.instance_activity" in modules  # the closure follows the imports at all
+    code = ("import importlib, sys\n"
+            f"for name in {sorted(modules)!r}:\n"
+            "    module = importlib.import_module(name)\n"
+            f"    assert module.__file__.startswith({str(python_dir)!r}), (name, module.__file__)\n")
+    env = {**os.environ, "PYTHONPATH": str(python_dir)}
+    done = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]

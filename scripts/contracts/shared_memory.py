@@ -1,0 +1,29 @@
+"""Where a tritonserver's model instances share state in Linux shared memory (/dev/shm).
+
+Why not in `contracts.layout`: the backend stubs import these names, and in a Kubernetes pod they
+run from /serving/python (deploy/image/Dockerfile), with no checkout around them; `contracts.layout`
+knows the checkout and refuses to import outside one (its moved-file guard). Nothing here depends
+on where the project lives.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+#: Linux shared memory (tmpfs): where backend stubs keep what the instances of a server share.
+SHARED_MEMORY_DIR = Path("/dev/shm")
+
+
+def instance_activity_file(model: str, server_pid: int, directory: Path = SHARED_MEMORY_DIR) -> Path:
+    """The busy flags of one model's instances in one tritonserver (serving.backend.instance_activity),
+    named by the server's pid so that the runtime can remove the files of a server that is gone."""
+    return Path(directory) / f"serving-{re.sub(r'[^A-Za-z0-9_]', '_', model)}-{server_pid}-activity"
+
+
+def remove_server_shared_files(server_pid: int, directory: Path = SHARED_MEMORY_DIR) -> list[Path]:
+    """Remove the activity files a stopped or killed server's models left in shared memory (a
+    server restarted for months must not leave one per start). Returns what was removed."""
+    removed = sorted(Path(directory).glob(f"serving-*-{int(server_pid)}-activity"))
+    for path in removed:
+        path.unlink(missing_ok=True)
+    return removed
