@@ -626,7 +626,10 @@ def _placement_table(data: Mapping[str, Any]) -> dict[str, Any]:
     return dict(table)
 
 
-def load_serving_spec(path: str | Path) -> ServingSpec:
+def load_serving_spec(path: str | Path, allow_non_loopback: bool = False) -> ServingSpec:
+    """The validated spec of a serving.toml. `allow_non_loopback`: the command line's
+    `--allow-non-loopback`, applied before `[server] host` is checked (the refusal of a
+    non-loopback host names that flag as the way to bind there)."""
     path = Path(path)
     try:
         data = tomllib.loads(path.read_text())
@@ -634,4 +637,6 @@ def load_serving_spec(path: str | Path) -> ServingSpec:
         raise ConfigError(f"serving configuration {path} does not exist.") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"serving configuration {path} is not valid TOML: {exc}") from None
+    if allow_non_loopback and isinstance(data.get("server", {}), Mapping):
+        data = {**data, "server": {**data.get("server", {}), "allow_non_loopback": True}}
     return serving_spec_from_dict(data)

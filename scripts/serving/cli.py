@@ -62,7 +62,7 @@ def _short(path: Path) -> str:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     layout = RunLayout(Path(args.run_dir))
-    spec = with_server_overrides(load_serving_spec(args.config), **_overrides(args))
+    spec = with_server_overrides(load_serving_spec(args.config, args.allow_non_loopback), **_overrides(args))
     repository = Path(args.repository or Path(args.config).resolve().parent).resolve()
     missing = [m.name for m in spec.models if not (repository / m.name / "config.pbtxt").exists()]
     if missing:
@@ -114,7 +114,7 @@ def _report_failed_models(manifest: dict, layout: RunLayout, admin_key) -> int:
 
 
 def cmd_supervise(args: argparse.Namespace) -> int:
-    spec = with_server_overrides(load_serving_spec(args.config), **_overrides(args))
+    spec = with_server_overrides(load_serving_spec(args.config, args.allow_non_loopback), **_overrides(args))
     bind_warning = check_bind_host(spec.server.host, spec.server.allow_non_loopback)
     if bind_warning:  # stderr is the supervisor log
         print(f"supervisor {bind_warning}", file=sys.stderr, flush=True)

@@ -549,7 +549,7 @@ def run_supervisor(config: Path, repository: Path, run_dir: Path, force_cpu: boo
     """Entry point of `python -m serving supervise` (normally started by `serving serve`)."""
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s supervisor %(levelname)s %(message)s")
     layout = RunLayout(Path(run_dir))
-    spec = with_server_overrides(load_serving_spec(config), **(overrides or {}))
+    spec = with_server_overrides(load_serving_spec(config, bool((overrides or {}).get("allow_non_loopback"))), **(overrides or {}))
     plan, gpu = plan_for_this_host(spec, force_cpu=force_cpu)
     log.info("pid %d; %s; mechanism %s; plan %s", os.getpid(), gpu.detail, plan.mechanism.value,
              json.dumps(plan.to_dict()["partitions"], sort_keys=True))

@@ -16,3 +16,17 @@ def test_every_cpu_mechanism_has_its_own_line():
     cpu_mechanisms = [m for m in Mechanism if m is not Mechanism.CUDA_MPS]
     assert set(CPU_PLACEMENT_LINES) == set(cpu_mechanisms)
     assert len(set(CPU_PLACEMENT_LINES.values())) == len(cpu_mechanisms)
+
+
+def test_allow_non_loopback_on_the_command_line_admits_a_non_loopback_host_from_serving_toml(tmp_path, capsys):
+    """The refusal of `[server] host = "0.0.0.0"` says "(or pass --allow-non-loopback)": passed, the
+    flag must admit it (it used to be applied only after serving.toml had been refused)."""
+    from serving.cli import main
+
+    config = tmp_path / "serving.toml"
+    config.write_text('[server]\nhost = "0.0.0.0"\n\n[models.digits]\nrecipe = "digit_cnn"\n')
+    assert main(["serve", "--config", str(config), "--run-dir", str(tmp_path / "run")]) == 1
+    assert "(or pass --allow-non-loopback)" in capsys.readouterr().err
+    assert main(["serve", "--config", str(config), "--allow-non-loopback", "--run-dir", str(tmp_path / "run")]) == 1
+    err = capsys.readouterr().err
+    assert "not a loopback address" not in err and "models ['digits'] are not built into" in err
