@@ -38,11 +38,24 @@ class BuildRecord:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], source: str = "build.json") -> "BuildRecord":
+        if not isinstance(data, Mapping):
+            raise BuildRecordError(f"{source} is a JSON {type(data).__name__}, not an object with {list(REQUIRED_KEYS)} "
+                                   "(rebuild with `make build-engines`).")
         missing = [k for k in REQUIRED_KEYS if k not in data]
         if missing:
             raise BuildRecordError(f"{source} lacks {missing}; every build writes {list(REQUIRED_KEYS)} (rebuild with `make build-engines`).")
-        return cls(str(data["model"]), str(data["recipe"]), str(data["fingerprint"]), tuple(data["files"]),
-                   float(data.get("build_seconds") or 0.0), data.get("served_file"), dict(data.get("variants") or {}), dict(data))
+        files, variants, seconds = data["files"], data.get("variants") or {}, data.get("build_seconds") or 0.0
+        checks = (("files", isinstance(files, (list, tuple)) and all(isinstance(f, str) for f in files), "a list of file names"),
+                  ("variants", isinstance(variants, Mapping) and all(isinstance(v, Mapping) for v in variants.values()),
+                   'an object {variant: {"file": ...}}'),
+                  ("build_seconds", isinstance(seconds, (int, float)) and not isinstance(seconds, bool), "a number"),
+                  ("served_file", isinstance(data.get("served_file"), (str, type(None))), "a file name or null"))
+        for key, ok, expected in checks:
+            if not ok:
+                raise BuildRecordError(f"{source}: `{key}` = {data.get(key)!r}; expected {expected} "
+                                       "(rebuild with `make build-engines`).")
+        return cls(str(data["model"]), str(data["recipe"]), str(data["fingerprint"]), tuple(files),
+                   float(seconds), data.get("served_file"), dict(variants), dict(data))
 
     def variant_files(self, workdir: Path) -> dict[str, Path]:
         """Each variant's file in `workdir` that exists, by variant name."""

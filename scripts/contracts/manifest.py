@@ -74,18 +74,26 @@ class Manifest:
         if not isinstance(data, Mapping):
             raise ManifestError(f"{source} is not a JSON object; expected {{\"models\": {{...}}, \"partitions\": {{...}}}}.")
         models = {}
-        for name, entry in (data.get("models") or {}).items():
-            missing = [k for k in ("http",) if not isinstance(entry, Mapping) or k not in entry]
+        for name, entry in _objects(data, "models", source).items():
+            missing = [k for k in ("http",) if not isinstance(entry, Mapping) or not isinstance(entry.get(k), str)]
             if missing:
                 raise ManifestError(f"{source}: model {name!r} lacks {missing}; expected keys {list(ENDPOINT_KEYS)} and `partition`.")
             models[name] = ModelEndpoints(name, str(entry["http"]), entry.get("grpc"), entry.get("metrics"), entry.get("partition"))
         partitions = {}
-        for name, entry in (data.get("partitions") or {}).items():
+        for name, entry in _objects(data, "partitions", source).items():
+            if not isinstance(entry, Mapping):
+                raise ManifestError(f"{source}: partition {name!r} is {entry!r}; expected an object with {list(ENDPOINT_KEYS)}, "
+                                    "`pid`, `cpus`, `models`.")
+            where = f"{source}: partition {name!r}"
             partitions[name] = PartitionEntry(
                 name, entry.get("http"), entry.get("grpc"), entry.get("metrics"), entry.get("pid"), str(entry.get("state", "unknown")),
-                int(entry.get("restarts") or 0), tuple(int(c) for c in entry.get("cpus") or ()), int(entry.get("intra_op_threads") or 0),
-                tuple(entry.get("models") or ()), tuple(int(c) for c in entry.get("reachable_cpus") or ()))
-        return cls(str(data.get("mechanism", "unknown")), models, partitions, (data.get("supervisor") or {}).get("metrics"))
+                _integer(entry.get("restarts"), where, "restarts"), _integers(entry.get("cpus"), where, "cpus"),
+                _integer(entry.get("intra_op_threads"), where, "intra_op_threads"),
+                tuple(entry.get("models") or ()), _integers(entry.get("reachable_cpus"), where, "reachable_cpus"))
+        supervisor = data.get("supervisor") or {}
+        if not isinstance(supervisor, Mapping):
+            raise ManifestError(f"{source}: `supervisor` is {supervisor!r}; expected an object {{\"metrics\": URL}}.")
+        return cls(str(data.get("mechanism", "unknown")), models, partitions, supervisor.get("metrics"))
 
     def model(self, name: str) -> ModelEndpoints:
         try:
@@ -97,6 +105,29 @@ class Manifest:
         """The partition serving `model` (an empty entry when the manifest names none)."""
         name = self.model(model).partition or "default"
         return self.partitions.get(name, PartitionEntry(name))
+
+
+def _objects(data: Mapping[str, Any], key: str, source: str) -> Mapping[str, Any]:
+    value = data.get(key) or {}
+    if not isinstance(value, Mapping):
+        raise ManifestError(f"{source}: `{key}` is {value!r}; expected an object {{name: {{...}}}}.")
+    return value
+
+
+def _integer(value: Any, where: str, key: str) -> int:
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ManifestError(f"{where}: `{key}` is {value!r}; expected an integer.")
+    return value
+
+
+def _integers(value: Any, where: str, key: str) -> tuple[int, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, (list, tuple)) or any(isinstance(c, bool) or not isinstance(c, int) for c in value):
+        raise ManifestError(f"{where}: `{key}` is {value!r}; expected a list of core numbers, e.g. [0, 1].")
+    return tuple(value)
 
 
 def as_manifest(manifest: "Manifest | Mapping[str, Any]") -> Manifest:

@@ -22,3 +22,17 @@ def test_broken_records_name_the_problem(tmp_path):
     with pytest.raises(BuildRecordError):
         write_build_record(tmp_path, {"model": "m"})
     assert not (tmp_path / "build.json").exists()
+
+
+@pytest.mark.parametrize("document, named", [
+    (3, "is a JSON int"),
+    ({"model": "m", "recipe": "r", "fingerprint": "f", "files": None}, "`files` = None; expected a list"),
+    ({"model": "m", "recipe": "r", "fingerprint": "f", "files": [], "variants": ["int8_mixed"]}, "`variants`"),
+    ({"model": "m", "recipe": "r", "fingerprint": "f", "files": [], "variants": {"int8_mixed": "int8.onnx"}}, "`variants`"),
+    ({"model": "m", "recipe": "r", "fingerprint": "f", "files": [], "build_seconds": "1.2 s"}, "`build_seconds`"),
+])
+def test_a_hand_edited_record_is_a_build_record_error_not_a_python_one(tmp_path, document, named):
+    """The build takes a BuildRecordError for "not built" and rebuilds; a TypeError ended `make build-engines`."""
+    (tmp_path / "build.json").write_text(__import__("json").dumps(document))
+    with pytest.raises(BuildRecordError, match=named):
+        read_build_record(tmp_path)

@@ -53,3 +53,16 @@ def test_an_elastic_partition_runs_on_every_core_it_may_borrow():
     main = Manifest.from_dict(served_plan_manifest()).partition_of("text_embedder")
     assert main.cpus == (0,) and main.runs_on == (0, 1)
     assert Manifest.from_dict(DOCUMENT).partition_of("m").runs_on == (0, 1)  # older manifests: the home cores
+
+
+@pytest.mark.parametrize("document, named", [
+    ({"models": ["digit_classifier"]}, "`models` is"),
+    ({"models": {"m": {"http": None}}}, r"model 'm' lacks \['http'\]"),
+    ({"partitions": {"main": None}}, "partition 'main' is None"),
+    ({"partitions": {"main": {"cpus": "0-1"}}}, "`cpus` is '0-1'; expected a list of core numbers"),
+    ({"partitions": {"main": {"restarts": "2"}}}, "`restarts` is '2'; expected an integer"),
+    ({"supervisor": "http://127.0.0.1:8090/metrics"}, "`supervisor` is"),
+])
+def test_a_hand_edited_manifest_is_a_manifest_error_not_a_python_one(document, named):
+    with pytest.raises(ManifestError, match=named):
+        Manifest.from_dict(document)
