@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from contracts.model_config import ModelConfig, TensorSpec, model_input, model_output, refuse_backend_parameters, set_parameters
+from contracts.errors import ConfigError
 from contracts.serving_spec import ModelSpec
 
 #: (name, Triton type, dims, optional)
@@ -35,8 +36,27 @@ GENERATION_OUTPUTS = (
 )
 
 
+def refuse_unserved_settings(model: ModelSpec) -> None:
+    """serving.toml settings this model cannot honour, refused instead of ignored in silence: its one
+    instance owns the KV cache (sized for one), it runs on the CPU (a `device = "gpu"` would still give
+    its partition CUDA MPS), its decoder graph has one precision, and it has no Triton batcher."""
+    where = f"models.{model.name}"
+    unserved = [(model.instance_count != 1, f"`{where}.instance_count` = {model.instance_count}", "1 (one instance owns the KV cache; "
+                 "more concurrent sequences: options.max_running)"),
+                (model.device.value != "cpu", f"`{where}.device` = {model.device.value!r}", "'cpu'"),
+                (model.variant.value != "fp32", f"`{where}.variant` = {model.variant.value!r}", "'fp32' (options.kv_dtype sets the "
+                 "KV cache's precision)"),
+                (model.max_queue_delay_microseconds is not None, f"`{where}.max_queue_delay_microseconds`",
+                 "none (no Triton batcher: the model's own scheduler batches)"),
+                (bool(model.preferred_batch_sizes), f"`{where}.preferred_batch_sizes`", "none (no Triton batcher)")]
+    for bad, setting, allowed in unserved:
+        if bad:
+            raise ConfigError(f"{setting} is not served by the generation model (serving/generation); allowed {allowed}.")
+
+
 def render_generation_config(model: ModelSpec, parameters: Mapping[str, str]) -> ModelConfig:
     refuse_backend_parameters(model, "the generation model's own model.py (serving/generation)")
+    refuse_unserved_settings(model)
     config = ModelConfig(
         name=model.name, backend="python", max_batch_size=0,
         input=[model_input(TensorSpec(name, dtype, dims), optional=optional) for name, dtype, dims, optional in GENERATION_INPUTS],

@@ -206,3 +206,19 @@ def test_stop_is_a_string_or_a_short_list_of_them(value, ok):
     else:
         with pytest.raises(InvalidGenerationRequest, match=r"`stop` = .*: expected a non-empty string or a list of 1 to 4"):
             parse_sampling_parameters(json.dumps({"stop": value}))
+
+
+@pytest.mark.parametrize("setting, named", [
+    ({"instance_count": 2}, r"`models.llm.instance_count` = 2 is not served .* allowed 1"),
+    ({"device": "gpu"}, r"`models.llm.device` = 'gpu' is not served"),
+    ({"variant": "int8_mixed"}, r"`models.llm.variant` = 'int8_mixed' is not served"),
+    ({"max_queue_delay_microseconds": 5000}, r"`models.llm.max_queue_delay_microseconds` is not served"),
+    ({"preferred_batch_sizes": [8]}, r"`models.llm.preferred_batch_sizes` is not served"),
+])
+def test_settings_the_generation_model_cannot_honour_are_refused_not_ignored(setting, named):
+    """The config has one KIND_CPU instance and no batcher whatever serving.toml says: a setting that
+    would change that is refused naming it (instance_count = 2 used to serve one instance in silence)."""
+    from contracts.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=named):
+        render_generation_config(ModelSpec(name="llm", recipe="smollm2_gguf", **setting), {})
