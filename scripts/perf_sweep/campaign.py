@@ -411,7 +411,7 @@ def run_campaign(opts: CampaignOptions, progress: Progress = print) -> Path:
         from perf_sweep.peers.suite import campaign_peer_section
 
         results["peers"] = campaign_peer_section(opts.config, opts.manifest, folder.root / "peers", opts.peers_quick,
-                                                 opts.seed, progress)
+                                                 opts.seed, progress, models=opts.models)
         results["skipped"] += [results["peers"]["skipped"]] if "skipped" in results["peers"] else []
     results["records"] = [r.as_dict() for r in records]
     typed = PerfRunResults.from_dict(results, "this run's results")  # checked as `perf_sweep report` will read it

@@ -156,6 +156,15 @@ def machine() -> str:
     return f"{read_cpu_info().describe()}, {platform.machine()}"
 
 
+def command_line(argv: list[str] | None) -> str:
+    """The command as it was run, for the report: `argv`, else this process's own arguments (the
+    `python -m` entry point passes none, and the report said the quick run was the full one)."""
+    import shlex
+    import sys
+
+    return "python -m perf_sweep.generate_bench " + shlex.join(sys.argv[1:] if argv is None else argv)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="perf_sweep.generate_bench", description=__doc__)
     parser.add_argument("--model", default="smollm2_chat")
@@ -185,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[perf-generate] {arm.name}: {summary['output_tokens_per_s']} tok/s, TTFT P50/P99 {summary['ttft_p50_s']}/"
               f"{summary['ttft_p99_s']} s, ITL P50/P99 {summary['itl_p50_s']}/{summary['itl_p99_s']} s, "
               f"occupancy {summary['mean_occupancy']:.0%}", flush=True)
-    document = {"machine": machine(), "command": "python -m perf_sweep.generate_bench " + " ".join(argv or []),
+    document = {"machine": machine(), "command": command_line(argv),
                 "sla": asdict(sla), "settings": runtime.params, "arms": results, "decode_speed": speed}
     (out / "results.json").write_text(json.dumps(document, indent=2))
     (out / "raw_timings.json").write_text(json.dumps(raw))

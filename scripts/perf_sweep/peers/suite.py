@@ -153,6 +153,9 @@ class SuiteState:
     summaries: list[LevelSummary] = field(default_factory=list)
     targets: dict[str, dict[str, Any]] = field(default_factory=dict)
     reference_peaks: dict[str, float] = field(default_factory=dict)
+    #: Which target's best closed-loop throughput set each model's Poisson rates (the first one measured
+    #: that serves it: the minimal server, unless it was not selected or did not start).
+    reference_targets: dict[str, str] = field(default_factory=dict)
     triton_versions: dict[str, str | None] = field(default_factory=dict)
     #: Cores busy on the idle machine before any target started (machine.wait_until_quiet's baseline).
     baseline_busy_cores: float = 0.0
@@ -276,7 +279,10 @@ def measure_model(state: SuiteState, running: dict[TargetKind, servers.RunningTa
 
     for level, target in interleaved(closed_loop_levels(timing), serving):
         one(target, level)
-    peak = state.reference_peaks.setdefault(model.value, best_closed_loop_throughput(mine[serving[0]]) or 0.0)
+    if model.value not in state.reference_peaks:
+        state.reference_peaks[model.value] = best_closed_loop_throughput(mine[serving[0]]) or 0.0
+        state.reference_targets[model.value] = serving[0].value
+    peak = state.reference_peaks[model.value]
     for level, target in interleaved(poisson_levels(peak, timing), serving):
         one(target, level)
     state.summaries += [summary for target in serving for summary in mine[target]]
@@ -363,9 +369,18 @@ def run_peer_suite(opts: PeerSuiteOptions, progress: Progress = print) -> dict[s
 
 
 def campaign_peer_section(config: Path, manifest: Path, out_dir: Path, quick: bool, seed: int,
-                          progress: Progress = print, peers_venv: Path | None = None) -> dict[str, Any]:
+                          progress: Progress = print, peers_venv: Path | None = None,
+                          models: Sequence[str] = ()) -> dict[str, Any]:
     """The peer comparison as a section of `perf_sweep run`: the running servers of `manifest`
-    against the peers; {"skipped": line} when the peers are not installed or the section failed."""
+    against the peers, on the run's `--models` that the peers serve (all when none were named);
+    {"skipped": line} when the peers are not installed, no selected model is one of theirs, or the
+    section failed."""
+    chosen = tuple(m for m in ModelKind if not models or m.value in models)
+    if not chosen:
+        line = (f"peer comparison: SKIPPED: the selected models {list(models)} include none the peers serve "
+                f"({', '.join(m.value for m in ModelKind)}).")
+        progress(f"[perf] {line}")
+        return {"skipped": line}
     peers_venv = peers_venv or PeerSuiteOptions.peers_venv
     missing = peers_missing(peers_venv)
     if missing:
@@ -373,6 +388,7 @@ def campaign_peer_section(config: Path, manifest: Path, out_dir: Path, quick: bo
         progress(f"[perf] {line}")
         return {"skipped": line}
     opts = PeerSuiteOptions(config=config, out_dir=out_dir, project_manifest=manifest, seed=seed, peers_venv=peers_venv,
+                            models=chosen,
                             timing=SuiteTiming.quick() if quick else SuiteTiming(), text_count=200 if quick else None,
                             command="python -m perf_sweep run (peer section)")
     try:

@@ -178,11 +178,18 @@ def limit_verdict(summaries: Sequence[LevelSummary], model: str, unit: str, limi
                    f"[target >= {LIMIT_AT_LEAST:.0%}]", counted)
 
 
-def all_verdicts(summaries: Sequence[LevelSummary], limits: Mapping[str, Mapping]) -> list[Verdict]:
-    """Every target ratio for both models, in the order the report prints them."""
+def all_verdicts(summaries: Sequence[LevelSummary], limits: Mapping[str, Mapping],
+                 models: Sequence[str] | None = None) -> list[Verdict]:
+    """Every target ratio for both models, in the order the report prints them. A model of the run
+    (`models`, or one any target was measured on) of which this project has no level gets one counted
+    "not measured" verdict: this project failed to start or to answer, and that is no pass."""
     out: list[Verdict] = []
     for model in ModelKind:
         if not any(s.model == model.value and s.target == TargetKind.PROJECT.value for s in summaries):
+            if (model.value in models) if models is not None else any(s.model == model.value for s in summaries):
+                out.append(Verdict(model.value, "this project measured", "all", math.nan, 1.0, True, None,
+                                   f"{model.value}: this project has no measured level (it did not start or "
+                                   "answered no level): no target could be judged"))
             continue
         limit = limits.get(model.value)
         out += concurrency_verdicts(summaries, model.value, model.unit, limit["throughput"] if limit else None)

@@ -40,3 +40,15 @@ def test_summary_and_targets_from_token_times():
     assert lines[0].startswith("- PASS") and "P99 TTFT" in lines[0]
     assert "## Targets" in render_generate_markdown({"machine": "m", "command": "c", "sla": {"ttft_s": 1, "itl_s": 0.2},
                                                       "settings": {}, "arms": [a, b]}, [])
+
+
+def test_the_report_names_the_command_as_it_was_run(monkeypatch):
+    """`make perf-generate QUICK=1` runs `python -m perf_sweep.generate_bench --quick`, whose main() gets
+    argv=None: the report said `python -m perf_sweep.generate_bench ` (the full run's command)."""
+    import sys
+
+    from perf_sweep.generate_bench import command_line
+
+    monkeypatch.setattr(sys, "argv", ["generate_bench.py", "--quick"])
+    assert command_line(None) == "python -m perf_sweep.generate_bench --quick"
+    assert command_line(["--rates", "0.5", "1"]) == "python -m perf_sweep.generate_bench --rates 0.5 1"

@@ -138,3 +138,25 @@ def test_a_fixed_count_level_is_rated_from_its_answers_not_perf_analyzers_whole_
     # a time-window level keeps perf_analyzer's own figure
     record, _ = run_level(level, 40, RunFolder(tmp_path / "windows"), perf_analyzer, {})
     assert record.status == "ok" and record.throughput == 25.0 and "export's answers" not in record.note
+
+
+@pytest.mark.parametrize("failing_scrape", [1, 2])  # before the run, after it
+def test_a_metrics_scrape_that_fails_costs_the_level_its_server_figures_not_the_whole_run(
+        tmp_path, monkeypatch, failing_scrape):
+    """A timed-out or refused scrape (a busy server, one the supervisor just restarted) raised out of
+    run_level, out of `perf_sweep run`, and no results.json or report was written for any sweep."""
+    from perf_sweep.errors import SweepRunError
+
+    calls = []
+
+    def scrape(url, timeout=5.0):
+        calls.append(url)
+        if len(calls) == failing_scrape:
+            raise SweepRunError(f"could not scrape Triton metrics at {url}: timed out")
+        return {("nv_inference_request_success", (("model", "m"),)): float(len(calls))}
+
+    monkeypatch.setattr(runner, "scrape_metrics", scrape)
+    perf_analyzer = answering_perf_analyzer(tmp_path, answered_within_s=2.5, requests=100, reported=25.0)
+    record, latencies = run_level(sweep("http://127.0.0.1:1/metrics"), 40, RunFolder(tmp_path / "run"), perf_analyzer, {})
+    assert record.status == "ok" and record.throughput == 25.0 and len(latencies) == 100
+    assert not record.server and "could not scrape Triton metrics" in record.note

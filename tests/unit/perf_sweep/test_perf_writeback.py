@@ -44,3 +44,23 @@ def test_rejects_unknown_model_and_bad_values():
         set_model_queue_delay(TOML, "digits", 2_000_000)
     with pytest.raises(ConfigError):
         set_model_queue_delay(TOML.replace('recipe = "digit_cnn"  #', 'recipe = "Bad Name"  #'), "digits", 1)
+
+
+def test_a_write_back_cut_short_leaves_the_old_serving_toml(tmp_path, monkeypatch):
+    """serving.toml was rewritten in place: a write that failed midway left half a file behind."""
+    from pathlib import Path
+
+    from perf_sweep.writeback import write_queue_delay
+
+    config = tmp_path / "serving.toml"
+    config.write_text(TOML)
+
+    def half_then_fail(self, text, *args, **kwargs):
+        with open(self, "w") as out:
+            out.write(text[: len(text) // 2])
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_text", half_then_fail)
+    with pytest.raises(OSError):
+        write_queue_delay(config, "digits", 2000)
+    assert config.read_text() == TOML

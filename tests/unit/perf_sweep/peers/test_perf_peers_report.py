@@ -89,3 +89,51 @@ def test_the_host_state_before_each_window_has_a_table_when_probed():
     assert any(line.startswith("| this_project | x1.63 · 5.15 ms") for line in lines), lines
     assert any("x0.99" in line for line in lines) and host_table(LEVELS, ModelKind.TEXT) == []
     assert "The host before each window" in render_peer_markdown(results_with(probed), {})
+
+
+def test_the_poisson_rates_name_the_target_that_set_them():
+    """Without the minimal server (not selected, or it did not start) PyTriton's peak set the rates, and
+    the report still said "x the minimal server's best closed-loop throughput"."""
+    results = {**results_with(LEVELS), "reference_targets": {D: "pytriton"}, "reference_peaks": {D: 900.0}}
+    text = render_peer_markdown(results, {})
+    assert "digit_classifier: pytriton, 900.0 images/s" in text
+    assert "minimal server's best closed-loop" not in text
+    assert "x the minimal server's best closed-loop throughput" in render_peer_markdown(results_with(LEVELS), {})
+
+
+def test_the_suite_records_which_target_set_the_poisson_rates(monkeypatch, tmp_path):
+    from perf_sweep import http_load
+    from perf_sweep.http_load import LevelRun
+    from perf_sweep.peers import machine, suite
+    from perf_sweep.peers.plan import TargetKind
+    from perf_sweep.peers.stats import Outcome, RequestRecord
+
+    def run_level(workload, level, timeout_s, seed=0):
+        rate = 100.0 if workload.target == "pytriton" else 50.0
+        n = int(rate * level.window_s)
+        return LevelRun(tuple(RequestRecord(i, level.warmup_s + i / rate, level.warmup_s + i / rate,
+                                            level.warmup_s + i / rate + 0.001, Outcome.OK) for i in range(n)),
+                        level.warmup_s, 0.1)
+
+    monkeypatch.setattr(http_load, "run_level", run_level)
+    monkeypatch.setattr(machine, "wait_until_quiet", lambda *a, **k: machine.QuietWait(0.0, 0.0, True))
+    monkeypatch.setattr(suite, "workload_for", lambda state, running, model: type(
+        "W", (), {"target": running.launch.target.value})())
+    opts = suite.PeerSuiteOptions(out_dir=tmp_path, timing=SuiteTiming(concurrencies=(1,), rate_fractions=(0.5,),
+                                                                       warmup_s=0.0, window_s=1.0))
+    state = suite.SuiteState(opts, None, None, {})
+    running = {t: suite.servers.RunningTarget(suite.servers.Launch(t, (), None, ""), {}, tmp_path)
+               for t in (TargetKind.PYTRITON, TargetKind.PROJECT)}  # the minimal server did not start
+    suite.measure_model(state, running, ModelKind.DIGITS, lambda line: None)
+    assert state.reference_targets == {D: "pytriton"} and state.reference_peaks == {D: 100.0}
+    assert sorted({s.load for s in state.summaries if s.mode == "poisson"}) == [50.0]
+
+
+def test_the_fairness_rules_name_no_files_other_than_the_served_ones():
+    """The served text model is the fused text_embedder; the rules said every peer loads
+    text_encoder/1/model.onnx and text_tokenizer/1/tokenizer.json, beside the line naming the real ones."""
+    served = ("`model_repository/digit_classifier/1/model.onnx`; `model_repository/text_embedder/1/model.onnx` + "
+              "`model_repository/text_embedder/1/tokenizer.json` (truncation at 128 tokens; served as one model `text_embedder`)")
+    text = render_peer_markdown({**results_with(LEVELS), "served_files": served}, {})
+    assert "text_encoder/1/model.onnx" not in text and "text_tokenizer/1/tokenizer.json" not in text
+    assert "named under \"Served files\" above" in text

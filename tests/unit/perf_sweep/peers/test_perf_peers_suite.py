@@ -56,3 +56,36 @@ def test_make_perf_measures_the_running_servers_of_its_manifest_without_starting
     assert running.pid is None and not running.launch.stop_argv and not running.launch.argv
     assert running.infer_urls[ModelKind.TEXT] == "http://127.0.0.1:41010/v2/models/text_embedder/infer"
     assert str(manifest) in running.launch.description
+
+
+def test_a_target_that_was_not_measured_fails_the_command_after_the_report(monkeypatch, tmp_path):
+    from perf_sweep.errors import SweepRunError
+    from perf_sweep.peers import cli, suite
+
+    parser = argparse.ArgumentParser()
+    add_peers_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["peers", "--out-root", str(tmp_path)])
+    results = {"targets": {"minimal_fastapi": {"measured": True},
+                           "this_project": {"measured": False, "error": "did not start (exit 1): serving serve\nlog"}}}
+    monkeypatch.setattr(suite, "run_peer_suite", lambda opts, progress: results)
+    with pytest.raises(SweepRunError, match="this_project: did not start") as caught:
+        cli.run_peers_command(args)
+    assert "report.md" in str(caught.value) and "minimal_fastapi" not in str(caught.value)
+    results["targets"]["this_project"] = {"measured": True}
+    assert cli.run_peers_command(args) == 0
+
+
+def test_the_make_perf_section_measures_only_the_runs_selected_models(monkeypatch, tmp_path):
+    """`perf_sweep run --models digit_classifier` ran the peers on the text embedder too (~10 min, and
+    text verdicts in a run that excluded it)."""
+    from perf_sweep.peers import suite
+
+    seen = []
+    monkeypatch.setattr(suite, "peers_missing", lambda venv, targets=None: None)
+    monkeypatch.setattr(suite, "run_peer_suite", lambda opts, progress: seen.append(opts) or {"summary": "s", "headlines": []})
+    args = (tmp_path / "serving.toml", tmp_path / "manifest.json", tmp_path / "peers", True, 0, lambda line: None)
+    suite.campaign_peer_section(*args, models=("digit_classifier", "digit_classifier_small"))
+    suite.campaign_peer_section(*args)
+    assert [o.models for o in seen] == [(ModelKind.DIGITS,), tuple(ModelKind)]
+    skipped = suite.campaign_peer_section(*args, models=("digit_classifier_small",))
+    assert "SKIPPED" in skipped["skipped"] and "digit_classifier_small" in skipped["skipped"] and len(seen) == 2

@@ -153,3 +153,13 @@ def test_a_verdict_says_when_the_host_ran_at_another_speed_for_its_two_sides():
     assert not any("another speed" in v.text for v in concurrency_verdicts(close, T, "texts/s"))
     both = concurrency_verdicts([replace(mine, host_speedup=1.64), replace(peer, host_speedup=1.01)], T, "texts/s")[0].text
     assert "x1.64" in both and "another speed" in both
+
+
+def test_a_run_where_this_project_has_no_level_is_not_a_silent_pass():
+    """This project failed to start: the peers were measured, the summary said "0 met, 0 missed, 0 not
+    measured (of 0)" and `make perf-peers` exited 0."""
+    rows = [level("minimal_fastapi", D, 1, 1000, p99=2.0), level("pytriton", D, 1, 900, p99=2.5)]
+    verdicts = all_verdicts(rows, {})
+    assert [v.status for v in verdicts] == ["not measured"] and verdicts[0].counted
+    assert verdict_summary(verdicts) == "issue 10 targets: 0 met, 0 missed, 1 not measured (of 1)"
+    assert len(all_verdicts([], {}, models=[D, T])) == 2
