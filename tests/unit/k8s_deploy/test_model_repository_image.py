@@ -51,10 +51,10 @@ def project_module_file(name: str) -> Path | None:
     return None
 
 
-def served_closure() -> tuple[set[str], set[str]]:
-    """(project top-level packages, third-party top-level modules) the served code needs, following
-    the project's own imports transitively."""
-    project, third_party, seen = set(), set(), set()
+def served_imports() -> list[tuple[str, list[Path]]]:
+    """Every import the served code makes, following the project's own imports transitively: (the
+    imported name, the project files it resolves to: itself or its parent module, and its top package)."""
+    found, seen = [], set()
     pending = list(SERVED_ENTRY_POINTS)
     while pending:
         path = pending.pop()
@@ -62,13 +62,22 @@ def served_closure() -> tuple[set[str], set[str]]:
             continue
         seen.add(path)
         for name in imports_of(path):
-            top = name.split(".")[0]
-            files = [f for f in (project_module_file(name), project_module_file(top)) if f is not None]
-            if files:
-                project.add(top)
-                pending += files
-            elif top not in sys.stdlib_module_names and top not in BACKEND_PROVIDED and top != "__future__":
-                third_party.add(top)
+            files = [f for f in (project_module_file(name), project_module_file(name.rsplit(".", 1)[0]),
+                                 project_module_file(name.split(".")[0])) if f is not None]
+            found.append((name, files))
+            pending += files
+    return found
+
+
+def served_closure() -> tuple[set[str], set[str]]:
+    """(project top-level packages, third-party top-level modules) the served code needs."""
+    project, third_party = set(), set()
+    for name, files in served_imports():
+        top = name.split(".")[0]
+        if files:
+            project.add(top)
+        elif top not in sys.stdlib_module_names and top not in BACKEND_PROVIDED and top != "__future__":
+            third_party.add(top)
     return project, third_party
 
 
@@ -148,18 +157,8 @@ def test_the_served_project_modules_import_where_the_image_puts_them(tmp_path):
         if dest.startswith("/opt/serving/python/"):
             shutil.copytree(PROJECT_ROOT / src, python_dir / dest[len("/opt/serving/python/"):].rstrip("/"),
                             ignore=shutil.ignore_patterns("__pycache__"))
-    modules, pending, seen = set(), list(SERVED_ENTRY_POINTS), set()
-    while pending:
-        path = pending.pop()
-        if path in seen:
-            continue
-        seen.add(path)
-        for name in imports_of(path):
-            for candidate in (name, name.rsplit(".", 1)[0]):
-                found = project_module_file(candidate)
-                if found is not None:
-                    modules.add(candidate)
-                    pending.append(found)
+    modules = {candidate for name, _ in served_imports() for candidate in (name, name.rsplit(".", 1)[0])
+               if project_module_file(candidate) is not None}
     assert "serving.backend.instance_activity" in modules  # the closure follows the imports at all
     code = ("import importlib, sys\n"
             f"for name in {sorted(modules)!r}:\n"
