@@ -28,7 +28,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.quick:
         settings.update(measurement=Measurement(interval_ms=1000, stability_percentage=25, max_trials=4, warmup_requests=20),
                         max_concurrency=8, rate_fractions=(0.5, 1.0), delays_ms=(0, 10), loadgen_seconds=3.0)
-    if args.max_concurrency:
+    if args.max_concurrency is not None:  # 0 reaches the options' check instead of meaning "default"
         settings["max_concurrency"] = args.max_concurrency
     if args.models:
         settings["models"] = tuple(args.models)

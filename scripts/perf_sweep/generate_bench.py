@@ -40,9 +40,11 @@ class Arm:
     seed: int = 0
 
 
-def plan_arms(rates=(0.25, 0.5, 1.0), count=16, quick=False) -> list[Arm]:
-    if quick:
-        rates, count = (1.0,), 6
+def plan_arms(rates=None, count=None, quick=False) -> list[Arm]:
+    """The benchmark's arms. `rates` / `count` not given: (0.25, 0.5, 1.0) and 16 requests per arm, or
+    with `quick` one rate and 6 (what is given is kept: --quick used to drop --rates and --count)."""
+    rates = tuple(rates) if rates else ((1.0,) if quick else (0.25, 0.5, 1.0))
+    count = count if count is not None else (6 if quick else 16)
     arms = [Arm(f"{policy}@{rate:g}", policy, rate, count) for rate in rates for policy in ("continuous", "static", "one_at_a_time")]
     top = max(rates)
     arms += [Arm(f"equal-length {policy}@{top:g}", policy, top, count, fixed_length=64 if not quick else 16) for policy in ("continuous", "static")]
@@ -169,8 +171,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="perf_sweep.generate_bench", description=__doc__)
     parser.add_argument("--model", default="smollm2_chat")
     parser.add_argument("--quick", action="store_true", help="one rate, a few requests: a smoke run")
-    parser.add_argument("--rates", type=float, nargs="+", default=[0.25, 0.5, 1.0])
-    parser.add_argument("--count", type=int, default=16, help="requests per arm")
+    parser.add_argument("--rates", type=float, nargs="+", help="offered load as fractions of capacity (default 0.25 0.5 1.0; --quick: 1.0)")
+    parser.add_argument("--count", type=int, help="requests per arm (default 16; --quick: 6)")
     parser.add_argument("--out-root", type=Path, default=PROJECT_ROOT / "reports" / "perf")
     parser.add_argument("--decode-speed-only", action="store_true", help="only time decode steps per batch size and past length")
     args = parser.parse_args(argv)
@@ -187,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[perf-generate] decode step batch {row['batch']:2d} past {row['past']}: {row['step_ms']} ms = {row['tokens_per_s']} tok/s "
               f"(load average {row['load_average']})", flush=True)
     results, raw = [], {}
-    arms = [] if args.decode_speed_only else plan_arms(tuple(args.rates), args.count, args.quick)
+    arms = [] if args.decode_speed_only else plan_arms(args.rates, args.count, args.quick)
     for arm in arms:
         summary, raw[arm.name] = run_arm(runtime, arm, sla)
         results.append(summary)

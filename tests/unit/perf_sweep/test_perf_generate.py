@@ -52,3 +52,13 @@ def test_the_report_names_the_command_as_it_was_run(monkeypatch):
     monkeypatch.setattr(sys, "argv", ["generate_bench.py", "--quick"])
     assert command_line(None) == "python -m perf_sweep.generate_bench --quick"
     assert command_line(["--rates", "0.5", "1"]) == "python -m perf_sweep.generate_bench --rates 0.5 1"
+
+
+def test_quick_keeps_the_rates_and_count_it_was_given():
+    """`--quick --rates 0.5 --count 3` ran rate 1.0 with 6 requests per arm, saying nothing."""
+    quick = plan_arms(quick=True)
+    assert {a.rate for a in quick if not a.name.startswith("prefix")} == {1.0} and {a.count for a in quick if not a.name.startswith("prefix")} == {6}
+    given = plan_arms(rates=[0.5], count=3, quick=True)
+    assert {a.rate for a in given if not a.name.startswith("prefix")} == {0.5}
+    assert {a.count for a in given if not a.name.startswith("prefix")} == {3}
+    assert {a.rate for a in plan_arms()} >= {0.25, 0.5, 1.0}

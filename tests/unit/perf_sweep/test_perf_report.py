@@ -93,3 +93,11 @@ def test_perf_sweep_report_re_renders_an_older_run_folder(tmp_path, capsys):
     (peers / "results.json").write_text(json.dumps({"run_id": "peers-1", "command": "c", "levels": [], "headlines": []}))
     assert main(["report", str(peers)]) == 1
     assert f"perf_sweep: error: {peers / 'results.json'} lacks ['host', 'records'," in capsys.readouterr().err
+
+
+def test_a_zero_max_concurrency_is_refused_not_replaced_by_the_default(tmp_path, capsys):
+    """`perf_sweep run --max-concurrency 0` ran the default sweep up to 32 (0 read as "not given")."""
+    from perf_sweep.cli import main
+
+    assert main(["run", "--max-concurrency", "0", "--out-root", str(tmp_path)]) == 1
+    assert "`max_concurrency` = 0 must be >= 1." in capsys.readouterr().err
