@@ -66,6 +66,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     repository = Path(args.repository or Path(args.config).resolve().parent).resolve()
     missing = [m.name for m in spec.models if not (repository / m.name / "config.pbtxt").exists()]
     if missing:
+        built_there = DEFAULT_CONFIG.parent.resolve()
+        if repository != built_there and all((built_there / name / "config.pbtxt").exists() for name in missing):
+            raise ServingError(f"models {missing} are not built into {repository} (the folder of --config); `make "
+                               f"build-engines` installs every model into {built_there} whatever its config: pass "
+                               f"--repository {built_there}.")
         raise ServingError(f"models {missing} are not built into {repository}; run `make build-engines` first.")
     plan, gpu = plan_for_this_host(spec, force_cpu=args.cpu_sets)
     bind_warning = check_bind_host(spec.server.host, spec.server.allow_non_loopback)

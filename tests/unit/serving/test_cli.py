@@ -1,4 +1,5 @@
 """What `python -m serving serve` prints about how each partition shares the machine."""
+import pytest
 from contracts.partition_plan import Mechanism
 from serving.cli import CPU_PLACEMENT_LINES, partition_share
 
@@ -30,3 +31,18 @@ def test_allow_non_loopback_on_the_command_line_admits_a_non_loopback_host_from_
     assert main(["serve", "--config", str(config), "--allow-non-loopback", "--run-dir", str(tmp_path / "run")]) == 1
     err = capsys.readouterr().err
     assert "not a loopback address" not in err and "models ['digits'] are not built into" in err
+
+
+def test_a_config_outside_the_model_repository_is_told_where_the_build_installed(tmp_path, capsys):
+    """model_build installs into the project's model_repository/ whatever --config says; `serve` looked
+    beside the config and said "run `make build-engines` first", which had just been run."""
+    from serving.cli import DEFAULT_CONFIG, main
+
+    built = [p.parent.name for p in DEFAULT_CONFIG.parent.glob("*/config.pbtxt")]
+    if "digit_classifier" not in built:
+        pytest.skip("needs a built digit_classifier (make build-engines)")
+    config = tmp_path / "serving.toml"
+    config.write_text('[models.digit_classifier]\nrecipe = "digit_cnn"\n')
+    assert main(["serve", "--config", str(config), "--run-dir", str(tmp_path / "run")]) == 1
+    err = capsys.readouterr().err
+    assert f"--repository {DEFAULT_CONFIG.parent.resolve()}" in err, err
