@@ -13,7 +13,7 @@ from model_build.recipes.registry import recipe_for
 from model_build.reports.build_report import write_build_report
 from contracts.errors import ServingError
 from contracts.partition_plan import plan_for_this_host
-from contracts.serving_spec import load_serving_spec
+from contracts.serving_spec import ModelSpec, ServingSpec, load_serving_spec
 
 from contracts.layout import PROJECT_ROOT
 from contracts.command_line import run_subcommand
@@ -54,6 +54,15 @@ def prebuild(models, paths: BuildPaths, force: bool, jobs: int) -> set[str]:
             os.environ.pop(BUILD_THREADS_ENV, None)
 
 
+def served_variant(model: ModelSpec, serving: ServingSpec) -> str:
+    """What the build line says is served: a model that follows an encoder (the fused embedder, the
+    tokenizer) serves that encoder's variant, not its own `variant` field (which it does not use)."""
+    encoder = model.options.get("encoder")
+    if encoder:
+        return f"follows {encoder} (served variant {serving.model(encoder).variant.value})"
+    return f"served variant {model.variant.value}"
+
+
 def cmd_build(args: argparse.Namespace) -> int:
     serving = load_serving_spec(args.config)
     paths = BuildPaths(PROJECT_ROOT)
@@ -76,7 +85,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         model, serving = apply_measured_batch_size(model, serving, plan, record, paths)
         installed = recipe.install(model, serving, record, paths.workdir(model.name), paths.repository)
         state = "built" if rebuilt else "up to date (no work done)"
-        print(f"[build] {model.name}: {state}; served variant {model.variant.value}; installed {', '.join(installed)}")
+        print(f"[build] {model.name}: {state}; {served_variant(model, serving)}; installed {', '.join(installed)}")
         records.append(record)
     from model_build.engines.tensorrt import run_tensorrt_step  # GPU engines: one line and no file without a GPU
 

@@ -100,3 +100,16 @@ def test_a_misspelled_digit_option_is_refused_naming_the_allowed_ones():
     check_digit_options(model)  # the served options pass
     with pytest.raises(BuildError, match=r"unknown keys \['calibration_sise'\]; allowed: \[.*'calibration_size'"):
         check_digit_options(dataclasses.replace(model, options={**model.options, "calibration_sise": 64}))
+
+
+def test_the_build_line_names_the_encoders_variant_for_a_model_that_follows_it():
+    """The fused text_embedder serves text_encoder's INT8-mixed graph; its line said "served variant fp32"
+    (its own unused `variant` field's default)."""
+    from contracts.serving_spec import load_serving_spec
+    from contracts.layout import PROJECT_ROOT
+    from model_build.cli import served_variant
+
+    spec = load_serving_spec(PROJECT_ROOT / "model_repository" / "serving.toml")
+    encoder = spec.model("text_encoder").variant.value
+    assert served_variant(spec.model("text_embedder"), spec) == f"follows text_encoder (served variant {encoder})"
+    assert served_variant(spec.model("digit_classifier"), spec) == f"served variant {spec.model('digit_classifier').variant.value}"
