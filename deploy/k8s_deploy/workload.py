@@ -96,11 +96,14 @@ def server_args(part: PlannedPartition, gpu: bool, plan: PartitionPlan) -> list[
 #: The container's command: Triton's threads run with the stack limit a host's launcher sets
 #: (serving.runtime.server.SERVER_STACK_LIMIT_BYTES; Kubernetes has no ulimit field and containers
 #: inherit 8 MiB, with which a ~4 MiB HTTP body crashed the server: docs/operations.md), then the
-#: server replaces the shell. `$@` is the container's args.
+#: server replaces the shell. `$@` is the container's args, where the kubelet has already expanded
+#: $(TRITON_ADMIN_KEY); the variable itself is dropped before exec, as the host's launcher drops it
+#: (serving.runtime.server.server_environment), so the backend stubs and every model's Python code
+#: do not inherit the admin key.
 SERVER_COMMAND = ["sh", "-c",
                   f'ulimit -s {SERVER_STACK_LIMIT_BYTES // 1024} || echo "[serving] could not raise the stack limit '
                   f'(hard limit $(ulimit -Hs) KiB): HTTP bodies of a few MiB may crash the server" >&2; '
-                  f'exec tritonserver "$@"', "tritonserver"]
+                  f'unset {ADMIN_KEY_ENV}; exec tritonserver "$@"', "tritonserver"]
 #: Seconds a terminating pod keeps serving while its endpoint is removed from the Services (the
 #: kubelet runs preStop before SIGTERM; Triton stops taking new work at SIGTERM).
 PRE_STOP_SLEEP_S = 5

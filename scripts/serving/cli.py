@@ -16,6 +16,7 @@ from pathlib import Path
 from contracts.errors import ServingError
 from serving.runtime.launcher import with_server_overrides
 from serving.runtime.model_readiness import check_models_loaded
+from serving.runtime.native import preload_environment
 from contracts.layout import PROJECT_ROOT, RUN_DIR, RunLayout
 from contracts.manifest import Manifest, PartitionEntry, read_manifest
 from contracts.partition_plan import Mechanism, plan_for_this_host
@@ -76,6 +77,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     bind_warning = check_bind_host(spec.server.host, spec.server.allow_non_loopback)
     if bind_warning:
         print(f"[serve] {bind_warning}", file=sys.stderr)
+    # the servers are started by the supervisor, whose own warning goes to its log only: say it here too
+    _, native_warning = preload_environment(plan.cond_wait_cap_us, {}, gzip_level=plan.http_gzip_level)
+    if native_warning:
+        print(f"[serve] WARNING: {native_warning}", file=sys.stderr)
     admin_key = load_admin_key()  # checked here (location, mode) so a bad key file fails before anything starts
     print(f"[serve] admin APIs ({', '.join(RESTRICTED_APIS)}) locked with "
           + (f"the key from {admin_key.source}" if admin_key else

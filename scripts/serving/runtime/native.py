@@ -61,20 +61,38 @@ REQUEST_GUARD = NativeHelper(
 HELPERS = (COND_WAIT_CAP, GZIP_LEVEL, REQUEST_GUARD)
 
 
+def _inputs(helper: NativeHelper) -> list[Path]:
+    return [helper.source, *helper.source.parent.glob("*.h")]  # the helpers share a header
+
+
+def is_stale(helper: NativeHelper, library: Path) -> bool:
+    """Whether `library` was built before the helper's sources last changed (False where the sources
+    are not here, e.g. a pod, or the library is missing)."""
+    try:
+        return library.stat().st_mtime < max(p.stat().st_mtime for p in _inputs(helper))
+    except (OSError, ValueError):
+        return False
+
+
 def build_helper(helper: NativeHelper, dest: Path | None = None, compiler: str | None = None) -> tuple[Path | None, str]:
-    """Compile one helper (only when the source is newer); (path or None, what happened)."""
+    """Compile one helper (only when the source is newer); (path or None, what happened). The library
+    is replaced only by a complete build: an interrupted one never leaves a half-written file that
+    would look up to date."""
     dest = dest or helper.library
     cc = compiler or os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-    inputs = [helper.source, *helper.source.parent.glob("*.h")]  # the helpers share a header
-    if dest.exists() and dest.stat().st_mtime >= max(p.stat().st_mtime for p in inputs):
+    if dest.exists() and not is_stale(helper, dest):
         return dest, f"{dest} is up to date"
+    kept = f"; the older {dest} stays preloaded until a build succeeds" if dest.exists() else ""
     if cc is None:
-        return None, f"no C compiler (cc/gcc) on PATH: the {helper.name} is not built, so {helper.without_it}"
+        return None, f"no C compiler (cc/gcc) on PATH: the {helper.name} is not built, so {helper.without_it}{kept}"
     dest.parent.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run([cc, "-O2", "-shared", "-fPIC", "-Wall", "-o", str(dest), str(helper.source), "-ldl"],
+    partial = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
+    done = subprocess.run([cc, "-O2", "-shared", "-fPIC", "-Wall", "-o", str(partial), str(helper.source), "-ldl"],
                           capture_output=True, text=True)
     if done.returncode != 0:
-        return None, f"{cc} failed to build {helper.source.name} ({done.returncode}): {done.stderr.strip()[:400]}"
+        partial.unlink(missing_ok=True)
+        return None, f"{cc} failed to build {helper.source.name} ({done.returncode}): {done.stderr.strip()[:400]}{kept}"
+    os.replace(partial, dest)
     return dest, f"built {dest}"
 
 
@@ -118,6 +136,9 @@ def preload_environment(cap_us: int, base: dict[str, str], library: Path = COND_
             warnings.append(f"{libraries[helper]} is missing (run `make setup`, which needs a C compiler): "
                             f"{helper.without_it}")
             del wanted[helper]
+        elif is_stale(helper, libraries[helper]):
+            warnings.append(f"{libraries[helper]} is older than {helper.source.name} (run `make setup`): the server "
+                            f"preloads the {helper.name} as it was built, without the changes since")
     env = dict(base)
     env.update(preload_variables(wanted, libraries.__getitem__, base.get("LD_PRELOAD")))
     return env, "; ".join(warnings) or None

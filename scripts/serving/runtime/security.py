@@ -14,9 +14,12 @@ others, is refused. When neither exists, the launcher locks the APIs with a one-
 is kept nowhere, so they are never left open. Nothing here prints or logs a key; `AdminKey.__repr__`
 hides it.
 
-Known limit: Triton takes the key only on its command line, so local users who can read
-/proc/<pid>/cmdline of the tritonserver process can see it (mount /proc with hidepid=2, or run the
-server in its own container/user, on shared hosts).
+Triton takes the key only on its command line, which /proc/<pid>/cmdline shows to every local user;
+`keep_key_off_command_line` puts a random decoy there instead, and the preloaded request guard
+(serving/runtime/native/request_guard.c) puts the key back into Triton's arguments from the server's
+environment (owner-only in /proc). Without that library (no C compiler at `make setup`) the key is
+on the command line: mount /proc with hidepid=2, or run the server in its own container/user, on
+shared hosts.
 """
 from __future__ import annotations
 
@@ -94,6 +97,21 @@ def redact_restricted_flags(args: list[str]) -> list[str]:
             arg = head + "=***"
         masked.append(arg)
     return masked
+
+
+#: The variables the preloaded request guard reads to put the key back into tritonserver's arguments.
+ARGV_DECOY_ENV, ARGV_SECRET_ENV = "SERVING_ARGV_DECOY", "SERVING_ARGV_SECRET"
+
+
+def keep_key_off_command_line(command: list[str], restricted: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
+    """`command` with the admin key of the `restricted` flags replaced by a random decoy, and the
+    environment with which the preloaded request guard restores it before Triton parses its
+    arguments; (command, {}) unchanged when the flags hold no key."""
+    keys = {value.rpartition("=")[2] for value in restricted.values() if "=" in value.partition(":")[2]}
+    if len(keys) != 1 or not KEY_PATTERN.fullmatch(next(iter(keys))):
+        return list(command), {}
+    key, decoy = keys.pop(), secrets.token_urlsafe(32)
+    return [arg.replace(key, decoy) for arg in command], {ARGV_DECOY_ENV: decoy, ARGV_SECRET_ENV: key}
 
 
 def _is_inside(path: Path, root: Path) -> bool:

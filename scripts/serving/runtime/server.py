@@ -244,7 +244,8 @@ class TritonServerProcess:
 
     def start(self) -> "TritonServerProcess":
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        from serving.runtime.native import preload_environment
+        from serving.runtime.native import REQUEST_GUARD, preload_environment
+        from serving.runtime.security import keep_key_off_command_line
 
         env = server_environment(self.installation)
         env.update(self.extra_env)
@@ -253,6 +254,11 @@ class TritonServerProcess:
         env, warning = preload_environment(self.settings.cond_wait_cap_us, env, gzip_level=self.settings.http_gzip_level)
         if warning:
             print(f"[server] WARNING: {warning}", file=sys.stderr, flush=True)
+        command = self.command
+        if str(REQUEST_GUARD.library) in env.get("LD_PRELOAD", "").split(":"):
+            # the guard puts the key back into Triton's arguments: /proc/<pid>/cmdline shows a decoy
+            command, hidden = keep_key_off_command_line(command, self.settings.restricted)
+            env.update(hidden)
         cpus, weight = self.cpus, self.cpu_weight
 
         def prepare_child() -> None:  # runs in the child between fork and exec
@@ -266,7 +272,7 @@ class TritonServerProcess:
 
         log = open(self.log_path, "ab")
         self.process = subprocess.Popen(
-            self.command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+            command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
             preexec_fn=prepare_child,
         )
         log.close()

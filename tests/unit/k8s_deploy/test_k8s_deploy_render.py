@@ -70,6 +70,9 @@ def test_container_arguments_are_the_launchers_with_the_key_from_the_secret(serv
         # the host's stack limit (a ~4 MiB body crashed Triton on 8 MiB), then the server replaces the shell
         assert c["command"][:2] == ["sh", "-c"] and "ulimit -s 262144" in c["command"][2]
         assert c["command"][2].endswith('exec tritonserver "$@"') and c["command"][3] == "tritonserver"
+        # the key reaches Triton through its (already expanded) arguments; the stubs and model code,
+        # which inherit the server's environment, do not get it (as on a host: server_environment)
+        assert c["command"][2].endswith('; unset TRITON_ADMIN_KEY; exec tritonserver "$@"')
         assert c["lifecycle"]["preStop"]["exec"]["command"] == ["sleep", "5"]
         assert "--model-control-mode=explicit" in c["args"] and f"--http-port={part.http_port}" in c["args"]
         assert [f"--load-model={m}" for m in part.models] == [a for a in c["args"] if a.startswith("--load-model=")]

@@ -12,7 +12,8 @@
  * What this does: preloaded into `tritonserver` (LD_PRELOAD, set by serving.runtime.server), it caps any
  * timed wait longer than SERVING_COND_WAIT_LONGER_THAN_US (default 100 ms) at
  * SERVING_COND_WAIT_CAP_US (set by the launcher, e.g. 2 ms). The early return is a spurious
- * wake-up, which every condition-variable wait must tolerate: the standard library's predicate
+ * wake-up (0, never ETIMEDOUT before the caller's own deadline), which every condition-variable wait
+ * must tolerate: the standard library's predicate
  * form re-evaluates the predicate and keeps waiting, the plain form returns and the caller's loop
  * re-checks its state. So a lost notify now costs at most the cap instead of 500 ms, and nothing
  * else changes: the same queues, priorities, timeouts and 503s, decided by Triton's own code.
@@ -21,6 +22,7 @@
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +50,7 @@ __attribute__((constructor)) static void cond_wait_cap_init(void) {
     resolve();
     if (!running_in_tritonserver())
         return;
+    keep_out_of_children((const void *)cond_wait_cap_init);
     const char *cap = getenv("SERVING_COND_WAIT_CAP_US");
     const char *longer = getenv("SERVING_COND_WAIT_LONGER_THAN_US");
     if (longer && atoll(longer) > 0)
@@ -56,13 +59,24 @@ __attribute__((constructor)) static void cond_wait_cap_init(void) {
         cap_ns = atoll(cap) * 1000LL;
 }
 
-/* The deadline to wait for: `abstime`, or now + cap when `abstime` is further than the threshold. */
+/* Whether `abstime` is further than the threshold from `now` (no overflow for far-off deadlines). */
+static int further_than_threshold(const struct timespec *abstime, const struct timespec *now) {
+    long long seconds;
+    if (__builtin_sub_overflow((long long)abstime->tv_sec, (long long)now->tv_sec, &seconds))
+        return abstime->tv_sec > now->tv_sec;
+    if (seconds > longer_than_ns / 1000000000LL + 1)
+        return 1;
+    if (seconds < 0)
+        return 0;
+    return seconds * 1000000000LL + (abstime->tv_nsec - now->tv_nsec) > longer_than_ns;
+}
+
+/* The deadline to wait for: `abstime`, or now + cap when `abstime` is further than the threshold.
+ * An invalid `abstime` is passed on as it is, so the caller still gets its EINVAL. */
 static const struct timespec *capped(clockid_t clock, const struct timespec *abstime, struct timespec *out) {
     struct timespec now;
-    if (cap_ns <= 0 || abstime == NULL || clock_gettime(clock, &now) != 0)
-        return abstime;
-    long long remaining = (long long)(abstime->tv_sec - now.tv_sec) * 1000000000LL + (abstime->tv_nsec - now.tv_nsec);
-    if (remaining <= longer_than_ns)
+    if (cap_ns <= 0 || abstime == NULL || abstime->tv_nsec < 0 || abstime->tv_nsec >= 1000000000L ||
+        clock_gettime(clock, &now) != 0 || !further_than_threshold(abstime, &now))
         return abstime;
     long long nsec = now.tv_nsec + cap_ns;
     out->tv_sec = now.tv_sec + (time_t)(nsec / 1000000000LL);
@@ -70,14 +84,26 @@ static const struct timespec *capped(clockid_t clock, const struct timespec *abs
     return out;
 }
 
+/* A capped wait that timed out before the caller's own deadline is a spurious wake-up: 0. Callers
+ * that read ETIMEDOUT as "my deadline passed" (boost, libevent, C code) must not see it early. */
+static int result(int rc, clockid_t clock, const struct timespec *abstime, const struct timespec *waited) {
+    struct timespec now;
+    if (rc != ETIMEDOUT || waited == abstime || clock_gettime(clock, &now) != 0)
+        return rc;
+    int passed = now.tv_sec > abstime->tv_sec || (now.tv_sec == abstime->tv_sec && now.tv_nsec >= abstime->tv_nsec);
+    return passed ? ETIMEDOUT : 0;
+}
+
 int pthread_cond_clockwait(pthread_cond_t *cond, pthread_mutex_t *mutex, clockid_t clock, const struct timespec *abstime) {
     struct timespec deadline;
     resolve();
-    return real_clockwait(cond, mutex, clock, capped(clock, abstime, &deadline));
+    const struct timespec *waited = capped(clock, abstime, &deadline);
+    return result(real_clockwait(cond, mutex, clock, waited), clock, abstime, waited);
 }
 
 int pthread_cond_timedwait(pthread_cond_t *cond, pthread_mutex_t *mutex, const struct timespec *abstime) {
     struct timespec deadline;
     resolve();
-    return real_timedwait(cond, mutex, capped(CLOCK_REALTIME, abstime, &deadline));
+    const struct timespec *waited = capped(CLOCK_REALTIME, abstime, &deadline);
+    return result(real_timedwait(cond, mutex, waited), CLOCK_REALTIME, abstime, waited);
 }

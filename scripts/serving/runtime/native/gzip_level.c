@@ -50,6 +50,7 @@ __attribute__((constructor)) static void gzip_level_init(void) {
     resolve();
     if (!running_in_tritonserver())
         return;
+    keep_out_of_children((const void *)gzip_level_init);
     const char *level = getenv("SERVING_HTTP_GZIP_LEVEL");
     if (level && strcmp(level, "off") == 0)
         compression_off = 1;

@@ -26,6 +26,13 @@
  * gRPC INVALID_ARGUMENT); it never reaches a batch. Everything else, including every check Triton
  * makes itself, is unchanged. Inputs in GPU memory are not read. Inert in any other process and
  * when the variable is unset.
+ *
+ * Also, as the one helper every host server preloads: the admin key is kept off tritonserver's
+ * command line, which /proc/<pid>/cmdline shows to every local user (Triton takes the key only as an
+ * argument). The launcher (serving.runtime.security.keep_key_off_command_line) puts a random decoy
+ * where the key goes and passes the key in SERVING_ARGV_SECRET (the environment: /proc/<pid>/environ
+ * is the owner's only); the constructor puts the key into Triton's argv before main() parses it and
+ * removes both variables, so the backend stubs do not inherit them.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -91,9 +98,36 @@ static void *real(const char *name) {
     return lookup.found;
 }
 
-__attribute__((constructor)) static void request_guard_init(void) {
+/* Each argument holding SERVING_ARGV_DECOY gets SERVING_ARGV_SECRET in its place, in a copy: the
+ * memory /proc/<pid>/cmdline reads keeps the decoy. */
+static void restore_argv_secret(int argc, char **argv) {
+    const char *decoy = getenv("SERVING_ARGV_DECOY"), *secret = getenv("SERVING_ARGV_SECRET");
+    if (!argv || !decoy || !*decoy || !secret) return;
+    size_t decoy_len = strlen(decoy), secret_len = strlen(secret);
+    for (int i = 1; i < argc && argv[i]; i++) {
+        char *at = strstr(argv[i], decoy);
+        if (!at) continue;
+        size_t head = (size_t)(at - argv[i]), tail = strlen(at + decoy_len);
+        char *copy = malloc(head + secret_len + tail + 1);
+        if (!copy) continue; /* the decoy stays: the API is locked with a key nobody can send */
+        memcpy(copy, argv[i], head);
+        memcpy(copy + head, secret, secret_len);
+        memcpy(copy + head + secret_len, at + decoy_len, tail + 1);
+        argv[i] = copy;
+    }
+}
+
+__attribute__((constructor)) static void request_guard_init(int argc, char **argv, char **envp) {
+    (void)envp;
+    int in_server = running_in_tritonserver();
+    if (in_server) {
+        restore_argv_secret(argc, argv);
+        keep_out_of_children((const void *)request_guard_init);
+    }
+    unsetenv("SERVING_ARGV_DECOY");
+    unsetenv("SERVING_ARGV_SECRET");
     const char *on = getenv("SERVING_REQUEST_GUARD");
-    enabled = on && strcmp(on, "on") == 0 && running_in_tritonserver();
+    enabled = on && strcmp(on, "on") == 0 && in_server;
 }
 
 /* --- What is remembered per request: its inputs, each with its type, shape and CPU buffers --- */

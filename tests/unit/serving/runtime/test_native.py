@@ -72,3 +72,28 @@ def test_the_images_build_command_builds_every_helper_with_the_standard_library_
         assert built.is_file() and built.read_bytes()[:4] == b"\x7fELF", f"{built} was not built"
     usage = subprocess.run([sys.executable, "-S", "-m", "serving.runtime.native"], capture_output=True, text=True, env=env)
     assert usage.returncode == 2 and "DIR" in usage.stderr
+
+
+def test_a_library_older_than_its_source_is_preloaded_with_a_warning(tmp_path):
+    """A rebuild that failed (or found no compiler) leaves the previous library: serve says so."""
+    cap, gzip, guard = libraries(tmp_path)
+    os.utime(guard, (0, 0))
+    env, warning = preload_environment(0, {}, library=cap, gzip_level=None, gzip_library=gzip, guard_library=guard)
+    assert env["LD_PRELOAD"] == str(guard)
+    assert warning and str(guard) in warning and "older than request_guard.c" in warning and "make setup" in warning
+
+
+def test_a_failed_rebuild_leaves_the_previous_library_untouched_and_says_it_stays(tmp_path):
+    from dataclasses import replace
+
+    from serving.runtime.native import build_helper, is_stale
+
+    source = tmp_path / "helper.c"
+    source.write_text("int helper(void) { return 1; }\n")
+    helper = replace(REQUEST_GUARD, source=source, library=tmp_path / "lib" / "libhelper.so")
+    helper.library.parent.mkdir()
+    helper.library.write_bytes(b"previous build")
+    os.utime(helper.library, (0, 0))
+    path, what = build_helper(helper, compiler="false")
+    assert path is None and "stays preloaded" in what and is_stale(helper, helper.library)
+    assert helper.library.read_bytes() == b"previous build" and sorted(p.name for p in helper.library.parent.iterdir()) == ["libhelper.so"]

@@ -257,3 +257,14 @@ def test_the_servers_environment_does_not_carry_the_admin_key_to_backend_stubs()
                                       backends_dir=Path("/opt/tritonserver/backends"), bundled=False)
     env = server_environment(installation, {"TRITON_ADMIN_KEY": "k" * 32, "HOME": "/home/x"})
     assert "TRITON_ADMIN_KEY" not in env and env["HOME"] == "/home/x"
+
+
+def test_the_key_leaves_the_command_line_for_a_decoy_and_the_environment_carries_it_back():
+    from serving.runtime.security import ARGV_DECOY_ENV, ARGV_SECRET_ENV, keep_key_off_command_line
+
+    flags = restricted_api_flags(AdminKey(KEY, "test"))
+    command = ["tritonserver", "--http-port=8000", *(f"--{k.replace('_', '-')}={v}" for k, v in sorted(flags.items()))]
+    hidden_command, env = keep_key_off_command_line(command, flags)
+    assert not [arg for arg in hidden_command if KEY in arg] and env[ARGV_SECRET_ENV] == KEY
+    assert [arg.replace(env[ARGV_DECOY_ENV], KEY) for arg in hidden_command] == command
+    assert keep_key_off_command_line(command, {}) == (command, {})

@@ -1,0 +1,43 @@
+"""serving/runtime/native/request_guard.c, compiled here and preloaded into a small program named
+tritonserver: the admin key it puts back into the arguments (serving.runtime.security.
+keep_key_off_command_line). Its request checks on a real tritonserver: tests/integration/test_isolation.py."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import textwrap
+
+import pytest
+
+from serving.runtime.native import REQUEST_GUARD, build_helper
+
+pytestmark = pytest.mark.skipif(not (shutil.which("cc") or shutil.which("gcc")), reason="no C compiler on PATH")
+
+SHOW_ARGUMENTS = textwrap.dedent("""
+    #include <stdio.h>
+    #include <stdlib.h>
+    int main(int argc, char **argv) {
+        char cmdline[4096] = {0};
+        FILE *f = fopen("/proc/self/cmdline", "rb");
+        size_t n = f ? fread(cmdline, 1, sizeof cmdline - 1, f) : 0;
+        for (size_t i = 0; i < n; i++) if (!cmdline[i]) cmdline[i] = ' ';
+        printf("%s\\n%s\\n%s\\n", argc > 1 ? argv[1] : "", cmdline, getenv("SERVING_ARGV_SECRET") ? "env" : "no env");
+        return 0;
+    }
+""")
+
+
+def test_the_server_reads_the_key_where_proc_cmdline_shows_the_decoy(tmp_path):
+    library, what = build_helper(REQUEST_GUARD, tmp_path / "librequest_guard.so")
+    assert library, what
+    (tmp_path / "show.c").write_text(SHOW_ARGUMENTS)
+    program = tmp_path / "tritonserver"
+    subprocess.run([shutil.which("cc") or "gcc", "-o", str(program), str(tmp_path / "show.c")], check=True)
+    key, decoy = "K" * 43, "D" * 43
+    env = {**os.environ, "LD_PRELOAD": str(library), "SERVING_ARGV_DECOY": decoy, "SERVING_ARGV_SECRET": key}
+    done = subprocess.run([str(program), f"--http-restricted-api=model-repository:admin-key={decoy}"],
+                          capture_output=True, text=True, env=env, timeout=30)
+    argument, cmdline, environment = done.stdout.splitlines()
+    assert argument == f"--http-restricted-api=model-repository:admin-key={key}"
+    assert decoy in cmdline and key not in cmdline and environment == "no env"
