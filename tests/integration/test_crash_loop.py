@@ -5,7 +5,8 @@ ServingPartitionCrashLooping alert firing) all say so, and once the crashes stop
 the crash loop ends by itself.
 
 The crash is a real one: Triton 2.51 aborts (std::bad_alloc) on an HTTP JSON request declaring a
-shape beyond any host's memory (docs/operations.md). Budget and intervals are shortened for the test
+shape beyond any host's memory (docs/operations.md), with the request guard's per-input size limit
+turned off for this server (SERVING_REQUEST_GUARD_MAX_INPUT_BYTES=0), which otherwise refuses it. Budget and intervals are shortened for the test
 (--max-restarts 2, --crash-loop-backoff 10 s, --stable-after 4 s); the defaults are 5 / 300 s / 60 s."""
 from __future__ import annotations
 
@@ -58,9 +59,10 @@ def classify_ok(server: dict) -> bool:
         return False
 
 
-def test_a_partition_that_keeps_dying_enters_a_loud_crash_loop_and_comes_back(tmp_path):
+def test_a_partition_that_keeps_dying_enters_a_loud_crash_loop_and_comes_back(tmp_path, monkeypatch):
     from operations.monitor import api_get, start_monitoring, stop_monitoring
 
+    monkeypatch.setenv("SERVING_REQUEST_GUARD_MAX_INPUT_BYTES", "0")  # let the upstream crash through
     with supervised_server(tmp_path, [MODEL], supervise_args=POLICY) as server:
         prometheus = start_monitoring(server["manifest"], tmp_path / "prometheus", scrape_interval="1s", timeout=30)
         try:

@@ -318,9 +318,12 @@ class LoadGenerator:
 
 @pytest.fixture(scope="module")
 def supervised(tmp_path_factory):
-    """`python -m serving serve` (the real supervisor) for digit_classifier on free ports."""
-    with supervised_server(tmp_path_factory.mktemp("supervised"), [GOOD]) as server:
-        yield server
+    """`python -m serving serve` (the real supervisor) for digit_classifier on free ports, with the
+    request guard's per-input size limit off, so that Triton 2.51's bad_alloc crash stays reachable."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SERVING_REQUEST_GUARD_MAX_INPUT_BYTES", "0")
+        with supervised_server(tmp_path_factory.mktemp("supervised"), [GOOD]) as server:
+            yield server
 
 
 def wait_for_new_pid(manifest: Path, old_pid: int, timeout_s: float) -> int:
@@ -375,8 +378,8 @@ def test_kill_9_of_a_partition_under_load_is_restarted_and_every_request_account
 def test_a_request_that_crashes_triton_2_51_is_contained_by_the_supervisor(supervised, digits_test_split):
     """Known upstream bug (Triton 2.51): an HTTP JSON request whose declared shape needs more memory
     than the host can allocate aborts tritonserver (std::bad_alloc). The binary and gRPC paths check
-    the shape first. Mitigations here: loopback-only binding, and the supervisor restarting the
-    partition. The caller of the bad request gets a dropped connection (an explicit error)."""
+    the shape first. The request guard refuses such a shape (test_isolation); with its limit off (this
+    module's server) the supervisor restarting the partition is what is left. The caller of the bad request gets a dropped connection (an explicit error)."""
     images, _ = digits_test_split
     old_pid = partition_pid(supervised["manifest"])
     # 1e16 elements (40 PB): beyond any host's memory, so the allocation fails everywhere

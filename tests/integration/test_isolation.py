@@ -311,3 +311,108 @@ def test_a_shape_whose_size_overflows_is_refused_and_the_model_keeps_answering(t
     after = [encode(url, "grpc", token_ids[0]) for _ in range(4)]  # both instances, in turn or not
     for answer in after:
         np.testing.assert_allclose(answer, solo, rtol=RTOL, atol=ATOL)
+
+
+def grpc_encoder_request(shape, ids, mask):
+    """A raw gRPC text_encoder request: both inputs with `shape`, the data as given (not checked)."""
+    from tritonclient.grpc import service_pb2
+
+    request = service_pb2.ModelInferRequest(model_name=ENCODER)
+    for name, values in (("input_ids", ids), ("attention_mask", mask)):
+        tensor = request.inputs.add()
+        tensor.name, tensor.datatype = name, "INT64"
+        tensor.shape.extend(shape)
+        request.raw_input_contents.append(np.asarray(values, np.int64).tobytes())
+    return request
+
+
+def test_a_batch_dimension_triton_misreads_is_refused_alone_and_fails_no_batch_mate(triton_server, token_ids):
+    """Triton 2.51 drops a batch dimension of 0 (and truncates one of 2**32 or more to 32 bits) and
+    checks the data against what is left: gRPC [0, 3] of INT64 with 3 values reached the backend as a
+    1-D array, the input contract raised IndexError inside `execute`, and EVERY request of that
+    dynamic batch failed with a Python traceback (500); text_embedder answered a [0, 1] request with
+    one row as if it were [1, 1]. Refused per request now, naming the shape and the data sent."""
+    import grpc
+    from tritonclient.grpc import service_pb2_grpc
+
+    url = triton_server.url("grpc")
+    stub = service_pb2_grpc.GRPCInferenceServiceStub(grpc.insecure_channel(url))
+    poison = grpc_encoder_request([0, 3], [101, 2000, 102], [1, 1, 1])
+    with pytest.raises(grpc.RpcError) as refused:
+        stub.ModelInfer(poison, timeout=30)
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT, refused.value
+    assert re.search(r"input '(input_ids|attention_mask)' has shape \[0,3\] of INT64 \(0 elements, 0 bytes\) but 24 "
+                     r"bytes were sent", refused.value.details()), refused.value.details()
+    assert "Traceback" not in refused.value.details() and "IndexError" not in refused.value.details()
+
+    def poisoned():
+        try:
+            stub.ModelInfer(poison, timeout=30)
+            return "answered"
+        except grpc.RpcError as exc:
+            return exc.code()
+
+    solo = [encode(url, "grpc", ids) for ids in token_ids]
+    wrong, refusals = [], []
+    for _ in range(6):
+        results = concurrently([lambda ids=ids: encode(url, "grpc", ids) for ids in token_ids] + [poisoned, poisoned])
+        for i, (answer, expected) in enumerate(zip(results, solo)):
+            if not isinstance(answer, np.ndarray) or not np.allclose(answer, expected, rtol=RTOL, atol=ATOL):
+                wrong.append((i, str(answer)[:200]))
+        refusals += results[len(token_ids):]
+    assert not wrong, wrong[:3]
+    assert refusals == [grpc.StatusCode.INVALID_ARGUMENT] * 12, refusals
+    # the same through the HTTP binary extension, to the text front-end: [0, 1] with one text
+    status, body = binary_text_request(triton_server.url("http"), bytes_element(b"hello"), rows=0)
+    assert status == 400 and b"has shape [0,1] of BYTES (0 elements) but 1 elements were sent" in body, body[:300]
+
+
+def test_a_json_shape_larger_than_memory_is_refused_and_the_server_keeps_serving(triton_server, token_ids):
+    """A ~400-byte HTTP JSON request with shape [2**40, 1, 8, 8]: Triton 2.51's HTTP frontend allocates
+    the shape's bytes before it reads `data`, and std::bad_alloc aborted the whole server (every model
+    of the partition; six in 10 minutes put it in a crash loop). The guard refuses the shape when the
+    input is added, before that allocation."""
+    import http.client
+    import json
+
+    host, port = triton_server.url("http").split(":")
+    body = json.dumps({"inputs": [{"name": "image", "datatype": "FP32", "shape": [2**40, 1, 8, 8], "data": [0.0] * 64}]})
+    connection = http.client.HTTPConnection(host, int(port), timeout=30)
+    try:
+        connection.request("POST", "/v2/models/digit_classifier/infer", body, {"Content-Type": "application/json"})
+        response = connection.getresponse()
+        status, text = response.status, response.read().decode()
+    finally:
+        connection.close()
+    assert status == 400, (status, text)
+    assert re.search(r"input 'image' has shape \[1099511627776,1,8,8\] of FP32: 281474976710656 bytes, more than this "
+                     r"server accepts per input", text), text
+    assert isinstance(encode(triton_server.url("http"), "http", token_ids[0]), np.ndarray)  # same server, still up
+
+
+def test_a_body_that_is_not_the_gzip_it_claims_is_refused_not_answered_as_empty(triton_server):
+    """Triton 2.51 ignores zlib's Z_DATA_ERROR: a body sent with `Content-Encoding: gzip` that is not
+    gzip inflated to nothing, and text_embedder answered 200 with the empty text's embedding. And it
+    inflates without a limit (a 400 KB body -> 400 MiB in the server)."""
+    import gzip
+    import http.client
+    import json
+
+    host, port = triton_server.url("http").split(":")
+
+    def post(body):
+        connection = http.client.HTTPConnection(host, int(port), timeout=60)
+        try:
+            connection.request("POST", "/v2/models/text_embedder/infer", body, {"Content-Encoding": "gzip"})
+            response = connection.getresponse()
+            return response.status, response.read()
+        finally:
+            connection.close()
+
+    status, body = post(b"this is not gzip at all")
+    assert status == 400 and b"not valid gzip/deflate data" in body, (status, body[:300])
+    status, body = post(gzip.compress(b" " * (300 << 20)))
+    assert status == 400 and b"inflates to more bytes than this server accepts" in body, (status, body[:300])
+    good = json.dumps({"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1, 1], "data": ["hello"]}]})
+    status, body = post(gzip.compress(good.encode()))
+    assert status == 200 and json.loads(body)["outputs"][0]["shape"] == [1, 384], (status, body[:300])

@@ -90,6 +90,10 @@ class InputContract:
             shape = tuple(arrays[rule.name].shape)
             if not shape or shape[0] == 0:
                 return f"{INVALID_INPUT_PREFIX} '{rule.name}': shape {list(shape)} carries no rows; expected at least one."
+            if len(shape) != 1 + len(rule.dims):  # Triton 2.51 drops a batch dimension of 0 (or of 2**32) it misreads
+                expected = ["rows", *("n" if d < 0 else d for d in rule.dims)]
+                return (f"{INVALID_INPUT_PREFIX} '{rule.name}': the backend received {len(shape)} dimensions {list(shape)}; "
+                        f"expected {len(expected)}: {expected} (a batch dimension of at least 1 row, and the shape of the data sent).")
             empty = [axis for axis, d in enumerate(rule.dims, start=1) if d < 0 and shape[axis] == 0]
             if empty:
                 return (f"{INVALID_INPUT_PREFIX} '{rule.name}': shape {list(shape)} has an empty sequence axis; "

@@ -17,6 +17,22 @@
  *   building the array ("array is too big"), and the model answers "Stub process is not healthy"
  *   until the stub is restarted.
  *
+ * - A shape that disagrees with the data sent, in a way Triton 2.51 misreads: it takes a batch
+ *   dimension of 0 (or of 2^32 or more, truncated to 32 bits) as "no batch dimension" or as another
+ *   batch size, then checks the bytes against that. gRPC / binary [0, 3] of INT64 with 24 bytes reached
+ *   text_encoder's backend as a 1-D array, and its input check raised IndexError, failing every
+ *   request of the batch with a Python traceback; [0, 1] of TEXT with one element was answered as [1, 1].
+ * - An HTTP JSON input whose shape asks for more memory than the host has (e.g. [2^40, 1, 8, 8]):
+ *   the HTTP frontend allocates the shape's bytes before it reads `data`, and std::bad_alloc aborted
+ *   the whole server. Refused in TRITONSERVER_InferenceRequestAddInput, before that allocation, when
+ *   the shape needs more than SERVING_REQUEST_GUARD_MAX_INPUT_BYTES (default 256 MiB; 0 = no limit).
+ * - An HTTP body sent with `Content-Encoding: gzip`/`deflate` that is not valid compressed data, or
+ *   that inflates past SERVING_REQUEST_GUARD_MAX_INFLATED_BYTES (default 256 MiB): Triton 2.51 ignores
+ *   zlib's Z_DATA_ERROR and uses whatever was inflated (nothing: an empty raw request, which
+ *   text_embedder answers 200 with the empty text's embedding), and inflates without any limit (a
+ *   1.5 MB body took 1.6 GB). `inflate` is wrapped to report both as a stream error, which Triton
+ *   turns into an error answer, rewritten here into a 400 naming the problem.
+ *
  * What this does: preloaded into `tritonserver` with SERVING_REQUEST_GUARD=on (serving.runtime.native),
  * it wraps the server API calls the HTTP and gRPC frontends make to build a request
  * (TRITONSERVER_InferenceRequestAddInput, ...AppendInputData, ...Remove*, ...Delete) to remember
@@ -70,6 +86,10 @@ typedef TRITONSERVER_Error *(*attr_size_fn)(TRITONSERVER_BufferAttributes *, siz
 typedef void (*error_delete_fn)(TRITONSERVER_Error *);
 
 static int enabled;
+static uint64_t max_input_bytes = 256ull << 20;    /* SERVING_REQUEST_GUARD_MAX_INPUT_BYTES; 0 = no limit */
+static uint64_t max_inflated_bytes = 256ull << 20; /* SERVING_REQUEST_GUARD_MAX_INFLATED_BYTES; 0 = no limit */
+/* Why the last inflate() on this thread was turned into a stream error (NULL: it was not). */
+static __thread const char *inflate_problem;
 
 /* The next definition of `name`: the server library's. Found in the objects loaded after this one, or
  * else in any other loaded object (a process may have loaded the server library privately,
@@ -128,6 +148,10 @@ __attribute__((constructor)) static void request_guard_init(int argc, char **arg
     unsetenv("SERVING_ARGV_SECRET");
     const char *on = getenv("SERVING_REQUEST_GUARD");
     enabled = on && strcmp(on, "on") == 0 && in_server;
+    const char *limit = getenv("SERVING_REQUEST_GUARD_MAX_INPUT_BYTES");
+    if (limit && *limit) max_input_bytes = strtoull(limit, NULL, 10);
+    limit = getenv("SERVING_REQUEST_GUARD_MAX_INFLATED_BYTES");
+    if (limit && *limit) max_inflated_bytes = strtoull(limit, NULL, 10);
 }
 
 /* --- What is remembered per request: its inputs, each with its type, shape and CPU buffers --- */
@@ -193,12 +217,44 @@ static struct input *input_named(struct request *r, const char *name) {
     return NULL;
 }
 
+static const char *type_name(int datatype);
+static uint64_t element_size(int datatype);
+static int shape_text(const int64_t *shape, uint64_t dims, char *out, size_t room);
+static const char *shape_bytes(int datatype, const int64_t *shape, uint64_t dims, uint64_t *bytes, uint64_t *elements);
+
+/* A shape whose bytes exceed max_input_bytes (or overflow): the message, and 1. */
+static int shape_over_limit(const char *name, int datatype, const int64_t *shape, uint64_t dims, char *message,
+                            size_t room) {
+    uint64_t bytes = 0, elements = 0;
+    const char *problem = shape_bytes(datatype, shape, dims, &bytes, &elements);
+    if (problem && strncmp(problem, "a negative", 10) == 0) return 0; /* refused in ServerInferAsync, as before */
+    if (!problem && (max_input_bytes == 0 || bytes <= max_input_bytes)) return 0;
+    char text[256];
+    shape_text(shape, dims, text, sizeof text);
+    if (problem)
+        snprintf(message, room, "input '%s' has shape %s of %s: %s", name, text, type_name(datatype), problem);
+    else
+        snprintf(message, room, "input '%s' has shape %s of %s: %" PRIu64 " bytes, more than this server accepts "
+                 "per input (%" PRIu64 "); expected the shape of the data sent", name, text, type_name(datatype),
+                 bytes, max_input_bytes);
+    return 1;
+}
+
 /* --- The wrapped calls: each forwards first and remembers only what Triton accepted --- */
 
 TRITONSERVER_Error *TRITONSERVER_InferenceRequestAddInput(TRITONSERVER_InferenceRequest *handle, const char *name,
                                                           int datatype, const int64_t *shape, uint64_t dims) {
     static add_input_fn next;
+    static error_new_fn error_new;
     if (!next) next = (add_input_fn)real("TRITONSERVER_InferenceRequestAddInput");
+    if (enabled && name && shape) {
+        /* before Triton (and the HTTP frontend's JSON reader, which allocates the shape's bytes next) sees it */
+        char message[768];
+        if (shape_over_limit(name, datatype, shape, dims, message, sizeof message)) {
+            if (!error_new) error_new = (error_new_fn)real("TRITONSERVER_ErrorNew");
+            return error_new(ERROR_INVALID_ARG, message);
+        }
+    }
     TRITONSERVER_Error *err = next(handle, name, datatype, shape, dims);
     if (err || !enabled || !name) return err;
     struct input *in = calloc(1, sizeof *in);
@@ -330,10 +386,10 @@ static uint64_t element_size(int datatype) {
     }
 }
 
-static int shape_text(const struct input *in, char *out, size_t room) {
+static int shape_text(const int64_t *shape, uint64_t dims, char *out, size_t room) {
     int n = snprintf(out, room, "[");
-    for (uint64_t i = 0; i < in->dims && n < (int)room; i++)
-        n += snprintf(out + n, room - n, "%s%" PRId64, i ? "," : "", in->shape[i]);
+    for (uint64_t i = 0; i < dims && n < (int)room; i++)
+        n += snprintf(out + n, room - n, "%s%" PRId64, i ? "," : "", shape[i]);
     if (n < (int)room) n += snprintf(out + n, room - n, "]");
     return n;
 }
@@ -341,19 +397,30 @@ static int shape_text(const struct input *in, char *out, size_t room) {
 /* No dimension may be negative, and the product of the non-zero ones times the element size must fit
  * in 63 bits (numpy's rule for the array the backend stub builds; a zero dimension must not hide an
  * overflow of the others, as Triton drops a batch dimension of 0 and then expects 0 bytes). */
-static int check_shape(const struct input *in, char *message, size_t room) {
-    uint64_t bytes = element_size(in->datatype);
-    const char *problem = NULL;
-    for (uint64_t i = 0; i < in->dims && !problem; i++) {
-        if (in->shape[i] < 0)
-            problem = "a negative dimension; expected every dimension >= 0";
-        else if (in->shape[i] > 0 && (__builtin_mul_overflow(bytes, (uint64_t)in->shape[i], &bytes) || bytes > (uint64_t)INT64_MAX))
-            problem = "more elements than any request can hold; expected the shape of the data sent (its element count "
-                      "times the element size = the bytes sent)";
+static const char *shape_bytes(int datatype, const int64_t *shape, uint64_t dims, uint64_t *bytes_out,
+                               uint64_t *elements_out) {
+    uint64_t bytes = element_size(datatype), elements = 1;
+    int empty = 0;
+    for (uint64_t i = 0; i < dims; i++) {
+        if (shape[i] < 0)
+            return "a negative dimension; expected every dimension >= 0";
+        if (shape[i] == 0) { empty = 1; continue; } /* a zero must not hide an overflow of the others */
+        if (__builtin_mul_overflow(bytes, (uint64_t)shape[i], &bytes) || bytes > (uint64_t)INT64_MAX)
+            return "more elements than any request can hold; expected the shape of the data sent (its element count "
+                   "times the element size = the bytes sent)";
+        elements *= (uint64_t)shape[i]; /* cannot overflow: bytes did not */
     }
+    *elements_out = empty ? 0 : elements;
+    *bytes_out = empty ? 0 : bytes;
+    return NULL;
+}
+
+static int check_shape(const struct input *in, char *message, size_t room) {
+    uint64_t bytes = 0, elements = 0;
+    const char *problem = shape_bytes(in->datatype, in->shape, in->dims, &bytes, &elements);
     if (!problem) return 0;
     char shape[256];
-    shape_text(in, shape, sizeof shape);
+    shape_text(in->shape, in->dims, shape, sizeof shape);
     snprintf(message, room, "input '%s' has shape %s of %s: %s", in->name, shape, type_name(in->datatype), problem);
     return 1;
 }
@@ -371,7 +438,34 @@ static void advance(struct cursor *at, uint64_t count, unsigned char *copy) {
     }
 }
 
-/* Every BYTES element is a 4-byte little-endian length and that many bytes; none may run past the end. */
+/* Whether Triton 2.51 reads this shape as another one: a dimension of 0 (a batch dimension of 0 is
+ * dropped, so [0, 3] is checked as [3]) or of 2^32 or more (truncated to 32 bits). Only then is the data
+ * compared with the shape here; every other mismatch Triton refuses itself, with its own message. */
+static int misread_shape(const struct input *in) {
+    for (uint64_t i = 0; i < in->dims; i++)
+        if (in->shape[i] == 0 || (uint64_t)in->shape[i] >= (1ull << 32)) return 1;
+    return 0;
+}
+
+/* The data sent is what the shape says: for fixed-size types its element count times the element size. */
+static int check_data_size(const struct input *in, char *message, size_t room) {
+    if (in->datatype < TYPE_BOOL || in->datatype > TYPE_BF16 || in->datatype == TYPE_BYTES || in->unreadable ||
+        !misread_shape(in))
+        return 0;
+    uint64_t bytes = 0, elements = 0, total = 0;
+    if (shape_bytes(in->datatype, in->shape, in->dims, &bytes, &elements)) return 0; /* check_shape's */
+    for (const struct buffer *b = in->buffers; b; b = b->next) total += b->size;
+    if (total == bytes || (total == 0 && in->buffers == NULL)) return 0; /* no data at all: Triton names it */
+    char shape[256];
+    shape_text(in->shape, in->dims, shape, sizeof shape);
+    snprintf(message, room, "input '%s' has shape %s of %s (%" PRIu64 " elements, %" PRIu64 " bytes) but %" PRIu64
+             " bytes were sent; expected the shape of the data sent, with at least one row in the batch dimension",
+             in->name, shape, type_name(in->datatype), elements, bytes, total);
+    return 1;
+}
+
+/* Every BYTES element is a 4-byte little-endian length and that many bytes; none may run past the end,
+ * and there are as many elements as the shape says (checked when the data parses to its end). */
 static int check_bytes(const struct input *in, char *message, size_t room) {
     if (in->datatype != TYPE_BYTES || in->unreadable) return 0;
     uint64_t total = 0;
@@ -395,6 +489,16 @@ static int check_bytes(const struct input *in, char *message, size_t room) {
         position += length;
         element++;
     }
+    uint64_t bytes = 0, elements = 0;
+    if (in->buffers && misread_shape(in) && !shape_bytes(in->datatype, in->shape, in->dims, &bytes, &elements) &&
+        element != elements) {
+        char shape[256];
+        shape_text(in->shape, in->dims, shape, sizeof shape);
+        snprintf(message, room, "input '%s' has shape %s of BYTES (%" PRIu64 " elements) but %" PRIu64 " elements were "
+                 "sent; expected the shape of the data sent, with at least one row in the batch dimension",
+                 in->name, shape, elements, element);
+        return 1;
+    }
     return 0;
 }
 
@@ -408,7 +512,8 @@ TRITONSERVER_Error *TRITONSERVER_ServerInferAsync(TRITONSERVER_Server *server, T
         char message[768];
         int refused = 0;
         for (struct input *in = r->inputs; in && !refused; in = in->next)
-            refused = check_shape(in, message, sizeof message) || check_bytes(in, message, sizeof message);
+            refused = check_shape(in, message, sizeof message) || check_data_size(in, message, sizeof message) ||
+                      check_bytes(in, message, sizeof message);
         free_request(r);
         if (refused) {
             if (!error_new) error_new = (error_new_fn)real("TRITONSERVER_ErrorNew");
@@ -416,4 +521,46 @@ TRITONSERVER_Error *TRITONSERVER_ServerInferAsync(TRITONSERVER_Server *server, T
         }
     }
     return next(server, handle, trace);
+}
+
+/* --- Compressed HTTP bodies: a corrupt or oversized stream is an error, not an (empty) request --- */
+
+/* The first fields of zlib's z_stream (its ABI), so no zlib header is needed to build this. */
+struct z_stream_head { const unsigned char *next_in; unsigned avail_in; unsigned long total_in;
+                       unsigned char *next_out; unsigned avail_out; unsigned long total_out; };
+enum { Z_NEED_DICT_ = 2, Z_STREAM_ERROR_ = -2, Z_DATA_ERROR_ = -3, Z_MEM_ERROR_ = -4 };
+typedef int (*inflate_fn)(void *, int);
+
+int inflate(void *stream, int flush) {
+    static inflate_fn next;
+    if (!next) next = (inflate_fn)real("inflate");
+    inflate_problem = NULL;
+    int ret = next(stream, flush);
+    if (!enabled) return ret;
+    if (ret == Z_DATA_ERROR_ || ret == Z_NEED_DICT_ || ret == Z_MEM_ERROR_) {
+        inflate_problem = "the body is not valid gzip/deflate data (Content-Encoding says it is compressed); expected "
+                          "the body compressed as its Content-Encoding header says, or no Content-Encoding header";
+        return Z_STREAM_ERROR_; /* the one inflate result Triton 2.51 treats as an error */
+    }
+    if (max_inflated_bytes && ((struct z_stream_head *)stream)->total_out > max_inflated_bytes) {
+        inflate_problem = "the body inflates to more bytes than this server accepts "
+                          "(SERVING_REQUEST_GUARD_MAX_INFLATED_BYTES); expected a smaller request";
+        return Z_STREAM_ERROR_;
+    }
+    return ret;
+}
+
+/* Triton answers the stream error above with 500 "encountered inconsistent stream state during
+ * decompression": the caller's body is at fault, so it becomes 400 naming the problem. */
+TRITONSERVER_Error *TRITONSERVER_ErrorNew(int code, const char *message) {
+    static error_new_fn next;
+    if (!next) next = (error_new_fn)real("TRITONSERVER_ErrorNew");
+    const char *problem = inflate_problem;
+    if (problem && message && strstr(message, "during decompression")) {
+        inflate_problem = NULL;
+        char text[512];
+        snprintf(text, sizeof text, "request body: %s", problem);
+        return next(ERROR_INVALID_ARG, text);
+    }
+    return next(code, message);
 }

@@ -83,3 +83,10 @@ def test_non_finite_floats_are_refused_unless_turned_off():
 def test_max_sequence_length_must_be_positive():
     with pytest.raises(ValueError, match="max_sequence_length = 0"):
         InputContract((), max_sequence_length=0)
+
+
+def test_an_array_without_the_batch_dimension_is_named_not_an_index_error(contract):
+    """Triton 2.51 drops a batch dimension of 0 it was sent ([0, 3] with 3 values reaches the backend
+    as [3]): the check used to raise IndexError inside `execute`, failing the request's whole batch."""
+    problem = contract.problem({"input_ids": np.array([1, 2, 3], np.int64), "attention_mask": np.ones(3, np.int64)})
+    assert problem and "received 1 dimensions [3]; expected 2" in problem, problem

@@ -214,7 +214,17 @@ class TritonPythonModel:
             {name: pb_utils.get_input_tensor_by_name(request, name).as_numpy() for name in self.input_names}
             for request in requests
         ]
-        return arrays, [self.contract.problem(a) for a in arrays]
+        return arrays, [self._problem(a) for a in arrays]
+
+    def _problem(self, arrays):
+        """The contract's verdict on one request; a check that fails on an input it did not foresee
+        refuses that request alone (an exception out of `execute` fails every request of the batch)."""
+        try:
+            return self.contract.problem(arrays)
+        except Exception as exc:  # noqa: BLE001 - per request, never the batch
+            shapes = {name: list(a.shape) for name, a in arrays.items()}
+            return (f"invalid input: this request's inputs {shapes} could not be checked ({type(exc).__name__}: {exc}); "
+                    f"expected the shapes of the model's inputs with a batch dimension of at least 1 row.")
 
     def _input_contract(self, name, onnx_path, config, params):
         max_length = params.get("max_sequence_length", "").strip()
