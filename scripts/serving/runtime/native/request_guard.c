@@ -71,7 +71,7 @@ typedef struct TRITONSERVER_BufferAttributes TRITONSERVER_BufferAttributes;
 enum { TYPE_BOOL = 1, TYPE_UINT8, TYPE_UINT16, TYPE_UINT32, TYPE_UINT64, TYPE_INT8, TYPE_INT16, TYPE_INT32,
        TYPE_INT64, TYPE_FP16, TYPE_FP32, TYPE_FP64, TYPE_BYTES, TYPE_BF16 };
 enum { MEMORY_CPU = 0, MEMORY_CPU_PINNED = 1 };
-enum { ERROR_INVALID_ARG = 3 };
+enum { ERROR_INTERNAL = 1, ERROR_INVALID_ARG = 3 };
 
 typedef TRITONSERVER_Error *(*add_input_fn)(TRITONSERVER_InferenceRequest *, const char *, int, const int64_t *, uint64_t);
 typedef TRITONSERVER_Error *(*append_fn)(TRITONSERVER_InferenceRequest *, const char *, const void *, size_t, int, int64_t);
@@ -550,16 +550,34 @@ int inflate(void *stream, int flush) {
     return ret;
 }
 
+/* Whether `message` is the HTTP frontend's verdict on a request body that is not the JSON it expects:
+ * Triton 2.51 makes these INTERNAL (500), though the caller's body is at fault ("Unable to parse 'shape':
+ * attempt to access JSON non-array as array", "Unable to parse 'data': Shape does not match true shape of
+ * 'data' field", "failed to parse the request JSON buffer: ..."; src/http_server.cc). */
+static int is_request_json_error(int code, const char *message) {
+    return code == ERROR_INTERNAL && message &&
+           (strncmp(message, "Unable to parse ", 16) == 0 || strstr(message, "attempt to access JSON ") ||
+            strncmp(message, "failed to parse the request JSON buffer", 39) == 0);
+}
+
 /* Triton answers the stream error above with 500 "encountered inconsistent stream state during
- * decompression": the caller's body is at fault, so it becomes 400 naming the problem. */
+ * decompression", and a body that is not the JSON it expects with 500 too: the caller's body is at
+ * fault, so each becomes 400 naming the problem (and, for JSON, the expected form). */
 TRITONSERVER_Error *TRITONSERVER_ErrorNew(int code, const char *message) {
     static error_new_fn next;
     if (!next) next = (error_new_fn)real("TRITONSERVER_ErrorNew");
     const char *problem = inflate_problem;
-    if (problem && message && strstr(message, "during decompression")) {
+    if (enabled && problem && message && strstr(message, "during decompression")) {
         inflate_problem = NULL;
         char text[512];
         snprintf(text, sizeof text, "request body: %s", problem);
+        return next(ERROR_INVALID_ARG, text);
+    }
+    if (enabled && is_request_json_error(code, message)) {
+        char text[1024];
+        snprintf(text, sizeof text, "%.600s; expected a JSON body of the KServe v2 inference protocol: {\"inputs\": "
+                 "[{\"name\": \"...\", \"shape\": [1, ...], \"datatype\": \"FP32\" (or INT64, BYTES, ...), \"data\": "
+                 "[...]}], optional \"outputs\": [{\"name\": \"...\"}] and \"parameters\": {...}}", message);
         return next(ERROR_INVALID_ARG, text);
     }
     return next(code, message);
