@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from pathlib import Path
 
@@ -61,6 +62,13 @@ def _short(path: Path) -> str:
         return str(path)
 
 
+def stop_command(run_dir: Path) -> str:
+    """How to stop what `serve` started in `run_dir`: `make stop` knows only the default run/."""
+    if run_dir.resolve() == Path(RUN_DIR).resolve():
+        return "`make stop`"
+    return f"`python -m serving stop --run-dir {shlex.quote(str(run_dir))}`"
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     layout = RunLayout(Path(args.run_dir))
     spec = with_server_overrides(load_serving_spec(args.config, args.allow_non_loopback), **_overrides(args))
@@ -104,7 +112,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if part.failed_models:
             print(f"[serve] WARNING: partition {name} serves without {part.failed_models}: they failed to load "
                   f"(see {_short(layout.partition_log(name))})")
-    print(f"[serve] manifest: {_short(layout.manifest)}; stop with `make stop`")
+    print(f"[serve] manifest: {_short(layout.manifest)}; stop with {stop_command(Path(args.run_dir))}")
     return _report_failed_models(manifest, layout, admin_key)
 
 

@@ -46,3 +46,12 @@ def test_a_config_outside_the_model_repository_is_told_where_the_build_installed
     assert main(["serve", "--config", str(config), "--run-dir", str(tmp_path / "run")]) == 1
     err = capsys.readouterr().err
     assert f"--repository {DEFAULT_CONFIG.parent.resolve()}" in err, err
+
+
+def test_serve_says_how_to_stop_what_it_started_in_its_own_run_dir(tmp_path):
+    """`make stop` stops run/ only: a server started with --run-dir elsewhere was told to use it."""
+    from contracts.layout import RUN_DIR
+    from serving.cli import stop_command
+
+    assert stop_command(RUN_DIR) == "`make stop`"
+    assert stop_command(tmp_path / "adv run") == f"`python -m serving stop --run-dir '{tmp_path / 'adv run'}'`"
