@@ -234,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "status":
             state = json.loads((args.run_dir / "state.json").read_text())
             for target in api_get(state["url"], "/api/v1/targets")["activeTargets"]:
-                print(f"{target['labels'].get('partition')}: {target['scrapeUrl']} {target['health']} {target['lastError']}")
+                print(f"{target['labels'].get('partition') or target['labels'].get('job')}: {target['scrapeUrl']} {target['health']} {target['lastError']}")
             for alert in api_get(state["url"], "/api/v1/alerts")["alerts"]:
                 print(f"ALERT {alert['labels']['alertname']} {alert['state']}: {alert['annotations'].get('description')}")
         else:
