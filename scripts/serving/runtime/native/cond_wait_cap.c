@@ -48,9 +48,8 @@ static void resolve(void) {
 
 __attribute__((constructor)) static void cond_wait_cap_init(void) {
     resolve();
-    if (!running_in_tritonserver())
+    if (!acting_in_this_process((const void *)cond_wait_cap_init))
         return;
-    keep_out_of_children((const void *)cond_wait_cap_init);
     const char *cap = getenv("SERVING_COND_WAIT_CAP_US");
     const char *longer = getenv("SERVING_COND_WAIT_LONGER_THAN_US");
     if (longer && atoll(longer) > 0)

@@ -48,9 +48,8 @@ static void resolve(void) {
 
 __attribute__((constructor)) static void gzip_level_init(void) {
     resolve();
-    if (!running_in_tritonserver())
+    if (!acting_in_this_process((const void *)gzip_level_init))
         return;
-    keep_out_of_children((const void *)gzip_level_init);
     const char *level = getenv("SERVING_HTTP_GZIP_LEVEL");
     if (level && strcmp(level, "off") == 0)
         compression_off = 1;

@@ -139,11 +139,9 @@ static void restore_argv_secret(int argc, char **argv) {
 
 __attribute__((constructor)) static void request_guard_init(int argc, char **argv, char **envp) {
     (void)envp;
-    int in_server = running_in_tritonserver();
-    if (in_server) {
+    int in_server = acting_in_this_process((const void *)request_guard_init);
+    if (in_server)
         restore_argv_secret(argc, argv);
-        keep_out_of_children((const void *)request_guard_init);
-    }
     unsetenv("SERVING_ARGV_DECOY");
     unsetenv("SERVING_ARGV_SECRET");
     const char *on = getenv("SERVING_REQUEST_GUARD");

@@ -60,4 +60,13 @@ static void keep_out_of_children(const void *self) {
     free(list);
 }
 
+/* Whether the helper holding `self` acts in this process (tritonserver); there it is also taken out
+ * of LD_PRELOAD for the server's children (keep_out_of_children). For the helpers' constructors. */
+static int acting_in_this_process(const void *self) {
+    if (!running_in_tritonserver())
+        return 0;
+    keep_out_of_children(self);
+    return 1;
+}
+
 #endif
