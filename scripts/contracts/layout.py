@@ -64,6 +64,8 @@ class RunLayout:
     supervisor_pid = PathBelow("run_dir", "supervisor.pid")
     supervisor_state = PathBelow("run_dir", "supervisor.json")
     supervisor_log = PathBelow("run_dir", "logs", "supervisor.log")
+    #: Held (flock) by the one `serve` starting this run's supervisor (serving.runtime.supervisor_control).
+    serve_lock = PathBelow("run_dir", "serve.lock")
     mps_pipe = PathBelow("run_dir", "mps", "pipe")
     mps_log = PathBelow("run_dir", "mps", "log")
 

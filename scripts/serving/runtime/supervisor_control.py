@@ -5,13 +5,15 @@ The supervisor itself (the process that owns the tritonservers) is `serving.runt
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from contracts.errors import ServerStartError
 from contracts.layout import RunLayout
@@ -65,9 +67,35 @@ def is_run_server(pid: int | None, layout: RunLayout) -> bool:
     return any("tritonserver" in a for a in arguments[:2]) and _names_path(pid, arguments, "--backend-directory", layout.backends)
 
 
+@contextlib.contextmanager
+def starting_alone(layout: RunLayout) -> Iterator[None]:
+    """Held by one `serve` of a run folder from its check for a running supervisor until its
+    supervisor is ready (or has failed): two `make serve` at once both found no supervisor, both
+    started one, and the second cleared the first's state as stale. The lock dies with its process."""
+    layout.run_dir.mkdir(parents=True, exist_ok=True)
+    with open(layout.serve_lock, "a+") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.seek(0)
+            holder = lock.read().strip() or "unknown"
+            raise ServerStartError(f"another `serve` (pid {holder}) is starting the servers of {layout.run_dir}; "
+                                   "wait for it to finish, or run `make stop`.") from None
+        lock.truncate(0)
+        lock.write(f"{os.getpid()}\n")
+        lock.flush()
+        yield
+
+
 def start_supervisor(config: Path, repository: Path, layout: RunLayout, timeout_s: float = 180.0,
                      extra_args: Sequence[str] = ()) -> dict[str, Any]:
     """Start `python -m serving supervise` in its own session; return the manifest once all are ready."""
+    with starting_alone(layout):
+        return _start_supervisor(config, repository, layout, timeout_s, extra_args)
+
+
+def _start_supervisor(config: Path, repository: Path, layout: RunLayout, timeout_s: float,
+                      extra_args: Sequence[str]) -> dict[str, Any]:
     existing = read_supervisor_state(layout)
     if existing and is_run_supervisor(existing.supervisor_pid, layout):
         raise ServerStartError(f"a supervisor is already running (pid {existing.supervisor_pid}); run `make stop` first.")

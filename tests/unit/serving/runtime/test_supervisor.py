@@ -374,3 +374,30 @@ def test_supervisor_metrics_pass_promtool_check_metrics():
     done = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=30)
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.strip() == "" and done.stderr.strip() == "", done.stdout + done.stderr
+
+
+def test_a_second_serve_of_the_same_run_folder_is_refused_while_the_first_starts(tmp_path):
+    """Two `make serve` at once both found no supervisor and both started one (the second then
+    cleared the first's state as stale): the one that starts holds the run folder's lock."""
+    import subprocess
+    import sys
+
+    from contracts.errors import ServerStartError
+    from serving.runtime.supervisor_control import start_supervisor, starting_alone
+
+    layout = RunLayout(tmp_path / "run")
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import time\nfrom pathlib import Path\nfrom contracts.layout import RunLayout\n"
+         "from serving.runtime.supervisor_control import starting_alone\n"
+         f"with starting_alone(RunLayout(Path({str(layout.run_dir)!r}))):\n    print('held', flush=True)\n    time.sleep(60)\n"],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        with pytest.raises(ServerStartError, match=rf"another `serve` \(pid {holder.pid}\) is starting the servers of"):
+            start_supervisor(tmp_path / "serving.toml", tmp_path, layout, timeout_s=1)
+        assert not layout.supervisor_pid.exists()  # nothing was started
+    finally:
+        holder.kill()
+        holder.wait()
+    with starting_alone(layout):  # released with its process
+        assert layout.serve_lock.read_text().strip() == str(__import__("os").getpid())
