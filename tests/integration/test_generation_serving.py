@@ -171,12 +171,16 @@ def test_a_request_written_for_the_vllm_backend_is_answered_as_that_backend_woul
     assert answer["text_output"] == PROMPTS[0] + expected[0]
 
 
-def _hold_slots(server, count, stop):
-    """`count` long streams that occupy the running batch until `stop` is set (then abandoned)."""
+def _hold_slots(server, count, stop, priority=2, ended=None):
+    """`count` long streams that occupy the running batch until `stop` is set (then abandoned); a
+    stream that reaches its end is appended to `ended`."""
     def one():
-        for _ in generate(server.grpc_url, "grpc", "Count slowly:", GenerationSettings(max_tokens=900, ignore_eos=True, priority=2), True, MODEL):
+        settings = GenerationSettings(max_tokens=900, ignore_eos=True, priority=priority)
+        for _ in generate(server.grpc_url, "grpc", "Count slowly:", settings, True, MODEL):
             if stop.is_set():
                 return  # closing the iterator cancels the request on the server
+        if ended is not None:
+            ended.append(time.monotonic())
     threads = [threading.Thread(target=one, daemon=True) for _ in range(count)]
     for thread in threads:
         thread.start()
@@ -191,7 +195,8 @@ def test_a_full_realtime_queue_answers_unavailable_and_realtime_is_admitted_firs
     from conftest import poll_until
 
     stop = threading.Event()
-    holders = _hold_slots(triton_server, MAX_RUNNING, stop)
+    # realtime holders: a waiting realtime request cannot preempt them (same priority), so its queue fills
+    holders = _hold_slots(triton_server, MAX_RUNNING, stop, priority=1)
     try:
         running = poll_until(lambda: metric(triton_server, "llm_sequences_running") or 0, lambda n: n >= MAX_RUNNING, 60, 0.1)
         assert running >= MAX_RUNNING, f"precondition: the holders occupy every slot ({running} running)"
@@ -215,6 +220,27 @@ def test_a_full_realtime_queue_answers_unavailable_and_realtime_is_admitted_firs
         # them had already finished (only 8 run at once) and it then needs steps of its own.
         before_batch = sum(finished_at[i] < finished_at["batch"] for i in range(REALTIME_QUEUE))
         assert before_batch >= REALTIME_QUEUE - MAX_RUNNING, f"only {before_batch} realtime requests finished before the batch one"
+    finally:
+        stop.set()
+        for thread in holders:
+            thread.join(timeout=60)
+
+
+def test_a_realtime_request_preempts_batch_streams_that_hold_every_slot(triton_server):
+    """serving.toml `priority_preemption`: realtime used to go first only in the wait queue, so with
+    every slot held by long batch streams it waited for one of them to end. Now it is admitted at once
+    (the newest batch stream is preempted and recomputed later) and ends while every batch stream is
+    still running (a preempted sequence finishing whole: test_generation_scheduler)."""
+    from conftest import poll_until
+
+    stop, ended = threading.Event(), []
+    holders = _hold_slots(triton_server, MAX_RUNNING, stop, priority=2, ended=ended)
+    try:
+        running = poll_until(lambda: metric(triton_server, "llm_sequences_running") or 0, lambda n: n >= MAX_RUNNING, 60, 0.1)
+        assert running >= MAX_RUNNING, f"precondition: the holders occupy every slot ({running} running)"
+        _, tokens, reason, _ = run(triton_server, "grpc", PROMPTS[0], max_tokens=3, ignore_eos=True, priority=1)
+        assert len(tokens) == 3 and reason == "length" and not ended, f"{len(ended)} batch streams had to end first"
+        assert poll_until(lambda: metric(triton_server, "llm_sequences_running") or 0, lambda n: n >= MAX_RUNNING, 30, 0.1) >= MAX_RUNNING
     finally:
         stop.set()
         for thread in holders:

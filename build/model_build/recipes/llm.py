@@ -28,7 +28,7 @@ LOGIT_TOLERANCE = 2e-3
 VALIDATION_TOKENS = 32
 MIN_IDENTICAL_PROMPTS = 20
 DEFAULTS = {"max_context": 1024, "block_size": 16, "max_running": 8, "prefill_chunk_tokens": 64,
-            "kv_dtype": "fp32", "policy": "continuous", "prefix_sharing": True}
+            "kv_dtype": "fp32", "policy": "continuous", "prefix_sharing": True, "priority_preemption": True}
 
 
 def llm_options(model) -> dict[str, Any]:
@@ -36,6 +36,9 @@ def llm_options(model) -> dict[str, Any]:
     if unknown:
         raise BuildError(f"`models.{model.name}.options` has unknown keys {sorted(unknown)}; allowed: {sorted(DEFAULTS)}.")
     options = {**DEFAULTS, **dict(model.options)}
+    flags = [key for key in ("prefix_sharing", "priority_preemption") if not isinstance(options[key], bool)]
+    if flags:
+        raise BuildError(f"`models.{model.name}.options` {', '.join(f'{k} = {options[k]!r}' for k in flags)}: expected true or false.")
     if options["kv_dtype"] not in ("fp32", "int8"):
         raise BuildError(f"`models.{model.name}.options.kv_dtype` = {options['kv_dtype']!r}: allowed 'fp32' or 'int8'.")
     return options
@@ -176,7 +179,8 @@ def install_smollm2(model, serving, record: dict[str, Any], workdir: Path, repos
         (version_dir / SPEC_FILE).write_text(text)
     levels = {p.level: p.queue.max_queue_size for p in serving.priorities} or {1: 24, 2: 256}
     parameters = {key: str(options[key]).lower() if isinstance(options[key], bool) else str(options[key])
-                  for key in ("max_context", "block_size", "max_running", "prefill_chunk_tokens", "kv_dtype", "policy", "prefix_sharing")}
+                  for key in ("max_context", "block_size", "max_running", "prefill_chunk_tokens", "kv_dtype", "policy", "prefix_sharing",
+                              "priority_preemption")}
     parameters.update(num_blocks=str(sizing.num_blocks), graph_file=GRAPH_FILE, tokenizer_file=TOKENIZER_FILE, spec_file=SPEC_FILE,
                       max_waiting=",".join(f"{level}:{size}" for level, size in sorted(levels.items())),
                       default_priority=str(serving.default_priority_level or 2), intra_op_num_threads=str(model.intra_op_threads))

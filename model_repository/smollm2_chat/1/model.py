@@ -124,7 +124,7 @@ class TritonPythonModel:
             num_blocks=int(params["num_blocks"]), block_size=layout.block_size, max_running=int(params["max_running"]),
             max_context=self.max_context, prefill_chunk_tokens=int(params["prefill_chunk_tokens"]), max_waiting=waiting,
             policy=Policy(params.get("policy", "continuous")), prefix_sharing=params.get("prefix_sharing", "true") == "true",
-            eos_token_ids=tuple(spec["eos_token_ids"])))
+            priority_preemption=params.get("priority_preemption", "true") == "true", eos_token_ids=tuple(spec["eos_token_ids"])))
         self.engine = GenerationEngine(graph, scheduler, KvStore(layout, scheduler.config.num_blocks))
         self.metrics = _Metrics({"model": args["model_name"], "version": args["model_version"]})
         self.metrics.create_all(finish_reasons=[r.value for r in FinishReason if r is not FinishReason.QUEUE_TIMEOUT],
@@ -137,7 +137,8 @@ class TritonPythonModel:
         self.thread.start()
         pb_utils.Logger.log_info(f"model '{args['model_name']}': {scheduler.config.num_blocks} KV blocks x {layout.block_size} tokens "
                                  f"({layout.dtype.value}), {scheduler.config.max_running} slots, policy {scheduler.config.policy.value}, "
-                                 f"prefix sharing {scheduler.config.prefix_sharing}, {threads or 'default'} threads")
+                                 f"prefix sharing {scheduler.config.prefix_sharing}, priority preemption {scheduler.config.priority_preemption}, "
+                                 f"{threads or 'default'} threads")
 
     def _warm_up(self):
         """One short generation before serving, so the first request does not pay ORT's first-run cost."""

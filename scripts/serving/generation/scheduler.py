@@ -70,6 +70,11 @@ class SchedulerConfig:
     policy: Policy = Policy.CONTINUOUS
     prefix_sharing: bool = True
     eos_token_ids: tuple[int, ...] = (2,)
+    #: A waiting sequence of a higher priority (realtime) that finds every slot, or the KV blocks it
+    #: needs, taken preempts the newest running sequences of lower priority (they wait again at the
+    #: head of their queue and recompute; their tokens are kept), as vLLM's priority scheduling does.
+    #: False: once admitted, a sequence runs to its end (realtime only goes first in the queue).
+    priority_preemption: bool = True
 
     def __post_init__(self) -> None:
         for name in ("num_blocks", "block_size", "max_running", "max_context", "prefill_chunk_tokens"):
@@ -232,21 +237,22 @@ class Scheduler:
         return 0 if sequence.decoding else max(0, self._blocks_for_prefill(sequence) - len(sequence.table.blocks))
 
     def _admit(self, now: float) -> None:
-        promised = sum(self._blocks_to_finish_prefill(s) for s in self.running)
-        for _ in range(max(0, self._slots())):
-            sequence = self._next_waiting()
-            if sequence is None:
-                return
+        free_slots = max(0, self._slots())
+        while (sequence := self._next_waiting()) is not None:
+            if free_slots <= 0:
+                if not self._preempt_below(sequence):
+                    return
+                free_slots += 1
             tokens = sequence.tokens
             shared = self.prefix_cache.match(tokens)
             # Admit only if its whole pending prefill can get blocks now (plus one to decode), from
             # the blocks not already promised to the running sequences' prefills.
             needed = self._blocks_for_prefill(sequence) - len(shared)
-            if needed > self.allocator.num_free - promised:
-                for block in shared:
-                    self.allocator.release(block)
-                return
-            promised += needed
+            while needed > self.allocator.num_free - sum(self._blocks_to_finish_prefill(s) for s in self.running):
+                if not self._preempt_below(sequence):
+                    for block in shared:
+                        self.allocator.release(block)
+                    return
             self.waiting[sequence.request.priority].popleft()
             sequence.table.blocks = list(shared)
             sequence.table.num_tokens = len(shared) * self.config.block_size
@@ -256,6 +262,7 @@ class Scheduler:
                 self.admissions += 1
                 sequence.cached_prompt_tokens = sequence.table.num_tokens
             self.running.append(sequence)
+            free_slots -= 1
 
     def _plan_decode(self) -> list[Sequence]:
         decode = []
@@ -300,6 +307,17 @@ class Scheduler:
         """The most recently admitted running sequence of the lowest priority (the one asking for
         blocks included: a batch sequence never evicts a realtime one, a newer one never an older one)."""
         return max(self.running, key=lambda s: (s.request.priority, s.admission_index or 0))
+
+    def _preempt_below(self, waiting: Sequence) -> bool:
+        """Preempt the newest running sequence of a lower priority than `waiting` (continuous batching
+        with `priority_preemption`); False when there is none."""
+        if not self.config.priority_preemption or self.config.policy is not Policy.CONTINUOUS:
+            return False
+        lower = [s for s in self.running if s.request.priority > waiting.request.priority]
+        if not lower:
+            return False
+        self._preempt(max(lower, key=lambda s: (s.request.priority, s.admission_index or 0)))
+        return True
 
     def _preempt(self, sequence: Sequence) -> None:
         self.running.remove(sequence)

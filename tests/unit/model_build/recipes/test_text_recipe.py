@@ -174,3 +174,14 @@ def test_a_text_model_is_not_installed_beside_a_stale_or_other_encoder_graph(tmp
                                                    if m.name == encoder.name else m for m in spec.models))
     with pytest.raises(BuildError, match="whose build is out of date for serving.toml"):
         _encoder_build(embedder, other, artifacts / embedder.name, repository)
+
+
+def test_llm_flags_must_be_booleans():
+    """`priority_preemption = "no"` (a truthy string) read as on: the flags are refused unless true or false."""
+    from types import SimpleNamespace
+
+    from model_build.recipes.llm import llm_options
+
+    assert llm_options(SimpleNamespace(name="llm", options={}))["priority_preemption"] is True
+    with pytest.raises(BuildError, match=r"priority_preemption = 'no': expected true or false"):
+        llm_options(SimpleNamespace(name="llm", options={"priority_preemption": "no"}))

@@ -294,3 +294,42 @@ def test_a_preempted_sequence_is_counted_once_by_the_prefix_cache():
     assert old.preemptions + new.preemptions >= 1
     stats = scheduler.prefix_cache.stats
     assert (stats.lookups, stats.looked_up_tokens) == (2, 10)  # re-admission counted 3 lookups and 19 tokens
+
+
+def test_a_realtime_request_finding_every_slot_taken_preempts_the_newest_batch_sequence():
+    """Realtime used to go first only in the queue: with every slot taken by batch sequences it waited
+    for one of them to finish (their full max_tokens). Now the newest batch sequence is preempted (it
+    waits again at the head of the batch queue, its tokens kept) and still finishes whole."""
+    scheduler = make(max_running=2)
+    older, newer = (scheduler.submit(request(rid, max_tokens=20), 0.0) for rid in ("older", "newer"))
+    step(scheduler, now=0.0)
+    assert scheduler.running == [older, newer]
+    realtime = scheduler.submit(request("realtime", max_tokens=3, priority=1), 1.0)
+    step(scheduler, now=1.0)
+    assert realtime in scheduler.running and older in scheduler.running and newer not in scheduler.running
+    assert newer.preemptions == 1 and scheduler.waiting[2][0] is newer and older.preemptions == 0
+    run_all(scheduler)
+    assert realtime.generated == [7] * 3 and older.generated == newer.generated == [7] * 20
+    assert scheduler.allocator.num_used == 0
+
+
+def test_a_realtime_request_short_of_kv_blocks_preempts_batch_work_for_them():
+    scheduler = make(num_blocks=16, max_running=4, max_context=64, prefill_chunk_tokens=64)
+    distinct = {rid: [100 * n + i for i in range(23)] for n, rid in enumerate(("a", "b", "realtime"), start=1)}  # no shared prefix
+    batch = [scheduler.submit(request(rid, max_tokens=30, prompt=distinct[rid]), 0.0) for rid in "ab"]
+    step(scheduler, now=0.0)  # two sequences of 24+ tokens hold 12 of the 16 blocks, slots are free
+    realtime = scheduler.submit(request("realtime", max_tokens=2, priority=1, prompt=distinct["realtime"]), 1.0)
+    step(scheduler, now=1.0)
+    assert realtime in scheduler.running and batch[1].preemptions == 1 and batch[0].preemptions == 0
+    run_all(scheduler)
+    assert all(s.finish_reason is FinishReason.LENGTH for s in [realtime, *batch]) and scheduler.allocator.num_used == 0
+
+
+@pytest.mark.parametrize("settings", [{"priority_preemption": False}, {"policy": Policy.STATIC}])
+def test_without_priority_preemption_or_continuous_batching_a_running_sequence_runs_to_its_end(settings):
+    scheduler = make(max_running=2, **settings)
+    batch = [scheduler.submit(request(rid, max_tokens=20), 0.0) for rid in "ab"]
+    step(scheduler, now=0.0)
+    realtime = scheduler.submit(request("realtime", max_tokens=3, priority=1), 1.0)
+    step(scheduler, now=1.0)
+    assert realtime not in scheduler.running and all(s.preemptions == 0 for s in batch)
