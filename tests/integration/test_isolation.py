@@ -414,5 +414,8 @@ def test_a_body_that_is_not_the_gzip_it_claims_is_refused_not_answered_as_empty(
     status, body = post(gzip.compress(b" " * (300 << 20)))
     assert status == 400 and b"inflates to more bytes than this server accepts" in body, (status, body[:300])
     good = json.dumps({"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1, 1], "data": ["hello"]}]})
+    for cut in (10, len(gzip.compress(good.encode())) - 8):  # the gzip header alone; all but the trailer
+        status, body = post(gzip.compress(good.encode())[:cut])
+        assert status == 400 and b"ends before its stream does" in body, (cut, status, body[:300])
     status, body = post(gzip.compress(good.encode()))
     assert status == 200 and json.loads(body)["outputs"][0]["shape"] == [1, 384], (status, body[:300])

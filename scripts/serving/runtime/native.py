@@ -74,6 +74,17 @@ def is_stale(helper: NativeHelper, library: Path) -> bool:
         return False
 
 
+def restores_argv_secret(library: Path) -> bool:
+    """Whether `library` (a built request guard) puts the admin key back into tritonserver's arguments
+    (serving.runtime.security.keep_key_off_command_line). A library built before that code, kept when a
+    rebuild fails or `make setup` was not rerun, would leave Triton locked with the decoy: the key then
+    stays on the command line, as without the library."""
+    try:
+        return b"SERVING_ARGV_SECRET" in Path(library).read_bytes()
+    except OSError:
+        return False
+
+
 def build_helper(helper: NativeHelper, dest: Path | None = None, compiler: str | None = None) -> tuple[Path | None, str]:
     """Compile one helper (only when the source is newer); (path or None, what happened). The library
     is replaced only by a complete build: an interrupted one never leaves a half-written file that

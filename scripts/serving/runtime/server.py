@@ -244,7 +244,7 @@ class TritonServerProcess:
 
     def start(self) -> "TritonServerProcess":
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        from serving.runtime.native import REQUEST_GUARD, preload_environment
+        from serving.runtime.native import REQUEST_GUARD, preload_environment, restores_argv_secret
         from serving.runtime.security import keep_key_off_command_line
 
         env = server_environment(self.installation)
@@ -255,8 +255,10 @@ class TritonServerProcess:
         if warning:
             print(f"[server] WARNING: {warning}", file=sys.stderr, flush=True)
         command = self.command
-        if str(REQUEST_GUARD.library) in env.get("LD_PRELOAD", "").split(":"):
+        if (str(REQUEST_GUARD.library) in env.get("LD_PRELOAD", "").split(":")
+                and restores_argv_secret(REQUEST_GUARD.library)):
             # the guard puts the key back into Triton's arguments: /proc/<pid>/cmdline shows a decoy
+            # (an older build does not: with it, Triton would expect the decoy and refuse the key)
             command, hidden = keep_key_off_command_line(command, self.settings.restricted)
             env.update(hidden)
         cpus, weight = self.cpus, self.cpu_weight

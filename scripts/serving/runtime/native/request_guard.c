@@ -52,6 +52,7 @@
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <link.h>
 #include <pthread.h>
@@ -90,6 +91,12 @@ static uint64_t max_input_bytes = 256ull << 20;    /* SERVING_REQUEST_GUARD_MAX_
 static uint64_t max_inflated_bytes = 256ull << 20; /* SERVING_REQUEST_GUARD_MAX_INFLATED_BYTES; 0 = no limit */
 /* Why the last inflate() on this thread was turned into a stream error (NULL: it was not). */
 static __thread const char *inflate_problem;
+/* The HTTP request body being inflated on this thread (Triton's DataCompressor: inflateInit2 with
+ * windowBits 15|32; gRPC uses 15 or 31), whether its stream reached its end or failed, and whether a
+ * body that ended early (cut off) waits for the request it belongs to (the thread's next
+ * TRITONSERVER_InferenceRequestNew, which Triton's HandleInfer calls right after decompressing). */
+static __thread void *body_stream;
+static __thread int body_ended, body_failed, body_cut_off;
 
 /* The next definition of `name`: the server library's. Found in the objects loaded after this one, or
  * else in any other loaded object (a process may have loaded the server library privately,
@@ -137,6 +144,22 @@ static void restore_argv_secret(int argc, char **argv) {
     }
 }
 
+/* A byte count from the environment: decimal digits only (0 = no limit). Anything else ("256M", "-1",
+ * a typo) keeps the default and says so, instead of turning the limit off or into a few bytes. */
+static uint64_t byte_limit(const char *variable, uint64_t fallback) {
+    const char *text = getenv(variable);
+    if (!text || !*text) return fallback;
+    char *end = NULL;
+    errno = 0;
+    unsigned long long value = strtoull(text, &end, 10);
+    if (*text < '0' || *text > '9' || *end || errno == ERANGE) {
+        fprintf(stderr, "request_guard: %s=%s is not a byte count (decimal digits; 0 = no limit): using %" PRIu64 "\n",
+                variable, text, fallback);
+        return fallback;
+    }
+    return value;
+}
+
 __attribute__((constructor)) static void request_guard_init(int argc, char **argv, char **envp) {
     (void)envp;
     int in_server = acting_in_this_process((const void *)request_guard_init);
@@ -146,10 +169,9 @@ __attribute__((constructor)) static void request_guard_init(int argc, char **arg
     unsetenv("SERVING_ARGV_SECRET");
     const char *on = getenv("SERVING_REQUEST_GUARD");
     enabled = on && strcmp(on, "on") == 0 && in_server;
-    const char *limit = getenv("SERVING_REQUEST_GUARD_MAX_INPUT_BYTES");
-    if (limit && *limit) max_input_bytes = strtoull(limit, NULL, 10);
-    limit = getenv("SERVING_REQUEST_GUARD_MAX_INFLATED_BYTES");
-    if (limit && *limit) max_inflated_bytes = strtoull(limit, NULL, 10);
+    if (!enabled) return;
+    max_input_bytes = byte_limit("SERVING_REQUEST_GUARD_MAX_INPUT_BYTES", max_input_bytes);
+    max_inflated_bytes = byte_limit("SERVING_REQUEST_GUARD_MAX_INFLATED_BYTES", max_inflated_bytes);
 }
 
 /* --- What is remembered per request: its inputs, each with its type, shape and CPU buffers --- */
@@ -528,6 +550,19 @@ struct z_stream_head { const unsigned char *next_in; unsigned avail_in; unsigned
                        unsigned char *next_out; unsigned avail_out; unsigned long total_out; };
 enum { Z_NEED_DICT_ = 2, Z_STREAM_ERROR_ = -2, Z_DATA_ERROR_ = -3, Z_MEM_ERROR_ = -4 };
 typedef int (*inflate_fn)(void *, int);
+typedef int (*inflate_init2_fn)(void *, int, const char *, int);
+typedef int (*inflate_end_fn)(void *);
+enum { Z_STREAM_END_ = 1, HTTP_BODY_WINDOW_BITS = 15 | 32 };
+
+int inflateInit2_(void *stream, int window_bits, const char *version, int stream_size) {
+    static inflate_init2_fn next;
+    if (!next) next = (inflate_init2_fn)real("inflateInit2_");
+    int ret = next(stream, window_bits, version, stream_size);
+    if (enabled && ret == 0 && window_bits == HTTP_BODY_WINDOW_BITS) {
+        body_stream = stream; body_ended = body_failed = body_cut_off = 0;
+    }
+    return ret;
+}
 
 int inflate(void *stream, int flush) {
     static inflate_fn next;
@@ -538,14 +573,48 @@ int inflate(void *stream, int flush) {
     if (ret == Z_DATA_ERROR_ || ret == Z_NEED_DICT_ || ret == Z_MEM_ERROR_) {
         inflate_problem = "the body is not valid gzip/deflate data (Content-Encoding says it is compressed); expected "
                           "the body compressed as its Content-Encoding header says, or no Content-Encoding header";
-        return Z_STREAM_ERROR_; /* the one inflate result Triton 2.51 treats as an error */
-    }
-    if (max_inflated_bytes && ((struct z_stream_head *)stream)->total_out > max_inflated_bytes) {
+        ret = Z_STREAM_ERROR_; /* the one inflate result Triton 2.51 treats as an error */
+    } else if (max_inflated_bytes && ((struct z_stream_head *)stream)->total_out > max_inflated_bytes) {
         inflate_problem = "the body inflates to more bytes than this server accepts "
                           "(SERVING_REQUEST_GUARD_MAX_INFLATED_BYTES); expected a smaller request";
-        return Z_STREAM_ERROR_;
+        ret = Z_STREAM_ERROR_;
+    }
+    if (stream == body_stream) {
+        if (ret == Z_STREAM_END_) body_ended = 1;
+        if (ret == Z_STREAM_ERROR_) body_failed = 1;
     }
     return ret;
+}
+
+/* Triton 2.51 inflates with Z_NO_FLUSH until the body's bytes run out and never asks whether the stream
+ * ended: a body cut off anywhere (a 10-byte gzip header alone) was served as the bytes inflated so far
+ * (text_embedder answered the empty text's embedding, 200). Its end is noted here, and the request is
+ * refused when Triton creates it. */
+int inflateEnd(void *stream) {
+    static inflate_end_fn next;
+    if (!next) next = (inflate_end_fn)real("inflateEnd");
+    if (stream && stream == body_stream) {
+        body_cut_off = enabled && !body_ended && !body_failed;
+        body_stream = NULL;
+    }
+    return next(stream);
+}
+
+typedef TRITONSERVER_Error *(*request_new_fn)(TRITONSERVER_InferenceRequest **, TRITONSERVER_Server *, const char *,
+                                              int64_t);
+
+TRITONSERVER_Error *TRITONSERVER_InferenceRequestNew(TRITONSERVER_InferenceRequest **request,
+                                                     TRITONSERVER_Server *server, const char *model, int64_t version) {
+    static request_new_fn next;
+    static error_new_fn error_new;
+    if (!next) next = (request_new_fn)real("TRITONSERVER_InferenceRequestNew");
+    if (body_cut_off) {
+        body_cut_off = 0;
+        if (!error_new) error_new = (error_new_fn)real("TRITONSERVER_ErrorNew");
+        return error_new(ERROR_INVALID_ARG, "request body: the gzip/deflate data ends before its stream does (cut "
+                         "off); expected the whole body compressed as its Content-Encoding header says");
+    }
+    return next(request, server, model, version);
 }
 
 /* Whether `message` is the HTTP frontend's verdict on a request body that is not the JSON it expects:
@@ -564,6 +633,10 @@ static int is_request_json_error(int code, const char *message) {
 TRITONSERVER_Error *TRITONSERVER_ErrorNew(int code, const char *message) {
     static error_new_fn next;
     if (!next) next = (error_new_fn)real("TRITONSERVER_ErrorNew");
+    /* an error while a body is inflated, or before its request is created, ends that request: nothing
+     * of its body may carry over to the thread's next request */
+    if (body_stream) body_failed = 1;
+    body_cut_off = 0;
     const char *problem = inflate_problem;
     if (enabled && problem && message && strstr(message, "during decompression")) {
         inflate_problem = NULL;
@@ -575,7 +648,9 @@ TRITONSERVER_Error *TRITONSERVER_ErrorNew(int code, const char *message) {
         char text[1024];
         snprintf(text, sizeof text, "%.600s; expected a JSON body of the KServe v2 inference protocol: {\"inputs\": "
                  "[{\"name\": \"...\", \"shape\": [1, ...], \"datatype\": \"FP32\" (or INT64, BYTES, ...), \"data\": "
-                 "[...]}], optional \"outputs\": [{\"name\": \"...\"}] and \"parameters\": {...}}", message);
+                 "[...]}], optional \"outputs\": [{\"name\": \"...\"}] and \"parameters\": {...}} (at .../infer; "
+                 "at .../generate: the model's inputs and parameters by name, e.g. {\"text_input\": \"...\", "
+                 "\"max_tokens\": 16})", message);
         return next(ERROR_INVALID_ARG, text);
     }
     return next(code, message);

@@ -41,3 +41,17 @@ def test_the_server_reads_the_key_where_proc_cmdline_shows_the_decoy(tmp_path):
     argument, cmdline, environment = done.stdout.splitlines()
     assert argument == f"--http-restricted-api=model-repository:admin-key={key}"
     assert decoy in cmdline and key not in cmdline and environment == "no env"
+
+
+def test_only_a_guard_that_restores_the_key_gets_a_decoy_on_the_command_line(tmp_path):
+    """A request guard built before the key was kept off the command line (kept by a failed rebuild,
+    or no `make setup` since) passes the decoy to Triton, which then refuses the real key."""
+    from serving.runtime.native import restores_argv_secret
+
+    library, what = build_helper(REQUEST_GUARD, tmp_path / "librequest_guard.so")
+    assert library, what
+    assert restores_argv_secret(library)
+    (tmp_path / "older.c").write_text("int TRITONSERVER_ServerInferAsync(void) { return 0; }\n")
+    older = tmp_path / "older.so"
+    subprocess.run([shutil.which("cc") or "gcc", "-shared", "-fPIC", "-o", str(older), str(tmp_path / "older.c")], check=True)
+    assert not restores_argv_secret(older) and not restores_argv_secret(tmp_path / "missing.so")
