@@ -3,8 +3,11 @@ started on free loopback ports against the built model repository; a failing ser
 server log's tail attached to its report."""
 from __future__ import annotations
 
+import shutil
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -196,3 +199,26 @@ def pytest_runtest_makereport(item, call):
             from contracts.processes import log_tail
 
             report.sections.append(("tritonserver log (tail)", log_tail(server.log_path, 60)))
+
+
+#: a C compiler, for the native helpers' tests (serving/runtime/native/)
+CC = shutil.which("cc") or shutil.which("gcc")
+
+
+@pytest.fixture
+def guarded_tritonserver(tmp_path) -> Callable[..., tuple[Path, Path]]:
+    """`build(stand_in_c, program_c, *libraries)`: (the request guard built here, a program named
+    tritonserver built from `program_c` against `stand_in_c`, a stand-in for the few libtritonserver
+    calls the program makes, and `libraries` such as "-lz")."""
+    from serving.runtime.native import REQUEST_GUARD, build_helper
+
+    def build(stand_in: str, program: str, *libraries: str) -> tuple[Path, Path]:
+        library, what = build_helper(REQUEST_GUARD, tmp_path / "librequest_guard.so")
+        assert library, what
+        (tmp_path / "stand_in.c").write_text(stand_in)
+        (tmp_path / "program.c").write_text(program)
+        subprocess.run([CC, "-shared", "-fPIC", "-o", str(tmp_path / "libfake_triton.so"), str(tmp_path / "stand_in.c")], check=True)
+        subprocess.run([CC, "-o", str(tmp_path / "tritonserver"), str(tmp_path / "program.c"), f"-L{tmp_path}", "-lfake_triton",
+                        *libraries, f"-Wl,-rpath,{tmp_path}"], check=True)
+        return library, tmp_path / "tritonserver"
+    return build

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from serving.runtime.native import REQUEST_GUARD, build_helper
 
 CC = shutil.which("cc") or shutil.which("gcc")
 pytestmark = pytest.mark.skipif(not CC or not Path("/usr/include/zlib.h").exists(), reason="no C compiler or zlib.h")
@@ -70,16 +69,10 @@ HTTP_FRONTEND = textwrap.dedent("""
 """)
 
 
-def test_a_body_cut_off_before_its_stream_ends_is_refused_and_the_next_request_is_not(tmp_path):
-    library, what = build_helper(REQUEST_GUARD, tmp_path / "librequest_guard.so")
-    assert library, what
-    (tmp_path / "fake.c").write_text(FAKE_TRITON)
-    (tmp_path / "frontend.c").write_text(HTTP_FRONTEND)
-    subprocess.run([CC, "-shared", "-fPIC", "-o", str(tmp_path / "libfake_triton.so"), str(tmp_path / "fake.c")], check=True)
-    subprocess.run([CC, "-o", str(tmp_path / "tritonserver"), str(tmp_path / "frontend.c"), f"-L{tmp_path}", "-lfake_triton",
-                    "-lz", f"-Wl,-rpath,{tmp_path}"], check=True)
+def test_a_body_cut_off_before_its_stream_ends_is_refused_and_the_next_request_is_not(guarded_tritonserver):
+    library, program = guarded_tritonserver(FAKE_TRITON, HTTP_FRONTEND, "-lz")
     env = {**os.environ, "LD_PRELOAD": str(library), "SERVING_REQUEST_GUARD": "on"}
-    done = subprocess.run([str(tmp_path / "tritonserver")], capture_output=True, text=True, env=env, timeout=30)
+    done = subprocess.run([str(program)], capture_output=True, text=True, env=env, timeout=30)
     whole, header_only, next_request, no_trailer = done.stdout.splitlines()
     assert whole == "accepted" and next_request == "accepted", done.stdout
     assert "ends before its stream does" in header_only and "ends before its stream does" in no_trailer, done.stdout

@@ -11,7 +11,6 @@ import textwrap
 
 import pytest
 
-from serving.runtime.native import REQUEST_GUARD, build_helper
 
 CC = shutil.which("cc") or shutil.which("gcc")
 pytestmark = pytest.mark.skipif(not CC, reason="no C compiler on PATH")
@@ -42,16 +41,10 @@ ADD_INPUTS = textwrap.dedent("""
 @pytest.mark.parametrize("value, expected", [("", "added refused"), ("268435456", "added refused"), ("0", "added added"),
                                              ("1000", "refused refused"), ("256M", "added refused"),
                                              ("garbage", "added refused"), ("-1", "added refused")])
-def test_the_input_limit_is_a_byte_count_or_the_default(tmp_path, value, expected):
-    library, what = build_helper(REQUEST_GUARD, tmp_path / "librequest_guard.so")
-    assert library, what
-    (tmp_path / "fake.c").write_text(FAKE_TRITON)
-    (tmp_path / "add.c").write_text(ADD_INPUTS)
-    subprocess.run([CC, "-shared", "-fPIC", "-o", str(tmp_path / "libfake_triton.so"), str(tmp_path / "fake.c")], check=True)
-    subprocess.run([CC, "-o", str(tmp_path / "tritonserver"), str(tmp_path / "add.c"), f"-L{tmp_path}", "-lfake_triton",
-                    f"-Wl,-rpath,{tmp_path}"], check=True)
+def test_the_input_limit_is_a_byte_count_or_the_default(guarded_tritonserver, value, expected):
+    library, program = guarded_tritonserver(FAKE_TRITON, ADD_INPUTS)
     env = {**os.environ, "LD_PRELOAD": str(library), "SERVING_REQUEST_GUARD": "on",
            "SERVING_REQUEST_GUARD_MAX_INPUT_BYTES": value}
-    done = subprocess.run([str(tmp_path / "tritonserver")], capture_output=True, text=True, env=env, timeout=30)
+    done = subprocess.run([str(program)], capture_output=True, text=True, env=env, timeout=30)
     assert done.stdout.strip() == expected, (done.stdout, done.stderr)
     assert ("is not a byte count" in done.stderr) == (value in ("256M", "garbage", "-1")), done.stderr
