@@ -233,6 +233,7 @@ def test_a_realtime_request_preempts_batch_streams_that_hold_every_slot(triton_s
     still running (a preempted sequence finishing whole: test_generation_scheduler)."""
     from conftest import poll_until
 
+    wait_idle(triton_server)  # the earlier tests' streams are gone: every running sequence is a holder below
     stop, ended = threading.Event(), []
     holders = _hold_slots(triton_server, MAX_RUNNING, stop, priority=2, ended=ended)
     try:
@@ -240,6 +241,9 @@ def test_a_realtime_request_preempts_batch_streams_that_hold_every_slot(triton_s
         assert running >= MAX_RUNNING, f"precondition: the holders occupy every slot ({running} running)"
         _, tokens, reason, _ = run(triton_server, "grpc", PROMPTS[0], max_tokens=3, ignore_eos=True, priority=1)
         assert len(tokens) == 3 and reason == "length" and not ended, f"{len(ended)} batch streams had to end first"
+        preempted = poll_until(lambda: metric(triton_server, 'llm_preemptions_total{reason="priority"') or 0, lambda n: n >= 1,
+                               5 * METRICS_FLUSH_S, 0.2)
+        assert preempted >= 1, "llm_preemptions_total{reason=\"priority\"} did not count the preemption"
         assert poll_until(lambda: metric(triton_server, "llm_sequences_running") or 0, lambda n: n >= MAX_RUNNING, 30, 0.1) >= MAX_RUNNING
     finally:
         stop.set()

@@ -80,10 +80,11 @@ class _Metrics:
     def __init__(self, labels):
         self.stub = StubMetrics(pb_utils, gm.family_table(), labels["model"], labels["version"])
 
-    def create_all(self, finish_reasons, reject_reasons):
+    def create_all(self, finish_reasons, reject_reasons, preemption_reasons):
         """Every series from the start (at 0), so dashboards and alerts see the model before its first request."""
         for d in gm.ALL_METRICS:
-            reasons = finish_reasons if d is gm.REQUESTS_FINISHED else reject_reasons if d is gm.REQUESTS_REJECTED else None
+            reasons = {gm.REQUESTS_FINISHED: finish_reasons, gm.REQUESTS_REJECTED: reject_reasons,
+                       gm.PREEMPTIONS: preemption_reasons}.get(d)
             for labels in ([(("reason", r),) for r in reasons] if reasons is not None else [()]):
                 self.stub.create(d.name, labels)
 
@@ -128,7 +129,7 @@ class TritonPythonModel:
         self.engine = GenerationEngine(graph, scheduler, KvStore(layout, scheduler.config.num_blocks))
         self.metrics = _Metrics({"model": args["model_name"], "version": args["model_version"]})
         self.metrics.create_all(finish_reasons=[r.value for r in FinishReason if r is not FinishReason.QUEUE_TIMEOUT],
-                                reject_reasons=["invalid", "queue_full", "queue_timeout"])
+                                reject_reasons=["invalid", "queue_full", "queue_timeout"], preemption_reasons=list(scheduler.preemptions))
         self.pending, self.ids, self.published = {}, itertools.count(), {}
         self.wake, self.stopping = threading.Event(), False
         self._warm_up()
@@ -304,12 +305,15 @@ class TritonPythonModel:
         stats = scheduler.prefix_cache.stats
         self._counter_to(gm.PREFIX_LOOKUP_TOKENS, stats.looked_up_tokens)
         self._counter_to(gm.PREFIX_HIT_TOKENS, stats.hit_tokens)
+        for reason, total in scheduler.preemptions.items():
+            self._counter_to(gm.PREEMPTIONS, total, reason=reason)
         self.metrics.add(gm.TOKENS_GENERATED, len(result.tokens))
 
-    def _counter_to(self, definition, total):
+    def _counter_to(self, definition, total, **labels):
         """Counters only increment: add what the cumulative statistic grew by since the last step."""
-        self.metrics.add(definition, total - self.published.get(definition.name, 0))
-        self.published[definition.name] = total
+        key = (definition.name, tuple(sorted(labels.items())))
+        self.metrics.add(definition, total - self.published.get(key, 0), **labels)
+        self.published[key] = total
 
     def finalize(self):
         self.stopping = True

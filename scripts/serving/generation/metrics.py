@@ -30,13 +30,16 @@ REQUESTS_FINISHED = MetricDef("llm_requests_finished_total", "counter", "Finishe
                              labels=("reason",))
 REQUESTS_REJECTED = MetricDef("llm_requests_rejected_total", "counter", "Rejected requests, by reason (label `reason`: invalid, queue_full, queue_timeout)",
                              labels=("reason",))
+PREEMPTIONS = MetricDef("llm_preemptions_total", "counter", "Running sequences preempted and recomputed later, by reason "
+                        "(label `reason`: kv_blocks = the KV cache ran out, priority = a realtime request took the place)",
+                        labels=("reason",))
 TIME_TO_FIRST_TOKEN = MetricDef("llm_time_to_first_token_seconds", "histogram", "Arrival to first output token",
                                 (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0))
 INTER_TOKEN_LATENCY = MetricDef("llm_inter_token_latency_seconds", "histogram", "Time between consecutive output tokens of a sequence",
                                 (0.01, 0.025, 0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2))
 
 ALL_METRICS = (SEQUENCES_RUNNING, SEQUENCES_WAITING, KV_BLOCKS_USED, KV_BLOCKS_FREE, PREFIX_LOOKUP_TOKENS, PREFIX_HIT_TOKENS,
-               TOKENS_GENERATED, REQUESTS_FINISHED, REQUESTS_REJECTED, TIME_TO_FIRST_TOKEN, INTER_TOKEN_LATENCY)
+               TOKENS_GENERATED, REQUESTS_FINISHED, REQUESTS_REJECTED, PREEMPTIONS, TIME_TO_FIRST_TOKEN, INTER_TOKEN_LATENCY)
 
 
 def family_table() -> dict[str, tuple[str, str, tuple[float, ...] | None, tuple[str, ...]]]:

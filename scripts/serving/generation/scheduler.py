@@ -160,6 +160,8 @@ class Scheduler:
         self._by_id: dict[str, Sequence] = {}
         #: Sequences admitted so far (each counted at its first admission).
         self.admissions = 0
+        #: Preemptions so far, by reason: "kv_blocks" (the cache ran out), "priority" (a realtime request took the place).
+        self.preemptions = {"kv_blocks": 0, "priority": 0}
 
     # ------------------------------------------------------------------ intake
     @property
@@ -297,7 +299,7 @@ class Scheduler:
                 return True
             except OutOfKvBlocks:
                 victim = self._preemption_victim()
-                self._preempt(victim)
+                self._preempt(victim, "kv_blocks")
                 decode[:] = [s for s in decode if s is not victim]
                 chunks[:] = [c for c in chunks if c.sequence is not victim]
                 if victim is sequence:
@@ -316,10 +318,11 @@ class Scheduler:
         lower = [s for s in self.running if s.request.priority > waiting.request.priority]
         if not lower:
             return False
-        self._preempt(max(lower, key=lambda s: (s.request.priority, s.admission_index or 0)))
+        self._preempt(max(lower, key=lambda s: (s.request.priority, s.admission_index or 0)), "priority")
         return True
 
-    def _preempt(self, sequence: Sequence) -> None:
+    def _preempt(self, sequence: Sequence, reason: str) -> None:
+        self.preemptions[reason] += 1
         self.running.remove(sequence)
         sequence.table.release_all(self.allocator)
         sequence.preemptions += 1

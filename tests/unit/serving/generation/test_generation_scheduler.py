@@ -188,6 +188,7 @@ def test_out_of_blocks_preempts_the_newest_batch_sequence_and_recomputes_it():
     assert {s.request_id for s in finished} == {"a", "b", "c"}
     assert all(s.generated == [7] * 12 for s in sequences)
     assert sum(s.preemptions for s in sequences) >= 1
+    assert scheduler.preemptions["kv_blocks"] == sum(s.preemptions for s in sequences) and scheduler.preemptions["priority"] == 0
     assert scheduler.allocator.num_used == 0
 
 
@@ -308,6 +309,7 @@ def test_a_realtime_request_finding_every_slot_taken_preempts_the_newest_batch_s
     step(scheduler, now=1.0)
     assert realtime in scheduler.running and older in scheduler.running and newer not in scheduler.running
     assert newer.preemptions == 1 and scheduler.waiting[2][0] is newer and older.preemptions == 0
+    assert scheduler.preemptions == {"kv_blocks": 0, "priority": 1}
     run_all(scheduler)
     assert realtime.generated == [7] * 3 and older.generated == newer.generated == [7] * 20
     assert scheduler.allocator.num_used == 0
