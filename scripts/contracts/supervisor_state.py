@@ -91,8 +91,13 @@ class SupervisorState:
         if not isinstance(data, Mapping) or not isinstance(data.get("supervisor_pid"), int):
             raise SupervisorStateError(f"{source} is not a supervisor state: expected a JSON object with an integer "
                                        f"`supervisor_pid`, `status` and `partitions` {{name: {{pid, state, restarts, ...}}}}.")
-        partitions = {str(name): _partition(entry, f"{source}: partition {name!r}")
-                      for name, entry in (data.get("partitions") or {}).items()}
+        try:
+            partitions = {str(name): _partition(entry, f"{source}: partition {name!r}")
+                          for name, entry in (data.get("partitions") or {}).items()}
+        except (AttributeError, TypeError, ValueError) as exc:  # a hand-edited or foreign file: a key of another type
+            raise SupervisorStateError(f"{source}: {type(exc).__name__}: {exc}; expected the objects the supervisor writes: "
+                                       "`partitions` {name: {pid, state, restarts, stubs: {model: {...}}, models_ready: "
+                                       "{model: bool}, cpus_now: [core, ...]}} (`make stop` and `make serve` write it anew).") from None
         return cls(**{**_known(cls, data), "partitions": partitions})
 
 

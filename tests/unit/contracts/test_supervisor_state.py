@@ -42,6 +42,11 @@ def test_unknown_keys_are_ignored_and_missing_ones_take_their_defaults():
     ([], "integer `supervisor_pid`"),
     ({"status": "ready"}, "integer `supervisor_pid`"),
     ({"supervisor_pid": 1, "partitions": {"p": "ready"}}, "partition 'p' is not a partition entry"),
+    # keys of another type (a hand edit): named, not a raw AttributeError / TypeError out of `make status`
+    ({"supervisor_pid": 1, "partitions": ["p"]}, r"AttributeError: .*expected the objects the supervisor writes"),
+    ({"supervisor_pid": 1, "partitions": {"p": {"stubs": {"m": None}}}}, "expected the objects the supervisor writes"),
+    ({"supervisor_pid": 1, "partitions": {"p": {"cpus_now": 3}}}, r"TypeError: .*expected the objects the supervisor writes"),
+    ({"supervisor_pid": 1, "partitions": {"p": {"models_ready": [1]}}}, "expected the objects the supervisor writes"),
 ])
 def test_a_broken_file_is_named_with_the_expected_form(tmp_path, document, named):
     path = tmp_path / "supervisor.json"
