@@ -251,6 +251,30 @@ def test_a_realtime_request_preempts_batch_streams_that_hold_every_slot(triton_s
             thread.join(timeout=60)
 
 
+def test_preempted_batch_streams_still_stream_exactly_their_solo_greedy_tokens(triton_server):
+    """A batch sequence preempted for a realtime one is recomputed later with its tokens kept: its stream
+    must go on where it stopped (no token repeated or lost), so every stream equals its solo run."""
+    from conftest import poll_until
+
+    wait_idle(triton_server)
+    solo = {p: run(triton_server, "grpc", p, max_tokens=64, ignore_eos=True)[1] for p in PROMPTS}  # long enough to be running when realtime comes
+    preempted = lambda: metric(triton_server, 'llm_preemptions_total{reason="priority"') or 0  # noqa: E731
+    before = preempted()
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        batch = [(p, pool.submit(run, triton_server, ("grpc", "http")[i % 2], p, max_tokens=64, ignore_eos=True, priority=2))
+                 for i, p in enumerate(PROMPTS + PROMPTS[:2])]
+        poll_until(lambda: metric(triton_server, "llm_sequences_running") or 0, lambda n: n >= MAX_RUNNING, 30, 0.02)
+        realtime = [(p, pool.submit(run, triton_server, ("http", "grpc")[i % 2], p, max_tokens=6, ignore_eos=True, priority=1))
+                    for i, p in enumerate(PROMPTS[:4])]
+        for prompt, future in batch:
+            _, tokens, reason, _ = future.result(timeout=120)
+            assert tokens == solo[prompt] and reason == "length", prompt
+        for prompt, future in realtime:
+            _, tokens, reason, _ = future.result(timeout=120)
+            assert tokens == solo[prompt][:6] and reason == "length", prompt
+    assert poll_until(preempted, lambda n: n > before, 5 * METRICS_FLUSH_S, 0.2) > before, "no batch stream was preempted"
+
+
 @pytest.mark.slow
 def test_blocks_in_use_return_to_zero_after_1000_mixed_requests_with_cancellations(triton_server):
     def one(i):
