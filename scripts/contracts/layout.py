@@ -12,9 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-# Re-exported: the backend stubs import them from contracts.shared_memory (no checkout needed there).
-from contracts.shared_memory import SHARED_MEMORY_DIR, instance_activity_file, remove_server_shared_files  # noqa: F401
-
 #: The checkout's root (holds Makefile, model_repository/, build/, clients/, scripts/, deploy/).
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 #: What is served: Triton model folders plus serving.toml.

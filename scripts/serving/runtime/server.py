@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 from contracts.errors import ServerStartError
-from contracts.layout import SOURCE_DIRS, remove_server_shared_files
+from contracts.layout import SOURCE_DIRS
+from contracts.shared_memory import remove_server_shared_files
 from contracts.serving_spec import DEFAULT_LATENCY_SUMMARY_QUANTILES, DEFAULT_RATE_LIMIT
 from contracts.processes import free_loopback_ports, http_ready, log_tail, pid_alive, server_ready, stop_pid  # noqa: F401 (re-exported)
 from serving.runtime.security import ADMIN_KEY_ENV

@@ -57,7 +57,7 @@ from serving.runtime.liveness import LivenessHistory, probe_live, worst_case_det
 from contracts.manifest import write_manifest
 from serving.runtime.model_readiness import model_ready
 from contracts.partition_plan import Mechanism, PartitionPlan, PlannedPartition, plan_for_this_host
-from contracts.layout import remove_server_shared_files
+from contracts.shared_memory import remove_server_shared_files
 from contracts.processes import log_tail, ports_in_use, server_ready
 from serving.runtime.server import TritonServerProcess, find_tritonserver, prepare_backend_dir
 from contracts.serving_spec import load_serving_spec

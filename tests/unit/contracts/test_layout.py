@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from contracts.layout import RunLayout, instance_activity_file, remove_server_shared_files
+from contracts.layout import RunLayout
+from contracts.shared_memory import instance_activity_file, remove_server_shared_files
 from model_build.pipeline import BuildPaths
 
 
