@@ -174,6 +174,13 @@ __attribute__((constructor)) static void request_guard_init(int argc, char **arg
     max_inflated_bytes = byte_limit("SERVING_REQUEST_GUARD_MAX_INFLATED_BYTES", max_inflated_bytes);
 }
 
+/* A new error from the server library itself (never through this library's TRITONSERVER_ErrorNew). */
+static TRITONSERVER_Error *new_error(int code, const char *message) {
+    static error_new_fn next;
+    if (!next) next = (error_new_fn)real("TRITONSERVER_ErrorNew");
+    return next(code, message);
+}
+
 /* --- What is remembered per request: its inputs, each with its type, shape and CPU buffers --- */
 
 struct buffer { const char *base; size_t size; struct buffer *next; };
@@ -241,13 +248,17 @@ static const char *type_name(int datatype);
 static uint64_t element_size(int datatype);
 static int shape_text(const int64_t *shape, uint64_t dims, char *out, size_t room);
 static const char *shape_bytes(int datatype, const int64_t *shape, uint64_t dims, uint64_t *bytes, uint64_t *elements);
+/* shape_bytes' two verdicts (compared by address: a negative dimension is refused later, with the data) */
+static const char NEGATIVE_DIMENSION[] = "a negative dimension; expected every dimension >= 0";
+static const char TOO_MANY_ELEMENTS[] = "more elements than any request can hold; expected the shape of the data sent "
+                                        "(its element count times the element size = the bytes sent)";
 
 /* A shape whose bytes exceed max_input_bytes (or overflow): the message, and 1. */
 static int shape_over_limit(const char *name, int datatype, const int64_t *shape, uint64_t dims, char *message,
                             size_t room) {
     uint64_t bytes = 0, elements = 0;
     const char *problem = shape_bytes(datatype, shape, dims, &bytes, &elements);
-    if (problem && strncmp(problem, "a negative", 10) == 0) return 0; /* refused in ServerInferAsync, as before */
+    if (problem == NEGATIVE_DIMENSION) return 0; /* refused in ServerInferAsync, as before */
     if (!problem && (max_input_bytes == 0 || bytes <= max_input_bytes)) return 0;
     char text[256];
     shape_text(shape, dims, text, sizeof text);
@@ -265,15 +276,12 @@ static int shape_over_limit(const char *name, int datatype, const int64_t *shape
 TRITONSERVER_Error *TRITONSERVER_InferenceRequestAddInput(TRITONSERVER_InferenceRequest *handle, const char *name,
                                                           int datatype, const int64_t *shape, uint64_t dims) {
     static add_input_fn next;
-    static error_new_fn error_new;
     if (!next) next = (add_input_fn)real("TRITONSERVER_InferenceRequestAddInput");
     if (enabled && name && shape) {
         /* before Triton (and the HTTP frontend's JSON reader, which allocates the shape's bytes next) sees it */
         char message[768];
-        if (shape_over_limit(name, datatype, shape, dims, message, sizeof message)) {
-            if (!error_new) error_new = (error_new_fn)real("TRITONSERVER_ErrorNew");
-            return error_new(ERROR_INVALID_ARG, message);
-        }
+        if (shape_over_limit(name, datatype, shape, dims, message, sizeof message))
+            return new_error(ERROR_INVALID_ARG, message);
     }
     TRITONSERVER_Error *err = next(handle, name, datatype, shape, dims);
     if (err || !enabled || !name) return err;
@@ -423,11 +431,10 @@ static const char *shape_bytes(int datatype, const int64_t *shape, uint64_t dims
     int empty = 0;
     for (uint64_t i = 0; i < dims; i++) {
         if (shape[i] < 0)
-            return "a negative dimension; expected every dimension >= 0";
+            return NEGATIVE_DIMENSION;
         if (shape[i] == 0) { empty = 1; continue; } /* a zero must not hide an overflow of the others */
         if (__builtin_mul_overflow(bytes, (uint64_t)shape[i], &bytes) || bytes > (uint64_t)INT64_MAX)
-            return "more elements than any request can hold; expected the shape of the data sent (its element count "
-                   "times the element size = the bytes sent)";
+            return TOO_MANY_ELEMENTS;
         elements *= (uint64_t)shape[i]; /* cannot overflow: bytes did not */
     }
     *elements_out = empty ? 0 : elements;
@@ -525,7 +532,6 @@ static int check_bytes(const struct input *in, char *message, size_t room) {
 TRITONSERVER_Error *TRITONSERVER_ServerInferAsync(TRITONSERVER_Server *server, TRITONSERVER_InferenceRequest *handle,
                                                   TRITONSERVER_InferenceTrace *trace) {
     static infer_fn next;
-    static error_new_fn error_new;
     if (!next) next = (infer_fn)real("TRITONSERVER_ServerInferAsync");
     struct request *r = enabled ? detach(handle) : NULL;
     if (r) {
@@ -535,10 +541,7 @@ TRITONSERVER_Error *TRITONSERVER_ServerInferAsync(TRITONSERVER_Server *server, T
             refused = check_shape(in, message, sizeof message) || check_data_size(in, message, sizeof message) ||
                       check_bytes(in, message, sizeof message);
         free_request(r);
-        if (refused) {
-            if (!error_new) error_new = (error_new_fn)real("TRITONSERVER_ErrorNew");
-            return error_new(ERROR_INVALID_ARG, message);
-        }
+        if (refused) return new_error(ERROR_INVALID_ARG, message);
     }
     return next(server, handle, trace);
 }
@@ -606,12 +609,10 @@ typedef TRITONSERVER_Error *(*request_new_fn)(TRITONSERVER_InferenceRequest **, 
 TRITONSERVER_Error *TRITONSERVER_InferenceRequestNew(TRITONSERVER_InferenceRequest **request,
                                                      TRITONSERVER_Server *server, const char *model, int64_t version) {
     static request_new_fn next;
-    static error_new_fn error_new;
     if (!next) next = (request_new_fn)real("TRITONSERVER_InferenceRequestNew");
     if (body_cut_off) {
         body_cut_off = 0;
-        if (!error_new) error_new = (error_new_fn)real("TRITONSERVER_ErrorNew");
-        return error_new(ERROR_INVALID_ARG, "request body: the gzip/deflate data ends before its stream does (cut "
+        return new_error(ERROR_INVALID_ARG, "request body: the gzip/deflate data ends before its stream does (cut "
                          "off); expected the whole body compressed as its Content-Encoding header says");
     }
     return next(request, server, model, version);
@@ -631,8 +632,6 @@ static int is_request_json_error(int code, const char *message) {
  * decompression", and a body that is not the JSON it expects with 500 too: the caller's body is at
  * fault, so each becomes 400 naming the problem (and, for JSON, the expected form). */
 TRITONSERVER_Error *TRITONSERVER_ErrorNew(int code, const char *message) {
-    static error_new_fn next;
-    if (!next) next = (error_new_fn)real("TRITONSERVER_ErrorNew");
     /* an error while a body is inflated, or before its request is created, ends that request: nothing
      * of its body may carry over to the thread's next request */
     if (body_stream) body_failed = 1;
@@ -642,7 +641,7 @@ TRITONSERVER_Error *TRITONSERVER_ErrorNew(int code, const char *message) {
         inflate_problem = NULL;
         char text[512];
         snprintf(text, sizeof text, "request body: %s", problem);
-        return next(ERROR_INVALID_ARG, text);
+        return new_error(ERROR_INVALID_ARG, text);
     }
     if (enabled && is_request_json_error(code, message)) {
         char text[1024];
@@ -651,7 +650,7 @@ TRITONSERVER_Error *TRITONSERVER_ErrorNew(int code, const char *message) {
                  "[...]}], optional \"outputs\": [{\"name\": \"...\"}] and \"parameters\": {...}} (at .../infer; "
                  "at .../generate: the model's inputs and parameters by name, e.g. {\"text_input\": \"...\", "
                  "\"max_tokens\": 16})", message);
-        return next(ERROR_INVALID_ARG, text);
+        return new_error(ERROR_INVALID_ARG, text);
     }
-    return next(code, message);
+    return new_error(code, message);
 }
