@@ -60,6 +60,17 @@ def test_streamed_chunks_concatenate_to_the_non_streamed_text(triton_server, pro
 
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_an_emoji_split_across_tokens_streams_whole_and_one_cut_by_max_tokens_is_dropped(triton_server, protocol):
+    # greedy, the model continues "🎉🎉🎉" with more 🎉, three byte-level tokens each: every max_tokens
+    # here stops inside one (after 1, 4 or 5 tokens), which is dropped, not sent as a trailing U+FFFD
+    for max_tokens in (1, 4, 5):
+        streamed = run(triton_server, protocol, "🎉🎉🎉", stream=True, max_tokens=max_tokens, ignore_eos=True)
+        whole = run(triton_server, protocol, "🎉🎉🎉", stream=False, max_tokens=max_tokens, ignore_eos=True)
+        assert streamed[:3] == whole[:3] and len(whole[1]) == max_tokens and whole[2] == "length"
+        assert "\ufffd" not in whole[0] and whole[0] == "🎉" * (max_tokens // 3), (max_tokens, whole)
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_async_clients_stream_the_same_tokens_as_the_sync_ones(triton_server, protocol):
     import asyncio
 

@@ -3,7 +3,9 @@
 A byte-level BPE token can end in the middle of a multi-byte UTF-8 character; decoding such a
 prefix yields U+FFFD. Each step decodes all generated ids and emits the new suffix, holding back a
 trailing U+FFFD until the next token completes the character, so concatenated stream chunks equal
-the non-streamed text.
+the non-streamed text. A character still incomplete when the generation ends (max_tokens, the
+context or a deadline cut it) is never completed: it is dropped, not sent as a U+FFFD, as vLLM's
+detokenizer does (the ids are still in `output_token_ids`).
 """
 from __future__ import annotations
 
@@ -22,20 +24,21 @@ class IncrementalDetokenizer:
     def text(self) -> str:
         return self._decode(self._ids)
 
-    def push(self, token: int, final: bool = False) -> str:
+    def push(self, token: int) -> str:
         """Add a token; return the text that became complete (may be "")."""
         self._ids.append(token)
-        return self.flush() if final else self._delta(hold_back=True)
+        return self._delta()
 
     def flush(self) -> str:
-        return self._delta(hold_back=False)
+        """The text still to send at the end: what `push` held back is an incomplete character that
+        no token will complete now, so it is dropped (module docstring), not sent as U+FFFD."""
+        return self._delta()
 
-    def _delta(self, hold_back: bool) -> str:
+    def _delta(self) -> str:
         text = self._decode(self._ids)
         end = len(text)
-        if hold_back:
-            while end > self._emitted and text[end - 1] == REPLACEMENT:
-                end -= 1
+        while end > self._emitted and text[end - 1] == REPLACEMENT:
+            end -= 1
         delta = text[self._emitted:end]
         self._emitted = max(self._emitted, end)
         return delta

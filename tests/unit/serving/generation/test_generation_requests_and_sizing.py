@@ -115,6 +115,19 @@ def test_incremental_detokenizer_holds_back_an_incomplete_utf8_character():
     assert chunks == ["Gr", "", "ü", "n", ""] and "".join(chunks) == detok.text == "Grün"
 
 
+def test_a_character_left_incomplete_at_the_end_is_dropped_not_streamed_as_a_replacement_character():
+    """max_tokens (or the context, a deadline) can end a generation between the tokens of one
+    character, e.g. after two of an emoji's three byte-level tokens: nothing completes it, and the
+    stream and the whole text end before it, as vLLM's, never with a U+FFFD."""
+    table = {1: "ok ".encode(), 2: b"\xf0\x9f", 3: b"\x8e", 4: b"\x89"}  # 🎉 = f0 9f 8e 89
+    decode = lambda ids: b"".join(table[i] for i in ids).decode("utf-8", errors="replace")
+    detok = IncrementalDetokenizer(decode)
+    chunks = [detok.push(1), detok.push(2), detok.push(3), detok.flush()]
+    assert chunks == ["ok ", "", "", ""] and "\ufffd" not in "".join(chunks)
+    whole = IncrementalDetokenizer(decode)
+    assert [whole.push(t) for t in (1, 2, 3, 4)] + [whole.flush()] == ["ok ", "", "", "🎉", ""]
+
+
 def test_kv_sizing_follows_the_70_percent_rule_less_the_engine():
     layout = KvLayout(layers=30, kv_heads=3, head_dim=64, block_size=16)
     assert layout.stored_bytes_per_block == 737_280
