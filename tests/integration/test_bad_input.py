@@ -97,6 +97,8 @@ MALFORMED_JSON = {
     "too little data": (_json_body(data=[0.0, 1.0]), 400, r"Shape does not match true shape of 'data' field"),
     "data not numbers": (_json_body(data=["a"] * 64), 400, r"attempt to access JSON non-number"),
     "negative dimension": (_json_body(shape=[-1, 1, 8, 8]), 400, r"Unable to parse 'shape'"),
+    "parameters not an object": (json.dumps({"inputs": json.loads(_json_body())["inputs"], "parameters": "x"}).encode(),
+                                 400, r"failed to get request params.: attempt to get members for non-object"),
     "unknown datatype": (_json_body(datatype="FLOAT99"), 400, r"invalid datatype for input image"),
     "unknown input name": (_json_body(name="img"), 400, r"unexpected inference input 'img'"),
     "NaN in JSON": (b'{"inputs":[{"name":"image","shape":[1,1,8,8],"datatype":"FP32","data":[' + b",".join([b"NaN"] * 64) + b"]}]}",
@@ -106,7 +108,7 @@ MALFORMED_JSON = {
 
 #: the cases Triton 2.51 itself answers with 500 (its HTTP frontend's JSON reader)
 TRITON_JSON_ERRORS = ("not JSON", "not UTF-8", "a list", "no inputs", "inputs not a list", "too little data",
-                      "data not numbers", "negative dimension")
+                      "data not numbers", "negative dimension", "parameters not an object")
 
 
 @pytest.mark.parametrize("case", list(MALFORMED_JSON), ids=list(MALFORMED_JSON))
@@ -117,6 +119,42 @@ def test_malformed_json_gets_a_clear_error(triton_server, expected, digits_test_
     assert re.search(pattern, message), message
     if case in TRITON_JSON_ERRORS:  # Triton's own 500, made 400 by the request guard, with the form expected
         assert "expected a JSON body of the KServe v2 inference protocol" in message, message
+    assert_still_serving(triton_server, expected, digits_test_split[0])
+
+
+@pytest.mark.parametrize("body", [b"[1, 2]", b'"image"', b"5"], ids=["a list", "a string", "a number"])
+def test_a_generate_body_that_is_not_a_json_object_gets_400(triton_server, expected, digits_test_split, body):
+    """Triton 2.51 answered 500 "attempt to get members for non-object" (as for "parameters": "x" at
+    /infer); the request guard makes it 400 with the expected form."""
+    status, message = http_post(triton_server, f"/v2/models/{MODEL}/generate", body)
+    assert status == 400, (status, message)
+    assert "attempt to get members for non-object" in message and "expected a JSON body" in message, message
+    assert_still_serving(triton_server, expected, digits_test_split[0])
+
+
+def test_thousands_of_request_parameters_are_refused_without_starving_the_http_threads(triton_server, expected,
+                                                                                        digits_test_split):
+    """Triton 2.51's HTTP frontend looks every request parameter up again by name (linear), so a 1 MB
+    body of 60,000 parameters held an HTTP thread ~3 s; a dozen at once held all of them, the liveness
+    probe went unanswered for 3 x 2 s and the supervisor killed the partition as hung (every request in
+    flight lost). The request guard refuses the 129th parameter, which ends that loop."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    body = json.dumps({"inputs": json.loads(_json_body())["inputs"], "parameters": {f"p{i}": i for i in range(60_000)}}).encode()
+    with ThreadPoolExecutor(12) as pool:
+        flood = [pool.submit(http_post, triton_server, f"/v2/models/{MODEL}/infer", body) for _ in range(12)]
+        time.sleep(0.5)
+        started = time.monotonic()
+        with urllib.request.urlopen(f"http://{triton_server.http_url}/v2/health/live", timeout=10) as response:
+            assert response.status == 200
+        live_after_s = time.monotonic() - started
+        answers = [f.result() for f in flood]
+    assert live_after_s < 2.0, f"/v2/health/live took {live_after_s:.1f} s (the supervisor's probe gives up after 2 s)"
+    for status, message in answers:
+        assert status == 400 and "request parameters: more than 128 on one request; expected at most 128" in message, \
+            (status, message[:300])
+    allowed = json.dumps({"inputs": json.loads(_json_body())["inputs"], "parameters": {f"p{i}": i for i in range(128)}})
+    assert http_post(triton_server, f"/v2/models/{MODEL}/infer", allowed.encode())[0] == 200
     assert_still_serving(triton_server, expected, digits_test_split[0])
 
 
@@ -329,6 +367,58 @@ def test_wrong_text_tensors_are_rejected(triton_server, text_model, protocol):
     finally:
         client.close()
     assert_text_still_served(triton_server, protocol)
+
+
+def binary_texts(server, texts: list[bytes], timeout_s: float = 120.0) -> tuple[int, bytes]:
+    """One text_embedder request holding `texts` as binary tensor data: (status, body)."""
+    import http.client
+
+    blob = b"".join(len(t).to_bytes(4, "little") + t for t in texts)
+    header = json.dumps({"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [len(texts), 1],
+                                     "parameters": {"binary_data_size": len(blob)}}]}).encode()
+    host, port = server.http_url.split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=timeout_s)
+    try:
+        connection.request("POST", f"/v2/models/{TEXT_MODEL}/infer", header + blob,
+                           {"Inference-Header-Content-Length": str(len(header))})
+        response = connection.getresponse()
+        return response.status, response.read()
+    finally:
+        connection.close()
+
+
+def test_texts_whose_words_start_late_do_not_hold_up_the_other_text_requests(triton_server, text_model):
+    """16,385 spaces and then CJK up to 262,144 characters: the text front-end tokenized all of it (its
+    first 16,384 characters hold no token), 0.5 s a row; one request of a full batch of such rows held
+    its batch 16 s, and two of them kept both instances busy for 28 s while every other text_embedder
+    request timed out in the queue (503 after 5 s). Now the text is read on in windows and tokenized
+    from the start that fills the model's 128 tokens: every request is answered, each row as alone."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    module, client = raw_client(triton_server, "http")
+    try:
+        rows = int(client.get_model_config(TEXT_MODEL)["max_batch_size"])
+    finally:
+        client.close()
+    late = (" " * 16_385 + "中" * (262_144 - 16_385)).encode()
+    status, body = binary_texts(triton_server, [late])
+    assert status == 200, body[:300]
+    late_alone = np.array(json.loads(body)["outputs"][0]["data"], np.float32)
+    good = [b"a cat sits on the mat", b"How do I serve a model?"]
+    good_alone = [np.array(json.loads(binary_texts(triton_server, [t])[1])["outputs"][0]["data"], np.float32) for t in good]
+    with ThreadPoolExecutor(12) as pool:
+        slow = [pool.submit(binary_texts, triton_server, [late] * rows) for _ in range(2)]
+        time.sleep(1.0)  # the two are being tokenized
+        quick = [pool.submit(binary_texts, triton_server, [good[i % 2]]) for i in range(8)]
+        answers = [q.result() for q in quick]
+        slow_answers = [s.result() for s in slow]
+    for i, (status, body) in enumerate(answers):
+        assert status == 200, (i, status, body[:200])  # was 503 "Request timeout expired"
+        np.testing.assert_allclose(json.loads(body)["outputs"][0]["data"], good_alone[i % 2], rtol=1e-4, atol=1e-5)
+    for status, body in slow_answers:
+        assert status == 200, body[:200]
+        vectors = np.array(json.loads(body)["outputs"][0]["data"], np.float32).reshape(rows, -1)
+        np.testing.assert_allclose(vectors, np.broadcast_to(late_alone, vectors.shape), rtol=1e-4, atol=1e-5)
 
 
 # --- a seeded random mix of bad and good requests --------------------------------------------------

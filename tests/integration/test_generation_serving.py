@@ -164,6 +164,30 @@ def test_non_utf8_prompt_gets_invalid_argument_over_grpc(triton_server):
     assert "text_input is not valid UTF-8 (invalid start byte at byte 2)" in errors[0].message()
 
 
+@pytest.mark.parametrize("output", ["text_output", "finish_reason"])
+def test_the_classification_extension_on_a_bytes_output_is_refused_and_the_server_keeps_serving(triton_server, output):
+    """gRPC `classification` on a BYTES output: Triton 2.51's frontend divides the output's byte size by
+    TRITONSERVER_DataTypeByteSize(BYTES) = 0 (TopkClassifications), and the whole server died of SIGFPE
+    (the supervisor restarted the partition: one request, every stream of the partition lost). The
+    preloaded request guard answers that response with an error naming the output."""
+    import grpc
+    from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+    request = service_pb2.ModelInferRequest(model_name=MODEL, id="classify-bytes")
+    for name, value in (("text_input", PROMPTS[0].encode()), ("sampling_parameters", b'{"max_tokens": 2}')):
+        tensor = request.inputs.add(name=name, datatype="BYTES", shape=[1])
+        tensor.contents.bytes_contents.append(value)
+    request.outputs.add(name=output).parameters["classification"].int64_param = 1
+    with grpc.insecure_channel(triton_server.grpc_url) as channel:
+        answers = list(service_pb2_grpc.GRPCInferenceServiceStub(channel).ModelStreamInfer(iter([request]), timeout=60))
+    assert len(answers) == 1 and answers[0].infer_response.id == "classify-bytes", answers
+    assert (f"output '{output}' of model '{MODEL}' is BYTES: the classification extension ranks numeric outputs only; "
+            f"expected the 'classification' parameter only on outputs of a numeric type") in answers[0].error_message
+    assert triton_server.process.process.poll() is None, "the server died"
+    text, tokens, reason, _ = run(triton_server, "grpc", PROMPTS[0], max_tokens=2, ignore_eos=True)
+    assert len(tokens) == 2 and reason == "length"
+
+
 def test_a_request_written_for_the_vllm_backend_is_answered_as_that_backend_would(triton_server):
     """Its README's /generate example (`stream` among the parameters) with its sample client's
     habit of numbers as strings: answered, max_tokens taken as the number it names."""

@@ -419,3 +419,43 @@ def test_a_body_that_is_not_the_gzip_it_claims_is_refused_not_answered_as_empty(
         assert status == 400 and b"ends before its stream does" in body, (cut, status, body[:300])
     status, body = post(gzip.compress(good.encode()))
     assert status == 200 and json.loads(body)["outputs"][0]["shape"] == [1, 384], (status, body[:300])
+
+
+def test_a_compressed_json_of_millions_of_values_is_refused_before_it_is_parsed(triton_server):
+    """Triton 2.51 parses an HTTP body's JSON into a DOM of ~17 times its size before any check: a
+    253 KB gzip body inflating to 255 MB of `"data": [0,0,0,...]` held 4.7 GB in the server for 4 s
+    (the main pod's memory limit is 5120 MiB), within the inflated-size limit. The request guard counts
+    the bytes that can start a JSON value as the body inflates and refuses it past 4 Mi of them."""
+    import http.client
+    import json
+    import zlib
+
+    def peak_mb():
+        with open(f"/proc/{triton_server.process.process.pid}/status") as status:
+            return next(int(line.split()[1]) for line in status if line.startswith("VmHWM")) >> 10
+
+    deflate = zlib.compressobj(9, zlib.DEFLATED, 31)  # gzip
+    head = b'{"inputs":[{"name":"input_ids","shape":[1,3],"datatype":"INT64","data":['
+    tail = b'0]},{"name":"attention_mask","shape":[1,3],"datatype":"INT64","data":[1,1,1]}]}'
+    bomb = b"".join([deflate.compress(head), *(deflate.compress(b"0," * (1 << 20)) for _ in range(32)),
+                     deflate.compress(tail), deflate.flush()])  # 64 MiB of JSON in ~64 KB
+    host, port = triton_server.url("http").split(":")
+    before = peak_mb()
+    connection = http.client.HTTPConnection(host, int(port), timeout=60)
+    try:
+        connection.request("POST", f"/v2/models/{ENCODER}/infer", bomb, {"Content-Encoding": "gzip"})
+        response = connection.getresponse()
+        status, body = response.status, response.read()
+    finally:
+        connection.close()
+    assert peak_mb() - before < 256, f"the server's peak memory grew {peak_mb() - before} MB for a {len(bomb) >> 10} KB body"
+    assert status == 400 and b"the body inflates to more JSON values" in body, (status, body[:300])
+    good = json.dumps({"inputs": [{"name": "input_ids", "shape": [1, 3], "datatype": "INT64", "data": [101, 2000, 102]},
+                                  {"name": "attention_mask", "shape": [1, 3], "datatype": "INT64", "data": [1, 1, 1]}]})
+    connection = http.client.HTTPConnection(host, int(port), timeout=60)
+    try:
+        connection.request("POST", f"/v2/models/{ENCODER}/infer", zlib.compress(good.encode()), {"Content-Encoding": "deflate"})
+        response = connection.getresponse()
+        assert response.status == 200, response.read()[:300]
+    finally:
+        connection.close()

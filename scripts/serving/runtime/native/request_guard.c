@@ -33,6 +33,30 @@
  *   1.5 MB body took 1.6 GB). `inflate` is wrapped to report both as a stream error, which Triton
  *   turns into an error answer, rewritten here into a 400 naming the problem.
  *
+ * - A request asking for the classification extension on a BYTES output (gRPC / HTTP output parameter
+ *   "classification": k; on this deployment the generative model's `text_output` over a gRPC stream):
+ *   Triton 2.51's frontends divide the output's byte size by TRITONSERVER_DataTypeByteSize(BYTES) = 0
+ *   (TopkClassifications, src/classification.cc) and the whole server died of SIGFPE. The classification
+ *   is the frontends' own (the core never sees the parameter); their only call into the server library
+ *   between reading that output and dividing is TRITONSERVER_ServerModelBatchProperties, which is answered
+ *   here with an INVALID_ARG error for a BYTES output, so that response is an error naming the output.
+ *
+ * - An HTTP request with tens of thousands of request parameters ("parameters": {"p0": 0, "p1": 1, ...}):
+ *   Triton 2.51's HTTP frontend looks each member up again by name in the JSON object (linear), so a
+ *   1 MB body of 60,000 parameters took one HTTP thread ~3 s and 100,000 took 15 s; a dozen such
+ *   requests held every HTTP thread, /v2/health/live went unanswered and the supervisor killed the
+ *   partition as hung, with every request in flight. More than SERVING_REQUEST_GUARD_MAX_PARAMETERS
+ *   (default 128; 0 = no limit) parameters on one request are refused at the first one past it, which
+ *   ends the frontend's loop.
+ *
+ * - A compressed HTTP body that inflates to a JSON of millions of small values ("data": [0,0,0,...]): Triton
+ *   2.51 parses the JSON into a DOM of about 17 times its size before any check, so a 253 KB gzip body
+ *   (255 MB inflated) held 4.7 GB for 4 s, more than the main partition's pod memory limit (5120 MiB).
+ *   The bytes that can start a JSON value (',' '[' '{' ':') are counted as the body is inflated, and more
+ *   than SERVING_REQUEST_GUARD_MAX_INFLATED_JSON_MARKS (default 4 Mi; 0 = no limit) is a stream error
+ *   like a corrupt body, 400. (An uncompressed body costs the same 17 times its size: its sender pays
+ *   for every byte; a proxy's body-size limit bounds it.)
+ *
  * What this does: preloaded into `tritonserver` with SERVING_REQUEST_GUARD=on (serving.runtime.native),
  * it wraps the server API calls the HTTP and gRPC frontends make to build a request
  * (TRITONSERVER_InferenceRequestAddInput, ...AppendInputData, ...Remove*, ...Delete) to remember
@@ -85,10 +109,18 @@ typedef TRITONSERVER_Error *(*error_new_fn)(int, const char *);
 typedef TRITONSERVER_Error *(*attr_type_fn)(TRITONSERVER_BufferAttributes *, int *);
 typedef TRITONSERVER_Error *(*attr_size_fn)(TRITONSERVER_BufferAttributes *, size_t *);
 typedef void (*error_delete_fn)(TRITONSERVER_Error *);
+typedef struct TRITONSERVER_InferenceResponse TRITONSERVER_InferenceResponse;
+typedef TRITONSERVER_Error *(*response_output_fn)(TRITONSERVER_InferenceResponse *, uint32_t, const char **, int *,
+                                                  const int64_t **, uint64_t *, const void **, size_t *, int *,
+                                                  int64_t *, void **);
+typedef TRITONSERVER_Error *(*batch_properties_fn)(TRITONSERVER_Server *, const char *, int64_t, uint32_t *, void **);
 
 static int enabled;
 static uint64_t max_input_bytes = 256ull << 20;    /* SERVING_REQUEST_GUARD_MAX_INPUT_BYTES; 0 = no limit */
 static uint64_t max_inflated_bytes = 256ull << 20; /* SERVING_REQUEST_GUARD_MAX_INFLATED_BYTES; 0 = no limit */
+static uint64_t max_parameters = 128;              /* SERVING_REQUEST_GUARD_MAX_PARAMETERS; 0 = no limit */
+/* SERVING_REQUEST_GUARD_MAX_INFLATED_JSON_MARKS; 0 = no limit: ',' '[' '{' ':' bytes in one inflated HTTP body */
+static uint64_t max_inflated_json_marks = 4ull << 20;
 /* Why the last inflate() on this thread was turned into a stream error (NULL: it was not). */
 static __thread const char *inflate_problem;
 /* The HTTP request body being inflated on this thread (Triton's DataCompressor: inflateInit2 with
@@ -97,6 +129,10 @@ static __thread const char *inflate_problem;
  * TRITONSERVER_InferenceRequestNew, which Triton's HandleInfer calls right after decompressing). */
 static __thread void *body_stream;
 static __thread int body_ended, body_failed, body_cut_off;
+/* The bytes of the body inflated so far that can start a JSON value (',' '[' '{' ':'): Triton 2.51 parses the
+ * JSON into a DOM of ~16 bytes and more per value, so "0,0,0,..." takes ~17 times its size (a 253 KB gzip
+ * body of 255 MB of it held 4.7 GB); this many marks bound the values, whatever the compression. */
+static __thread uint64_t body_json_marks;
 
 /* The next definition of `name`: the server library's. Found in the objects loaded after this one, or
  * else in any other loaded object (a process may have loaded the server library privately,
@@ -144,17 +180,17 @@ static void restore_argv_secret(int argc, char **argv) {
     }
 }
 
-/* A byte count from the environment: decimal digits only (0 = no limit). Anything else ("256M", "-1",
+/* A limit (bytes, or a count) from the environment: decimal digits only (0 = no limit). Anything else ("256M", "-1",
  * a typo) keeps the default and says so, instead of turning the limit off or into a few bytes. */
-static uint64_t byte_limit(const char *variable, uint64_t fallback) {
+static uint64_t byte_limit(const char *variable, uint64_t fallback, const char *what) {
     const char *text = getenv(variable);
     if (!text || !*text) return fallback;
     char *end = NULL;
     errno = 0;
     unsigned long long value = strtoull(text, &end, 10);
     if (*text < '0' || *text > '9' || *end || errno == ERANGE) {
-        fprintf(stderr, "request_guard: %s=%s is not a byte count (decimal digits; 0 = no limit): using %" PRIu64 "\n",
-                variable, text, fallback);
+        fprintf(stderr, "request_guard: %s=%s is not a %s (decimal digits; 0 = no limit): using %" PRIu64 "\n",
+                variable, text, what, fallback);
         return fallback;
     }
     return value;
@@ -170,8 +206,10 @@ __attribute__((constructor)) static void request_guard_init(int argc, char **arg
     const char *on = getenv("SERVING_REQUEST_GUARD");
     enabled = on && strcmp(on, "on") == 0 && in_server;
     if (!enabled) return;
-    max_input_bytes = byte_limit("SERVING_REQUEST_GUARD_MAX_INPUT_BYTES", max_input_bytes);
-    max_inflated_bytes = byte_limit("SERVING_REQUEST_GUARD_MAX_INFLATED_BYTES", max_inflated_bytes);
+    max_input_bytes = byte_limit("SERVING_REQUEST_GUARD_MAX_INPUT_BYTES", max_input_bytes, "byte count");
+    max_inflated_bytes = byte_limit("SERVING_REQUEST_GUARD_MAX_INFLATED_BYTES", max_inflated_bytes, "byte count");
+    max_parameters = byte_limit("SERVING_REQUEST_GUARD_MAX_PARAMETERS", max_parameters, "count");
+    max_inflated_json_marks = byte_limit("SERVING_REQUEST_GUARD_MAX_INFLATED_JSON_MARKS", max_inflated_json_marks, "count");
 }
 
 /* A new error from the server library itself (never through this library's TRITONSERVER_ErrorNew). */
@@ -193,7 +231,7 @@ struct input {
     struct buffer *buffers, **tail;
     struct input *next;
 };
-struct request { TRITONSERVER_InferenceRequest *handle; struct input *inputs; struct request *next; };
+struct request { TRITONSERVER_InferenceRequest *handle; struct input *inputs; uint64_t parameters; struct request *next; };
 
 #define BUCKETS 1024
 static struct request *table[BUCKETS];
@@ -343,6 +381,60 @@ TRITONSERVER_Error *TRITONSERVER_InferenceRequestAppendInputDataWithBufferAttrib
     if (e2) error_delete(e2);
     remember_buffer(handle, name, base, size, !e1 && !e2 && (type == MEMORY_CPU || type == MEMORY_CPU_PINNED));
     return err;
+}
+
+/* --- Request parameters: at most max_parameters per request --- */
+
+typedef TRITONSERVER_Error *(*string_parameter_fn)(TRITONSERVER_InferenceRequest *, const char *, const char *);
+typedef TRITONSERVER_Error *(*int_parameter_fn)(TRITONSERVER_InferenceRequest *, const char *, int64_t);
+typedef TRITONSERVER_Error *(*bool_parameter_fn)(TRITONSERVER_InferenceRequest *, const char *, _Bool);
+typedef TRITONSERVER_Error *(*double_parameter_fn)(TRITONSERVER_InferenceRequest *, const char *, double);
+
+/* NULL when `handle` may take one more parameter (counted), else the error that refuses it. */
+static TRITONSERVER_Error *one_parameter_more(TRITONSERVER_InferenceRequest *handle) {
+    if (!enabled || max_parameters == 0) return NULL;
+    struct request *r = find_locked(handle, 1);
+    if (!r) return NULL;
+    uint64_t count = ++r->parameters;
+    unlock(handle);
+    if (count <= max_parameters) return NULL;
+    char message[512];
+    snprintf(message, sizeof message, "request parameters: more than %" PRIu64 " on one request; expected at most %" PRIu64
+             " (SERVING_REQUEST_GUARD_MAX_PARAMETERS): the model's own settings, e.g. \"parameters\": {\"max_tokens\": "
+             "16}, not a table of data (send data as an input tensor)", max_parameters, max_parameters);
+    return new_error(ERROR_INVALID_ARG, message);
+}
+
+TRITONSERVER_Error *TRITONSERVER_InferenceRequestSetStringParameter(TRITONSERVER_InferenceRequest *handle,
+                                                                    const char *key, const char *value) {
+    static string_parameter_fn next;
+    if (!next) next = (string_parameter_fn)real("TRITONSERVER_InferenceRequestSetStringParameter");
+    TRITONSERVER_Error *refused = one_parameter_more(handle);
+    return refused ? refused : next(handle, key, value);
+}
+
+TRITONSERVER_Error *TRITONSERVER_InferenceRequestSetIntParameter(TRITONSERVER_InferenceRequest *handle, const char *key,
+                                                                 int64_t value) {
+    static int_parameter_fn next;
+    if (!next) next = (int_parameter_fn)real("TRITONSERVER_InferenceRequestSetIntParameter");
+    TRITONSERVER_Error *refused = one_parameter_more(handle);
+    return refused ? refused : next(handle, key, value);
+}
+
+TRITONSERVER_Error *TRITONSERVER_InferenceRequestSetBoolParameter(TRITONSERVER_InferenceRequest *handle, const char *key,
+                                                                  _Bool value) {
+    static bool_parameter_fn next;
+    if (!next) next = (bool_parameter_fn)real("TRITONSERVER_InferenceRequestSetBoolParameter");
+    TRITONSERVER_Error *refused = one_parameter_more(handle);
+    return refused ? refused : next(handle, key, value);
+}
+
+TRITONSERVER_Error *TRITONSERVER_InferenceRequestSetDoubleParameter(TRITONSERVER_InferenceRequest *handle,
+                                                                    const char *key, double value) {
+    static double_parameter_fn next;
+    if (!next) next = (double_parameter_fn)real("TRITONSERVER_InferenceRequestSetDoubleParameter");
+    TRITONSERVER_Error *refused = one_parameter_more(handle);
+    return refused ? refused : next(handle, key, value);
 }
 
 /* What Triton forgot of a request, forgotten here too: one input's data, one input, or every input. */
@@ -546,6 +638,44 @@ TRITONSERVER_Error *TRITONSERVER_ServerInferAsync(TRITONSERVER_Server *server, T
     return next(server, handle, trace);
 }
 
+/* --- The classification extension on a BYTES output: an error for that response, not a SIGFPE --- */
+
+/* The output this thread read last (TRITONSERVER_InferenceResponseOutput), when it was BYTES: its name
+ * (Triton's, valid while the response lives), else NULL. The frontends classify an output right after
+ * reading it, on the same thread. */
+static __thread const char *last_bytes_output;
+
+TRITONSERVER_Error *TRITONSERVER_InferenceResponseOutput(TRITONSERVER_InferenceResponse *response, uint32_t index,
+                                                         const char **name, int *datatype, const int64_t **shape,
+                                                         uint64_t *dim_count, const void **base, size_t *byte_size,
+                                                         int *memory_type, int64_t *memory_type_id, void **userp) {
+    static response_output_fn next;
+    if (!next) next = (response_output_fn)real("TRITONSERVER_InferenceResponseOutput");
+    TRITONSERVER_Error *err = next(response, index, name, datatype, shape, dim_count, base, byte_size, memory_type,
+                                   memory_type_id, userp);
+    if (enabled)
+        last_bytes_output = (!err && datatype && *datatype == TYPE_BYTES && name) ? (*name ? *name : "") : NULL;
+    return err;
+}
+
+/* Called by Triton 2.51's HTTP and gRPC frontends only to classify an output (to find its batch
+ * dimension), right before TopkClassifications divides by the output's element size. */
+TRITONSERVER_Error *TRITONSERVER_ServerModelBatchProperties(TRITONSERVER_Server *server, const char *model_name,
+                                                            int64_t model_version, uint32_t *flags, void **voidp) {
+    static batch_properties_fn next;
+    if (!next) next = (batch_properties_fn)real("TRITONSERVER_ServerModelBatchProperties");
+    const char *output = enabled ? last_bytes_output : NULL;
+    last_bytes_output = NULL;
+    if (output) {
+        char message[768];
+        snprintf(message, sizeof message, "output '%.200s' of model '%.100s' is BYTES: the classification extension ranks "
+                 "numeric outputs only; expected the 'classification' parameter only on outputs of a numeric type "
+                 "(INT8 ... UINT64, FP32, FP64), or this output without it", output, model_name ? model_name : "?");
+        return new_error(ERROR_INVALID_ARG, message);
+    }
+    return next(server, model_name, model_version, flags, voidp);
+}
+
 /* --- Compressed HTTP bodies: a corrupt or oversized stream is an error, not an (empty) request --- */
 
 /* The first fields of zlib's z_stream (its ABI), so no zlib header is needed to build this. */
@@ -562,17 +692,27 @@ int inflateInit2_(void *stream, int window_bits, const char *version, int stream
     if (!next) next = (inflate_init2_fn)real("inflateInit2_");
     int ret = next(stream, window_bits, version, stream_size);
     if (enabled && ret == 0 && window_bits == HTTP_BODY_WINDOW_BITS) {
-        body_stream = stream; body_ended = body_failed = body_cut_off = 0;
+        body_stream = stream; body_ended = body_failed = body_cut_off = 0; body_json_marks = 0;
     }
     return ret;
+}
+
+static uint64_t json_marks(const unsigned char *from, const unsigned char *to) {
+    uint64_t marks = 0;
+    for (; from < to; from++)
+        marks += *from == ',' || *from == '[' || *from == '{' || *from == ':';
+    return marks;
 }
 
 int inflate(void *stream, int flush) {
     static inflate_fn next;
     if (!next) next = (inflate_fn)real("inflate");
     inflate_problem = NULL;
+    const unsigned char *out_before = stream ? ((struct z_stream_head *)stream)->next_out : NULL;
     int ret = next(stream, flush);
     if (!enabled) return ret;
+    if (stream && stream == body_stream && out_before && max_inflated_json_marks)
+        body_json_marks += json_marks(out_before, ((struct z_stream_head *)stream)->next_out);
     if (ret == Z_DATA_ERROR_ || ret == Z_NEED_DICT_ || ret == Z_MEM_ERROR_) {
         inflate_problem = "the body is not valid gzip/deflate data (Content-Encoding says it is compressed); expected "
                           "the body compressed as its Content-Encoding header says, or no Content-Encoding header";
@@ -580,6 +720,11 @@ int inflate(void *stream, int flush) {
     } else if (max_inflated_bytes && ((struct z_stream_head *)stream)->total_out > max_inflated_bytes) {
         inflate_problem = "the body inflates to more bytes than this server accepts "
                           "(SERVING_REQUEST_GUARD_MAX_INFLATED_BYTES); expected a smaller request";
+        ret = Z_STREAM_ERROR_;
+    } else if (stream == body_stream && max_inflated_json_marks && body_json_marks > max_inflated_json_marks) {
+        inflate_problem = "the body inflates to more JSON values (',' '[' '{' ':') than this server parses from a "
+                          "compressed body (SERVING_REQUEST_GUARD_MAX_INFLATED_JSON_MARKS): each takes memory many times "
+                          "its size; expected tensor data as binary data or with fewer values";
         ret = Z_STREAM_ERROR_;
     }
     if (stream == body_stream) {
@@ -621,11 +766,14 @@ TRITONSERVER_Error *TRITONSERVER_InferenceRequestNew(TRITONSERVER_InferenceReque
 /* Whether `message` is the HTTP frontend's verdict on a request body that is not the JSON it expects:
  * Triton 2.51 makes these INTERNAL (500), though the caller's body is at fault ("Unable to parse 'shape':
  * attempt to access JSON non-array as array", "Unable to parse 'data': Shape does not match true shape of
- * 'data' field", "failed to parse the request JSON buffer: ..."; src/http_server.cc). */
+ * 'data' field", "failed to parse the request JSON buffer: ...", and "failed to get request params.: attempt to
+ * get members for non-object" for `"parameters": "x"` or a /generate body of `[1, 2]`; src/http_server.cc). */
 static int is_request_json_error(int code, const char *message) {
     return code == ERROR_INTERNAL && message &&
            (strncmp(message, "Unable to parse ", 16) == 0 || strstr(message, "attempt to access JSON ") ||
-            strncmp(message, "failed to parse the request JSON buffer", 39) == 0);
+            strncmp(message, "failed to parse the request JSON buffer", 39) == 0 ||
+            /* request "parameters" (or a /generate body) that is not a JSON object */
+            strstr(message, "attempt to get members for non-object"));
 }
 
 /* Triton answers the stream error above with 500 "encountered inconsistent stream state during

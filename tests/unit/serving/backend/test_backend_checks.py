@@ -181,6 +181,52 @@ def test_the_served_tokenizer_cuts_cjk_and_punctuation_texts_without_tokenizing_
     assert time.perf_counter() - started < 0.5
 
 
+class _CountingTokenizer:
+    """The front-end's tokenizer, counting the tokens its `encode` calls produced (kept and overflowing):
+    what tokenizing costs, read without a clock."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer, self.tokens = tokenizer, 0
+
+    def encode(self, *args, **kwargs):
+        encoding = self.tokenizer.encode(*args, **kwargs)
+        self.tokens += len(encoding.ids) + sum(len(part.ids) for part in encoding.overflowing)
+        return encoding
+
+
+@pytest.mark.built
+def test_a_long_text_whose_words_start_late_is_not_tokenized_whole_up_to_the_last_start():
+    """16,385 spaces and then CJK up to 262,144 characters: the first start holds no token, and the next
+    one (the last) used to be tokenized whole, 245,759 tokens and 0.5-1 s a row: one request of 32 such
+    rows held its batch 16 s, and two left every other text_embedder request to time out (503). Read on
+    in windows instead, it costs about one window of tokens, with the same truncated tokens; a start
+    that the windows overcount (pieces of giant words cut at their edges) does not change the answer."""
+    from contracts.layout import MODEL_REPOSITORY
+    from serving.backend.text_frontend import PREFIX_CHARS, TextFrontEnd
+
+    path = MODEL_REPOSITORY / "text_embedder" / "1" / "tokenizer.json"
+    if not path.exists():
+        pytest.skip(f"{path} is built by `make build-engines`")
+    frontend = TextFrontEnd(str(path), max_length=128, pad_id=0, output_names=["input_ids"])
+    step, last = PREFIX_CHARS
+    giant_words_at_edges = list(" " * last)
+    for edge in range(step, last, step):
+        giant_words_at_edges[edge - 100:edge + 100] = "q" * 200  # one [UNK] whole, ~200 tokens as two pieces
+    cases = {
+        "words after the first start": " " * (step + 1) + "中" * (last - step - 1),
+        "... and one character more": " " * (step + 1) + "中" * (last - step),
+        "words only in the last window": " " * (last - step) + "中" * step,
+        "giant words at the window edges": "".join(giant_words_at_edges),
+    }
+    for name, text in cases.items():
+        counting = frontend.tokenizer = _CountingTokenizer(frontend.tokenizer)
+        start, encoding = frontend.bounded(text)
+        frontend.tokenizer = counting.tokenizer
+        assert counting.tokens < 3 * step, (name, counting.tokens)  # was 245,759 for the first two
+        assert (encoding.ids if encoding is not None else frontend.tokenizer.encode(start).ids) \
+            == frontend.tokenizer.encode(text).ids, name
+
+
 def _threads_after_a_batch(tmp_path, environment: dict[str, str]) -> tuple[int, int, str]:
     """(threads before, threads after tokenizing a 256-text batch, TOKENIZERS_PARALLELISM then) in a
     fresh process: the Rust pool's threads start at its first parallel use, so this sees whether
