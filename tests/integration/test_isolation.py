@@ -459,3 +459,68 @@ def test_a_compressed_json_of_millions_of_values_is_refused_before_it_is_parsed(
         assert response.status == 200, response.read()[:300]
     finally:
         connection.close()
+
+
+def test_json_nested_millions_of_levels_deep_is_refused_and_the_server_keeps_serving(triton_server, token_ids):
+    """Triton 2.51 parses an HTTP body with rapidjson's recursive parser, a stack frame per level of
+    '[' or '{': a 4 MB body of '[' (or 4,023 bytes of it gzipped) overflowed the server's 256 MiB thread
+    stack and the whole server died of SIGSEGV. The request guard follows the nesting as a plain body
+    is read from an HTTP connection and as a compressed one inflates, and refuses more than 1024 levels
+    with 400; the connection's next requests (pipelined, chunked) and binary data full of '[' bytes are
+    read as before."""
+    import gzip
+    import json
+    import socket
+
+    host, port = triton_server.url("http").split(":")
+    pid = triton_server.process.process.pid
+    good = json.dumps({"inputs": [{"name": "input_ids", "shape": [1, 3], "datatype": "INT64", "data": [[101, 2000, 102]]},
+                                  {"name": "attention_mask", "shape": [1, 3], "datatype": "INT64", "data": [[1, 1, 1]]}]}).encode()
+    deep = b'{"inputs":' + b"[" * 4_000_000
+
+    def plain(body, headers=""):
+        return f"POST /v2/models/{ENCODER}/infer HTTP/1.1\r\nHost: x\r\n{headers}Content-Length: {len(body)}\r\n\r\n".encode() + body
+
+    def chunked(body, size=4096):
+        chunks = b"".join(b"%x\r\n%s\r\n" % (len(body[i:i + size]), body[i:i + size]) for i in range(0, len(body), size))
+        return f"POST /v2/models/{ENCODER}/infer HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n".encode() + chunks + b"0\r\n\r\n"
+
+    def answers(wire: bytes, count: int) -> list[tuple[int, bytes]]:
+        """Send `wire` on one connection and read `count` responses (status, body)."""
+        with socket.create_connection((host, int(port)), timeout=60) as connection:
+            connection.sendall(wire)
+            reader, got = connection.makefile("rb"), []
+            for _ in range(count):
+                status_line = reader.readline()
+                assert status_line, f"the connection closed without an answer (server alive: {triton_server.process.process.poll() is None})"
+                status = int(status_line.split()[1])
+                length = 0
+                while (line := reader.readline()) not in (b"\r\n", b""):
+                    if line.lower().startswith(b"content-length:"):
+                        length = int(line.split(b":")[1])
+                got.append((status, reader.read(length)))
+            return got
+
+    expected = re.compile(rb"its JSON nests deeper than 1024 levels of '\[' or '\{'|the body's JSON nests deeper than this server parses")
+    for name, wire in (("plain", plain(deep)), ("gzip", plain(gzip.compress(deep), "Content-Encoding: gzip\r\n")),
+                       ("pipelined", plain(good) + plain(deep) + plain(good)),
+                       ("chunked", chunked(good) + chunked(deep) + chunked(good))):
+        got = answers(wire, 3 if name in ("pipelined", "chunked") else 1)
+        deep_answer = got[1] if len(got) == 3 else got[0]
+        assert deep_answer[0] == 400 and expected.search(deep_answer[1]), (name, deep_answer[0], deep_answer[1][:300])
+        for status, body in (got[0], got[2]) if len(got) == 3 else ():
+            assert status == 200 and json.loads(body)["outputs"][0]["shape"] == [1, 384], (name, status, body[:300])
+        assert triton_server.process.process.poll() is None, f"the server died on the {name} body"
+    # no false alarm: '[' and '{' inside JSON strings and in binary tensor data are not nesting
+    import tritonclient.http as triton_http
+
+    client = triton_http.InferenceServerClient(triton_server.url("http"), network_timeout=60)
+    try:
+        for binary_data in (False, True):
+            texts = triton_http.InferInput("TEXT", [2, 1], "BYTES")
+            texts.set_data_from_numpy(np.array([[b"[" * 5000], [b"{" * 5000]], dtype=object), binary_data=binary_data)
+            assert client.infer("text_embedder", [texts]).as_numpy("embedding").shape == (2, 384)
+    finally:
+        client.close()
+    assert triton_server.process.process.pid == pid and triton_server.process.process.poll() is None
+    assert isinstance(encode(triton_server.url("http"), "http", token_ids[0]), np.ndarray)  # same server, still up

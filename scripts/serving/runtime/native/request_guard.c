@@ -49,6 +49,17 @@
  *   (default 128; 0 = no limit) parameters on one request are refused at the first one past it, which
  *   ends the frontend's loop.
  *
+ * - An HTTP JSON body nested millions of levels deep ('[' repeated): Triton 2.51 parses the body with
+ *   rapidjson's recursive parser, one stack frame per level, so ~4 M levels overflow even the 256 MiB thread
+ *   stack the launcher gives the server, and the whole server died of SIGSEGV: a 4,023-byte gzip body or a
+ *   4 MB plain one (found by a review on 2026-12-06; six in 10 minutes spend the restart budget). Nesting is
+ *   followed outside JSON strings up to the end of the body's JSON value, as a compressed body is inflated
+ *   and as a plain body is read from an HTTP connection (readv/read/recv on the sockets accepted on the HTTP
+ *   port, with just enough of HTTP/1.1 to find each body and its JSON part); past
+ *   SERVING_REQUEST_GUARD_MAX_JSON_DEPTH (default 1024; 0 = no limit) levels the compressed body is a stream
+ *   error and the plain body's opening byte is replaced with '#', which ends the parse there; either is
+ *   answered 400 naming the depth.
+ *
  * - A compressed HTTP body that inflates to a JSON of millions of small values ("data": [0,0,0,...]): Triton
  *   2.51 parses the JSON into a DOM of about 17 times its size before any check, so a 253 KB gzip body
  *   (255 MB inflated) held 4.7 GB for 4 s, more than the main partition's pod memory limit (5120 MiB).
@@ -75,7 +86,11 @@
  * removes both variables, so the backend stubs do not inherit them.
  */
 #define _GNU_SOURCE
+#include <ctype.h>
 #include <dlfcn.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <link.h>
@@ -84,6 +99,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "tritonserver_only.h"
 
@@ -133,6 +149,38 @@ static __thread int body_ended, body_failed, body_cut_off;
  * JSON into a DOM of ~16 bytes and more per value, so "0,0,0,..." takes ~17 times its size (a 253 KB gzip
  * body of 255 MB of it held 4.7 GB); this many marks bound the values, whatever the compression. */
 static __thread uint64_t body_json_marks;
+/* SERVING_REQUEST_GUARD_MAX_JSON_DEPTH; 0 = no limit: how deeply a request body's JSON may nest. rapidjson's
+ * parser recurses once per level; valid KServe bodies nest a handful of levels (data arrays: one per dimension). */
+static uint64_t max_json_depth = 1024;
+
+/* Where a JSON text is, for the nesting count: outside strings, '[' '{' open a level and ']' '}' close one;
+ * once the first value closes (depth back to 0), the rest is not JSON (binary tensor data) and is not read. */
+struct json_depth { uint64_t depth, offset; unsigned char in_string, escaped, started, done, refused; };
+
+/* Feeds `n` bytes; returns the index of the byte that opens a level past the limit, or -1. */
+static long json_depth_feed(struct json_depth *j, unsigned char *bytes, size_t n) {
+    for (size_t i = 0; i < n && !j->done; i++, j->offset++) {
+        unsigned char c = bytes[i];
+        if (j->in_string) {
+            if (j->escaped) j->escaped = 0;
+            else if (c == '\\') j->escaped = 1;
+            else if (c == '"') j->in_string = 0;
+        } else if (c == '"') {
+            j->in_string = 1;
+        } else if (c == '[' || c == '{') {
+            j->started = 1;
+            if (max_json_depth && ++j->depth > max_json_depth) { j->refused = 1; j->done = 1; return (long)i; }
+        } else if (c == ']' || c == '}') {
+            if (j->depth) j->depth--;
+            if (j->started && j->depth == 0) j->done = 1;
+        }
+    }
+    return -1;
+}
+static __thread struct json_depth body_depth;
+/* Set on the thread whose request body was cut short for nesting too deep, until its parse error is answered. */
+static __thread uint64_t deep_body_offset;
+static __thread int deep_body;
 
 /* The next definition of `name`: the server library's. Found in the objects loaded after this one, or
  * else in any other loaded object (a process may have loaded the server library privately,
@@ -196,6 +244,8 @@ static uint64_t byte_limit(const char *variable, uint64_t fallback, const char *
     return value;
 }
 
+static void http_port_from_argv(int argc, char **argv);
+
 __attribute__((constructor)) static void request_guard_init(int argc, char **argv, char **envp) {
     (void)envp;
     int in_server = acting_in_this_process((const void *)request_guard_init);
@@ -210,6 +260,8 @@ __attribute__((constructor)) static void request_guard_init(int argc, char **arg
     max_inflated_bytes = byte_limit("SERVING_REQUEST_GUARD_MAX_INFLATED_BYTES", max_inflated_bytes, "byte count");
     max_parameters = byte_limit("SERVING_REQUEST_GUARD_MAX_PARAMETERS", max_parameters, "count");
     max_inflated_json_marks = byte_limit("SERVING_REQUEST_GUARD_MAX_INFLATED_JSON_MARKS", max_inflated_json_marks, "count");
+    max_json_depth = byte_limit("SERVING_REQUEST_GUARD_MAX_JSON_DEPTH", max_json_depth, "count");
+    http_port_from_argv(argc, argv);
 }
 
 /* A new error from the server library itself (never through this library's TRITONSERVER_ErrorNew). */
@@ -693,6 +745,7 @@ int inflateInit2_(void *stream, int window_bits, const char *version, int stream
     int ret = next(stream, window_bits, version, stream_size);
     if (enabled && ret == 0 && window_bits == HTTP_BODY_WINDOW_BITS) {
         body_stream = stream; body_ended = body_failed = body_cut_off = 0; body_json_marks = 0;
+        memset(&body_depth, 0, sizeof body_depth);
     }
     return ret;
 }
@@ -713,6 +766,9 @@ int inflate(void *stream, int flush) {
     if (!enabled) return ret;
     if (stream && stream == body_stream && out_before && max_inflated_json_marks)
         body_json_marks += json_marks(out_before, ((struct z_stream_head *)stream)->next_out);
+    if (stream && stream == body_stream && out_before && max_json_depth)
+        json_depth_feed(&body_depth, (unsigned char *)out_before,
+                        (size_t)(((struct z_stream_head *)stream)->next_out - out_before));
     if (ret == Z_DATA_ERROR_ || ret == Z_NEED_DICT_ || ret == Z_MEM_ERROR_) {
         inflate_problem = "the body is not valid gzip/deflate data (Content-Encoding says it is compressed); expected "
                           "the body compressed as its Content-Encoding header says, or no Content-Encoding header";
@@ -720,6 +776,11 @@ int inflate(void *stream, int flush) {
     } else if (max_inflated_bytes && ((struct z_stream_head *)stream)->total_out > max_inflated_bytes) {
         inflate_problem = "the body inflates to more bytes than this server accepts "
                           "(SERVING_REQUEST_GUARD_MAX_INFLATED_BYTES); expected a smaller request";
+        ret = Z_STREAM_ERROR_;
+    } else if (stream == body_stream && body_depth.refused) {
+        inflate_problem = "the body's JSON nests deeper than this server parses (SERVING_REQUEST_GUARD_MAX_JSON_DEPTH "
+                          "levels of '[' or '{'): each level takes parser stack; expected a KServe v2 JSON body, whose "
+                          "data arrays nest one level per dimension";
         ret = Z_STREAM_ERROR_;
     } else if (stream == body_stream && max_inflated_json_marks && body_json_marks > max_inflated_json_marks) {
         inflate_problem = "the body inflates to more JSON values (',' '[' '{' ':') than this server parses from a "
@@ -791,6 +852,20 @@ TRITONSERVER_Error *TRITONSERVER_ErrorNew(int code, const char *message) {
         snprintf(text, sizeof text, "request body: %s", problem);
         return new_error(ERROR_INVALID_ARG, text);
     }
+    if (enabled && deep_body && code == ERROR_INTERNAL && message &&
+        strncmp(message, "failed to parse the request JSON buffer", 39) == 0) {
+        char at[48];
+        snprintf(at, sizeof at, " at %" PRIu64, deep_body_offset);
+        const char *found = strstr(message, at);
+        if (found && !isdigit((unsigned char)found[strlen(at)])) {
+            deep_body = 0;
+            char text[512];
+            snprintf(text, sizeof text, "request body: its JSON nests deeper than %" PRIu64 " levels of '[' or '{' (byte %"
+                     PRIu64 "; SERVING_REQUEST_GUARD_MAX_JSON_DEPTH): each level takes parser stack; expected a KServe "
+                     "v2 JSON body, whose data arrays nest one level per dimension", max_json_depth, deep_body_offset);
+            return new_error(ERROR_INVALID_ARG, text);
+        }
+    }
     if (enabled && is_request_json_error(code, message)) {
         char text[1024];
         snprintf(text, sizeof text, "%.600s; expected a JSON body of the KServe v2 inference protocol: {\"inputs\": "
@@ -801,4 +876,278 @@ TRITONSERVER_Error *TRITONSERVER_ErrorNew(int code, const char *message) {
         return new_error(ERROR_INVALID_ARG, text);
     }
     return new_error(code, message);
+}
+
+/* ------------------------------------------------------------------ plain HTTP bodies: JSON nesting depth
+ * Triton's HTTP frontend (libevent/evhtp, linked into the binary) reads each connection with readv (read and
+ * recv are wrapped alike) on the thread that then parses the request. The sockets accepted on the HTTP port
+ * (--http-port, 8000 by default) are followed with just enough of HTTP/1.1 to find each request's body
+ * (Content-Length or chunked) and its JSON part (Inference-Header-Content-Length bytes, else the whole body;
+ * a compressed body is left to the inflate wrapper above). A byte that opens a level past
+ * SERVING_REQUEST_GUARD_MAX_JSON_DEPTH is replaced with '#': rapidjson stops there ("Invalid value") instead
+ * of recursing on, and the parse error is answered 400 naming the depth. Following a connection must not be
+ * fooled into skipping a body, so framing it cannot be sure of (a length header it cannot read, two
+ * Content-Lengths that differ, Content-Length with chunked, a bad chunk size) closes the connection, as a
+ * read error would: no valid client sends those. */
+enum { HS_LINE, HS_BODY, HS_CHUNK_SIZE, HS_CHUNK_DATA, HS_CHUNK_END, HS_TRAILER, HS_FAIL };
+enum { HS_MAX_FD = 1 << 16, HS_LINE_ROOM = 96 };
+struct http_scan {
+    int state, first_line, chunked, compressed, line_long, in_value;
+    uint64_t content_length, header_length, body_left, json_left;
+    int has_length, has_header_length;
+    size_t line_used, value_at;
+    char line[HS_LINE_ROOM];
+    struct json_depth json;
+};
+static struct http_scan *http_scans[HS_MAX_FD];
+static int http_port = 8000;
+
+static void http_port_from_argv(int argc, char **argv) {
+    for (int i = 1; i < argc; i++) {
+        const char *value = NULL;
+        if (strncmp(argv[i], "--http-port=", 12) == 0) value = argv[i] + 12;
+        else if (strcmp(argv[i], "--http-port") == 0 && i + 1 < argc) value = argv[i + 1];
+        if (value) http_port = atoi(value);
+    }
+}
+
+static void http_scan_new_line(struct http_scan *h) {
+    h->line_used = 0; h->line_long = 0;
+    /* a chunk-size line is all value; a header line's value starts after its ':' */
+    h->in_value = h->state == HS_CHUNK_SIZE;
+    h->value_at = 0;
+}
+
+static void http_scan_request_start(struct http_scan *h) {
+    h->state = HS_LINE; h->first_line = 1; h->chunked = h->compressed = 0;
+    h->content_length = h->header_length = 0; h->has_length = h->has_header_length = 0;
+    memset(&h->json, 0, sizeof h->json);
+    http_scan_new_line(h);
+}
+
+static int header_is(const char *line, const char *name, const char **value) {
+    size_t n = strlen(name);
+    if (strncasecmp(line, name, n) != 0 || line[n] != ':') return 0;
+    *value = line + n + 1;
+    return 1;
+}
+
+static int decimal(const char *text, uint64_t *out) {
+    char *end = NULL;
+    if (!isdigit((unsigned char)*text)) return 0;
+    errno = 0;
+    unsigned long long v = strtoull(text, &end, 10);
+    if (*end || errno == ERANGE) return 0;
+    *out = v;
+    return 1;
+}
+
+/* One whole line (without "\n", whitespace of values dropped); returns 0 when the framing is not sure. */
+static int http_scan_line(struct http_scan *h) {
+    char *line = h->line;
+    size_t n = h->line_used;
+    if (n && line[n - 1] == '\r') n--;
+    line[n] = 0;
+    if (h->state == HS_CHUNK_SIZE) {
+        char *end = NULL;
+        errno = 0;
+        unsigned long long size = strtoull(line, &end, 16);
+        if (end == line || errno == ERANGE || (*end && *end != ';') || (h->line_long && !*end)) return 0;
+        h->body_left = size;
+        h->state = size ? HS_CHUNK_DATA : HS_TRAILER;
+        return 1;
+    }
+    if (h->state == HS_TRAILER) {
+        if (n == 0) http_scan_request_start(h);
+        return 1;
+    }
+    if (h->first_line) {  /* the request line (blank lines before it are allowed) */
+        if (n) h->first_line = 0;
+        return 1;
+    }
+    if (n == 0) {  /* end of the headers */
+        if (h->chunked && h->has_length) return 0;
+        if (h->has_header_length && (!h->has_length || h->header_length <= h->content_length))
+            h->json_left = h->header_length;
+        else
+            h->json_left = h->chunked ? UINT64_MAX : h->content_length;
+        if (h->compressed) h->json_left = 0;
+        if (h->chunked) { h->state = HS_CHUNK_SIZE; return 1; }
+        if (!h->content_length) { http_scan_request_start(h); return 1; }
+        h->body_left = h->content_length;
+        h->state = HS_BODY;
+        return 1;
+    }
+    const char *value;
+    uint64_t number;
+    if (header_is(line, "content-length", &value)) {
+        if (h->line_long || !decimal(value, &number) || (h->has_length && number != h->content_length)) return 0;
+        h->content_length = number;
+        h->has_length = 1;
+    } else if (header_is(line, "inference-header-content-length", &value)) {
+        if (h->line_long || !decimal(value, &number)) return 0;
+        h->header_length = number;
+        h->has_header_length = 1;
+    } else if (header_is(line, "transfer-encoding", &value)) {
+        if (h->line_long) return 0;
+        if (strcasestr(value, "chunked")) h->chunked = 1;
+    } else if (header_is(line, "content-encoding", &value)) {
+        if (h->line_long) return 0;
+        if (*value && strncasecmp(value, "identity", 8) != 0) h->compressed = 1;
+    }
+    return 1;
+}
+
+static void http_scan_body_bytes(struct http_scan *h, unsigned char *bytes, size_t n) {
+    if (!h->json_left || h->json.done) return;
+    size_t take = n < h->json_left ? n : (size_t)h->json_left;
+    long bad = json_depth_feed(&h->json, bytes, take);
+    if (h->json_left != UINT64_MAX) h->json_left -= take;
+    if (bad >= 0) {
+        bytes[bad] = '#';
+        deep_body = 1;
+        deep_body_offset = h->json.offset;  /* the JSON offset of the replaced byte */
+    }
+}
+
+/* A byte of a header or chunk-size line: names kept, a value's spaces and leading zeros dropped (they
+ * change nothing and could push the number past the room here). */
+static void http_scan_line_byte(struct http_scan *h, char c) {
+    if (!h->first_line && h->state == HS_LINE && !h->in_value) {
+        if (c == ':') { h->in_value = 1; h->value_at = h->line_used + 1; }
+    } else if (h->in_value && !h->first_line) {
+        if (c == ' ' || c == '\t') return;
+        if (h->line_used == h->value_at + 1 && h->line[h->value_at] == '0' && isxdigit((unsigned char)c)) {
+            h->line[h->value_at] = c;
+            return;
+        }
+    }
+    if (h->line_used < HS_LINE_ROOM - 1) h->line[h->line_used++] = c;
+    else h->line_long = 1;
+}
+
+static void http_scan_feed(struct http_scan *h, unsigned char *bytes, size_t n) {
+    size_t i = 0;
+    while (i < n && h->state != HS_FAIL) {
+        if (h->state == HS_BODY || h->state == HS_CHUNK_DATA) {
+            size_t take = n - i < h->body_left ? n - i : (size_t)h->body_left;
+            http_scan_body_bytes(h, bytes + i, take);
+            h->body_left -= take;
+            i += take;
+            if (!h->body_left) {
+                if (h->state == HS_BODY) http_scan_request_start(h);
+                else h->state = HS_CHUNK_END;
+            }
+            continue;
+        }
+        unsigned char c = bytes[i++];
+        if (h->state == HS_CHUNK_END) {  /* the CRLF after a chunk's data */
+            if (c == '\n') { h->state = HS_CHUNK_SIZE; http_scan_new_line(h); }
+            else if (c != '\r') h->state = HS_FAIL;
+            continue;
+        }
+        if (c == '\n') {
+            if (!http_scan_line(h)) { h->state = HS_FAIL; return; }
+            if (h->state != HS_BODY && h->state != HS_CHUNK_DATA) http_scan_new_line(h);
+            continue;
+        }
+        http_scan_line_byte(h, (char)c);
+    }
+}
+
+/* What a wrapped read returns: `got`, or a reset connection once its framing is not sure. */
+static ssize_t http_scan_result(struct http_scan *h, ssize_t got) {
+    if (h && h->state == HS_FAIL) {
+        errno = ECONNRESET;
+        return -1;
+    }
+    return got;
+}
+
+static struct http_scan *http_scan_of(int fd) {
+    return (enabled && max_json_depth && fd >= 0 && fd < HS_MAX_FD) ? __atomic_load_n(&http_scans[fd], __ATOMIC_ACQUIRE)
+                                                                    : NULL;
+}
+
+static void http_scan_forget(int fd) {
+    if (fd < 0 || fd >= HS_MAX_FD) return;
+    struct http_scan *old = __atomic_exchange_n(&http_scans[fd], NULL, __ATOMIC_ACQ_REL);
+    free(old);
+}
+
+static void http_scan_accepted(int listener, int fd) {
+    if (!enabled || !max_json_depth || fd < 0 || fd >= HS_MAX_FD) return;
+    http_scan_forget(fd);
+    struct sockaddr_storage address;
+    socklen_t length = sizeof address;
+    if (getsockname(listener, (struct sockaddr *)&address, &length) != 0) return;
+    int port = address.ss_family == AF_INET ? ntohs(((struct sockaddr_in *)&address)->sin_port)
+             : address.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&address)->sin6_port) : -1;
+    if (port != http_port) return;
+    struct http_scan *h = calloc(1, sizeof *h);
+    if (!h) return;
+    http_scan_request_start(h);
+    __atomic_store_n(&http_scans[fd], h, __ATOMIC_RELEASE);
+}
+
+typedef int (*accept_fn)(int, struct sockaddr *, socklen_t *);
+typedef int (*accept4_fn)(int, struct sockaddr *, socklen_t *, int);
+typedef ssize_t (*readv_fn)(int, const struct iovec *, int);
+typedef ssize_t (*read_fn)(int, void *, size_t);
+typedef ssize_t (*recv_fn)(int, void *, size_t, int);
+typedef int (*close_fn)(int);
+
+int accept(int listener, struct sockaddr *address, socklen_t *length) {
+    static accept_fn next;
+    if (!next) next = (accept_fn)real("accept");
+    int fd = next(listener, address, length);
+    if (fd >= 0) http_scan_accepted(listener, fd);
+    return fd;
+}
+
+int accept4(int listener, struct sockaddr *address, socklen_t *length, int flags) {
+    static accept4_fn next;
+    if (!next) next = (accept4_fn)real("accept4");
+    int fd = next(listener, address, length, flags);
+    if (fd >= 0) http_scan_accepted(listener, fd);
+    return fd;
+}
+
+ssize_t readv(int fd, const struct iovec *iov, int count) {
+    static readv_fn next;
+    if (!next) next = (readv_fn)real("readv");
+    ssize_t got = next(fd, iov, count);
+    struct http_scan *h = got > 0 ? http_scan_of(fd) : NULL;
+    size_t left = got > 0 ? (size_t)got : 0;
+    for (int i = 0; h && i < count && left; i++) {
+        size_t n = left < iov[i].iov_len ? left : iov[i].iov_len;
+        http_scan_feed(h, iov[i].iov_base, n);
+        left -= n;
+    }
+    return http_scan_result(h, got);
+}
+
+ssize_t read(int fd, void *buffer, size_t size) {
+    static read_fn next;
+    if (!next) next = (read_fn)real("read");
+    ssize_t got = next(fd, buffer, size);
+    struct http_scan *h = got > 0 ? http_scan_of(fd) : NULL;
+    if (h) http_scan_feed(h, buffer, (size_t)got);
+    return http_scan_result(h, got);
+}
+
+ssize_t recv(int fd, void *buffer, size_t size, int flags) {
+    static recv_fn next;
+    if (!next) next = (recv_fn)real("recv");
+    ssize_t got = next(fd, buffer, size, flags);
+    struct http_scan *h = got > 0 && !(flags & MSG_PEEK) ? http_scan_of(fd) : NULL;
+    if (h) http_scan_feed(h, buffer, (size_t)got);
+    return http_scan_result(h, got);
+}
+
+int close(int fd) {
+    static close_fn next;
+    if (!next) next = (close_fn)real("close");
+    if (fd >= 0 && fd < HS_MAX_FD && __atomic_load_n(&http_scans[fd], __ATOMIC_RELAXED)) http_scan_forget(fd);
+    return next(fd);
 }
