@@ -437,11 +437,6 @@ TRITONSERVER_Error *TRITONSERVER_InferenceRequestAppendInputDataWithBufferAttrib
 
 /* --- Request parameters: at most max_parameters per request --- */
 
-typedef TRITONSERVER_Error *(*string_parameter_fn)(TRITONSERVER_InferenceRequest *, const char *, const char *);
-typedef TRITONSERVER_Error *(*int_parameter_fn)(TRITONSERVER_InferenceRequest *, const char *, int64_t);
-typedef TRITONSERVER_Error *(*bool_parameter_fn)(TRITONSERVER_InferenceRequest *, const char *, _Bool);
-typedef TRITONSERVER_Error *(*double_parameter_fn)(TRITONSERVER_InferenceRequest *, const char *, double);
-
 /* NULL when `handle` may take one more parameter (counted), else the error that refuses it. */
 static TRITONSERVER_Error *one_parameter_more(TRITONSERVER_InferenceRequest *handle) {
     if (!enabled || max_parameters == 0) return NULL;
@@ -457,37 +452,20 @@ static TRITONSERVER_Error *one_parameter_more(TRITONSERVER_InferenceRequest *han
     return new_error(ERROR_INVALID_ARG, message);
 }
 
-TRITONSERVER_Error *TRITONSERVER_InferenceRequestSetStringParameter(TRITONSERVER_InferenceRequest *handle,
-                                                                    const char *key, const char *value) {
-    static string_parameter_fn next;
-    if (!next) next = (string_parameter_fn)real("TRITONSERVER_InferenceRequestSetStringParameter");
-    TRITONSERVER_Error *refused = one_parameter_more(handle);
-    return refused ? refused : next(handle, key, value);
-}
-
-TRITONSERVER_Error *TRITONSERVER_InferenceRequestSetIntParameter(TRITONSERVER_InferenceRequest *handle, const char *key,
-                                                                 int64_t value) {
-    static int_parameter_fn next;
-    if (!next) next = (int_parameter_fn)real("TRITONSERVER_InferenceRequestSetIntParameter");
-    TRITONSERVER_Error *refused = one_parameter_more(handle);
-    return refused ? refused : next(handle, key, value);
-}
-
-TRITONSERVER_Error *TRITONSERVER_InferenceRequestSetBoolParameter(TRITONSERVER_InferenceRequest *handle, const char *key,
-                                                                  _Bool value) {
-    static bool_parameter_fn next;
-    if (!next) next = (bool_parameter_fn)real("TRITONSERVER_InferenceRequestSetBoolParameter");
-    TRITONSERVER_Error *refused = one_parameter_more(handle);
-    return refused ? refused : next(handle, key, value);
-}
-
-TRITONSERVER_Error *TRITONSERVER_InferenceRequestSetDoubleParameter(TRITONSERVER_InferenceRequest *handle,
-                                                                    const char *key, double value) {
-    static double_parameter_fn next;
-    if (!next) next = (double_parameter_fn)real("TRITONSERVER_InferenceRequestSetDoubleParameter");
-    TRITONSERVER_Error *refused = one_parameter_more(handle);
-    return refused ? refused : next(handle, key, value);
-}
+/* The four typed setters the frontends call for request parameters, each counted before it is passed on. */
+#define COUNTED_PARAMETER_SETTER(kind, value_type)                                                               \
+    TRITONSERVER_Error *TRITONSERVER_InferenceRequestSet##kind##Parameter(TRITONSERVER_InferenceRequest *handle, \
+                                                                         const char *key, value_type value) {    \
+        typedef TRITONSERVER_Error *(*setter_fn)(TRITONSERVER_InferenceRequest *, const char *, value_type);     \
+        static setter_fn next;                                                                                  \
+        if (!next) next = (setter_fn)real("TRITONSERVER_InferenceRequestSet" #kind "Parameter");                 \
+        TRITONSERVER_Error *refused = one_parameter_more(handle);                                               \
+        return refused ? refused : next(handle, key, value);                                                    \
+    }
+COUNTED_PARAMETER_SETTER(String, const char *)
+COUNTED_PARAMETER_SETTER(Int, int64_t)
+COUNTED_PARAMETER_SETTER(Bool, _Bool)
+COUNTED_PARAMETER_SETTER(Double, double)
 
 /* What Triton forgot of a request, forgotten here too: one input's data, one input, or every input. */
 enum forget { FORGET_DATA, FORGET_INPUT, FORGET_ALL };
