@@ -397,3 +397,66 @@ def test_a_stop_string_ends_the_text_before_it_streamed_or_not(triton_server):
     for protocol in ("http", "grpc"):  # the project's client, through sampling_parameters
         text, _, reason, _ = run(triton_server, protocol, PROMPTS[4], max_tokens=24, ignore_eos=True, stop=(stop, "\u2603"))
         assert (text, reason) == (expected, "stop"), (protocol, text, reason)
+
+
+@pytest.fixture(scope="module")
+def llm_server(tmp_path_factory):
+    """The LLM alone on a server of its own: the flood below could take a shared server down with it."""
+    from conftest import start_test_server
+
+    server = start_test_server(tmp_path_factory.mktemp("llm-flood"), (MODEL,))
+    yield server
+    server.process.stop()
+
+
+def test_a_flood_of_abandoned_streams_overflowing_the_wait_queue_does_not_crash_the_server(llm_server):
+    """A soak review (2026-12-06) killed the LLM's partition with SIGSEGV in Triton's
+    `TRITONBACKEND_ResponseFactoryIsCancelled`, twice, within seconds: clients that send a
+    generate_stream request and hang up at once, faster than it decodes, so the batch wait queue
+    (256) fills and the rest are refused as queue-full. Triton 2.51's Python backend frees a
+    request's response factory when its FINAL response is sent, and `request.is_cancelled()` after
+    that reads the freed factory. The model registered each request before submitting it and
+    answered a queue-full one with its FINAL from Triton's thread while the generation loop, from a
+    snapshot of the pending requests, could still be polling that request's cancellation. The
+    server must survive, answer, and hold no KV blocks once the abandoned streams are cancelled."""
+    import json
+    import socket
+    import struct
+
+    from conftest import poll_until
+
+    triton_server = llm_server
+    host, port = triton_server.url("http").split(":")
+    body = json.dumps({"text_input": PROMPTS[2], "stream": True,
+                       "sampling_parameters": json.dumps({"max_tokens": 300, "ignore_eos": True})}).encode()
+    request = (f"POST /v2/models/{MODEL}/generate_stream HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+               f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+
+    def send_and_hang_up(_):
+        with socket.create_connection((host, int(port)), timeout=10) as sock:
+            sock.sendall(request)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # reset, not FIN: gone at once
+
+    def idle_or_dead():
+        if server.poll() is not None:
+            return True
+        try:
+            return all(metric(triton_server, name) == 0 for name in ("llm_sequences_running", "llm_sequences_waiting"))
+        except OSError:  # the metrics endpoint of a server that is going down
+            return False
+
+    rejected_before = metric(triton_server, 'llm_requests_rejected_total{reason="queue_full"') or 0
+    server = triton_server.process.process
+    sent, deadline = 0, time.monotonic() + 30  # (it died after 2,500-8,000 of them, in 2-10 s)
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        while time.monotonic() < deadline and server.poll() is None:
+            list(pool.map(send_and_hang_up, range(500)))
+            sent += 500
+    assert server.poll() is None, f"tritonserver died ({server.poll()}) after {sent} abandoned streams"
+    poll_until(idle_or_dead, bool, 120, 0.2)
+    assert server.poll() is None, f"tritonserver died ({server.poll()}) while the abandoned streams were cancelled"
+    wait_idle(triton_server)
+    assert (metric(triton_server, 'llm_requests_rejected_total{reason="queue_full"') or 0) > rejected_before, \
+        "precondition: the flood overflowed the wait queue"
+    assert metric(triton_server, "llm_kv_blocks_used") == 0 and metric(triton_server, "llm_sequences_running") == 0
+    assert run(triton_server, "grpc", PROMPTS[0], max_tokens=4, ignore_eos=True)[2] == "length"  # still serving

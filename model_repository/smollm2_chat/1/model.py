@@ -131,6 +131,14 @@ class TritonPythonModel:
         self.metrics.create_all(finish_reasons=[r.value for r in FinishReason if r is not FinishReason.QUEUE_TIMEOUT],
                                 reject_reasons=["invalid", "queue_full", "queue_timeout"], preemption_reasons=list(scheduler.preemptions))
         self.pending, self.ids, self.published = {}, itertools.count(), {}
+        #: Held while `_accept` registers a request and submits it (and takes it back when the submit fails),
+        #: while the loop polls `is_cancelled`, and while `finalize` answers what is left. Why: Triton 2.51's
+        #: Python backend frees a request's response factory when its FINAL response is sent, and
+        #: `request.is_cancelled()` after that reads the freed factory (the server dies with SIGSEGV in
+        #: TRITONBACKEND_ResponseFactoryIsCancelled). A request refused at submit (a full wait queue) is
+        #: answered from Triton's thread; without the lock the loop could still poll it from its snapshot
+        #: of `pending` (a flood of abandoned streams killed the server within seconds; test_generation_serving).
+        self.intake = threading.Lock()
         self.wake, self.stopping = threading.Event(), False
         self._warm_up()
         self._publish(StepResult())  # the gauges' true values (blocks free, ...) before the first request
@@ -184,13 +192,14 @@ class TritonPythonModel:
             generation = build_request(request_id, ids, fields, self.max_context, self.default_priority, stream,
                                        queue_timeout_us=int(request.timeout() or 0))
             decode = lambda tokens: self.tokenizer.decode(list(tokens), skip_special_tokens=True)
-            self.pending[request_id] = _Pending(request, sender, stream, text if prepend else "", IncrementalDetokenizer(decode), len(ids),
-                                                generation.sampling.stop)
-            try:
-                self.engine.submit(generation)
-            except Exception:
-                self.pending.pop(request_id, None)
-                raise
+            with self.intake:  # no poll of its cancellation can be under way once it is taken back (see __init__)
+                self.pending[request_id] = _Pending(request, sender, stream, text if prepend else "", IncrementalDetokenizer(decode),
+                                                    len(ids), generation.sampling.stop)
+                try:
+                    self.engine.submit(generation)
+                except Exception:
+                    self.pending.pop(request_id, None)
+                    raise
         except InvalidGenerationRequest as exc:
             self.metrics.add(gm.REQUESTS_REJECTED, 1, reason="invalid")
             sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc), pb_utils.TritonError.INVALID_ARG)), flags=FINAL)
@@ -212,9 +221,10 @@ class TritonPythonModel:
                 self.wake.clear()
                 continue
             try:  # all of it: an exception anywhere here ended the one loop thread, and every later request hung
-                for request_id, pending in list(self.pending.items()):
-                    if pending.request.is_cancelled():
-                        self.engine.cancel(request_id)
+                with self.intake:  # only requests nobody has answered yet (see __init__)
+                    for request_id, pending in list(self.pending.items()):
+                        if pending.request.is_cancelled():
+                            self.engine.cancel(request_id)
                 result = self.engine.step()
                 self._respond(result)
                 self._publish(result)
@@ -321,9 +331,10 @@ class TritonPythonModel:
         self.thread.join(timeout=10)
         # every decoupled request gets its FINAL, also when the server stops mid-generation: one left
         # open hangs its client until the connection drops (and an open sender holds the model)
-        for request_id, pending in list(self.pending.items()):
-            self.pending.pop(request_id, None)
-            error = pb_utils.TritonError("the model is being unloaded (server stopping or model reloaded); retry",
-                                         pb_utils.TritonError.UNAVAILABLE)
-            self._send(pending, pb_utils.InferenceResponse(error=error), FINAL)
+        with self.intake:  # a loop that outlived the join must not poll what is answered here
+            for request_id, pending in list(self.pending.items()):
+                self.pending.pop(request_id, None)
+                error = pb_utils.TritonError("the model is being unloaded (server stopping or model reloaded); retry",
+                                             pb_utils.TritonError.UNAVAILABLE)
+                self._send(pending, pb_utils.InferenceResponse(error=error), FINAL)
         self.metrics.close()
