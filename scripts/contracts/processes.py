@@ -96,11 +96,17 @@ def pid_alive(pid: int) -> bool:
 
 
 def stop_pid(pid: int, timeout: float = 20.0, nothing_left_to_finish: Callable[[], bool] | None = None) -> None:
-    """SIGTERM the server's process group (it owns its backend stubs), then SIGKILL if it lingers.
+    """SIGTERM the server's process group (it owns its backend stubs), then SIGKILL if it lingers;
+    once the leader is gone, whatever is left of its group is killed (`kill_group_leftovers`).
 
     `nothing_left_to_finish`, polled while the group has `timeout` to exit after SIGTERM: True
     means the process can only be waiting for something that will never come, so SIGKILL follows
     at once (e.g. a tritonserver whose every stub has exited: `serving.runtime.stub_watch.stop_server_group`)."""
+    _stop_group_leader(pid, timeout, nothing_left_to_finish)
+    kill_group_leftovers(pid)
+
+
+def _stop_group_leader(pid: int, timeout: float, nothing_left_to_finish: Callable[[], bool] | None) -> None:
     for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 5.0)):
         try:
             os.killpg(pid, sig)
@@ -119,6 +125,18 @@ def stop_pid(pid: int, timeout: float = 20.0, nothing_left_to_finish: Callable[[
             if sig == signal.SIGTERM and nothing_left_to_finish is not None and nothing_left_to_finish():
                 break
             time.sleep(0.1)
+
+
+def kill_group_leftovers(pgid: int) -> None:
+    """SIGKILL what is left of process group `pgid` once its leader has exited. Why: a tritonserver
+    that crashed (or was stopped) leaves any Python-backend stub still running in its group as an
+    orphan, and nothing else ever stops it (2026-12-06: eight LLM stubs of crashed test servers,
+    1.5-1.7 GB each, were still running 45 minutes later). The group's id cannot be reused while a
+    member is left, so this reaches only that server's leftovers."""
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def proc_stat_fields(stat_text: str) -> list[str]:

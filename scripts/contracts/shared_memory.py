@@ -27,3 +27,21 @@ def remove_server_shared_files(server_pid: int, directory: Path = SHARED_MEMORY_
     for path in removed:
         path.unlink(missing_ok=True)
     return removed
+
+
+def triton_shm_regions(pid: int) -> tuple[str, ...]:
+    """The /dev/shm/triton_* files (the Python backend's IPC regions, one per stub) a live
+    tritonserver has mapped, from /proc/<pid>/maps: read while it runs, since one that is killed or
+    crashes leaves them behind (1 MiB each and more) for whoever stops it to remove."""
+    try:
+        maps = Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return ()
+    return tuple(sorted({line.split()[-1] for line in maps.splitlines() if f"{SHARED_MEMORY_DIR}/triton_" in line}))
+
+
+def remove_triton_shm_regions(regions: "tuple[str, ...] | list[str]") -> None:
+    """Remove regions `triton_shm_regions` listed for a server that is gone (missing ones are fine:
+    a server that exits cleanly removes its own)."""
+    for region in regions:
+        Path(region).unlink(missing_ok=True)

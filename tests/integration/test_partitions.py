@@ -192,7 +192,7 @@ def test_kill_9_partition_is_restarted_and_clients_recover(partitions):
     from model_client.errors import ClientError
     from model_client.policies import RetryPolicy
     from model_client.resilient import ResilientClient
-    from serving.runtime.supervisor import triton_shm_regions
+    from contracts.shared_memory import triton_shm_regions
 
     layout, manifest = partitions
     old_pid = _partitions(layout)["quiet"].pid
@@ -261,7 +261,8 @@ def test_sigstopped_partition_is_declared_hung_killed_and_restarted(partitions):
     from model_client.client import TritonModelClient
     from partition_probe import group_stat_fields
     from contracts.processes import pid_alive
-    from serving.runtime.supervisor import RestartPolicy, triton_shm_regions
+    from contracts.shared_memory import triton_shm_regions
+    from serving.runtime.supervisor import RestartPolicy
 
     layout, _ = partitions
     policy = RestartPolicy()  # what `serving supervise` runs with

@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 
 from contracts.errors import ServerStartError
 from contracts.layout import SOURCE_DIRS
-from contracts.shared_memory import remove_server_shared_files
+from contracts.shared_memory import remove_server_shared_files, remove_triton_shm_regions, triton_shm_regions
 from contracts.serving_spec import DEFAULT_LATENCY_SUMMARY_QUANTILES, DEFAULT_RATE_LIMIT
-from contracts.processes import free_loopback_ports, http_ready, log_tail, pid_alive, server_ready, stop_pid  # noqa: F401 (re-exported)
+from contracts.processes import free_loopback_ports, http_ready, kill_group_leftovers, log_tail, pid_alive, server_ready, stop_pid  # noqa: F401 (re-exported)
 from serving.runtime.security import ADMIN_KEY_ENV
 from serving.runtime.stub_watch import stop_server_group
 
@@ -231,6 +231,9 @@ class TritonServerProcess:
         #: serving.runtime.cpu_shares: the cgroup to join or the niceness, applied before exec
         self.cpu_weight = cpu_weight
         self.process: subprocess.Popen | None = None
+        #: The Python backend's IPC regions, read once the server is ready: removed at `stop`, since a
+        #: server that crashed leaves them behind.
+        self.shm_regions: tuple[str, ...] = ()
 
     @property
     def command(self) -> list[str]:
@@ -295,6 +298,7 @@ class TritonServerProcess:
                     f"Command: {' '.join(self.display_command)}\nLast lines of {self.log_path}:\n{log_tail(self.log_path)}"
                 )
             if server_ready(self.settings.host, self.settings.http_port, self.settings.metrics_port):
+                self.shm_regions = triton_shm_regions(self.process.pid)
                 return
             time.sleep(0.25)
         self.stop()
@@ -311,6 +315,8 @@ class TritonServerProcess:
         if self.process.poll() is None:
             stop_server_group(self.process.pid, timeout, stubs_at_stop)
             self.process.wait(timeout=5)
+        kill_group_leftovers(self.process.pid)  # the stubs of a server that crashed live on otherwise
+        remove_triton_shm_regions(self.shm_regions)
         remove_server_shared_files(self.process.pid)
 
 

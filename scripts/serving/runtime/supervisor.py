@@ -57,7 +57,7 @@ from serving.runtime.liveness import LivenessHistory, probe_live, worst_case_det
 from contracts.manifest import write_manifest
 from serving.runtime.model_readiness import model_ready
 from contracts.partition_plan import Mechanism, PartitionPlan, PlannedPartition, plan_for_this_host
-from contracts.shared_memory import remove_server_shared_files
+from contracts.shared_memory import remove_server_shared_files, remove_triton_shm_regions, triton_shm_regions
 from contracts.processes import log_tail, ports_in_use, server_ready
 from serving.runtime.server import TritonServerProcess, find_tritonserver, prepare_backend_dir
 from contracts.serving_spec import load_serving_spec
@@ -203,15 +203,6 @@ class SupervisedPartition:
             next_attempt_in_s=round(max(0.0, self.deadline - now), 1) if waiting else None)
 
 
-def triton_shm_regions(pid: int) -> tuple[str, ...]:
-    """The /dev/shm/triton_* files a live process has mapped (from /proc/<pid>/maps)."""
-    try:
-        maps = Path(f"/proc/{pid}/maps").read_text()
-    except OSError:
-        return ()
-    return tuple(sorted({line.split()[-1] for line in maps.splitlines() if "/dev/shm/triton_" in line}))
-
-
 class Supervisor:
     def __init__(self, plan: PartitionPlan, repository: Path, layout: RunLayout, policy: RestartPolicy = RestartPolicy(),
                  metrics_address: tuple[str, int] | None = None):
@@ -290,8 +281,7 @@ class Supervisor:
             sp.process.process.wait(timeout=5)
         except subprocess.TimeoutExpired:  # uninterruptible sleep (D state): it dies when the I/O returns
             log.error("partition %s: pid %d not dead 5 s after SIGKILL", sp.partition.name, pid)
-        for region in sp.shm_regions:  # a SIGKILLed server leaves its IPC regions behind
-            Path(region).unlink(missing_ok=True)
+        remove_triton_shm_regions(sp.shm_regions)  # a SIGKILLed server leaves its IPC regions behind
         sp.shm_regions = ()
         remove_server_shared_files(pid)
         sp.last_exit = why

@@ -6,7 +6,8 @@ import time
 import pytest
 
 from conftest import serve_loopback_http
-from contracts.processes import cpu_idle_and_total, cpu_ticks, free_loopback_ports, pid_alive, proc_stat_fields, server_ready, stop_pid
+from contracts.processes import (cpu_idle_and_total, cpu_ticks, free_loopback_ports, kill_group_leftovers, pid_alive, proc_stat_fields,
+                                 server_ready, stop_pid)
 
 
 def term_ignoring_group() -> subprocess.Popen:
@@ -39,6 +40,47 @@ def test_nothing_left_to_finish_ends_the_sigterm_wait_at_once():
     stop_pid(process.pid, timeout=30.0, nothing_left_to_finish=nothing_left_to_finish)
     assert time.monotonic() - started < 3.0 and not pid_alive(process.pid)
     assert len(polls) == 3  # not polled again once it said so, nor during the SIGKILL wait
+
+
+def group_with_a_term_ignoring_member(leader_exits_itself: bool) -> tuple[subprocess.Popen, int]:
+    """A group leader (a tritonserver) that exits on SIGTERM, or at once on its own (a crash), and a
+    member of its group that ignores SIGTERM (a backend stub that outlives it): (leader, member pid)."""
+    script = ("(trap '' TERM; exec sleep 60) & echo $!; " +
+              ("exit 0" if leader_exits_itself else "trap 'exit 0' TERM; while true; do sleep 0.1; done"))
+    leader = subprocess.Popen(["bash", "-c", script], start_new_session=True, stdout=subprocess.PIPE, text=True)
+    member = int(leader.stdout.readline())
+    leader.stdout.close()
+    time.sleep(0.3)  # the member's trap is set before any SIGTERM
+    return leader, member
+
+
+def member_gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return proc_stat_fields(stat.read())[0] == "Z"  # killed, not yet reaped by init
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.parametrize("leader_exits_itself", [False, True], ids=["stopped", "crashed first"])
+def test_stopping_a_group_leaves_no_member_behind_once_its_leader_is_gone(leader_exits_itself):
+    """A tritonserver that exited (on SIGTERM, or by crashing before anyone stopped it) left Python-
+    backend stubs of its group running, orphaned for good: eight LLM stubs of 1.5-1.7 GB each were
+    found 45 minutes after their test servers crashed (2026-12-06)."""
+    leader, member = group_with_a_term_ignoring_member(leader_exits_itself)
+    try:
+        if leader_exits_itself:
+            leader.wait(timeout=5)
+            kill_group_leftovers(leader.pid)  # what a stop of a server found dead does
+        else:
+            stop_pid(leader.pid, timeout=2.0)
+        deadline = time.monotonic() + 3
+        while not member_gone(member) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert member_gone(member), "a member of the stopped group is still running"
+    finally:
+        subprocess.run(["kill", "-9", str(member)], capture_output=True)
+        leader.wait(timeout=5)
 
 
 def test_a_proc_stat_line_is_split_after_the_command_name_even_with_parentheses_in_it():
