@@ -226,6 +226,23 @@ def _hold_slots(server, count, stop, priority=2, ended=None):
 MAX_RUNNING, REALTIME_QUEUE = 8, 24
 
 
+def generate_status(server, endpoint: str, prompt: str, **parameters) -> tuple[int, str]:
+    """(HTTP status, body) of one request to Triton's /generate or /generate_stream endpoint. Why raw:
+    model_client recognises overload by its message, so only a raw request shows the status that
+    other clients act on (Triton 2.51 answered a full wait queue 400 there: request_guard.c)."""
+    import json
+    import urllib.error
+
+    request = urllib.request.Request(f"http://{server.url('http')}/v2/models/{MODEL}/{endpoint}",
+                                     json.dumps({"text_input": prompt, "parameters": parameters}).encode(),
+                                     {"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
 def test_a_full_realtime_queue_answers_unavailable_and_realtime_is_admitted_first(triton_server):
     from conftest import poll_until
 
@@ -247,6 +264,9 @@ def test_a_full_realtime_queue_answers_unavailable_and_realtime_is_admitted_firs
             time.sleep(1.0)
             with pytest.raises(OverloadedError, match="wait queue of priority 1 is full"):
                 run(triton_server, "http", "One too many", max_tokens=2, priority=1)
+            for endpoint in ("generate", "generate_stream"):  # what any HTTP client sees: 503, as /infer answers
+                status, body = generate_status(triton_server, endpoint, "One too many", max_tokens=2, priority=1)
+                assert status == 503 and "wait queue of priority 1 is full" in body, (endpoint, status, body[:300])
             stop.set()  # the holders cancel: slots free up, realtime goes first
             for future in realtime:
                 future.result(timeout=120)

@@ -49,6 +49,10 @@
  *   (default 128; 0 = no limit) parameters on one request are refused at the first one past it, which
  *   ends the frontend's loop.
  *
+ * - A full LLM wait queue answered HTTP 400 by /generate and /generate_stream: Triton 2.51 reads the error's
+ *   code for the status after deleting the error (use after free); deleting is deferred (TRITONSERVER_ErrorDelete
+ *   below), so the status is the error's, 503 for UNAVAILABLE.
+ *
  * - An HTTP JSON body nested millions of levels deep ('[' repeated): Triton 2.51 parses the body with
  *   rapidjson's recursive parser, one stack frame per level, so ~4 M levels overflow even the 256 MiB thread
  *   stack the launcher gives the server, and the whole server died of SIGSEGV: a 4,023-byte gzip body or a
@@ -800,6 +804,31 @@ TRITONSERVER_Error *TRITONSERVER_InferenceRequestNew(TRITONSERVER_InferenceReque
                          "off); expected the whole body compressed as its Content-Encoding header says");
     }
     return next(request, server, model, version);
+}
+
+/* --- Errors read after they are deleted: the generate endpoints' HTTP status --- */
+
+/* Triton 2.51's HTTP generate endpoints (/generate, /generate_stream) delete a response's error
+ * (GenerateRequestClass::AddErrorJson) and then read its code for the HTTP status (HttpCodeFromError
+ * in InferResponseComplete), from freed memory: a full LLM wait queue (UNAVAILABLE, 503 on /infer) was
+ * answered 400 on both, 18 times in 18 (found by a review on 2026-12-06), so clients that retry on 503
+ * gave up. The last DEFERRED_ERRORS errors a thread deletes are freed when it deletes more, so that read
+ * finds the error whole; a thread holds at most that many errors (a few hundred bytes) meanwhile. */
+#define DEFERRED_ERRORS 4
+static __thread TRITONSERVER_Error *deferred_errors[DEFERRED_ERRORS];
+static __thread unsigned deferred_next;
+
+void TRITONSERVER_ErrorDelete(TRITONSERVER_Error *error) {
+    static error_delete_fn next;
+    if (!next) next = (error_delete_fn)real("TRITONSERVER_ErrorDelete");
+    if (!enabled || !error) {
+        next(error);
+        return;
+    }
+    TRITONSERVER_Error *oldest = deferred_errors[deferred_next];
+    deferred_errors[deferred_next] = error;
+    deferred_next = (deferred_next + 1) % DEFERRED_ERRORS;
+    if (oldest) next(oldest);
 }
 
 /* Whether `message` is the HTTP frontend's verdict on a request body that is not the JSON it expects:
