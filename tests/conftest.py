@@ -118,6 +118,26 @@ def raw_triton_client(server, protocol: str, timeout_s: float):
     return module, module.InferenceServerClient(server.grpc_url)
 
 
+def http_call(server, method: str, path: str, body: bytes | None = None, headers: dict | None = None,
+              timeout_s: float = 10.0):
+    """(status, parsed JSON body or text) of one raw HTTP call to a test server; never raises for HTTP
+    errors. Why raw: the status itself is what a test checks (tritonclient and model_client map it)."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(f"http://{server.http_url}{path}", data=body, method=method, headers=headers or {})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
+            status, raw = response.status, response.read()
+    except urllib.error.HTTPError as exc:
+        status, raw = exc.code, exc.read()
+    try:
+        return status, json.loads(raw) if raw else None
+    except json.JSONDecodeError:
+        return status, raw.decode(errors="replace")
+
+
 def poll_until(read, done, timeout_s: float, interval_s: float = 0.05):
     """Call `read()` until `done(value)` or `timeout_s` has passed; the last value either way (the
     caller asserts on it, so a timeout fails with what was seen)."""

@@ -97,13 +97,13 @@ def pid_alive(pid: int) -> bool:
 
 def stop_pid(pid: int, timeout: float = 20.0, nothing_left_to_finish: Callable[[], bool] | None = None) -> None:
     """SIGTERM the server's process group (it owns its backend stubs), then SIGKILL if it lingers;
-    once the leader is gone, whatever is left of its group is killed (`kill_group_leftovers`).
+    once the leader is gone, whatever is left of its group is killed (`kill_process_group`).
 
     `nothing_left_to_finish`, polled while the group has `timeout` to exit after SIGTERM: True
     means the process can only be waiting for something that will never come, so SIGKILL follows
     at once (e.g. a tritonserver whose every stub has exited: `serving.runtime.stub_watch.stop_server_group`)."""
     _stop_group_leader(pid, timeout, nothing_left_to_finish)
-    kill_group_leftovers(pid)
+    kill_process_group(pid)
 
 
 def _stop_group_leader(pid: int, timeout: float, nothing_left_to_finish: Callable[[], bool] | None) -> None:
@@ -127,12 +127,13 @@ def _stop_group_leader(pid: int, timeout: float, nothing_left_to_finish: Callabl
             time.sleep(0.1)
 
 
-def kill_group_leftovers(pgid: int) -> None:
-    """SIGKILL what is left of process group `pgid` once its leader has exited. Why: a tritonserver
-    that crashed (or was stopped) leaves any Python-backend stub still running in its group as an
-    orphan, and nothing else ever stops it (2026-12-06: eight LLM stubs of crashed test servers,
-    1.5-1.7 GB each, were still running 45 minutes later). The group's id cannot be reused while a
-    member is left, so this reaches only that server's leftovers."""
+def kill_process_group(pgid: int) -> None:
+    """SIGKILL every process of group `pgid`, its leader included if it still runs; nothing if the group
+    is gone. Why after the leader has exited too: a tritonserver that crashed (or was stopped) leaves
+    any Python-backend stub still running in its group as an orphan, and nothing else ever stops it
+    (2026-12-06: eight LLM stubs of crashed test servers, 1.5-1.7 GB each, were still running 45
+    minutes later). The group's id cannot be reused while a member is left, so this reaches only that
+    server's processes."""
     try:
         os.killpg(pgid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):

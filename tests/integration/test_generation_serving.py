@@ -13,7 +13,7 @@ import pytest
 
 from model_client.errors import OverloadedError, RequestRejectedError
 from model_client.generate import GenerationSettings, generate
-from conftest import scrape_text, series_total
+from conftest import http_call, scrape_text, series_total
 
 pytestmark = pytest.mark.server
 MODEL = "smollm2_chat"
@@ -226,24 +226,9 @@ def _hold_slots(server, count, stop, priority=2, ended=None):
 MAX_RUNNING, REALTIME_QUEUE = 8, 24
 
 
-def generate_status(server, endpoint: str, prompt: str, **parameters) -> tuple[int, str]:
-    """(HTTP status, body) of one request to Triton's /generate or /generate_stream endpoint. Why raw:
-    model_client recognises overload by its message, so only a raw request shows the status that
-    other clients act on (Triton 2.51 answered a full wait queue 400 there: request_guard.c)."""
-    import json
-    import urllib.error
-
-    request = urllib.request.Request(f"http://{server.url('http')}/v2/models/{MODEL}/{endpoint}",
-                                     json.dumps({"text_input": prompt, "parameters": parameters}).encode(),
-                                     {"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=60) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
-
-
 def test_a_full_realtime_queue_answers_unavailable_and_realtime_is_admitted_first(triton_server):
+    import json
+
     from conftest import poll_until
 
     stop = threading.Event()
@@ -264,9 +249,13 @@ def test_a_full_realtime_queue_answers_unavailable_and_realtime_is_admitted_firs
             time.sleep(1.0)
             with pytest.raises(OverloadedError, match="wait queue of priority 1 is full"):
                 run(triton_server, "http", "One too many", max_tokens=2, priority=1)
-            for endpoint in ("generate", "generate_stream"):  # what any HTTP client sees: 503, as /infer answers
-                status, body = generate_status(triton_server, endpoint, "One too many", max_tokens=2, priority=1)
-                assert status == 503 and "wait queue of priority 1 is full" in body, (endpoint, status, body[:300])
+            # what any HTTP client sees (model_client recognises overload by its message): 503, as /infer answers;
+            # Triton 2.51 answered 400 on both endpoints (request_guard.c)
+            body = json.dumps({"text_input": "One too many", "parameters": {"max_tokens": 2, "priority": 1}}).encode()
+            for endpoint in ("generate", "generate_stream"):
+                status, answer = http_call(triton_server, "POST", f"/v2/models/{MODEL}/{endpoint}", body,
+                                           {"Content-Type": "application/json"}, timeout_s=60)
+                assert status == 503 and "wait queue of priority 1 is full" in str(answer), (endpoint, status, str(answer)[:300])
             stop.set()  # the holders cancel: slots free up, realtime goes first
             for future in realtime:
                 future.result(timeout=120)

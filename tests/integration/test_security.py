@@ -2,15 +2,11 @@
 and gRPC, inference/metadata/statistics/health open, every socket on loopback."""
 from __future__ import annotations
 
-import json
-import urllib.error
-import urllib.request
-
 import numpy as np
 import pytest
 
 from serving.runtime.security import restricted_api_flags
-from conftest import settled_model_stats
+from conftest import http_call, settled_model_stats
 
 pytestmark = pytest.mark.server
 MODEL = "digit_classifier"
@@ -24,20 +20,6 @@ def locked_server(tmp_path_factory, admin_key):
     server = start_test_server(tmp_path_factory.mktemp("locked"), (MODEL,), restricted=restricted_api_flags(admin_key))
     yield server
     server.process.stop()
-
-
-def http_call(server, method, path, body=None, headers=None):
-    """(status, parsed JSON body or text) of one raw HTTP call; never raises for HTTP errors."""
-    request = urllib.request.Request(f"http://{server.http_url}{path}", data=body, method=method, headers=headers or {})
-    try:
-        with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
-            status, raw = response.status, response.read()
-    except urllib.error.HTTPError as exc:
-        status, raw = exc.code, exc.read()
-    try:
-        return status, json.loads(raw) if raw else None
-    except json.JSONDecodeError:
-        return status, raw.decode(errors="replace")
 
 
 def model_ready(server) -> bool:

@@ -23,7 +23,7 @@ from contracts.errors import ServerStartError
 from contracts.layout import SOURCE_DIRS
 from contracts.shared_memory import remove_server_shared_files, remove_triton_shm_regions, triton_shm_regions
 from contracts.serving_spec import DEFAULT_LATENCY_SUMMARY_QUANTILES, DEFAULT_RATE_LIMIT
-from contracts.processes import free_loopback_ports, http_ready, kill_group_leftovers, log_tail, pid_alive, server_ready, stop_pid  # noqa: F401 (re-exported)
+from contracts.processes import free_loopback_ports, http_ready, kill_process_group, log_tail, pid_alive, server_ready, stop_pid  # noqa: F401 (re-exported)
 from serving.runtime.security import ADMIN_KEY_ENV
 from serving.runtime.stub_watch import stop_server_group
 
@@ -313,9 +313,10 @@ class TritonServerProcess:
         if self.process is None:
             return
         if self.process.poll() is None:
-            stop_server_group(self.process.pid, timeout, stubs_at_stop)
+            stop_server_group(self.process.pid, timeout, stubs_at_stop)  # its group's leftovers too
             self.process.wait(timeout=5)
-        kill_group_leftovers(self.process.pid)  # the stubs of a server that crashed live on otherwise
+        else:
+            kill_process_group(self.process.pid)  # the stubs of a server that crashed live on otherwise
         remove_triton_shm_regions(self.shm_regions)
         remove_server_shared_files(self.process.pid)
 

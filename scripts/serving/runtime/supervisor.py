@@ -58,7 +58,7 @@ from contracts.manifest import write_manifest
 from serving.runtime.model_readiness import model_ready
 from contracts.partition_plan import Mechanism, PartitionPlan, PlannedPartition, plan_for_this_host
 from contracts.shared_memory import remove_server_shared_files, remove_triton_shm_regions, triton_shm_regions
-from contracts.processes import log_tail, ports_in_use, server_ready
+from contracts.processes import kill_process_group, log_tail, ports_in_use, server_ready
 from serving.runtime.server import TritonServerProcess, find_tritonserver, prepare_backend_dir
 from contracts.serving_spec import load_serving_spec
 from contracts.supervisor_state import PartitionStatus, SupervisorState, write_supervisor_state
@@ -273,10 +273,7 @@ class Supervisor:
         pid = sp.process.pid
         # The server's Python-backend stubs share its process group: remove them too. A server
         # taken down alive (hung, stopped, failed reload) dies as well: SIGKILL needs no SIGCONT.
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        kill_process_group(pid)
         try:  # reap it, so no stopped or zombie server is left behind (an exited one is reaped already)
             sp.process.process.wait(timeout=5)
         except subprocess.TimeoutExpired:  # uninterruptible sleep (D state): it dies when the I/O returns

@@ -6,7 +6,7 @@ import time
 import pytest
 
 from conftest import serve_loopback_http
-from contracts.processes import (cpu_idle_and_total, cpu_ticks, free_loopback_ports, kill_group_leftovers, pid_alive, proc_stat_fields,
+from contracts.processes import (cpu_idle_and_total, cpu_ticks, free_loopback_ports, kill_process_group, pid_alive, proc_stat_fields,
                                  server_ready, stop_pid)
 
 
@@ -71,7 +71,7 @@ def test_stopping_a_group_leaves_no_member_behind_once_its_leader_is_gone(leader
     try:
         if leader_exits_itself:
             leader.wait(timeout=5)
-            kill_group_leftovers(leader.pid)  # what a stop of a server found dead does
+            kill_process_group(leader.pid)  # what a stop of a server found dead does
         else:
             stop_pid(leader.pid, timeout=2.0)
         deadline = time.monotonic() + 3

@@ -234,7 +234,7 @@ static void restore_argv_secret(int argc, char **argv) {
 
 /* A limit (bytes, or a count) from the environment: decimal digits only (0 = no limit). Anything else ("256M", "-1",
  * a typo) keeps the default and says so, instead of turning the limit off or into a few bytes. */
-static uint64_t byte_limit(const char *variable, uint64_t fallback, const char *what) {
+static uint64_t env_limit(const char *variable, uint64_t fallback, const char *what) {
     const char *text = getenv(variable);
     if (!text || !*text) return fallback;
     char *end = NULL;
@@ -260,11 +260,11 @@ __attribute__((constructor)) static void request_guard_init(int argc, char **arg
     const char *on = getenv("SERVING_REQUEST_GUARD");
     enabled = on && strcmp(on, "on") == 0 && in_server;
     if (!enabled) return;
-    max_input_bytes = byte_limit("SERVING_REQUEST_GUARD_MAX_INPUT_BYTES", max_input_bytes, "byte count");
-    max_inflated_bytes = byte_limit("SERVING_REQUEST_GUARD_MAX_INFLATED_BYTES", max_inflated_bytes, "byte count");
-    max_parameters = byte_limit("SERVING_REQUEST_GUARD_MAX_PARAMETERS", max_parameters, "count");
-    max_inflated_json_marks = byte_limit("SERVING_REQUEST_GUARD_MAX_INFLATED_JSON_MARKS", max_inflated_json_marks, "count");
-    max_json_depth = byte_limit("SERVING_REQUEST_GUARD_MAX_JSON_DEPTH", max_json_depth, "count");
+    max_input_bytes = env_limit("SERVING_REQUEST_GUARD_MAX_INPUT_BYTES", max_input_bytes, "byte count");
+    max_inflated_bytes = env_limit("SERVING_REQUEST_GUARD_MAX_INFLATED_BYTES", max_inflated_bytes, "byte count");
+    max_parameters = env_limit("SERVING_REQUEST_GUARD_MAX_PARAMETERS", max_parameters, "count");
+    max_inflated_json_marks = env_limit("SERVING_REQUEST_GUARD_MAX_INFLATED_JSON_MARKS", max_inflated_json_marks, "count");
+    max_json_depth = env_limit("SERVING_REQUEST_GUARD_MAX_JSON_DEPTH", max_json_depth, "count");
     http_port_from_argv(argc, argv);
 }
 
