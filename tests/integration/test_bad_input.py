@@ -10,13 +10,12 @@ import json
 import re
 import threading
 import time
-import urllib.error
 import urllib.request
 from dataclasses import dataclass
 
 import numpy as np
 import pytest
-from conftest import in_process_probabilities, raw_triton_client
+from conftest import http_call, in_process_probabilities, raw_triton_client
 
 pytestmark = pytest.mark.server
 MODEL = "digit_classifier"
@@ -69,13 +68,12 @@ def assert_still_serving(server, expected, images):
 
 
 def http_post(server, path: str, body: bytes, headers: dict | None = None) -> tuple[int, str]:
-    request = urllib.request.Request(f"http://{server.http_url}{path}", data=body, method="POST",
-                                     headers={"Content-Type": "application/json", **(headers or {})})
-    try:
-        with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
-            return response.status, response.read().decode(errors="replace")
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read())["error"]
+    """(status, Triton's error message, or the body as text on success) of a raw JSON POST."""
+    status, answer = http_call(server, "POST", path, body, {"Content-Type": "application/json", **(headers or {})},
+                               TIMEOUT_S)
+    if isinstance(answer, dict):
+        return status, answer["error"] if status >= 400 else json.dumps(answer)
+    return status, answer or ""
 
 
 # --- the digit classifier --------------------------------------------------------------------------
@@ -94,6 +92,10 @@ MALFORMED_JSON = {
     "no inputs": (b"{}", 400, r"Unable to parse 'inputs'"),
     "inputs not a list": (b'{"inputs": "image"}', 400, r"Unable to parse 'inputs'"),
     "empty inputs": (b'{"inputs": []}', 400, r"expected 1 inputs but got 0 inputs"),
+    # Triton's words for an entry with no data, given for entries that are no objects too
+    "an input not an object": (b'{"inputs": [5]}', 400, r"But no field is set; expected each entry of \"inputs\" to "
+                               r"be an object \{\"name\": "),
+    "an input name not a string": (b'{"inputs": [{"name": 5}]}', 400, r"expected each entry of \"inputs\" to be an object"),
     "too little data": (_json_body(data=[0.0, 1.0]), 400, r"Shape does not match true shape of 'data' field"),
     "data not numbers": (_json_body(data=["a"] * 64), 400, r"attempt to access JSON non-number"),
     "negative dimension": (_json_body(shape=[-1, 1, 8, 8]), 400, r"Unable to parse 'shape'"),
@@ -162,6 +164,22 @@ def test_binary_header_length_outside_the_body_is_refused(triton_server, expecte
     status, message = http_post(triton_server, f"/v2/models/{MODEL}/infer", b'{"inputs":[]}',
                                 {"Inference-Header-Content-Length": "999"})
     assert status == 400 and "inference header size should be in range" in message
+    assert_still_serving(triton_server, expected, digits_test_split[0])
+
+
+@pytest.mark.parametrize("value, pattern", [
+    ("abc", r"'raw_input' is the whole body taken as one binary tensor.*expected that header to be the byte length"),
+    ("12x", r"failed to parse the request JSON buffer"),  # Triton reads the leading digits, as atoll does
+    ("-5", r"inference header size should be in range"),
+], ids=["not a number", "digits then letters", "negative"])
+def test_a_binary_header_length_that_is_not_a_byte_count_gets_an_answer(triton_server, expected, digits_test_split,
+                                                                        value, pattern):
+    """The request guard follows HTTP bodies to find their JSON part (docs/operations.md); it read this
+    header strictly and closed the connection on "abc" or "12x" (no answer at all). It now reads it as
+    Triton does, so the client gets Triton's 400, with what the header should have been."""
+    status, message = http_post(triton_server, f"/v2/models/{MODEL}/infer", b'{"inputs":[]}',
+                                {"Inference-Header-Content-Length": value})
+    assert status == 400 and re.search(pattern, message), (status, message)
     assert_still_serving(triton_server, expected, digits_test_split[0])
 
 

@@ -129,6 +129,9 @@ typedef TRITONSERVER_Error *(*error_new_fn)(int, const char *);
 typedef TRITONSERVER_Error *(*attr_type_fn)(TRITONSERVER_BufferAttributes *, int *);
 typedef TRITONSERVER_Error *(*attr_size_fn)(TRITONSERVER_BufferAttributes *, size_t *);
 typedef void (*error_delete_fn)(TRITONSERVER_Error *);
+typedef const char *(*error_message_fn)(TRITONSERVER_Error *);
+typedef int (*error_code_fn)(TRITONSERVER_Error *);
+void TRITONSERVER_ErrorDelete(TRITONSERVER_Error *error);  /* deferred, below */
 typedef struct TRITONSERVER_InferenceResponse TRITONSERVER_InferenceResponse;
 typedef TRITONSERVER_Error *(*response_output_fn)(TRITONSERVER_InferenceResponse *, uint32_t, const char **, int *,
                                                   const int64_t **, uint64_t *, const void **, size_t *, int *,
@@ -655,6 +658,26 @@ static int check_bytes(const struct input *in, char *message, size_t room) {
     return 0;
 }
 
+/* Triton's error for the binary data extension's raw request ("input byte size mismatch for input
+ * 'raw_input'"): what it makes of an HTTP body whose Inference-Header-Content-Length is 0 or not a number,
+ * when the client meant a JSON part. The core makes it without TRITONSERVER_ErrorNew, so it is replaced
+ * here, where the frontend gets it. */
+static TRITONSERVER_Error *with_raw_input_note(TRITONSERVER_Error *err) {
+    static error_message_fn message_of;
+    static error_code_fn code_of;
+    if (!message_of) message_of = (error_message_fn)real("TRITONSERVER_ErrorMessage");
+    if (!code_of) code_of = (error_code_fn)real("TRITONSERVER_ErrorCode");
+    const char *message = message_of(err);
+    if (!message || !strstr(message, "for input 'raw_input'")) return err;
+    char text[1024];
+    snprintf(text, sizeof text, "%.500s ('raw_input' is the whole body taken as one binary tensor, as the binary data "
+             "extension does when Inference-Header-Content-Length is 0 or not a number; expected that header to be "
+             "the byte length of the body's JSON part)", message);
+    TRITONSERVER_Error *noted = new_error(code_of(err), text);
+    TRITONSERVER_ErrorDelete(err);
+    return noted;
+}
+
 TRITONSERVER_Error *TRITONSERVER_ServerInferAsync(TRITONSERVER_Server *server, TRITONSERVER_InferenceRequest *handle,
                                                   TRITONSERVER_InferenceTrace *trace) {
     static infer_fn next;
@@ -669,7 +692,8 @@ TRITONSERVER_Error *TRITONSERVER_ServerInferAsync(TRITONSERVER_Server *server, T
         free_request(r);
         if (refused) return new_error(ERROR_INVALID_ARG, message);
     }
-    return next(server, handle, trace);
+    TRITONSERVER_Error *err = next(server, handle, trace);
+    return enabled && err ? with_raw_input_note(err) : err;
 }
 
 /* --- The classification extension on a BYTES output: an error for that response, not a SIGFPE --- */
@@ -873,6 +897,16 @@ TRITONSERVER_Error *TRITONSERVER_ErrorNew(int code, const char *message) {
             return new_error(ERROR_INVALID_ARG, text);
         }
     }
+    if (enabled && code == ERROR_INVALID_ARG && message && strncmp(message, "Input must set only one of", 26) == 0 &&
+        strstr(message, "But no field is set")) {
+        /* Triton's words for an input entry that is not an object too ({"inputs": [5]}): say the form */
+        char text[1024];
+        snprintf(text, sizeof text, "%.400s; expected each entry of \"inputs\" to be an object {\"name\": \"...\", "
+                 "\"shape\": [1, ...], \"datatype\": \"FP32\" (or INT64, BYTES, ...), \"data\": [...]}, or with "
+                 "\"parameters\": {\"binary_data_size\": N} and N bytes after the JSON part (binary data extension) "
+                 "instead of \"data\"", message);
+        return new_error(ERROR_INVALID_ARG, text);
+    }
     if (enabled && is_request_json_error(code, message)) {
         char text[1024];
         snprintf(text, sizeof text, "%.600s; expected a JSON body of the KServe v2 inference protocol: {\"inputs\": "
@@ -893,9 +927,10 @@ TRITONSERVER_Error *TRITONSERVER_ErrorNew(int code, const char *message) {
  * a compressed body is left to the inflate wrapper above). A byte that opens a level past
  * SERVING_REQUEST_GUARD_MAX_JSON_DEPTH is replaced with '#': rapidjson stops there ("Invalid value") instead
  * of recursing on, and the parse error is answered 400 naming the depth. Following a connection must not be
- * fooled into skipping a body, so framing it cannot be sure of (a length header it cannot read, two
+ * fooled into skipping a body, so framing it cannot be sure of (a Content-Length it cannot read, two
  * Content-Lengths that differ, Content-Length with chunked, a bad chunk size) closes the connection, as a
- * read error would: no valid client sends those. */
+ * read error would: no valid client sends those. Inference-Header-Content-Length is read as Triton reads it
+ * (leading_integer), so a client's odd value gets Triton's own answer, not a closed connection. */
 enum { HS_LINE, HS_BODY, HS_CHUNK_SIZE, HS_CHUNK_DATA, HS_CHUNK_END, HS_TRAILER, HS_FAIL };
 enum { HS_MAX_FD = 1 << 16, HS_LINE_ROOM = 96 };
 struct http_scan {
@@ -936,6 +971,24 @@ static int header_is(const char *line, const char *name, const char **value) {
     size_t n = strlen(name);
     if (strncasecmp(line, name, n) != 0 || line[n] != ':') return 0;
     *value = line + n + 1;
+    return 1;
+}
+
+/* The number Triton 2.51 reads from an Inference-Header-Content-Length value (atoll: a sign, then the
+ * leading digits; "12x" is 12, "abc" 0, which makes the whole body one raw binary input, not JSON). Returns 0
+ * when the value's digits ran past the room kept for the line (not sure). A negative or too large one Triton
+ * refuses before it reads the body, so what it reads as then does not matter. */
+static int leading_integer(const char *text, int line_long, int64_t *out) {
+    int negative = *text == '-';
+    if (*text == '-' || *text == '+') text++;
+    uint64_t v = 0;
+    while (isdigit((unsigned char)*text)) {
+        if (v <= (UINT64_MAX - 9) / 10) v = v * 10 + (uint64_t)(*text - '0');
+        else v = UINT64_MAX;
+        text++;
+    }
+    if (!*text && line_long) return 0;
+    *out = negative ? (v ? -1 : 0) : (v > INT64_MAX ? INT64_MAX : (int64_t)v);
     return 1;
 }
 
@@ -992,8 +1045,9 @@ static int http_scan_line(struct http_scan *h) {
         h->content_length = number;
         h->has_length = 1;
     } else if (header_is(line, "inference-header-content-length", &value)) {
-        if (h->line_long || !decimal(value, &number)) return 0;
-        h->header_length = number;
+        int64_t length;
+        if (!leading_integer(value, h->line_long, &length)) return 0;
+        h->header_length = length < 0 ? 0 : (uint64_t)length;
         h->has_header_length = 1;
     } else if (header_is(line, "transfer-encoding", &value)) {
         if (h->line_long) return 0;
