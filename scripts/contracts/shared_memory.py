@@ -40,6 +40,13 @@ def triton_shm_regions(pid: int) -> tuple[str, ...]:
     return tuple(sorted({line.split()[-1] for line in maps.splitlines() if f"{SHARED_MEMORY_DIR}/triton_" in line}))
 
 
+def with_mapped_regions(known: "tuple[str, ...]", pid: int) -> tuple[str, ...]:
+    """`known` and the regions a live server maps now. Why both: a model reload maps new regions after
+    ready (Triton unlinks the replaced ones itself), and a server killed while hung no longer lists
+    the regions it mapped once its maps are gone."""
+    return tuple(sorted({*known, *triton_shm_regions(pid)}))
+
+
 def remove_triton_shm_regions(regions: "tuple[str, ...] | list[str]") -> None:
     """Remove regions `triton_shm_regions` listed for a server that is gone (missing ones are fine:
     a server that exits cleanly removes its own)."""

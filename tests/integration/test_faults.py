@@ -497,6 +497,37 @@ def test_the_supervisor_reloads_a_model_whose_backend_stub_died(supervised, digi
           f"stub {stubs[1].pid} {'was SIGKILLed by the supervisor' if killed else 'exited by itself'}")
 
 
+def test_a_partition_killed_after_a_reload_leaves_no_ipc_memory_behind(supervised):
+    """Each backend stub shares a /dev/shm region (1 MiB and up) with its server, which unlinks them
+    when it exits cleanly. For a server SIGKILLed or killed as hung the supervisor removes them; it
+    knew only the regions mapped when the server became ready, so those of instances a reload created
+    later (here: the supervisor's reload of a model whose stub died) stayed at each kill, 2 MiB a time."""
+    from contracts.shared_memory import triton_shm_regions
+    from serving.runtime.stub_watch import scan_stubs
+
+    run_dir = supervised["manifest"].parent
+
+    def partition():
+        return read_supervisor_state(run_dir / "supervisor.json").partitions["default"]
+
+    before = partition()
+    ready_regions = set(triton_shm_regions(before.pid))
+    os.kill(next(s.pid for s in scan_stubs(before.pid) if s.model == GOOD), signal.SIGKILL)
+
+    def reloaded():
+        record = partition().stubs[GOOD]
+        return record.reloads > before.stubs[GOOD].reloads and record.status == "watching" and len(record.pids) == 2
+
+    assert wait_until(reloaded, 30), partition()
+    assert wait_until(lambda: set(triton_shm_regions(before.pid)) - ready_regions, 10), "the reload mapped no new region"
+    mapped = triton_shm_regions(before.pid)
+    os.kill(before.pid, signal.SIGKILL)
+    wait_for_new_pid(supervised["manifest"], before.pid, 60)
+    assert wait_until(lambda: partition().state == "ready", 60), partition()
+    left = [region for region in mapped if Path(region).exists()]
+    assert not left, f"{len(left)} of the killed server's {len(mapped)} IPC regions were left in /dev/shm: {left}"
+
+
 def log_time(log_path: Path, text: str) -> float:
     """time.time() of the first supervisor log line containing `text` (its asctime, local time)."""
     from datetime import datetime

@@ -21,7 +21,9 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 
 from contracts.errors import ServerStartError
 from contracts.layout import SOURCE_DIRS
-from contracts.shared_memory import remove_server_shared_files, remove_triton_shm_regions, triton_shm_regions
+from contracts.shared_memory import (
+    remove_server_shared_files, remove_triton_shm_regions, triton_shm_regions, with_mapped_regions,
+)
 from contracts.serving_spec import DEFAULT_LATENCY_SUMMARY_QUANTILES, DEFAULT_RATE_LIMIT
 from contracts.processes import free_loopback_ports, http_ready, kill_process_group, log_tail, pid_alive, server_ready, stop_pid  # noqa: F401 (re-exported)
 from serving.runtime.security import ADMIN_KEY_ENV
@@ -313,6 +315,7 @@ class TritonServerProcess:
         if self.process is None:
             return
         if self.process.poll() is None:
+            self.shm_regions = with_mapped_regions(self.shm_regions, self.process.pid)  # reloads map new ones
             stop_server_group(self.process.pid, timeout, stubs_at_stop)  # its group's leftovers too
             self.process.wait(timeout=5)
         else:

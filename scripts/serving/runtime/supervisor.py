@@ -57,7 +57,9 @@ from serving.runtime.liveness import LivenessHistory, probe_live, worst_case_det
 from contracts.manifest import write_manifest
 from serving.runtime.model_readiness import model_ready
 from contracts.partition_plan import Mechanism, PartitionPlan, PlannedPartition, plan_for_this_host
-from contracts.shared_memory import remove_server_shared_files, remove_triton_shm_regions, triton_shm_regions
+from contracts.shared_memory import (
+    remove_server_shared_files, remove_triton_shm_regions, triton_shm_regions, with_mapped_regions,
+)
 from contracts.processes import kill_process_group, log_tail, ports_in_use, server_ready
 from serving.runtime.server import TritonServerProcess, find_tritonserver, prepare_backend_dir
 from contracts.serving_spec import load_serving_spec
@@ -271,6 +273,8 @@ class Supervisor:
 
     def _on_down(self, sp: SupervisedPartition, now: float, why: str) -> None:
         pid = sp.process.pid
+        if sp.process.process.poll() is None:  # taken down alive: what it maps now (a start-up that hung too)
+            sp.shm_regions = with_mapped_regions(sp.shm_regions, pid)
         # The server's Python-backend stubs share its process group: remove them too. A server
         # taken down alive (hung, stopped, failed reload) dies as well: SIGKILL needs no SIGCONT.
         kill_process_group(pid)
@@ -353,6 +357,8 @@ class Supervisor:
         changed, restart_because = sp.stubs.tick(now, self.probes)
         if restart_because:
             self._on_down(sp, now, restart_because)
+        elif changed:  # a reload's new instances mapped new IPC regions: a later SIGKILL must free them too
+            sp.shm_regions = with_mapped_regions(sp.shm_regions, sp.process.pid)
         return changed or bool(restart_because)
 
     def _check_stable(self, sp: SupervisedPartition, now: float) -> bool:
