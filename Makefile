@@ -61,8 +61,8 @@ $(STAMP): $(wildcard scripts/serving/runtime/native/*.c scripts/serving/runtime/
 $(GPU_STAMP): requirements/gpu.txt | $(STAMP)
 	@$(GPU_INSTALL)
 
-build-engines: setup ## Build every model and variant that model_repository/serving.toml asks for
-	$(PY) -m model_build build --config $(SERVING_CONFIG)
+build-engines: setup ## Build every model and variant that model_repository/serving.toml asks for (cached; FORCE=1 rebuilds)
+	$(PY) -m model_build build --config $(SERVING_CONFIG) $(if $(FORCE),--force)
 
 serve: setup ## Start one tritonserver per partition under a supervisor (run/); returns once all are ready (SERVE_ARGS: more options)
 	$(PY) -m serving serve --config $(SERVING_CONFIG) $(SERVE_ARGS)

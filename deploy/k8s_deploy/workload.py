@@ -60,8 +60,8 @@ class DeployPlan:
 
 
 def plan_deployment(spec: ServingSpec, gpu: bool = False) -> DeployPlan:
-    spec.check_autoscaling_targets()
     """Partitions planned as on a host of `node_cpus` CPUs, listening on all pod addresses."""
+    spec.check_autoscaling_targets()
     in_pod = with_server_overrides(spec, host="0.0.0.0", allow_non_loopback=True)
     return DeployPlan(spec, plan_partitions(in_pod, spec.kubernetes.node_cpus, gpu, placement=CpuPlacement.CPU_SETS), gpu)
 

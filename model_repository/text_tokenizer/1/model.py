@@ -16,7 +16,7 @@ Behaviour (the config.pbtxt is rendered by scripts/contracts/model_config.py):
   (accents are stripped and case folded by this uncased tokenizer; unknown symbols become [UNK]).
 * Bytes that are not valid UTF-8 get an INVALID_ARG error naming the row and the byte offset; the
   other requests of the batch are still answered.
-* Every request of a dynamic batch is tokenized in one `encode_batch` call (Rust, parallel); the
+* Every request of a dynamic batch is tokenized in one `encode_batch` call (Rust; one thread unless TOKENIZERS_PARALLELISM says otherwise); the
   rules live in serving/backend/text_frontend.py, shared with the fused `text_embedder`.
 """
 import os

@@ -1,6 +1,6 @@
 """Generative serving: the pure runtime behind the `smollm2_chat` Triton model.
 
-Planning is pure and unit-tested (tests/unit/test_generation_*.py): `kv_blocks` (fixed-size KV
+Planning is pure and unit-tested (tests/unit/serving/generation/test_generation_*.py): `kv_blocks` (fixed-size KV
 blocks, reference counts, per-sequence block tables), `prefix_cache` (reference-counted sharing of
 full blocks of a common prefix), `scheduler` (continuous batching, chunked prefill, priorities,
 bounded wait queue, finish reasons), `sizing` (number of blocks from the partition's memory, the

@@ -1,6 +1,7 @@
 """Peak resident memory of the generation engine, measured in a fresh process.
 
-`python -m serving.generation.memory_probe --onnx decoder_step.onnx --batch 8 --past 512 --threads 2`
+`python -m serving.generation.memory_probe --onnx decoder_step.onnx --batch 8 --past 512 --threads 2
+--layers 30 --kv-heads 3 --head-dim 64` (SmolLM2-135M's shapes, from its generation.json)
 prints one JSON line: the growth of the peak resident set (VmHWM) from before the ONNX Runtime
 session is created to after one decode step of `batch` rows over `past` positions (weights,
 ONNX Runtime's arena and the step's activations; the KV pool is sized separately, see sizing.py).

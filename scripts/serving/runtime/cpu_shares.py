@@ -14,7 +14,7 @@ How a weight is enforced, first that works on this host (`detect_weight_method`)
 3. process niceness (no privileges needed; raising niceness is always allowed): the partition with
    the largest share runs at nice 0 and the others at the nice step whose CFS weight ratio is
    closest to their share ratio (each nice step is x1.25).
-The plan is pure (`CpuWeightPlan`); `apply_in_child` runs between fork and exec of a server, so
+The plan is pure (`plan_cpu_weights`, one `CpuWeight` a partition); `apply_in_child` runs between fork and exec of a server, so
 the server and every backend stub it forks inherit the cgroup and the niceness.
 """
 from __future__ import annotations

@@ -18,7 +18,7 @@ threads on the other core (docs/partitions.md). Busy is fast to set (one tick) a
 (`idle_after_s` below the threshold), so a burst does not make cores flap. (`saturated`, above 85%
 of the home cores, is reported.)
 
-`lend_idle_cores` and `ActivityTracker` are pure; `group_cpu_seconds` and `pin_process_group`
+`lend_idle_cores` and `ActivityTracker` are pure; `group_members`, `cpu_seconds` and `pin_threads`
 read /proc and call sched_setaffinity on every thread of a partition's processes.
 """
 from __future__ import annotations

@@ -105,7 +105,7 @@ def plan_cpu_weights_for_this_host(plan: PartitionPlan, run_id: str) -> tuple[di
     return weights, f"{method.value} ({why})"
 
 
-#: What happens without the MPS control binary (docs/partitions.md, "GPU hosts"): the GPU
+#: What happens without the MPS control binary (docs/gpu.md, "Partitions on a GPU host"): the GPU
 #: partitions still start and share the GPU by time slicing; their shares are not enforced.
 MPS_FALLBACK = ("GPU partitions start without MPS: they share the GPU by time slicing and their compute_share / memory_mb "
                 "are NOT enforced (install the CUDA driver utilities for {control}; docs/partitions.md)")

@@ -4,9 +4,12 @@
   costs milliseconds instead of 500 ms (its header; docs/triton-batcher-stall.md).
 - `gzip_level.c`: sets the zlib level of the HTTP responses Triton compresses for clients that
   send `Accept-Encoding: gzip` (its header; docs/performance.md, "Compressed responses").
-- `request_guard.c`: refuses, per request and before batching, the two malformed requests that get
-  past Triton 2.51's own checks and then fail a whole batch or a backend stub (a BYTES element
-  longer than the data, a shape whose size overflows); always on (its header; docs/operations.md).
+- `request_guard.c`: refuses, per request and before batching, the malformed requests that get past
+  Triton 2.51's own checks and then fail a whole batch, a backend stub or the server (a BYTES element
+  longer than the data, a shape whose size overflows, inputs, inflated bodies, parameters and JSON
+  nesting past their limits, the classification extension on a BYTES output), and gives 400 with the
+  expected form where Triton answered 500 or unclearly; always on (its header lists each;
+  docs/operations.md, "Bad input").
 
 All are compiled by `make setup` (`python -m serving build-native`) into the virtual environment,
 next to nothing of the repository, and `preload_environment` is how a server process gets them;

@@ -11,7 +11,7 @@
  *
  * What this does: preloaded into `tritonserver` (LD_PRELOAD, set by serving.runtime.server), it caps any
  * timed wait longer than SERVING_COND_WAIT_LONGER_THAN_US (default 100 ms) at
- * SERVING_COND_WAIT_CAP_US (set by the launcher, e.g. 2 ms). The early return is a spurious
+ * SERVING_COND_WAIT_CAP_US (set by the launcher from serving.toml's cond_wait_cap_us, 10 ms by default). The early return is a spurious
  * wake-up (0, never ETIMEDOUT before the caller's own deadline), which every condition-variable wait
  * must tolerate: the standard library's predicate
  * form re-evaluates the predicate and keeps waiting, the plain form returns and the caller's loop
