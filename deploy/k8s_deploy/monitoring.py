@@ -3,14 +3,17 @@
 - The ServiceMonitor scrapes every partition's metrics Service with `job` = the alert rules' job and
   a `partition` label, so the rules of scripts/operations/alert_rules.yml apply unchanged.
 - The PrometheusRule's groups ARE `operations.alert_rules.render_alert_rules` (one generator).
-- prometheus-adapter turns NVIDIA's k8s-onprem queue-time query into a per-pod custom metric: the
-  average over a pod's models of queue time per request (µs) in the last minute,
-  avg(increase(nv_inference_queue_duration_us[1m]) / clamp_min(increase(nv_inference_request_success[1m]), 1)),
+- prometheus-adapter turns NVIDIA's k8s-onprem queue-time query into a per-pod custom metric: a
+  pod's queue time per request (µs) in the last minute, over all its models' requests,
+  sum(increase(nv_inference_queue_duration_us[1m])) / clamp_min(sum(increase(nv_inference_request_success[1m])), 1),
   with the adapter's `<<.LabelMatchers>>` (namespace and pod names) and `by (<<.GroupBy>>)` (pod).
-  NVIDIA's chart writes `delta(...)` and `1 + ...`; both counters only grow, so `increase` (which
-  Prometheus documents for counters) keeps a restarted server's reset from reading as a negative
-  queue time, and `clamp_min(..., 1)` keeps an idle pod at 0 without biasing a quiet one low (two
-  30 ms waits in the window read 30 ms, not 20).
+  NVIDIA's chart writes `avg(delta(...) / (1 + delta(...)))`, the mean over models: a pod serves
+  several models, and each idle one counts 0, so a `main` pod whose text requests queue 60 ms read
+  15 ms (one busy model of four) and scaled out at 4x its target. Summed before dividing, each
+  request weighs the same. Both counters only grow, so `increase` (which Prometheus documents for
+  counters) keeps a restarted server's reset from reading as a negative queue time, and
+  `clamp_min(..., 1)` keeps an idle pod at 0 without biasing a quiet one low (two 30 ms waits in the
+  window read 30 ms, not 20).
 - The window is 1 minute, four scrape intervals, where NVIDIA's chart has 30 s: `increase` needs two
   samples in its window, and with a 15-s scrape one late or missed scrape left a 30-s window with
   one, the pod without a value for a scrape interval and the HPA without its metric.
@@ -31,8 +34,8 @@ SCRAPE_INTERVAL = "15s"
 #: Four scrape intervals (module docstring; NVIDIA's chart has 30 s); the local rehearsal shortens
 #: it (tests/integration/test_scaling_signal.py).
 QUEUE_WINDOW = "1m"
-_QUERY = ("avg(increase(nv_inference_queue_duration_us{{{m}}}[{w}])"
-          "/clamp_min(increase(nv_inference_request_success{{{m}}}[{w}]),1)) by ({g})")
+_QUERY = ("sum(increase(nv_inference_queue_duration_us{{{m}}}[{w}])) by ({g})"
+          "/clamp_min(sum(increase(nv_inference_request_success{{{m}}}[{w}])) by ({g}),1)")
 
 
 def adapter_metrics_query(window: str = QUEUE_WINDOW) -> str:

@@ -3,8 +3,11 @@ arguments, resources from the partition plan, the alert rules' generator, the HP
 from __future__ import annotations
 
 import dataclasses
+import shutil
+import subprocess
 
 import pytest
+import yaml
 
 from k8s_deploy.errors import DeployConfigError
 from k8s_deploy.gpu import mps_replicas
@@ -143,14 +146,43 @@ def test_hpa_reads_the_adapters_metric_with_the_partitions_autoscaling_settings(
     assert render_adapter_rules(serving_spec)[0]["name"]["as"] == QUEUE_METRIC
 
 
-def test_adapter_query_is_nvidias_queue_time_per_request_with_the_adapters_template():
-    assert adapter_metrics_query() == ("avg(increase(nv_inference_queue_duration_us{<<.LabelMatchers>>}[1m])"
-                                       "/clamp_min(increase(nv_inference_request_success{<<.LabelMatchers>>}[1m]),1)) by (<<.GroupBy>>)")
+def test_adapter_query_is_the_pods_queue_time_per_request_with_the_adapters_template():
+    assert adapter_metrics_query() == ("sum(increase(nv_inference_queue_duration_us{<<.LabelMatchers>>}[1m])) by (<<.GroupBy>>)"
+                                       "/clamp_min(sum(increase(nv_inference_request_success{<<.LabelMatchers>>}[1m])) by (<<.GroupBy>>),1)")
     filled = substitute_adapter_template(adapter_metrics_query("5s"), "ns", ["a-1", "a-2"])
-    assert filled == ('avg(increase(nv_inference_queue_duration_us{namespace="ns",pod=~"a-1|a-2"}[5s])'
-                      '/clamp_min(increase(nv_inference_request_success{namespace="ns",pod=~"a-1|a-2"}[5s]),1)) by (pod)')
+    assert filled == ('sum(increase(nv_inference_queue_duration_us{namespace="ns",pod=~"a-1|a-2"}[5s])) by (pod)'
+                      '/clamp_min(sum(increase(nv_inference_request_success{namespace="ns",pod=~"a-1|a-2"}[5s])) by (pod),1)')
     with pytest.raises(DeployConfigError, match="`pods` is empty"):
         substitute_adapter_template(adapter_metrics_query(), "ns", [])
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None,
+                    reason="promtool not installed (Debian package `prometheus`; scripts/setup_system_packages.sh)")
+def test_a_pods_idle_models_do_not_dilute_its_queue_time(serving_spec, tmp_path):
+    """A main pod serves four models; when only the text embedder's requests queue (60 ms each), the
+    pod's signal is 60 ms. NVIDIA's per-model mean read 15 ms: the HPA scaled out at 4x its target.
+    Two pods, evaluated by promtool on the rendered query."""
+    namespace = serving_spec.kubernetes.namespace
+    busy, quiet = "triton-main-a", "triton-main-b"
+    series = []
+    for pod in (busy, quiet):
+        for model in ("text_embedder", "digit_classifier", "text_encoder", "text_tokenizer"):
+            requests, queued_us = (100, 60_000) if (pod, model) == (busy, "text_embedder") else (
+                (40, 2_000) if pod == quiet and model == "digit_classifier" else (0, 0))
+            labels = f'namespace="{namespace}",pod="{pod}",model="{model}",version="1"'
+            series += [{"series": f"nv_inference_queue_duration_us{{{labels}}}", "values": f"0+{requests * queued_us}x8"},
+                       {"series": f"nv_inference_request_success{{{labels}}}", "values": f"0+{requests}x8"}]
+    query = substitute_adapter_template(adapter_metrics_query(), namespace, [busy, quiet])
+    (tmp_path / "rules.yml").write_text(yaml.safe_dump({"groups": [{"name": "adapter", "rules": [
+        {"record": "queue_time_per_request_us", "expr": query}]}]}))
+    (tmp_path / "test.yml").write_text(yaml.safe_dump({
+        "rule_files": ["rules.yml"], "evaluation_interval": "15s",
+        "tests": [{"interval": "15s", "input_series": series, "promql_expr_test": [{
+            "expr": "queue_time_per_request_us", "eval_time": "2m", "exp_samples": [
+                {"labels": f'queue_time_per_request_us{{pod="{busy}"}}', "value": 60_000},
+                {"labels": f'queue_time_per_request_us{{pod="{quiet}"}}', "value": 2_000}]}]}]}))
+    done = subprocess.run(["promtool", "test", "rules", "test.yml"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "SUCCESS" in done.stdout, done.stdout + done.stderr
 
 
 def test_prometheus_rule_is_the_alert_rule_generators_output_and_the_scrape_matches_its_labels(serving_spec):
