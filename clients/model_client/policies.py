@@ -13,6 +13,12 @@ Why these rules (docs/overload.md):
 - Exponential backoff with FULL jitter (a uniform draw in [0, ceiling]) so that many clients
   rejected by the same full queue do not come back in lockstep; bounded by attempts AND a total
   deadline, so a caller is never held longer than it asked for.
+- An unreachable server is retried until the deadline, not for `max_attempts`: a restarted
+  partition is back in ~5 s (docs/partitions.md), and four quick tries (0.35 s of sleeps at most)
+  gave up long before; each retry waits at least UNREACHABLE_RETRY_FLOOR_S.
+- With a fallback, the primary gets at most PRIMARY_SHARE_WITH_FALLBACK of what is left of the
+  deadline: a hung primary (answering nothing, not yet restarted by the supervisor) must leave time
+  for the fallback, which is what a fallback is for.
 """
 from __future__ import annotations
 
@@ -48,7 +54,8 @@ class RetryPolicy:
     #: Total time budget of one call, attempts and sleeps included; also sent to the server as the
     #: request's queue timeout (never longer than what is left), so it drops what we gave up on.
     deadline_s: float = 10.0
-    #: Also retry when nothing answers (connection refused): rides out a partition restart.
+    #: Also retry when nothing answers (connection refused), until the deadline whatever
+    #: `max_attempts` says (unless it is 1): rides out a partition restart (~5 s).
     retry_unreachable: bool = True
 
     def __post_init__(self) -> None:
@@ -61,11 +68,17 @@ class RetryPolicy:
         _check(self.deadline_s > 0, f"RetryPolicy.deadline_s = {self.deadline_s}: allowed > 0.")
 
     def describe(self) -> str:
-        return f"up to {self.max_attempts} attempt(s) within {self.deadline_s:g} s"
+        unreachable = "; an unreachable server until the deadline" if self.retry_unreachable and self.max_attempts > 1 else ""
+        return f"up to {self.max_attempts} attempt(s) within {self.deadline_s:g} s{unreachable}"
 
 
 #: Fail fast: one attempt, no sleeping (e.g. for load generators that count rejections).
 NO_RETRY = RetryPolicy(max_attempts=1)
+#: Least sleep before retrying an unreachable server: a refused connection costs nothing to find out,
+#: so without a floor a restart's ~5 s would be spent in dozens of tries.
+UNREACHABLE_RETRY_FLOOR_S = 0.25
+#: Share of what is left of the deadline the primary model may take when a fallback follows.
+PRIMARY_SHARE_WITH_FALLBACK = 0.5
 
 
 def backoff_ceiling_s(policy: RetryPolicy, retry_index: int) -> float:
@@ -93,14 +106,22 @@ def is_retryable(error: BaseException, policy: RetryPolicy) -> bool:
 
 
 def next_retry_delay(policy: RetryPolicy, error: BaseException, attempts_made: int, elapsed_s: float,
-                     schedule: tuple[float, ...]) -> float | None:
+                     schedule: tuple[float, ...], unreachable_attempts: int = 0) -> float | None:
     """Seconds to sleep before the next attempt, or None to give up (and re-raise `error`).
 
-    Gives up on a non-retryable error, after `max_attempts`, or when sleeping would cross the
+    Gives up on a non-retryable error, after `max_attempts` attempts that reached a server (those
+    that found none, `unreachable_attempts` of the `attempts_made`, do not count: they retry until
+    the deadline, at least UNREACHABLE_RETRY_FLOOR_S apart), or when sleeping would cross the
     deadline (a retry that cannot start in time is not attempted)."""
-    if not is_retryable(error, policy) or attempts_made >= policy.max_attempts:
+    if not is_retryable(error, policy) or policy.max_attempts == 1:
         return None
-    delay = schedule[attempts_made - 1]
+    if isinstance(error, ServerUnavailableError):
+        delay = UNREACHABLE_RETRY_FLOOR_S + schedule[min(max(unreachable_attempts, 1), len(schedule)) - 1]
+    else:
+        answered = attempts_made - unreachable_attempts
+        if answered >= policy.max_attempts:
+            return None
+        delay = schedule[max(answered, 1) - 1]
     if elapsed_s + delay >= policy.deadline_s:
         return None
     return delay
@@ -176,8 +197,8 @@ class AttemptPlanner:
                f"({retry.max_attempts - 1}); draw it with backoff_schedule.")
         self.models, self.retry, self.schedule = tuple(models), retry, tuple(schedule)
         self.timeout_us, self.start_s = timeout_us, start_s
-        #: Server calls and attempts (rounds over the models) started so far.
-        self.calls = self.attempts = 0
+        #: Server calls and attempts (rounds over the models) started so far; attempts that found no server.
+        self.calls = self.attempts = self.unreachable_attempts = 0
         self._errors: list[tuple[str, ClientError]] = []  # this attempt's, one per model tried
         self._tried = 0  # models of this attempt sent so far
         self._in_attempt = False
@@ -196,10 +217,13 @@ class AttemptPlanner:
             model = self.models[self._tried]
             self._tried, self.calls, self._awaiting_result = self._tried + 1, self.calls + 1, True
             remaining = self.retry.deadline_s - elapsed
+            if self._tried < len(self.models):  # a fallback follows: leave it time if this one hangs
+                remaining *= PRIMARY_SHARE_WITH_FALLBACK
             return SendRequest(model, server_timeout_us(self.timeout_us, remaining), max(remaining, 0.001))
         self._in_attempt = False
         error = attempt_error(self._errors)
-        delay = next_retry_delay(self.retry, error, self.attempts, elapsed, self.schedule)
+        self.unreachable_attempts += isinstance(error, ServerUnavailableError)
+        delay = next_retry_delay(self.retry, error, self.attempts, elapsed, self.schedule, self.unreachable_attempts)
         if delay is None:
             raise gave_up(error, self.attempts, elapsed, self.retry) from None
         return SleepBeforeRetry(delay)

@@ -172,3 +172,52 @@ def test_steps_out_of_protocol_order_are_refused():
 def test_invalid_planners_are_rejected(models, schedule, message):
     with pytest.raises(ClientError, match=message):
         AttemptPlanner(models, RetryPolicy(max_attempts=4), schedule, None, 0.0)
+
+
+def gone():
+    return ServerUnavailableError("server at h:1 is not reachable ([Errno 111] Connection refused)")
+
+
+def test_an_unreachable_server_is_retried_until_the_deadline_riding_out_a_partition_restart():
+    """A killed partition is back in ~5 s (docs/partitions.md). The default policy's 4 attempts with
+    sleeps of at most 0.05 + 0.1 + 0.2 s gave up after ~0.35 s, so every call during a restart failed
+    (a review, 2026-12-06: 19 of 187 calls). Unreachable attempts now go on until the deadline, each
+    at least UNREACHABLE_RETRY_FLOOR_S after the last, and do not use up `max_attempts`."""
+    from model_client.policies import UNREACHABLE_RETRY_FLOOR_S
+
+    p = AttemptPlanner(("big",), RetryPolicy(), (0.01, 0.02, 0.04), None, 0.0)  # the default policy: 4 attempts, 10 s
+    now, sleeps = 0.0, []
+    while now < 5.0:  # down for 5 s
+        assert p.next_step(now) == SendRequest("big", timeout_us=int((10.0 - now) * 1e6), client_timeout_s=10.0 - now)
+        p.record_failure(gone())
+        step = p.next_step(now)
+        assert isinstance(step, SleepBeforeRetry) and step.seconds >= UNREACHABLE_RETRY_FLOOR_S
+        sleeps.append(step.seconds)
+        now += step.seconds
+    assert isinstance(p.next_step(now), SendRequest)  # back: answered
+    assert p.attempts > 4 and p.unreachable_attempts == len(sleeps) and max(sleeps) <= UNREACHABLE_RETRY_FLOOR_S + 0.04
+
+
+def test_unreachable_attempts_do_not_use_up_the_attempts_of_an_overloaded_server():
+    steps, error = drive(planner(retry=RetryPolicy(max_attempts=2, deadline_s=60)), [gone(), gone(), gone(), full(), full()])
+    assert type(error) is OverloadedError and "Gave up after 5 attempt(s)" in str(error)
+    assert [kind for kind, _ in steps] == ["send", "sleep"] * 4 + ["send"]
+
+
+def test_one_attempt_means_no_retry_of_an_unreachable_server_either():
+    steps, error = drive(planner(retry=RetryPolicy(max_attempts=1)), [gone()])
+    assert isinstance(error, ServerUnavailableError) and steps == [("send", "big")]
+
+
+def test_with_a_fallback_the_primary_gets_half_of_what_is_left_so_a_hung_primary_leaves_time_for_it():
+    """A hung main partition answers nothing until the supervisor kills it (up to ~8 s): the primary's
+    request took the whole deadline and the fallback was never tried (a review, 2026-12-06: realtime
+    calls with a 1 s deadline failed while the small model was idle)."""
+    p = planner(models=("big", "small"), retry=RetryPolicy(deadline_s=1.0))
+    first = p.next_step(100.0)
+    assert first == SendRequest("big", timeout_us=500_000, client_timeout_s=0.5)
+    p.record_failure(OverloadedError("model 'big' at h:1 did not answer within the client deadline (0.5 s)."))
+    second = p.next_step(100.5)
+    assert second == SendRequest("small", timeout_us=500_000, client_timeout_s=0.5)  # the rest, for the last model
+    single = planner(models=("big",), retry=RetryPolicy(deadline_s=1.0)).next_step(100.0)
+    assert single.client_timeout_s == 1.0  # no fallback: the whole deadline, as before

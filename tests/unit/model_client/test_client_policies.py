@@ -87,7 +87,7 @@ def test_next_retry_delay_never_sleeps_across_the_deadline_nor_retries_bad_input
 def test_giving_up_keeps_the_error_type_and_says_how_long_it_tried():
     error = gave_up(OverloadedError("model 'm' is overloaded."), 3, 1.234, RetryPolicy(max_attempts=3, deadline_s=2))
     assert isinstance(error, OverloadedError)
-    assert "Gave up after 3 attempt(s) in 1.23 s (up to 3 attempt(s) within 2 s)" in str(error)
+    assert "Gave up after 3 attempt(s) in 1.23 s (up to 3 attempt(s) within 2 s; an unreachable server until the deadline)" in str(error)
     bad = RequestRejectedError("bad")
     assert gave_up(bad, 1, 0.0, RetryPolicy()) is bad
 
