@@ -23,6 +23,7 @@ from model_client.client import (
     Protocol,
     classify_triton_error,
     deadline_error,
+    grpc_channel_args,
     interface_from_metadata,
     prepare_infer_call,
 )
@@ -44,6 +45,8 @@ class AsyncTritonModelClient:
     def __init__(self, url: str, protocol: Protocol | str = Protocol.HTTP, network_timeout_s: float = 30.0):
         self.url = url
         self.protocol = Protocol(protocol)
+        #: over gRPC (no socket timeout), the deadline of a call that names none
+        self._grpc_default_timeout_s = network_timeout_s if self.protocol is Protocol.GRPC else None
         if self.protocol is Protocol.HTTP:
             import tritonclient.http.aio as module
 
@@ -51,7 +54,7 @@ class AsyncTritonModelClient:
         else:
             import tritonclient.grpc.aio as module
 
-            self._client = module.InferenceServerClient(url)
+            self._client = module.InferenceServerClient(url, channel_args=grpc_channel_args())
         self._module = module
         self._interfaces: dict[str, ModelInterface] = {}
 
@@ -85,6 +88,7 @@ class AsyncTritonModelClient:
     async def interface(self, model: str, client_timeout_s: float | None = None) -> ModelInterface:
         """The model's inputs and outputs (fetched once; within `client_timeout_s` when given)."""
         if model not in self._interfaces:
+            client_timeout_s = self._grpc_default_timeout_s if client_timeout_s is None else client_timeout_s
             if self.protocol is Protocol.HTTP:
                 fetch = self._client.get_model_metadata(model)
             else:
@@ -96,6 +100,7 @@ class AsyncTritonModelClient:
     async def infer(self, model: str, inputs: Mapping[str, np.ndarray], priority: int = 0, timeout_us: int | None = None,
                     output_names: Sequence[str] | None = None, client_timeout_s: float | None = None) -> dict[str, np.ndarray]:
         """Like `TritonModelClient.infer`: `client_timeout_s` bounds the whole call, metadata included."""
+        client_timeout_s = self._grpc_default_timeout_s if client_timeout_s is None else client_timeout_s
         deadline = None if client_timeout_s is None else time.monotonic() + client_timeout_s
         interface = await self.interface(model, client_timeout_s)
         left = None if deadline is None else deadline - time.monotonic()

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Iterator
 
 from contracts.sampling import SamplingFields
+from model_client.client import grpc_channel_args
 from model_client.errors import ClientError, OverloadedError, RequestRejectedError, ServerUnavailableError
 
 DEFAULT_GENERATION_MODEL = "smollm2_chat"
@@ -195,7 +196,7 @@ def generate_grpc(url: str, prompt: str, settings: GenerationSettings = Generati
     import tritonclient.grpc as grpc
 
     results: queue.Queue = queue.Queue()
-    client = grpc.InferenceServerClient(url)
+    client = grpc.InferenceServerClient(url, channel_args=grpc_channel_args())
     finished = False
     try:
         client.start_stream(callback=lambda result, error: results.put((result, error)))
@@ -257,7 +258,7 @@ async def generate_grpc_async(url: str, prompt: str, settings: GenerationSetting
     import grpc
     import tritonclient.grpc.aio as grpc_aio
 
-    async with grpc_aio.InferenceServerClient(url) as client:
+    async with grpc_aio.InferenceServerClient(url, channel_args=grpc_channel_args()) as client:
         async def requests():
             yield {"model_name": model, "inputs": _grpc_inputs(grpc_aio, prompt, settings, stream)}
 

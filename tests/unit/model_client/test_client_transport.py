@@ -221,3 +221,69 @@ def test_an_async_network_timeout_without_a_deadline_is_an_overload_error_naming
     """With no client deadline, aiohttp's own timeout used to end in a TypeError (formatting None)."""
     error, took = timed_async(lambda: AsyncTritonModelClient(url, network_timeout_s=0.3), "slow")
     assert isinstance(error, OverloadedError) and "network timeout" in str(error) and took < 1.5
+
+
+@pytest.fixture
+def silent_tcp():
+    """A loopback port that accepts connections and never says a word (a hung server's, over gRPC)."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    held, stop = [], threading.Event()
+
+    def accept():
+        listener.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(listener.accept()[0])
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield f"127.0.0.1:{listener.getsockname()[1]}"
+    stop.set()
+    thread.join(timeout=2)
+    for connection in held:
+        connection.close()
+    listener.close()
+
+
+def test_a_grpc_client_gives_up_on_a_silent_server_after_its_network_timeout_sync_and_async(silent_tcp):
+    """gRPC has no socket timeout: `network_timeout_s` was ignored and a call to a server that never
+    answers waited 20 s (gRPC's connect deadline) whatever the client was given (a review, 2026-12-06).
+    It is now the deadline of a gRPC call that names none, as it bounds every HTTP read."""
+    with TritonModelClient(silent_tcp, "grpc", network_timeout_s=1.0) as client:
+        error, took_s = timed(lambda: client.infer("ok", {"x": X}))
+    assert isinstance(error, ClientError) and took_s < 3.0, (error, took_s)
+
+    async def run():
+        async with AsyncTritonModelClient(silent_tcp, "grpc", network_timeout_s=1.0) as client:
+            started = time.monotonic()
+            try:
+                await client.infer("ok", {"x": X})
+            except ClientError as exc:
+                return exc, time.monotonic() - started
+            return None, time.monotonic() - started
+
+    error, took_s = asyncio.run(run())
+    assert isinstance(error, ClientError) and took_s < 3.0, (error, took_s)
+
+
+def test_grpc_clients_keep_tritonclients_channel_options_and_cap_the_reconnect_backoff(monkeypatch):
+    """Passing any channel argument replaces tritonclient's own (message sizes, keepalive); the
+    reconnect backoff is capped, so a client is answered soon after a restarted partition is ready."""
+    import tritonclient.grpc as grpc
+
+    from model_client.client import grpc_channel_args
+
+    args = dict(grpc_channel_args())
+    assert args["grpc.max_send_message_length"] == args["grpc.max_receive_message_length"] == grpc.MAX_GRPC_MESSAGE_SIZE
+    assert args["grpc.keepalive_timeout_ms"] == grpc.KeepAliveOptions().keepalive_timeout_ms
+    assert args["grpc.max_reconnect_backoff_ms"] <= 1000 and args["grpc.initial_reconnect_backoff_ms"] <= 100
+    made = []
+    real = grpc.InferenceServerClient
+    monkeypatch.setattr(grpc, "InferenceServerClient", lambda url, **kwargs: made.append(kwargs) or real(url, **kwargs))
+    with TritonModelClient("127.0.0.1:1", "grpc"):
+        pass
+    assert made and dict(made[0]["channel_args"]) == args
