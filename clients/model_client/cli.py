@@ -18,7 +18,7 @@ import numpy as np
 from model_client.client import Protocol
 from model_client.embed_cli import add_embed_command
 from model_client.generate_cli import add_generate_command
-from model_client.endpoints import resolve_url
+from model_client.endpoints import add_endpoint_arguments, resolve_url
 from model_client.errors import ClientError
 from model_client.images import image_array_from_png
 
@@ -87,7 +87,7 @@ def classify_resilient(args: argparse.Namespace, protocol: Protocol, images: np.
 
     retry = RetryPolicy(max_attempts=args.max_attempts, deadline_s=args.deadline_s)
     fallback = FallbackPolicy.of(DIGIT_FALLBACKS) if args.fallback else None
-    with ResilientClient(protocol, url=args.url, retry=retry, fallback=fallback,
+    with ResilientClient(protocol, url=args.url, manifest=args.manifest, retry=retry, fallback=fallback,
                          limits=PriorityLimits.from_serving_config()) as client:
         interface = client.interface(args.model, args.priority)  # retried, and from the fallback when it must
         outcome = client.infer(args.model, {interface.inputs[0].name: np.ascontiguousarray(images, np.float32)},
@@ -95,7 +95,7 @@ def classify_resilient(args: argparse.Namespace, protocol: Protocol, images: np.
     if outcome.degraded:
         print(f"[degraded] overloaded: answered by {sorted(set(outcome.answered_by))} after {outcome.calls} call(s)",
               file=sys.stderr)
-    url = resolve_url(args.model, protocol, args.url)
+    url = resolve_url(args.model, protocol, args.url, args.manifest)
     return top_k_predictions(outcome.outputs[interface.outputs[0].name], args.top_k), url
 
 
@@ -103,8 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="model_client", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     cls = sub.add_parser("classify", help="classify digit images (PNG files or test-split samples)")
-    cls.add_argument("--protocol", choices=[p.value for p in Protocol], default="http")
-    cls.add_argument("--url", help="host:port (default: from run/manifest.json, else Triton's default port)")
+    add_endpoint_arguments(cls)
     cls.add_argument("--model", default="digit_classifier")
     cls.add_argument("--png", nargs="+", type=Path, help="PNG files to classify")
     cls.add_argument("--test-samples", help="indices into the held-out test split: N, A:B or N,M,...")

@@ -14,7 +14,7 @@ import numpy as np
 
 from model_client.client import Protocol, TritonModelClient
 from model_client.embeddings import DEFAULT_TEXT_MODEL, embed
-from model_client.endpoints import resolve_url
+from model_client.endpoints import add_endpoint_arguments, resolve_url
 from model_client.errors import ClientError
 
 
@@ -42,7 +42,7 @@ def _request_ranges(count: int, priority: int):
 def cmd_embed(args: argparse.Namespace) -> int:
     texts = read_texts(args.text, args.file)
     protocol = Protocol(args.protocol)
-    url = resolve_url(args.model, protocol, args.url)
+    url = resolve_url(args.model, protocol, args.url, args.manifest)
     with TritonModelClient(url, protocol) as client:
         result = embed(client, texts, model=args.model, request_ranges=_request_ranges(len(texts), args.priority),
                        priority=args.priority, timeout_us=args.timeout_us)
@@ -63,8 +63,7 @@ def add_embed_command(sub) -> None:
     """Register `embed` on the model_client argument parser's subcommands."""
     emb = sub.add_parser("embed", help="embed plain text with the served sentence embedder (vectors and norms)",
                          description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    emb.add_argument("--protocol", choices=[p.value for p in Protocol], default="http")
-    emb.add_argument("--url", help="host:port (default: from run/manifest.json, else Triton's default port)")
+    add_endpoint_arguments(emb)
     emb.add_argument("--model", default=DEFAULT_TEXT_MODEL)
     emb.add_argument("--text", action="append", help="a text to embed (repeatable)")
     emb.add_argument("--file", type=Path, help="UTF-8 file with one text per line ('-' reads stdin)")

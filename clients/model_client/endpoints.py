@@ -32,3 +32,12 @@ def resolve_url(model: str, protocol: Protocol, url: str | None = None, manifest
     if entry is not None:
         return entry.url(protocol)
     return TRITON_DEFAULT_URLS[Protocol(protocol)]
+
+
+def add_endpoint_arguments(parser) -> None:
+    """--protocol, --url and --manifest, as every model_client command takes them."""
+    parser.add_argument("--protocol", choices=[p.value for p in Protocol], default="http")
+    parser.add_argument("--url", help="host:port of the model's server (default: from --manifest, else Triton's default port)")
+    parser.add_argument("--manifest", type=Path, default=DEFAULT_MANIFEST,
+                        help="the run's manifest.json, which names each model's server (`serving serve --run-dir DIR` "
+                             f"writes DIR/manifest.json; default {DEFAULT_MANIFEST})")

@@ -12,7 +12,7 @@ import asyncio
 import sys
 
 from model_client.client import Protocol
-from model_client.endpoints import resolve_url
+from model_client.endpoints import add_endpoint_arguments, resolve_url
 from model_client.generate import DEFAULT_GENERATION_MODEL, GenerationChunk, GenerationSettings, generate, generate_async
 
 
@@ -25,7 +25,7 @@ def _print(chunk: GenerationChunk, state: dict) -> None:
 
 def cmd_generate(args: argparse.Namespace) -> int:
     protocol = Protocol(args.protocol)
-    url = resolve_url(args.model, protocol, args.url)
+    url = resolve_url(args.model, protocol, args.url, args.manifest)
     settings = GenerationSettings(max_tokens=args.max_tokens, priority=args.priority, deadline_ms=args.deadline_ms,
                                   temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed,
                                   chat=args.chat, system_prompt=args.system_prompt, stop=tuple(args.stop or ()))
@@ -48,8 +48,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
 def add_generate_command(sub) -> None:
     gen = sub.add_parser("generate", help="generate text with the served LLM, streamed to the terminal")
     gen.add_argument("--prompt", required=True, help="the prompt (with --chat: the user's message)")
-    gen.add_argument("--protocol", choices=[p.value for p in Protocol], default="http")
-    gen.add_argument("--url", help="host:port (default: from run/manifest.json, else Triton's default port)")
+    add_endpoint_arguments(gen)
     gen.add_argument("--model", default=DEFAULT_GENERATION_MODEL)
     gen.add_argument("--async", dest="use_async", action="store_true", help="use the asyncio clients")
     gen.add_argument("--no-stream", action="store_true", help="one response with the whole text")

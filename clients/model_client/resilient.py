@@ -26,7 +26,7 @@ from typing import Callable, Mapping, TypeVar
 import numpy as np
 
 from model_client.client import ModelInterface, Protocol, TritonModelClient
-from model_client.endpoints import DEFAULT_MANIFEST, resolve_url
+from model_client.endpoints import DEFAULT_MANIFEST, model_endpoints, resolve_url
 from model_client.errors import ClientError, RequestRejectedError
 from model_client.policies import (
     AttemptPlanner,
@@ -140,11 +140,20 @@ class ResilientClientBase:
         self._clients: dict[str, object] = {}
 
     def client_for(self, model: str):
-        """The connection to the server that serves `model` (the fallback may live elsewhere)."""
-        url = resolve_url(model, self.protocol, self.url, self.manifest)
+        """The connection to the server that serves `model`. A `url` names the primary models' server;
+        a fallback may live elsewhere (its own partition), so the manifest is asked for it first (with
+        `url` the fallback went to the primary's server, which did not serve it: never degraded)."""
+        url = self.url
+        if url and self._fallback_only(model) and model_endpoints(model, self.manifest) is not None:
+            url = None
+        url = resolve_url(model, self.protocol, url, self.manifest)
         if url not in self._clients:
             self._clients[url] = self._client_factory(url, self.protocol, self._network_timeout_s)
         return self._clients[url]
+
+    def _fallback_only(self, model: str) -> bool:
+        pairs = self.fallback.pairs if self.fallback is not None else ()
+        return any(model == small for _, small in pairs) and all(model != big for big, _ in pairs)
 
     def _interface_plan(self, model: str, priority: int) -> CallPlan:
         """What `interface` asks for: one request, to the primary and, where the priority allows it,

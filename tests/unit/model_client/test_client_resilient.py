@@ -258,3 +258,41 @@ def test_triton_errors_map_to_what_a_caller_can_act_on(message, status, expected
     error = classify_triton_error(InferenceServerException(msg=message, status=status), "h:1", "m")
     assert type(error) is expected
     assert "\n" not in str(error)
+
+
+def test_an_explicit_url_names_the_primarys_server_and_the_fallback_is_found_in_the_manifest(tmp_path):
+    """With `url=` (the CLI's --url) the fallback was sent to the primary's server too, which does not
+    serve it (its own partition): realtime calls never degraded (a review, 2026-12-06: 187 of 300
+    overloaded instead of answered by the small model)."""
+    import json
+
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text(json.dumps({"models": {
+        "big": {"http": "main:8000", "grpc": "main:8001", "partition": "main"},
+        "small": {"http": "fallback:8010", "grpc": "fallback:8011", "partition": "fallback"}}}))
+    clock, opened = FakeClock(), []
+
+    def connect(url, *_):
+        opened.append(url)
+        return ScriptedConnection({"big": [overloaded()], "small": ["ok"]}, clock)
+
+    client = ResilientClient("grpc", url="elsewhere:9001", manifest=manifest, fallback=FallbackPolicy.of({"big": "small"}),
+                             retry=RetryPolicy(max_attempts=1), rng=random.Random(0), sleep=clock.sleep, clock=clock,
+                             client_factory=connect)
+    outcome = client.infer("big", X, priority=1)
+    assert outcome.answered_by == ("small",) and opened == ["elsewhere:9001", "fallback:8011"]
+    # a fallback the manifest does not know is asked at the explicit url, as before
+    opened.clear()
+    client = ResilientClient("grpc", url="elsewhere:9001", manifest=tmp_path / "none.json",
+                             fallback=FallbackPolicy.of({"big": "small"}), retry=RetryPolicy(max_attempts=1),
+                             rng=random.Random(0), sleep=clock.sleep, clock=clock, client_factory=connect)
+    client.infer("big", X, priority=1)
+    assert opened == ["elsewhere:9001"]
+
+
+def test_every_command_takes_a_manifest_for_a_server_started_with_another_run_dir(tmp_path):
+    from model_client.cli import build_parser
+
+    for command in (["classify"], ["embed"], ["generate", "--prompt", "hi"]):
+        args = build_parser().parse_args([*command, "--manifest", str(tmp_path / "m.json")])
+        assert args.manifest == tmp_path / "m.json" and args.url is None and args.protocol == "http"
