@@ -21,6 +21,7 @@ import numpy as np
 from model_client.client import (
     ModelInterface,
     Protocol,
+    check_url,
     classify_triton_error,
     deadline_error,
     grpc_channel_args,
@@ -43,7 +44,7 @@ class AsyncTritonModelClient:
     """One connection (pool) to one server; safe for many concurrent coroutines of one loop."""
 
     def __init__(self, url: str, protocol: Protocol | str = Protocol.HTTP, network_timeout_s: float = 30.0):
-        self.url = url
+        self.url = check_url(url)
         self.protocol = Protocol(protocol)
         #: over gRPC (no socket timeout), the deadline of a call that names none
         self._grpc_default_timeout_s = network_timeout_s if self.protocol is Protocol.GRPC else None

@@ -52,6 +52,22 @@ class ModelInterface:
 CONNECTION_LOST_TYPES = frozenset({"HTTPConnectionClosed", "ClientConnectionError", "ServerDisconnectedError"})
 CONNECTION_LOST_TEXTS = ("connection closed", "server disconnected", "connection reset", "broken pipe",
                          "stream removed", "socket closed", "connection aborted")
+#: How they say no connection was made at all (refused, or a host name that does not resolve): checked
+#: first, since aiohttp's connect error is a ClientConnectionError too, and gRPC's "Domain name not
+#: found" is no missing model.
+UNREACHABLE_TYPES = frozenset({"ClientConnectorError"})
+UNREACHABLE_TEXTS = ("failed to connect", "connection refused", "cannot connect to host", "errors resolving",
+                     "dns resolution failed", "domain name not found", "name or service not known",
+                     "temporary failure in name resolution", "nodename nor servname")
+
+
+def check_url(url: str) -> str:
+    """`url` if it is a server's `host:port` as tritonclient takes it; a clear error otherwise (a scheme
+    or a path made gRPC answer "overloaded" after retries, and HTTP raise tritonclient's own error)."""
+    if not isinstance(url, str) or not url or "://" in url or "/" in url or any(c.isspace() for c in url):
+        raise ClientError(f"server url {url!r}: expected host:port (for example 127.0.0.1:8000), without a scheme "
+                          f"(http://, grpc://) or a path.")
+    return url
 
 
 def deadline_error(url: str, model: str | None, seconds: float) -> OverloadedError:
@@ -67,11 +83,13 @@ def classify_triton_error(exc: Exception, url: str, model: str | None = None) ->
     lowered = text.lower()
     if isinstance(exc, TimeoutError):  # a socket or network timeout: no answer in time, as a client deadline
         return OverloadedError(f"model {model!r} at {url} did not answer within the client's network timeout ({text}).")
-    if (CONNECTION_LOST_TYPES & {c.__name__ for c in type(exc).__mro__}
-            or any(marker in lowered for marker in CONNECTION_LOST_TEXTS)):
+    kinds = {c.__name__ for c in type(exc).__mro__}
+    if UNREACHABLE_TYPES & kinds or any(marker in lowered for marker in UNREACHABLE_TEXTS):
+        return ServerUnavailableError(f"server at {url} is not reachable ({text}); is it running? try `make serve`.")
+    if CONNECTION_LOST_TYPES & kinds or any(marker in lowered for marker in CONNECTION_LOST_TEXTS):
         return ServerUnavailableError(f"server at {url} closed the connection before answering ({text}): it went "
                                       f"down or restarted; retry while your deadline allows.")
-    if isinstance(exc, (ConnectionError, OSError)) or "failed to connect" in lowered or "connection refused" in lowered:
+    if isinstance(exc, (ConnectionError, OSError)):
         return ServerUnavailableError(f"server at {url} is not reachable ({text}); is it running? try `make serve`.")
     if "unknown model" in lowered or "not found" in lowered or "is not ready" in lowered or status in ("StatusCode.NOT_FOUND",):
         return ModelNotFoundError(f"model {model!r} is not served at {url}: {text}")
@@ -173,7 +191,7 @@ class TritonModelClient:
     """One connection to one server; safe to reuse across calls (not across threads for HTTP)."""
 
     def __init__(self, url: str, protocol: Protocol | str = Protocol.HTTP, network_timeout_s: float = 30.0):
-        self.url = url
+        self.url = check_url(url)
         self.protocol = Protocol(protocol)
         self._network_timeout_s = network_timeout_s
         if self.protocol is Protocol.HTTP:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Iterator
 
 from contracts.sampling import SamplingFields
-from model_client.client import grpc_channel_args
+from model_client.client import check_url, grpc_channel_args
 from model_client.errors import ClientError, OverloadedError, RequestRejectedError, ServerUnavailableError
 
 DEFAULT_GENERATION_MODEL = "smollm2_chat"
@@ -286,10 +286,10 @@ async def generate_grpc_async(url: str, prompt: str, settings: GenerationSetting
 def generate(url: str, protocol: str, prompt: str, settings: GenerationSettings = GenerationSettings(), stream: bool = True,
              model: str = DEFAULT_GENERATION_MODEL) -> Iterator[GenerationChunk]:
     call = generate_http if protocol == "http" else generate_grpc
-    return call(url, prompt, settings, stream, model)
+    return call(check_url(url), prompt, settings, stream, model)
 
 
 def generate_async(url: str, protocol: str, prompt: str, settings: GenerationSettings = GenerationSettings(), stream: bool = True,
                    model: str = DEFAULT_GENERATION_MODEL) -> AsyncIterator[GenerationChunk]:
     call = generate_http_async if protocol == "http" else generate_grpc_async
-    return call(url, prompt, settings, stream, model)
+    return call(check_url(url), prompt, settings, stream, model)

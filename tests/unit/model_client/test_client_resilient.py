@@ -251,6 +251,11 @@ def test_async_client_makes_the_same_decisions_and_accounts_for_every_job():
     # a gRPC server that dies mid-request: UNAVAILABLE like a full queue, but it is the server that is gone
     ("Stream removed", "StatusCode.UNAVAILABLE", ServerUnavailableError),
     ("Socket closed", "StatusCode.UNAVAILABLE", ServerUnavailableError),
+    # a host name that does not resolve: no server, not a missing model nor an overload (a review, 2026-12-06)
+    ("DNS resolution failed for nosuchhost.invalid:8001: C-ares status is not ARES_SUCCESS qtype=A "
+     "name=nosuchhost.invalid is_balancer=0: Domain name not found", "StatusCode.UNAVAILABLE", ServerUnavailableError),
+    ("errors resolving h:1/: [field:hostname lookup error:Failed to parse port in name: h:1/]",
+     "StatusCode.UNAVAILABLE", ServerUnavailableError),
 ])
 def test_triton_errors_map_to_what_a_caller_can_act_on(message, status, expected):
     from tritonclient.utils import InferenceServerException
@@ -296,3 +301,23 @@ def test_every_command_takes_a_manifest_for_a_server_started_with_another_run_di
     for command in (["classify"], ["embed"], ["generate", "--prompt", "hi"]):
         args = build_parser().parse_args([*command, "--manifest", str(tmp_path / "m.json")])
         assert args.manifest == tmp_path / "m.json" and args.url is None and args.protocol == "http"
+
+
+def test_aiohttps_refused_connection_is_unreachable_not_a_connection_closed_mid_request():
+    import aiohttp
+
+    refused = aiohttp.ClientConnectorError(
+        aiohttp.client_reqrep.ConnectionKey("127.0.0.1", 1, False, True, None, None, None), OSError(111, "Connect call failed"))
+    error = classify_triton_error(refused, "127.0.0.1:1", "m")
+    assert type(error) is ServerUnavailableError and "is not reachable" in str(error), error
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:8000", "grpc://h:8001", "127.0.0.1:8000/", "h:1/v2", "", "h :1"])
+def test_a_url_with_a_scheme_or_a_path_is_refused_naming_the_expected_form(url):
+    """gRPC answered such a url with UNAVAILABLE, classified "overloaded" and retried; HTTP raised
+    tritonclient's own exception, a traceback in the CLI."""
+    from model_client.client import TritonModelClient
+
+    for protocol in ("http", "grpc"):
+        with pytest.raises(ClientError, match=r"expected host:port \(for example 127.0.0.1:8000\), without a scheme"):
+            TritonModelClient(url, protocol)
