@@ -18,7 +18,9 @@ from typing import Any, AsyncIterator, Iterator
 
 from contracts.sampling import SamplingFields
 from model_client.client import check_url, grpc_channel_args
-from model_client.errors import ClientError, OverloadedError, RequestRejectedError, ServerUnavailableError
+from model_client.errors import (
+    ClientError, ModelNotFoundError, OverloadedError, RequestRejectedError, ServerUnavailableError,
+)
 
 DEFAULT_GENERATION_MODEL = "smollm2_chat"
 
@@ -63,6 +65,8 @@ def _classify(message: str, status: str, url: str, model: str) -> ClientError:
     lowered = message.lower()
     if "connection refused" in lowered or "failed to connect" in lowered:
         return ServerUnavailableError(f"server at {url} is not reachable ({message}); is it running? try `make serve`.")
+    if "unknown model" in lowered or status == "StatusCode.NOT_FOUND":  # as the infer clients say it
+        return ModelNotFoundError(f"model {model!r} is not served at {url}: {message}")
     if status in ("503", "StatusCode.UNAVAILABLE") or "wait queue" in lowered:
         return OverloadedError(f"model {model!r} at {url} is overloaded ({message}); retry later with backoff.")
     return RequestRejectedError(f"request to {model!r} at {url} was rejected: {message}")
@@ -89,6 +93,19 @@ def _connect_error(reason: object, url: str, model: str, timeout_s: float) -> Cl
     if isinstance(reason, OSError):  # refused, unreachable, unknown host: aiohttp's text says none of it
         return ServerUnavailableError(f"server at {url} is not reachable ({reason}); is it running? try `make serve`.")
     return _classify(str(reason), "", url, model)
+
+
+def _error_text(body: str) -> str:
+    """Triton's error message from an HTTP error body: `{"error": ...}`, or one server-sent event
+    `data: {"error": ...}` (/generate_stream), else the body's first line."""
+    text = body.strip()
+    if text.startswith("data:"):
+        text = text[5:].strip()
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        return text.splitlines()[0] if text else body
+    return str(parsed.get("error", text)) if isinstance(parsed, dict) else text
 
 
 def _chunk_from_sse_line(raw: bytes, url: str, model: str):
@@ -133,9 +150,7 @@ def generate_http(url: str, prompt: str, settings: GenerationSettings = Generati
     try:
         response = urllib.request.urlopen(request, timeout=timeout_s)
     except urllib.error.HTTPError as exc:
-        detail = exc.read().decode("utf-8", "replace")
-        message = json.loads(detail).get("error", detail) if detail.startswith("{") else detail
-        raise _classify(message, str(exc.code), url, model) from None
+        raise _classify(_error_text(exc.read().decode("utf-8", "replace")), str(exc.code), url, model) from None
     except urllib.error.URLError as exc:
         raise _connect_error(exc.reason, url, model, timeout_s) from None
     except TimeoutError:  # connected, but no response headers in time
@@ -200,7 +215,16 @@ def generate_grpc(url: str, prompt: str, settings: GenerationSettings = Generati
     finished = False
     try:
         client.start_stream(callback=lambda result, error: results.put((result, error)))
-        client.async_stream_infer(model, _grpc_inputs(grpc, prompt, settings, stream))
+        try:
+            client.async_stream_infer(model, _grpc_inputs(grpc, prompt, settings, stream))
+        except grpc.InferenceServerException as exc:  # the stream already failed: its callback says why
+            try:
+                _, error = results.get(timeout=1.0)
+            except queue.Empty:
+                error = exc
+            finished = True
+            raise _classify(error.message() if hasattr(error, "message") else str(error), str(error.status()), url,
+                            model) from None
         while True:
             try:
                 result, error = results.get(timeout=timeout_s)
@@ -230,9 +254,7 @@ async def generate_http_async(url: str, prompt: str, settings: GenerationSetting
         async with aiohttp.ClientSession(timeout=timeout) as session:
             async with session.post(endpoint, data=_http_body(prompt, settings, stream), headers={"Content-Type": "application/json"}) as response:
                 if response.status != 200:
-                    detail = await response.text()
-                    message = json.loads(detail).get("error", detail) if detail.startswith("{") else detail
-                    raise _classify(message, str(response.status), url, model)
+                    raise _classify(_error_text(await response.text()), str(response.status), url, model)
                 if not stream:
                     yield _chunk_from_json(json.loads(await response.read()))
                     return

@@ -134,3 +134,32 @@ def test_generate_command_has_priority_max_tokens_deadline_async_and_protocol():
     args = parser.parse_args(["generate", "--prompt", "x", "--protocol", "grpc", "--async", "--priority", "1",
                               "--max-tokens", "9", "--deadline-ms", "500"])
     assert (args.protocol, args.use_async, args.priority, args.max_tokens, args.deadline_ms) == ("grpc", True, 1, 9, 500.0)
+
+
+def test_an_http_error_body_reads_as_one_line_whether_json_or_a_server_sent_event():
+    """/generate_stream answers a refused request with an event, `data: {"error": ...}`: the caller got
+    the framing and blank lines in the message (a review, 2026-12-06)."""
+    from model_client.generate import _error_text
+
+    assert _error_text('data: {"error":"sampling_parameters `max_tokens` = -5: expected 1..1024"}\n\n') == \
+        "sampling_parameters `max_tokens` = -5: expected 1..1024"
+    assert _error_text('{"error":"text_input is empty"}') == "text_input is empty"
+    assert _error_text("<html>bad gateway</html>\nmore") == "<html>bad gateway</html>"
+
+
+def test_an_unknown_model_is_model_not_found_as_from_the_infer_clients():
+    from model_client.errors import ModelNotFoundError
+
+    assert isinstance(_classify("Request for unknown model: 'nosuch' is not found", "400", "u", "nosuch"), ModelNotFoundError)
+    assert isinstance(_classify("Request for unknown model: 'nosuch' is not found", "StatusCode.NOT_FOUND", "u", "x"),
+                      ModelNotFoundError)
+
+
+def test_a_grpc_generation_to_a_dead_port_is_unreachable_never_a_raw_stream_error():
+    """The stream's error callback can fire before async_stream_infer runs, which then raised
+    tritonclient's "The stream is no longer in valid state" (1 run in 5, a traceback in the CLI)."""
+    from model_client.generate import generate_grpc
+
+    for _ in range(5):
+        with pytest.raises(ServerUnavailableError, match="is not reachable"):
+            list(generate_grpc("127.0.0.1:1", "hi", GenerationSettings(max_tokens=2), timeout_s=10))
