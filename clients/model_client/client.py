@@ -149,6 +149,9 @@ def prepare_infer_call(module, protocol: Protocol, interface: ModelInterface, in
                        priority: int = 0, timeout_us: int | None = None,
                        output_names: Sequence[str] | None = None, client_timeout_s: float | None = None) -> InferCall:
     """Wire inputs/outputs and the priority, queue-timeout and (gRPC) deadline arguments."""
+    if isinstance(priority, bool) or not isinstance(priority, int) or priority < 0:  # Triton's is unsigned
+        raise RequestRejectedError(f"priority {priority!r}: expected 0 (the model's default level) or a level 1, 2, ... "
+                                   f"(1 = realtime, the highest).")
     names = list(output_names or [t.name for t in interface.outputs])
     kwargs: dict = {"priority": priority}
     if timeout_us is not None:
@@ -249,9 +252,19 @@ class TritonModelClient:
         except Exception:  # noqa: BLE001 - closing what was interrupted may fail; the new client is what counts
             pass
 
+    def _check_thread(self) -> None:
+        """An HTTP client stays with the thread that first used it: sharing one used to hang (a read
+        waited in the other thread's gevent hub) or fail with gevent's own words."""
+        if self.protocol is Protocol.HTTP and self._thread != threading.get_ident():
+            if self._thread is not None:
+                raise ClientError(f"this HTTP client of {self.url} is used by another thread: tritonclient.http's "
+                                  f"connections are not shared across threads; make one client per thread.")
+            self._thread = threading.get_ident()
+
     def interface(self, model: str, client_timeout_s: float | None = None) -> ModelInterface:
         """The model's inputs and outputs (fetched once; within `client_timeout_s` when given)."""
         if model not in self._interfaces:
+            self._check_thread()
             if client_timeout_s is None and self.protocol is Protocol.GRPC:
                 client_timeout_s = self._network_timeout_s
             grpc = {"client_timeout": client_timeout_s} if self.protocol is Protocol.GRPC else {}
@@ -269,11 +282,7 @@ class TritonModelClient:
         """Run one request. `priority` 0 means the model's default level; `timeout_us` shortens the
         queue timeout (the server rejects the request if it waits longer); `client_timeout_s` bounds
         the whole call, the first call's metadata fetch included (OverloadedError when it passes)."""
-        if self.protocol is Protocol.HTTP and self._thread != threading.get_ident():
-            if self._thread is not None:  # sharing one used to hang (a read waited in the other thread's hub)
-                raise ClientError(f"this HTTP client of {self.url} is used by another thread: tritonclient.http's "
-                                  f"connections are not shared across threads; make one client per thread.")
-            self._thread = threading.get_ident()
+        self._check_thread()
         if client_timeout_s is None and self.protocol is Protocol.GRPC:
             client_timeout_s = self._network_timeout_s  # gRPC has no socket timeout: the call's deadline
         deadline = None if client_timeout_s is None else time.monotonic() + client_timeout_s
@@ -295,6 +304,8 @@ class Prediction:
 
 
 def top_k_predictions(probabilities: np.ndarray, k: int) -> list[Prediction]:
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= probabilities.shape[-1]:
+        raise ClientError(f"top-k {k!r}: expected 1..{probabilities.shape[-1]} (the model's classes).")
     order = np.argsort(-probabilities, axis=-1)[:, :k]
     return [
         Prediction(tuple(int(c) for c in row), tuple(float(probabilities[i, c]) for c in row))

@@ -287,3 +287,28 @@ def test_grpc_clients_keep_tritonclients_channel_options_and_cap_the_reconnect_b
     with TritonModelClient("127.0.0.1:1", "grpc"):
         pass
     assert made and dict(made[0]["channel_args"]) == args
+
+
+def test_a_negative_priority_and_a_top_k_outside_the_classes_are_refused_before_sending():
+    """Triton's priority is unsigned: -1 got a JSON parse error over HTTP and "Value out of range"
+    over gRPC; `classify --top-k 0` ended in an IndexError traceback (a review, 2026-12-06)."""
+    from model_client.client import ModelInterface, TensorInfo, prepare_infer_call, top_k_predictions
+    import tritonclient.http as module
+
+    interface = ModelInterface("m", (TensorInfo("x", "FP32", (-1, 2)),), (TensorInfo("y", "FP32", (-1, 10)),))
+    with pytest.raises(RequestRejectedError, match=r"priority -1: expected 0 \(the model's default level\) or a level"):
+        prepare_infer_call(module, "http", interface, {"x": X}, priority=-1)
+    assert prepare_infer_call(module, "http", interface, {"x": X}, priority=2).kwargs["priority"] == 2
+    for k in (0, 11):
+        with pytest.raises(ClientError, match=r"top-k .*: expected 1\.\.10"):
+            top_k_predictions(np.zeros((1, 10), np.float32), k)
+
+
+def test_an_http_clients_metadata_from_another_thread_gets_the_one_client_per_thread_error(url):
+    with TritonModelClient(url) as client:
+        client.interface("ok")
+        seen = []
+        thread = threading.Thread(target=lambda: seen.append(timed(lambda: client.interface("slow"))[0]))
+        thread.start()
+        thread.join(timeout=10)
+    assert isinstance(seen[0], ClientError) and "make one client per thread" in str(seen[0]), seen
