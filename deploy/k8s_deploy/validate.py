@@ -28,6 +28,8 @@ from typing import Any, Iterable
 from k8s_deploy.errors import ValidationFailed
 from k8s_deploy.monitoring import QUEUE_METRIC, substitute_adapter_template
 from k8s_deploy.tree import DEPLOY_ROOT, render_files, stale_files
+from k8s_deploy.workload import ARGV_KEY_DECOY
+from serving.runtime.security import ARGV_SECRET_ENV
 
 #: The oldest Kubernetes this deployment supports, and the newest kubernetes-validate 1.37.0 bundles.
 KUBERNETES_VERSIONS = ("1.30", "1.37")
@@ -146,6 +148,10 @@ def check_references(docs: list[dict[str, Any]], adapter_metric: str = QUEUE_MET
             used = {v for arg in container.get("args", []) for v in re.findall(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", arg)}
             if used - defined:
                 errors.append(f"Deployment/{name}: arguments use $({sorted(used - defined)}) that its env does not define")
+            if any(ARGV_KEY_DECOY in arg for arg in container.get("args", [])) and not any(
+                    e["name"] == ARGV_SECRET_ENV and "secretKeyRef" in e.get("valueFrom", {}) for e in container.get("env", [])):
+                errors.append(f"Deployment/{name}: arguments carry the admin key's decoy but the env has no {ARGV_SECRET_ENV} "
+                              f"from a Secret: the admin APIs would be locked with a key nobody holds")
             requests, limits = container["resources"].get("requests"), container["resources"].get("limits")
             if requests != limits:
                 errors.append(f"Deployment/{name}: requests {requests} != limits {limits}: not Guaranteed QoS")

@@ -3,9 +3,11 @@
 Pure functions of the parsed serving.toml and the partition plan `contracts.partition_plan` makes
 for one node of `[kubernetes] node_cpus` CPUs, so a partition gets the same whole cores, ONNX
 Runtime threads, ports and (on a GPU) MPS limits in a pod as on a host. The tritonserver arguments
-come from the launcher's own `partition_server_settings`; three differ: the admin key, a placeholder
-that the pod expands from a Secret (`$(TRITON_ADMIN_KEY)`), so no key is ever rendered, and strict
-readiness and exit-on-error (`server_args` says why).
+come from the launcher's own `partition_server_settings`; three differ: the admin key, a fixed decoy
+that the preloaded request guard replaces with the Secret's key from the environment before Triton
+reads its arguments (as the host's launcher does: no key is rendered, and none is on the command
+line, which /proc/1/cmdline shows to every process of the node), and strict readiness and
+exit-on-error (`server_args` says why).
 """
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from serving.runtime.launcher import partition_server_settings, with_server_over
 from serving.runtime.native import preload_variables, wanted_helpers
 from serving.runtime.server import SERVER_STACK_LIMIT_BYTES
 from contracts.partition_plan import PartitionPlan, PlannedPartition, plan_partitions
-from serving.runtime.security import ADMIN_KEY_ENV, AdminKey
+from serving.runtime.security import ARGV_DECOY_ENV, ARGV_SECRET_ENV, AdminKey
 from contracts.serving_spec import CpuPlacement, ServingSpec
 from serving.runtime.supervisor import RestartPolicy
 
@@ -37,8 +39,10 @@ BACKEND_DIR = SERVING_ROOT / "backends"
 PYTHONPATH = f"{SERVING_ROOT / 'site-packages'}:{SERVING_ROOT / 'python'}"
 #: The Secret every pod reads the admin key from; created by the operator, never rendered.
 ADMIN_SECRET, ADMIN_SECRET_KEY = "triton-admin-key", "admin-key"
-#: Passes AdminKey's own checks; replaced by the pod-side expansion of the Secret's value.
-_KEY_PLACEHOLDER = "RENDERED0KEY0PLACEHOLDER0NEVER0USED"
+#: What the rendered arguments carry where the admin key goes (it passes AdminKey's own checks): the
+#: request guard puts the Secret's key (SERVING_ARGV_SECRET) in its place inside tritonserver, so
+#: Triton checks the real key while /proc/1/cmdline shows this. Public on purpose: it unlocks nothing.
+ARGV_KEY_DECOY = "pod0admin0key0decoy0replaced0by0the0request0guard"
 #: The preloaded helpers (serving.runtime.native): the image's build stage compiles them into
 #: /opt/serving/lib, which the init container copies here with the rest.
 NATIVE_LIBRARY_DIR = SERVING_ROOT / "lib"
@@ -81,29 +85,33 @@ def common_labels(partition: str) -> dict[str, str]:
 
 
 def server_args(part: PlannedPartition, gpu: bool, plan: PartitionPlan) -> list[str]:
-    """The launcher's flags for this partition, with the key taken from the pod's environment.
+    """The launcher's flags for this partition, with the key's decoy (ARGV_KEY_DECOY).
 
     Two differ from a host's: a pod has no launcher checking each model's readiness and no
     supervisor, so `--strict-readiness=true` (the pod is Ready only while every model is; Triton's
     default) and `--exit-on-error=true` (a model that fails to load ends the server, and the kubelet
     restarts the pod: CrashLoopBackOff, visible, instead of a Ready pod failing every request)."""
     settings = partition_server_settings(plan, part, MODEL_REPOSITORY, BACKEND_DIR, gpu_metrics=gpu,
-                                         admin_key=AdminKey(_KEY_PLACEHOLDER, "k8s_deploy placeholder"))
-    settings = dataclasses.replace(settings, strict_readiness=True, exit_on_error=True)
-    return [arg.replace(_KEY_PLACEHOLDER, f"$({ADMIN_KEY_ENV})") for arg in settings.to_args_list()]
+                                         admin_key=AdminKey(ARGV_KEY_DECOY, "k8s_deploy decoy"))
+    return dataclasses.replace(settings, strict_readiness=True, exit_on_error=True).to_args_list()
 
 
-#: The container's command: Triton's threads run with the stack limit a host's launcher sets
-#: (serving.runtime.server.SERVER_STACK_LIMIT_BYTES; Kubernetes has no ulimit field and containers
-#: inherit 8 MiB, with which a ~4 MiB HTTP body crashed the server: docs/operations.md), then the
-#: server replaces the shell. `$@` is the container's args, where the kubelet has already expanded
-#: $(TRITON_ADMIN_KEY); the variable itself is dropped before exec, as the host's launcher drops it
-#: (serving.runtime.server.server_environment), so the backend stubs and every model's Python code
-#: do not inherit the admin key.
+#: The container's command: the admin key from the Secret must have the form the host's launcher
+#: requires (serving.runtime.security.KEY_PATTERN: it goes into Triton's `--*-restricted-*` flags,
+#: where a ',' ':' or '=' would change their meaning); Triton's threads run with the stack limit a
+#: host's launcher sets (serving.runtime.server.SERVER_STACK_LIMIT_BYTES; Kubernetes has no ulimit
+#: field and containers inherit 8 MiB, with which a ~4 MiB HTTP body crashed the server:
+#: docs/operations.md); then the server replaces the shell. The request guard, preloaded, takes the
+#: key from SERVING_ARGV_SECRET into Triton's arguments and drops both variables from the server's
+#: environment, so the backend stubs and every model's Python code do not inherit the key.
 SERVER_COMMAND = ["sh", "-c",
+                  f'case "${ARGV_SECRET_ENV}" in *[!A-Za-z0-9_-]*) n=0 ;; *) n=${{#{ARGV_SECRET_ENV}}} ;; esac; '
+                  f'if [ "$n" -lt 24 ] || [ "$n" -gt 256 ]; then echo "[serving] the admin key (Secret {ADMIN_SECRET}, '
+                  f'key {ADMIN_SECRET_KEY}) must be 24-256 characters of A-Z a-z 0-9 _ - (make admin-key makes one)" >&2; '
+                  f'exit 1; fi; '
                   f'ulimit -s {SERVER_STACK_LIMIT_BYTES // 1024} || echo "[serving] could not raise the stack limit '
                   f'(hard limit $(ulimit -Hs) KiB): HTTP bodies of a few MiB may crash the server" >&2; '
-                  f'unset {ADMIN_KEY_ENV}; exec tritonserver "$@"', "tritonserver"]
+                  f'exec tritonserver "$@"', "tritonserver"]
 #: Seconds a terminating pod keeps serving while its endpoint is removed from the Services (the
 #: kubelet runs preStop before SIGTERM; Triton stops taking new work at SIGTERM).
 PRE_STOP_SLEEP_S = 5
@@ -112,14 +120,15 @@ PRE_STOP_SLEEP_S = 5
 def container_env(plan: PartitionPlan, part: PlannedPartition) -> list[dict[str, Any]]:
     """The partition's variables, the stub's PYTHONPATH, the preloaded helpers as the host's servers
     get them (the condition-wait cap that keeps Triton 2.51's batcher from stalling, the gzip
-    level), and the admin key from the Secret."""
+    level, the request guard), and the admin key from the Secret for the guard to put in place of the
+    arguments' decoy."""
     env = [{"name": k, "value": v} for k, v in sorted(part.environment().items())]
     env.append({"name": "PYTHONPATH", "value": PYTHONPATH})
     helpers = preload_variables(wanted_helpers(plan.cond_wait_cap_us, plan.http_gzip_level),
                                 lambda helper: NATIVE_LIBRARY_DIR / helper.library.name)
     env += [{"name": k, "value": v} for k, v in helpers.items()]
-    # Must come before the arguments use it: Kubernetes expands $(VAR) only from variables it defines.
-    env.append({"name": ADMIN_KEY_ENV, "valueFrom": {"secretKeyRef": {"name": ADMIN_SECRET, "key": ADMIN_SECRET_KEY}}})
+    env.append({"name": ARGV_DECOY_ENV, "value": ARGV_KEY_DECOY})
+    env.append({"name": ARGV_SECRET_ENV, "valueFrom": {"secretKeyRef": {"name": ADMIN_SECRET, "key": ADMIN_SECRET_KEY}}})
     return env
 
 

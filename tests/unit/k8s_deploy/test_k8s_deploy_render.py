@@ -59,7 +59,9 @@ def test_one_deployment_per_partition_on_nvidias_2_51_image(serving_spec):
         assert "replicas" not in deployment["spec"], "the HPA owns the replica count"
 
 
-def test_container_arguments_are_the_launchers_with_the_key_from_the_secret(serving_spec):
+def test_container_arguments_are_the_launchers_with_a_decoy_where_the_key_goes(serving_spec):
+    from k8s_deploy.workload import ARGV_KEY_DECOY
+
     deploy = plan_deployment(serving_spec)
     for part in deploy.plan.partitions:
         key = AdminKey("x" * 32, "test")
@@ -68,19 +70,22 @@ def test_container_arguments_are_the_launchers_with_the_key_from_the_secret(serv
         # a pod has no launcher checking models and no supervisor: strict readiness, and a failed
         # model load ends the server (the kubelet restarts it) instead of a Ready pod failing requests
         in_pod = {"--strict-readiness=false": "--strict-readiness=true", "--exit-on-error=false": "--exit-on-error=true"}
-        assert c["args"] == [in_pod.get(a, a).replace(key.value, "$(TRITON_ADMIN_KEY)") for a in launcher]
+        assert c["args"] == [in_pod.get(a, a).replace(key.value, ARGV_KEY_DECOY) for a in launcher]
         assert set(in_pod.values()) <= set(c["args"])
         # the host's stack limit (a ~4 MiB body crashed Triton on 8 MiB), then the server replaces the shell
         assert c["command"][:2] == ["sh", "-c"] and "ulimit -s 262144" in c["command"][2]
         assert c["command"][2].endswith('exec tritonserver "$@"') and c["command"][3] == "tritonserver"
-        # the key reaches Triton through its (already expanded) arguments; the stubs and model code,
-        # which inherit the server's environment, do not get it (as on a host: server_environment)
-        assert c["command"][2].endswith('; unset TRITON_ADMIN_KEY; exec tritonserver "$@"')
+        # no key in the arguments, which /proc/1/cmdline shows every process of the node (the kubelet
+        # expanded $(TRITON_ADMIN_KEY) there until 2026-12-06): the request guard puts the Secret's key in
+        # place of the decoy inside the server, as on a host (serving.runtime.security.keep_key_off_command_line)
+        assert not any("$(" in a for a in c["args"]) and any(ARGV_KEY_DECOY in a for a in c["args"])
+        env = {e["name"]: e for e in c["env"]}
+        assert env["SERVING_ARGV_DECOY"]["value"] == ARGV_KEY_DECOY and "TRITON_ADMIN_KEY" not in env
+        assert env["SERVING_ARGV_SECRET"]["valueFrom"]["secretKeyRef"] == {"name": "triton-admin-key", "key": "admin-key"}
+        assert "/opt/serving/lib/librequest_guard.so".replace("/opt/serving", "/serving") in env["LD_PRELOAD"]["value"]
         assert c["lifecycle"]["preStop"]["exec"]["command"] == ["sleep", "5"]
         assert "--model-control-mode=explicit" in c["args"] and f"--http-port={part.http_port}" in c["args"]
         assert [f"--load-model={m}" for m in part.models] == [a for a in c["args"] if a.startswith("--load-model=")]
-        secret = next(e for e in c["env"] if e["name"] == "TRITON_ADMIN_KEY")["valueFrom"]["secretKeyRef"]
-        assert secret == {"name": "triton-admin-key", "key": "admin-key"}
 
 
 def test_every_pod_preloads_the_helpers_the_hosts_servers_get_with_the_same_settings(serving_spec, tmp_path):

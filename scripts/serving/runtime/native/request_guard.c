@@ -87,7 +87,8 @@
  * argument). The launcher (serving.runtime.security.keep_key_off_command_line) puts a random decoy
  * where the key goes and passes the key in SERVING_ARGV_SECRET (the environment: /proc/<pid>/environ
  * is the owner's only); the constructor puts the key into Triton's argv before main() parses it and
- * removes both variables, so the backend stubs do not inherit them.
+ * removes both variables, so the backend stubs do not inherit them. A Kubernetes pod does the same with
+ * a fixed decoy and the key from its Secret (deploy/k8s_deploy/workload.py).
  */
 #define _GNU_SOURCE
 #include <ctype.h>
@@ -256,10 +257,13 @@ static void http_port_from_argv(int argc, char **argv);
 __attribute__((constructor)) static void request_guard_init(int argc, char **argv, char **envp) {
     (void)envp;
     int in_server = acting_in_this_process((const void *)request_guard_init);
-    if (in_server)
+    if (in_server) {
         restore_argv_secret(argc, argv);
-    unsetenv("SERVING_ARGV_DECOY");
-    unsetenv("SERVING_ARGV_SECRET");
+        /* only in the server: a pod's `sh -c ... exec tritonserver` preloads this too (LD_PRELOAD is the
+         * container's), and the shell must pass the variables on */
+        unsetenv("SERVING_ARGV_DECOY");
+        unsetenv("SERVING_ARGV_SECRET");
+    }
     const char *on = getenv("SERVING_REQUEST_GUARD");
     enabled = on && strcmp(on, "on") == 0 && in_server;
     if (!enabled) return;

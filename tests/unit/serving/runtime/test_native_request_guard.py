@@ -55,3 +55,34 @@ def test_only_a_guard_that_restores_the_key_gets_a_decoy_on_the_command_line(tmp
     older = tmp_path / "older.so"
     subprocess.run([shutil.which("cc") or "gcc", "-shared", "-fPIC", "-o", str(older), str(tmp_path / "older.c")], check=True)
     assert not restores_argv_secret(older) and not restores_argv_secret(tmp_path / "missing.so")
+
+
+def test_a_pods_command_gives_the_server_the_secrets_key_where_proc_cmdline_shows_the_decoy(tmp_path):
+    """A pod runs `sh -c '... exec tritonserver "$@"'` with the container's LD_PRELOAD, so the guard is
+    loaded into the shell too: it must leave the key's variables to the server (it dropped them in every
+    process, and Triton then got the decoy). Until 2026-12-06 the kubelet expanded the key into the
+    arguments, where /proc/1/cmdline shows it to every process of the node. A key of another form stops
+    the pod with a message, as the host's launcher refuses it."""
+    from k8s_deploy.workload import ARGV_KEY_DECOY, SERVER_COMMAND
+
+    library, what = build_helper(REQUEST_GUARD, tmp_path / "librequest_guard.so")
+    assert library, what
+    (tmp_path / "show.c").write_text(SHOW_ARGUMENTS)
+    subprocess.run([shutil.which("cc") or "gcc", "-o", str(tmp_path / "tritonserver"), str(tmp_path / "show.c")], check=True)
+    flag = f"--http-restricted-api=model-repository:admin-key={ARGV_KEY_DECOY}"
+
+    def pod(secret: str) -> subprocess.CompletedProcess:
+        env = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}", "LD_PRELOAD": str(library),
+               "SERVING_ARGV_DECOY": ARGV_KEY_DECOY, "SERVING_ARGV_SECRET": secret}
+        return subprocess.run([*SERVER_COMMAND, flag], capture_output=True, text=True, env=env, timeout=30)
+
+    key = "k" * 43
+    done = pod(key)
+    assert done.returncode == 0, done.stderr
+    argument, cmdline, environment = done.stdout.splitlines()
+    assert argument == f"--http-restricted-api=model-repository:admin-key={key}"
+    assert ARGV_KEY_DECOY in cmdline and key not in cmdline and environment == "no env"
+    for bad in ("short", "k" * 30 + ",x", "k" * 257, ""):
+        done = pod(bad)
+        assert done.returncode == 1 and not done.stdout, (bad, done.stdout)
+        assert "must be 24-256 characters of A-Z a-z 0-9 _ -" in done.stderr, done.stderr
