@@ -29,8 +29,8 @@ def uses_mps(deploy: DeployPlan) -> bool:
 
 
 def mps_replicas(deploy: DeployPlan) -> int:
-    """R such that each partition's compute_share is one replica of 100/R percent."""
-    shares = {p.name: p.compute_share for p in deploy.plan.partitions}
+    """R such that each GPU partition's compute_share is one replica of 100/R percent."""
+    shares = {p.name: p.compute_share for p in deploy.gpu_partitions}
     distinct = set(shares.values())
     share = distinct.pop() if len(distinct) == 1 else None
     if share is None or 100 % share:
@@ -44,8 +44,9 @@ def mps_replicas(deploy: DeployPlan) -> int:
 
 def render_gpu_patch(deploy: DeployPlan, part: PlannedPartition) -> dict[str, Any]:
     """A strategic-merge patch of one partition's Deployment: GPU flags, MPS limits, one GPU share."""
-    if not deploy.gpu:
-        raise DeployConfigError("render_gpu_patch needs a GPU deploy plan (plan_deployment(spec, gpu=True)).")
+    if part not in deploy.gpu_partitions:
+        raise DeployConfigError(f"render_gpu_patch: partition {part.name!r} holds no `device = \"gpu\"` model of a GPU "
+                                f"deploy plan (plan_deployment(spec, gpu=True)): it takes no GPU share.")
     container: dict[str, Any] = {"name": CONTAINER, "args": server_args(part, gpu=True, plan=deploy.plan),
                                  "resources": container_resources(deploy, part)}
     if uses_mps(deploy):

@@ -43,13 +43,14 @@ def render_documents(spec: ServingSpec, thresholds: AlertThresholds = AlertThres
                                                    "resources": ["namespace.yaml", *base, "monitoring.yaml"]}]
     files["kustomize/overlays/cpu/kustomization.yaml"] = [{**KUSTOMIZE, "resources": ["../../base"]}]
     patches = []
-    for part in gpu.plan.partitions:
+    for part in gpu.gpu_partitions:  # only partitions holding a `device = "gpu"` model take a GPU share
         name = f"gpu-{resource_name(part.name)}.yaml"
         files[f"kustomize/overlays/gpu/{name}"] = [render_gpu_patch(gpu, part)]
         patches.append({"path": name})
-    files["kustomize/overlays/gpu/kustomization.yaml"] = [{**KUSTOMIZE, "resources": ["../../base"], "patches": patches}]
+    files["kustomize/overlays/gpu/kustomization.yaml"] = [{**KUSTOMIZE, "resources": ["../../base"],
+                                                           **({"patches": patches} if patches else {})}]
     files["prometheus-adapter/values.yaml"] = [render_adapter_values(spec)]
-    if uses_mps(gpu):
+    if uses_mps(gpu) and gpu.gpu_partitions:
         files["nvidia-device-plugin/mps-sharing.yaml"] = [render_device_plugin_config(gpu)]
     return files
 

@@ -188,11 +188,35 @@ def check_promql(docs: list[dict[str, Any]], adapter_values: dict[str, Any], nam
     return errors + _promtool_check([{"name": "prometheus-adapter-queries", "rules": recordings}], "adapter")
 
 
-def validate_all(root: Path = DEPLOY_ROOT, spec=None) -> list[str]:
-    """Run every check; returns OK lines, raises ValidationFailed listing every error found."""
+def _check_overlay(root: Path, overlay: str, namespace: str) -> tuple[list[str], list[dict[str, Any]]]:
+    """(errors, documents) of one overlay under `root`: built by kubectl kustomize, every schema,
+    the references and the PromQL."""
     import yaml
 
+    extra = [yaml.safe_load((root / p).read_text()) for p in ("nvidia-device-plugin/mps-sharing.yaml",) if (root / p).exists()]
+    docs = kustomize_build(root / overlay)
+    found = [check for doc in docs + (extra if overlay.endswith("gpu") else [])
+             for check in (check_crd_schema(doc) if doc["apiVersion"].startswith("monitoring.coreos.com/")
+                           else check_core_schema(doc))]
+    found += check_references(docs) + check_promql(docs, yaml.safe_load((root / "prometheus-adapter/values.yaml").read_text()),
+                                                    namespace)
+    return found, docs
+
+
+def every_model_on_the_gpu(spec):
+    """`spec` with every model served on the GPU: what the gpu overlay renders for a GPU serving.toml."""
+    import dataclasses
+
+    from contracts.serving_spec import Device
+
+    return dataclasses.replace(spec, models=tuple(dataclasses.replace(m, device=Device.GPU) for m in spec.models))
+
+
+def validate_all(root: Path = DEPLOY_ROOT, spec=None) -> list[str]:
+    """Run every check; returns OK lines, raises ValidationFailed listing every error found."""
     from contracts.serving_spec import load_serving_spec
+
+    from k8s_deploy.tree import write_files
 
     spec = spec or load_serving_spec(root.parent / "model_repository" / "serving.toml")
     report, errors = [], stale_files(render_files(spec), root)
@@ -200,19 +224,19 @@ def validate_all(root: Path = DEPLOY_ROOT, spec=None) -> list[str]:
         errors = [f"{e} (run `make k8s-render`)" for e in errors]
     else:
         report.append("OK committed files == rendering of model_repository/serving.toml")
-    extra = [yaml.safe_load((root / p).read_text()) for p in ("nvidia-device-plugin/mps-sharing.yaml",) if (root / p).exists()]
-    for overlay in OVERLAYS:
-        docs = kustomize_build(root / overlay)
-        found = [check for doc in docs + (extra if overlay.endswith("gpu") else [])
-                 for check in (check_crd_schema(doc) if doc["apiVersion"].startswith("monitoring.coreos.com/")
-                               else check_core_schema(doc))]
-        found += check_references(docs) + check_promql(docs, yaml.safe_load((root / "prometheus-adapter/values.yaml").read_text()),
-                                                        spec.kubernetes.namespace)
-        errors += [f"{overlay}: {e}" for e in found]
-        if not found:
-            kinds = sorted({d["kind"] for d in docs})
-            report.append(f"OK {overlay}: {len(docs)} objects ({', '.join(kinds)}) built by kubectl kustomize; strict schemas "
-                          f"of Kubernetes {' and '.join(KUBERNETES_VERSIONS)} and Prometheus Operator CRDs; references; promtool")
+    checks = [(root, overlay, "") for overlay in OVERLAYS]
+    with tempfile.TemporaryDirectory() as scratch:
+        if not spec.gpu_partitions():  # the gpu overlay patches nothing: check what it renders for GPU models
+            write_files(render_files(every_model_on_the_gpu(spec)), Path(scratch))
+            checks.append((Path(scratch), OVERLAYS[-1], " with every model on the GPU (what a GPU serving.toml renders)"))
+        for where, overlay, note in checks:
+            found, docs = _check_overlay(where, overlay, spec.kubernetes.namespace)
+            errors += [f"{overlay}{note}: {e}" for e in found]
+            if not found:
+                kinds = sorted({d["kind"] for d in docs})
+                report.append(f"OK {overlay}{note}: {len(docs)} objects ({', '.join(kinds)}) built by kubectl kustomize; "
+                              f"strict schemas of Kubernetes {' and '.join(KUBERNETES_VERSIONS)} and Prometheus Operator "
+                              f"CRDs; references; promtool")
     if errors:
         raise ValidationFailed("k8s-validate found errors:\n  " + "\n  ".join(errors))
     return report

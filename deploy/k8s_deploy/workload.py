@@ -62,12 +62,22 @@ class DeployPlan:
     def autoscaling(self, partition: str):
         return next(p.autoscaling for p in self.spec.effective_partitions if p.name == partition)
 
+    @property
+    def gpu_partitions(self) -> tuple[PlannedPartition, ...]:
+        """The partitions whose pods take a GPU share: in GPU pods, those holding a `device = "gpu"`
+        model, as a GPU host starts MPS only for those (a partition of CPU models gains nothing from
+        a GPU share, and each one costs a replica of the device plugin's)."""
+        on_gpu = set(self.spec.gpu_partitions()) if self.gpu else set()
+        return tuple(p for p in self.plan.partitions if p.name in on_gpu)
+
 
 def plan_deployment(spec: ServingSpec, gpu: bool = False) -> DeployPlan:
     """Partitions planned as on a host of `node_cpus` CPUs, listening on all pod addresses."""
     spec.check_autoscaling_targets()
     in_pod = with_server_overrides(spec, host="0.0.0.0", allow_non_loopback=True)
-    return DeployPlan(spec, plan_partitions(in_pod, spec.kubernetes.node_cpus, gpu, placement=CpuPlacement.CPU_SETS), gpu)
+    plan = plan_partitions(in_pod, spec.kubernetes.node_cpus, gpu, placement=CpuPlacement.CPU_SETS,
+                           gpu_partitions=spec.gpu_partitions())
+    return DeployPlan(spec, plan, gpu)
 
 
 def resource_name(partition: str) -> str:
@@ -136,7 +146,7 @@ def container_resources(deploy: DeployPlan, part: PlannedPartition) -> dict[str,
     """requests == limits, whole CPUs: Guaranteed QoS, so the static CPU manager pins exclusive cores."""
     quantities = {"cpu": str(part.intra_op_threads),
                   "memory": f"{part.memory_mb + deploy.spec.kubernetes.memory_overhead_mb}Mi"}
-    if deploy.gpu:
+    if part in deploy.gpu_partitions:
         quantities[deploy.spec.kubernetes.gpu_resource] = "1"
     return {"requests": dict(quantities), "limits": dict(quantities)}
 
