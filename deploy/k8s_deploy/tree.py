@@ -35,8 +35,11 @@ def render_documents(spec: ServingSpec, thresholds: AlertThresholds = AlertThres
         files[f"kustomize/base/{name}"] = [render_deployment(cpu, part), *render_services(part, thresholds.job),
                                            render_pdb(part), render_hpa(cpu, part, QUEUE_METRIC)]
         base.append(name)
-    files["kustomize/base/namespace.yaml"] = [{"apiVersion": "v1", "kind": "Namespace",
-                                               "metadata": {"name": spec.kubernetes.namespace}}]
+    # The pods meet the "restricted" Pod Security Standard (non-root, no privilege escalation, every
+    # capability dropped, RuntimeDefault seccomp, emptyDir volumes only): the namespace enforces it.
+    files["kustomize/base/namespace.yaml"] = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {
+        "name": spec.kubernetes.namespace,
+        "labels": {f"pod-security.kubernetes.io/{mode}": "restricted" for mode in ("enforce", "audit", "warn")}}}]
     files["kustomize/base/monitoring.yaml"] = [render_service_monitor(spec, thresholds),
                                                render_prometheus_rule(spec, thresholds)]
     files["kustomize/base/kustomization.yaml"] = [{**KUSTOMIZE, "namespace": spec.kubernetes.namespace,

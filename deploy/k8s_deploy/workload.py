@@ -125,6 +125,16 @@ SERVER_COMMAND = ["sh", "-c",
 #: Seconds a terminating pod keeps serving while its endpoint is removed from the Services (the
 #: kubelet runs preStop before SIGTERM; Triton stops taking new work at SIGTERM).
 PRE_STOP_SLEEP_S = 5
+#: Beyond preStop and Triton's --exit-timeout-secs: unloading the models once the in-flight requests
+#: are done, before the kubelet's SIGKILL.
+TERMINATION_SLACK_S = 15
+
+
+def termination_grace_s(args: list[str]) -> int:
+    """preStop's sleep, then Triton's --exit-timeout-secs (read from the server's own arguments) to
+    finish in-flight requests, plus TERMINATION_SLACK_S."""
+    exit_timeout = next(int(a.split("=", 1)[1]) for a in args if a.startswith("--exit-timeout-secs="))
+    return PRE_STOP_SLEEP_S + exit_timeout + TERMINATION_SLACK_S
 
 
 def container_env(plan: PartitionPlan, part: PlannedPartition) -> list[dict[str, Any]]:
@@ -202,8 +212,9 @@ def render_deployment(deploy: DeployPlan, part: PlannedPartition) -> dict[str, A
         "containers": [render_container(deploy, part)],
         "volumes": [{"name": "serving", "emptyDir": {}},
                     {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{SHM_SIZE_MB}Mi"}}],
-        # preStop's sleep, then Triton's --exit-timeout-secs (10 s) to finish in-flight requests, plus slack.
-        "terminationGracePeriodSeconds": 30,
+        "terminationGracePeriodSeconds": termination_grace_s(server_args(part, deploy.gpu, deploy.plan)),
+        # Model code has no use for the Kubernetes API: no service-account token in the pods.
+        "automountServiceAccountToken": False,
         # The NVIDIA image's non-root user.
         "securityContext": {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000, "fsGroup": 1000,
                             "seccompProfile": {"type": "RuntimeDefault"}},

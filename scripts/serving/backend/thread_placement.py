@@ -10,7 +10,10 @@ each instance's 1-thread calls then run on its own core.
 The partition's cores change under the elastic CPU sets (serving.runtime.elastic_cpus re-pins every
 thread of a partition when its set changes), so `ThreadPlacement.keep` runs at the start of every
 execution: one sched_getaffinity, and a new plan only when the main thread's set is no longer the one
-this placement gave it. With one core there is nothing to split and nothing is pinned.
+this placement gave it. With one core there is nothing to split and nothing is pinned; nor with more
+cores than the partition's own count (`owned`): such a set is not the partition's, as in a Kubernetes
+pod on a node without the static CPU manager, which sees every CPU of the node, where pinning put the
+first instance of every pod of the node on CPU 0.
 `plan_cores` is pure; `ThreadPlacement` calls sched_setaffinity (Linux).
 """
 from __future__ import annotations
@@ -28,11 +31,12 @@ class CorePlan:
     workers: tuple[int, ...]
 
 
-def plan_cores(allowed: Iterable[int], instance: int) -> CorePlan | None:
+def plan_cores(allowed: Iterable[int], instance: int, owned: int | None = None) -> CorePlan | None:
     """Home = the instance's turn among the allowed cores (siblings get different homes while
-    there are enough cores); the workers get every other allowed core. None with fewer than 2 cores."""
+    there are enough cores); the workers get every other allowed core. None with fewer than 2 cores,
+    or more than `owned` (the partition's own core count, when known: a wider set is shared)."""
     cores = sorted(set(allowed))
-    if len(cores) < 2:
+    if len(cores) < 2 or (owned and len(cores) > owned):
         return None
     home = cores[instance % len(cores)]
     return CorePlan(home, tuple(c for c in cores if c != home))
@@ -46,8 +50,8 @@ def thread_ids() -> frozenset[int]:
 class ThreadPlacement:
     """Keeps `plan_cores` applied to this process's main thread and one session's worker threads."""
 
-    def __init__(self, instance: int, worker_tids: Sequence[int]):
-        self.instance, self.worker_tids = instance, tuple(worker_tids)
+    def __init__(self, instance: int, worker_tids: Sequence[int], owned: int | None = None):
+        self.instance, self.worker_tids, self.owned = instance, tuple(worker_tids), owned
         self.left: frozenset[int] | None = None  # the main thread's cores as this placement left them
         self.workers: tuple[int, ...] = ()        # the worker threads' cores now (none: nothing pinned)
 
@@ -61,7 +65,7 @@ class ThreadPlacement:
             return
         if self.left is None:  # first call: drop the threads that only lived while the session loaded
             self.worker_tids = tuple(t for t in self.worker_tids if os.path.exists(f"/proc/self/task/{t}"))
-        plan = plan_cores(current, self.instance)
+        plan = plan_cores(current, self.instance, self.owned)
         if plan is None:
             self.left, self.workers = current, ()
             return

@@ -256,3 +256,30 @@ def test_partitions_that_do_not_fit_one_node_are_rejected_naming_the_shares(serv
     tiny = dataclasses.replace(serving_spec, kubernetes=dataclasses.replace(serving_spec.kubernetes, node_cpus=1))
     with pytest.raises(Exception, match=r"2 partitions \['main', 'fallback'\] need a core each, but this host has 1"):
         render_files(tiny)
+
+
+def test_pods_meet_the_restricted_pod_security_standard_their_namespace_enforces(serving_spec):
+    """The namespace enforces "restricted", so a pod that stops meeting it would not be admitted: each
+    rule checked here on every container (init included) of every rendered Deployment."""
+    (namespace,) = render_documents(serving_spec)["kustomize/base/namespace.yaml"]
+    assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+    for part in plan_deployment(serving_spec).plan.partitions:
+        pod = by_kind(base_docs(serving_spec, part.name), "Deployment")[0]["spec"]["template"]["spec"]
+        assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        assert pod["automountServiceAccountToken"] is False  # model code has no use for the API
+        assert all("emptyDir" in v for v in pod["volumes"])
+        for c in pod["initContainers"] + pod["containers"]:
+            assert c["securityContext"] == {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+            assert not c.get("ports") or all("hostPort" not in p for p in c["ports"])
+
+
+def test_the_grace_period_covers_prestop_and_tritons_exit_timeout(serving_spec):
+    """It was a typed 30 beside a comment saying 10 s: changing the exit timeout or the preStop sleep
+    would have cut in-flight requests silently."""
+    from k8s_deploy.workload import PRE_STOP_SLEEP_S
+
+    for part in plan_deployment(serving_spec).plan.partitions:
+        deployment = by_kind(base_docs(serving_spec, part.name), "Deployment")[0]
+        exit_timeout = next(int(a.split("=")[1]) for a in container(deployment)["args"] if a.startswith("--exit-timeout-secs="))
+        grace = deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+        assert grace >= PRE_STOP_SLEEP_S + exit_timeout + 5, (grace, exit_timeout)

@@ -90,3 +90,13 @@ def test_a_move_of_every_thread_to_the_home_core_is_seen_through_the_workers():
         before, home, after = _in_a_thread(scenario)
     assert before == (cores[1],) and home == {cores[0]}
     assert after == ()  # nothing to split now: the backend runs its 1-thread session
+
+
+def test_a_set_wider_than_the_partitions_own_cores_is_not_pinned():
+    """A pod on a node without the static CPU manager sees every CPU of the node while its partition
+    owns 4: pinning put every pod's first instance on CPU 0 (a review, 2026-12-06). The host's
+    elastic sets never exceed the partition's count (SERVING_INTRA_OP_THREADS = the cores it may use)."""
+    assert plan_cores(range(64), 0, owned=4) is None
+    assert plan_cores([8, 9, 10, 11], 1, owned=4) == CorePlan(home=9, workers=(8, 10, 11))
+    assert plan_cores([0, 1], 0, owned=2) == CorePlan(home=0, workers=(1,))
+    assert plan_cores([0, 1], 0, owned=None) == CorePlan(home=0, workers=(1,))  # not known: as before

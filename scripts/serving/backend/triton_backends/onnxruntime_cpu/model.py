@@ -284,7 +284,7 @@ class TritonPythonModel:
         # this instance's place among the model's (served configs have one instance group per instance)
         index = instance_index(args.get("model_instance_name", name),
                                [(g.get("name", ""), int(g.get("count", 1))) for g in config.get("instance_group", [])])
-        self.placement = ThreadPlacement(index, sorted(thread_ids() - before)) if pinned else None
+        self.placement = ThreadPlacement(index, sorted(thread_ids() - before), owned=threads) if pinned else None
         self.narrow, self.activity, self.choice, self.core_load = None, None, None, None
         if adaptive:
             self.narrow = _session(onnx_path, 1)
