@@ -166,14 +166,25 @@ def _http_probe(path: str, period_s: float, timeout_s: float, failures: int) -> 
             "timeoutSeconds": max(1, int(timeout_s)), "failureThreshold": failures}
 
 
-def container_probes(deploy: DeployPlan) -> dict[str, Any]:
-    """Startup allowance for loading models; liveness as the supervisor's hang detection; readiness."""
+def liveness_probe(part: PlannedPartition) -> dict[str, Any]:
+    """The supervisor's hang detection (period, timeout, failures) and its stub watch, as one exec
+    probe (serving.runtime.pod_liveness): /v2/health/live answered, and every ready model with the
+    backend stubs its config asks for. Triton keeps a model whose stub died READY and fails the
+    requests that reach it; a host's supervisor reloads it, a pod's kubelet restarts the container."""
     policy = RestartPolicy()
+    command = ["python3", "-m", "serving.runtime.pod_liveness", "--port", str(part.http_port), "--models",
+               ",".join(part.models), "--backends", str(BACKEND_DIR), "--timeout-s", str(policy.liveness_timeout_s * 0.75)]
+    return {"exec": {"command": command}, "periodSeconds": max(1, int(policy.liveness_interval_s)),
+            "timeoutSeconds": max(1, int(policy.liveness_timeout_s)), "failureThreshold": policy.liveness_failures}
+
+
+def container_probes(deploy: DeployPlan, part: PlannedPartition) -> dict[str, Any]:
+    """Startup allowance for loading models; liveness as the supervisor's hang detection and stub
+    watch; readiness."""
     startup_failures = math.ceil(deploy.spec.kubernetes.startup_allowance_s / PROBE_PERIOD_S)
     return {
         "startupProbe": _http_probe("/v2/health/ready", PROBE_PERIOD_S, 2, startup_failures),
-        "livenessProbe": _http_probe("/v2/health/live", policy.liveness_interval_s, policy.liveness_timeout_s,
-                                     policy.liveness_failures),
+        "livenessProbe": liveness_probe(part),
         "readinessProbe": _http_probe("/v2/health/ready", PROBE_PERIOD_S, 2, 2),
     }
 
@@ -186,7 +197,7 @@ def render_container(deploy: DeployPlan, part: PlannedPartition) -> dict[str, An
                   {"name": "grpc", "containerPort": part.grpc_port, "protocol": "TCP"},
                   {"name": "metrics", "containerPort": part.metrics_port, "protocol": "TCP"}],
         "resources": container_resources(deploy, part),
-        **container_probes(deploy),
+        **container_probes(deploy, part),
         "lifecycle": {"preStop": {"exec": {"command": ["sleep", str(PRE_STOP_SLEEP_S)]}}},
         "volumeMounts": [{"name": "serving", "mountPath": str(SERVING_ROOT), "readOnly": True},
                          {"name": "dshm", "mountPath": "/dev/shm"}],

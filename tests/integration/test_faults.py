@@ -224,20 +224,30 @@ def test_a_dead_backend_stub_gives_explicit_errors_until_the_model_is_reloaded(f
     from tritonclient.utils import InferenceServerException
 
     from serving.runtime.model_readiness import model_ready
+    from serving.runtime.pod_liveness import check as pod_liveness
 
     module, client = raw_client(fault_server, "http")
     host, port = host_port(fault_server.http_url)
+
+    def live() -> list[str]:  # what a pod's liveness probe sees (serving.runtime.pod_liveness)
+        return pod_liveness(port, (GOOD, RAISING), fault_server.process.settings.backend_dir, fault_server.process.pid)
+
     try:
+        assert live() == []
         for value in (-2.0, 1.0, 1.0):  # the crash, then requests after it
             start = time.monotonic()
             with pytest.raises(InferenceServerException, match=r"Stub process '.*' is not healthy"):
                 raising_infer(client, module, value)
             assert time.monotonic() - start < CLIENT_TIMEOUT_S + TIMEOUT_SLACK_S
         assert model_ready(host, port, RAISING)  # readiness does not notice: see docs/operations.md
+        # a pod has no supervisor to reload it: its liveness check fails, and the kubelet restarts it
+        assert live() == [f"model {RAISING} has 0 of its 1 backend stub(s): requests reaching the missing instance "
+                          f"fail (\"Stub process ... is not healthy\")"]
         with pytest.raises(InferenceServerException, match="restricted"):
             client.load_model(RAISING)  # recovery needs the admin key
         client.load_model(RAISING, headers=admin_key.http_headers())
         np.testing.assert_array_equal(raising_infer(client, module, 1.0), np.full((1, 4), 2.0, np.float32))
+        assert live() == []
     finally:
         client.close()
 
@@ -416,7 +426,8 @@ def test_the_supervisor_reloads_a_model_whose_backend_stub_died(supervised, digi
     is gone within the supervisor's grace (serving.runtime.stub_watch.LEFTOVER_GRACE_S)."""
     from model_client.client import TritonModelClient
     from model_client.errors import RequestRejectedError
-    from serving.runtime.stub_watch import LEFTOVER_GRACE_S, scan_stubs
+    from serving.runtime.stub_processes import scan_stubs
+    from serving.runtime.stub_watch import LEFTOVER_GRACE_S
 
     run_dir = supervised["manifest"].parent
     log_path = run_dir / "logs" / "supervisor.log"
@@ -503,7 +514,7 @@ def test_a_partition_killed_after_a_reload_leaves_no_ipc_memory_behind(supervise
     knew only the regions mapped when the server became ready, so those of instances a reload created
     later (here: the supervisor's reload of a model whose stub died) stayed at each kill, 2 MiB a time."""
     from contracts.shared_memory import triton_shm_regions
-    from serving.runtime.stub_watch import scan_stubs
+    from serving.runtime.stub_processes import scan_stubs
 
     run_dir = supervised["manifest"].parent
 

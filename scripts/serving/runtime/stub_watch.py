@@ -24,8 +24,8 @@ process '<instance>' is not healthy") until the model is reloaded; health endpoi
 - Key: the header each server was started with (from its restricted-API flag, so a one-off key
   works too); without one, one line says what to do (`no_key`).
 `observe`, `after_reload`, `stale_leftovers` are the pure decisions on frozen `ModelStubs`;
-`PartitionStubWatch` is the supervisor's per-partition bookkeeping; `scan_stubs`, `reload_model`
-touch /proc and the server.
+`PartitionStubWatch` is the supervisor's per-partition bookkeeping; `reload_model` asks the server;
+which processes are stubs, and how many a model should have: serving.runtime.stub_processes.
 """
 from __future__ import annotations
 
@@ -39,16 +39,15 @@ import urllib.request
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field, replace
 from enum import Enum
-from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 from contracts.errors import ConfigError
-from contracts.processes import proc_stat_fields, stop_pid
+from contracts.processes import stop_pid
 from contracts.supervisor_state import StubSummary
 from serving.runtime.model_readiness import model_readiness, served_model_config
+from serving.runtime.stub_processes import StubProcess, expected_stub_count, scan_stubs
 
 log = logging.getLogger("serving.runtime.supervisor")
-STUB_PROGRAM = "triton_python_backend_stub"
 #: Config parameter that makes each reload's config differ from the served one (Triton skips a
 #: load whose config and files are unchanged). Backends ignore parameters they do not read.
 RELOAD_MARKER_PARAMETER = "serving_stub_reload"
@@ -62,45 +61,6 @@ LEFTOVER_GRACE_S = 10.0
 #: outlives its last stub by this much waits for a model version with no stub left to finalize
 #: it, which never unloads (above): measured here, 10 s (`--exit-timeout-secs`) on every such stop.
 STUBLESS_EXIT_GRACE_S = 3.0
-
-
-# --- which processes are stubs, and of which model ---------------------------------------------
-
-@dataclass(frozen=True)
-class StubProcess:
-    """One live Python-backend stub of a server's process group."""
-
-    pid: int
-    model: str
-    #: Triton's instance name ("digit_classifier_0_1"), for log lines; "" when not on the command line.
-    instance: str = ""
-
-
-def parse_stub(pid: int, stat: str, cmdline: bytes) -> tuple[int, StubProcess | None]:
-    """(process group, the stub) from /proc/<pid>/stat and /proc/<pid>/cmdline; the stub is None
-    for another program and for a dead stub (zombie: its cmdline is empty, its state Z)."""
-    fields = proc_stat_fields(stat)
-    state, pgid = fields[0], int(fields[2])
-    argv = [a.decode(errors="replace") for a in cmdline.split(b"\0")]
-    if state in ("Z", "X") or len(argv) < 2 or Path(argv[0]).name != STUB_PROGRAM or not argv[1].endswith(".py"):
-        return pgid, None
-    model = Path(argv[1]).parent.parent.name  # <repository>/<model>/<version>/model.py
-    return pgid, StubProcess(pid, model, argv[8] if len(argv) > 8 else "")
-
-
-def scan_stubs(process_group: int, proc: Path = Path("/proc")) -> tuple[StubProcess, ...]:
-    """The live stubs in `process_group` (a partition server is its group's leader)."""
-    found = []
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            pgid, stub = parse_stub(int(entry.name), (entry / "stat").read_text(), (entry / "cmdline").read_bytes())
-        except (OSError, ValueError, IndexError):  # gone meanwhile, or unreadable
-            continue
-        if stub is not None and pgid == process_group:
-            found.append(stub)
-    return tuple(sorted(found, key=lambda s: s.pid))
 
 
 class StubDrainWatch:
@@ -143,30 +103,6 @@ def stop_server_group(pid: int, timeout: float = 20.0, stubs_at_stop: int | None
 
 def pids_of(model: str, stubs: Iterable[StubProcess]) -> frozenset[int]:
     return frozenset(s.pid for s in stubs if s.model == model)
-
-
-# --- how many stubs a model should have ----------------------------------------------------------
-
-def python_based_backends(backends_dir: Path) -> frozenset[str]:
-    """Backends whose models run in stubs: `python`, and every backend directory with a model.py."""
-    found = {"python"}
-    if Path(backends_dir).is_dir():
-        found |= {d.name for d in Path(backends_dir).iterdir() if (d / "model.py").is_file()}
-    return frozenset(found)
-
-
-def expected_stub_count(config: Mapping[str, Any], python_backends: Iterable[str]) -> int:
-    """Stubs a loaded model runs, from its served config (Triton's JSON): one per instance of a
-    Python-based backend; 0 for an ensemble or a native backend. A KIND_GPU group has `count`
-    instances on each of its GPUs."""
-    if config.get("platform") == "ensemble" or config.get("backend") not in set(python_backends):
-        return 0
-    total = 0
-    for group in config.get("instance_group") or [{"count": 1}]:
-        count = int(group.get("count", 1))
-        gpus = group.get("gpus") or []
-        total += count * (len(gpus) if group.get("kind") == "KIND_GPU" and gpus else 1)
-    return total
 
 
 def reload_config(config: Mapping[str, Any], attempt: int) -> dict[str, Any]:

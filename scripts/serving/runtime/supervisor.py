@@ -65,7 +65,8 @@ from serving.runtime.server import TritonServerProcess, find_tritonserver, prepa
 from contracts.serving_spec import load_serving_spec
 from contracts.supervisor_state import PartitionStatus, SupervisorState, write_supervisor_state
 from serving.runtime.supervisor_metrics import SupervisorMetricsServer, render_supervisor_metrics
-from serving.runtime.stub_watch import PartitionStubWatch, python_based_backends, repository_api_headers, scan_stubs, served_stub_counts
+from serving.runtime.stub_processes import python_based_backends, scan_stubs
+from serving.runtime.stub_watch import PartitionStubWatch, repository_api_headers, served_stub_counts
 # Starting/stopping the supervisor as a background process lives in serving.runtime.supervisor_control;
 # these names stay importable from here (cli, tests).
 from serving.runtime.supervisor_control import read_supervisor_state, start_supervisor, stop_supervisor  # noqa: F401

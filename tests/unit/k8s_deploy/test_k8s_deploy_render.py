@@ -125,7 +125,15 @@ def test_probes_give_a_startup_allowance_and_liveness_follows_the_supervisors_ha
     assert startup["httpGet"]["path"] == ready["httpGet"]["path"] == "/v2/health/ready"
     assert startup["periodSeconds"] * startup["failureThreshold"] >= serving_spec.kubernetes.startup_allowance_s
     policy = RestartPolicy()
-    assert live["httpGet"]["path"] == "/v2/health/live"
+    # the supervisor's hang detection and stub watch in one check (serving.runtime.pod_liveness): a model
+    # whose backend stub died stays READY in Triton and fails the requests that reach it
+    part = plan_deployment(serving_spec).plan.partition("main")
+    command = live["exec"]["command"]
+    assert command[:3] == ["python3", "-m", "serving.runtime.pod_liveness"]
+    assert command[command.index("--port") + 1] == str(part.http_port)
+    assert command[command.index("--models") + 1].split(",") == list(part.models)
+    assert command[command.index("--backends") + 1] == "/serving/backends"
+    assert float(command[command.index("--timeout-s") + 1]) < live["timeoutSeconds"]  # answers before the kubelet gives up
     assert (live["periodSeconds"], live["timeoutSeconds"], live["failureThreshold"]) == (
         policy.liveness_interval_s, policy.liveness_timeout_s, policy.liveness_failures)
 

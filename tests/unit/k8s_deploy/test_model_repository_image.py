@@ -20,7 +20,11 @@ DOCKERFILE = PROJECT_ROOT / "deploy" / "image" / "Dockerfile"
 SCRIPTS = PROJECT_ROOT / "scripts"
 #: The files Triton's Python backend runs in a pod: the project's backend and each Python model.
 SERVED_ENTRY_POINTS = (sorted((SCRIPTS / "serving" / "backend" / "triton_backends").glob("*/model.py"))
-                       + sorted((PROJECT_ROOT / "model_repository").glob("*/1/model.py")))
+                       + sorted((PROJECT_ROOT / "model_repository").glob("*/1/model.py"))
+                       # the pods' liveness probe, run by the image's python3
+                       + [SCRIPTS / "serving" / "runtime" / "pod_liveness.py"])
+#: Standard-library modules this machine's Python has and the image's Python 3.10 has not.
+NOT_IN_PYTHON_310 = {"tomllib"}
 #: Provided by the Python backend itself, not installed.
 BACKEND_PROVIDED = {"triton_python_backend_utils"}
 #: The third-party modules the image installs: import name -> distribution name on the index.
@@ -102,6 +106,13 @@ def test_every_project_package_the_served_code_imports_is_copied_onto_the_pods_p
     assert {"serving", "contracts"} <= project  # the closure follows the imports at all
     copied = {dest.rstrip("/").rsplit("/", 1)[1] for dest in dockerfile_copies() if dest.startswith("/opt/serving/python/")}
     assert project <= copied, f"the pods' stubs import {sorted(project - copied)}, which the image does not copy"
+
+
+def test_the_served_code_imports_nothing_the_images_python_310_lacks():
+    """contracts.serving_spec reads TOML with tomllib (3.11): a served module or the liveness probe that
+    reached it would fail to import in the pods."""
+    lacking = {name for name, _ in served_imports() if name.split(".")[0] in NOT_IN_PYTHON_310}
+    assert not lacking, f"the served code imports {sorted(lacking)}, which the image's Python 3.10 lacks"
 
 
 def test_every_third_party_module_the_served_code_imports_is_installed_at_the_local_servers_pin():

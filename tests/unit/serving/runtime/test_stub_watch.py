@@ -11,10 +11,11 @@ import pytest
 
 from contracts.errors import ConfigError
 from serving.runtime.security import AdminKey, restricted_api_flags
+from serving.runtime.stub_processes import StubProcess, expected_stub_count, parse_stub, python_based_backends, scan_stubs
 from serving.runtime.stub_watch import (
-    RELOAD_MARKER_PARAMETER, Action, ModelStubs, PartitionStubWatch, ReloadOutcome, StubProcess, StubStatus, after_reload,
-    LEFTOVER_GRACE_S, STUBLESS_EXIT_GRACE_S, StubDrainWatch, expected_stub_count, observe, parse_stub, python_based_backends, reload_config, repository_api_headers,
-    scan_stubs, stale_leftovers,
+    RELOAD_MARKER_PARAMETER, Action, ModelStubs, PartitionStubWatch, ReloadOutcome, StubStatus, after_reload,
+    LEFTOVER_GRACE_S, STUBLESS_EXIT_GRACE_S, StubDrainWatch, observe, reload_config, repository_api_headers,
+    stale_leftovers,
 )
 from serving.runtime.supervisor import RestartPolicy
 
