@@ -178,3 +178,12 @@ def test_the_served_project_modules_import_where_the_image_puts_them(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(python_dir)}
     done = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_the_image_is_built_on_the_server_image_the_pods_run():
+    """Typed in two FROM lines and in k8s_deploy.workload: the stub's Python and the backends' symlinks
+    must be the server container's own."""
+    from k8s_deploy.workload import TRITON_IMAGE
+
+    bases = re.findall(r"^FROM\s+(\S+)", DOCKERFILE.read_text(), re.MULTILINE)
+    assert bases and set(bases) == {TRITON_IMAGE}, bases
