@@ -17,6 +17,7 @@ from pathlib import Path
 from contracts.layout import PROJECT_ROOT
 
 DOCKERFILE = PROJECT_ROOT / "deploy" / "image" / "Dockerfile"
+IMAGE_LOCK = PROJECT_ROOT / "deploy" / "image" / "requirements.lock"
 SCRIPTS = PROJECT_ROOT / "scripts"
 #: The files Triton's Python backend runs in a pod: the project's backend and each Python model.
 SERVED_ENTRY_POINTS = (sorted((SCRIPTS / "serving" / "backend" / "triton_backends").glob("*/model.py"))
@@ -119,13 +120,30 @@ def test_every_third_party_module_the_served_code_imports_is_installed_at_the_lo
     _, third_party = served_closure()
     unknown = third_party - set(DISTRIBUTIONS)
     assert not unknown, f"the served code imports {sorted(unknown)}: add it to the Dockerfile and to DISTRIBUTIONS"
-    installed = dict(re.findall(r"([A-Za-z0-9_.-]+)==([0-9][^\s\\]*)", DOCKERFILE.read_text()))
+    installed = image_lock()
     pins = dict(re.findall(r"^([A-Za-z0-9_.-]+)==(\S+)", (PROJECT_ROOT / "requirements" / "serve.txt").read_text(), re.MULTILINE))
     for module in third_party:
         name = DISTRIBUTIONS[module]
         assert name in installed, f"the served code imports {module}, which the image does not install"
         expected = IMAGE_PINS.get(name, pins[name])
         assert installed[name] == expected, f"{name}: the image installs {installed[name]}, expected {expected} (local pin {pins[name]})"
+
+
+def image_lock() -> dict[str, str]:
+    """{distribution: version} of the image's requirements.lock."""
+    return dict(re.findall(r"^([A-Za-z0-9_.-]+)==(\S+)", IMAGE_LOCK.read_text(), re.MULTILINE))
+
+
+def test_the_image_installs_every_package_from_the_hashed_lock_only():
+    """Four packages were pinned and their ~20 dependencies resolved at each build (protobuf 7 where
+    the local server tests 4.25.9): now every one is at the lock's version and wheel hash."""
+    lines = [line for line in IMAGE_LOCK.read_text().splitlines() if line and not line.startswith("#")]
+    assert lines and all(re.fullmatch(r"[A-Za-z0-9_.-]+==\S+ --hash=sha256:[0-9a-f]{64}", line) for line in lines), lines
+    install = re.search(r"RUN python3 -m pip install (.*)", DOCKERFILE.read_text().replace("\\\n", " ")).group(1)
+    assert "--require-hashes" in install and "--no-deps" in install and "-r /tmp/image-requirements.lock" in install, install
+    assert not re.search(r"\b[A-Za-z0-9_.-]+==[0-9]", install), "a version typed in the Dockerfile beside the lock"
+    local = dict(re.findall(r"^([A-Za-z0-9_.-]+)==(\S+)", (PROJECT_ROOT / "requirements" / "constraints.txt").read_text(), re.MULTILINE))
+    assert image_lock()["protobuf"] == local["protobuf"]  # what onnx parses with, as in the tests here
 
 
 def test_every_source_the_dockerfile_copies_is_sent_by_its_dockerignore():
