@@ -63,10 +63,30 @@ def served_variant(model: ModelSpec, serving: ServingSpec) -> str:
     return f"served variant {model.variant.value}"
 
 
+def kept_records(serving: ServingSpec, built: set[str], paths: BuildPaths) -> list[dict]:
+    """The build records of the models this run did not build (--models named others), in serving.toml's
+    order: the report is rewritten each run, and one from a partial build lost the rest (an unknown
+    name left it empty)."""
+    from contracts.build_record import BuildRecordError, read_build_record
+
+    kept = []
+    for model in serving.models:
+        if model.name not in built:
+            try:
+                kept.append(dict(read_build_record(paths.workdir(model.name)).data))
+            except BuildRecordError:
+                continue  # never built here: nothing to report
+    return kept
+
+
 def cmd_build(args: argparse.Namespace) -> int:
     serving = load_serving_spec(args.config)
     paths = BuildPaths(PROJECT_ROOT)
-    wanted = set(args.models or [m.name for m in serving.models])
+    known = [m.name for m in serving.models]
+    unknown = sorted(set(args.models or ()) - set(known))
+    if unknown:
+        raise BuildError(f"--models {unknown}: not in {args.config}; expected some of {known}.")
+    wanted = set(args.models or known)
     plan, gpu = plan_for_this_host(serving)  # memory budgets and threads for max_batch_size sizing
     gpu_models = [m.name for m in serving.models if m.device.value == "gpu" and m.name in wanted]
     if gpu_models and not gpu.present:
@@ -87,6 +107,9 @@ def cmd_build(args: argparse.Namespace) -> int:
         state = "built" if rebuilt else "up to date (no work done)"
         print(f"[build] {model.name}: {state}; {served_variant(model, serving)}; installed {', '.join(installed)}")
         records.append(record)
+    order = {name: i for i, name in enumerate(known)}
+    records = sorted([*records, *kept_records(serving, wanted, paths)],  # the report covers every served model
+                     key=lambda record: order.get(record.get("model"), len(order)))
     from model_build.engines.tensorrt import run_tensorrt_step  # GPU engines: one line and no file without a GPU
 
     engine_section, skipped = run_tensorrt_step(records, serving, paths.artifacts)

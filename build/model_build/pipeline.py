@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from model_build.errors import BuildError
 from model_build.sources import add_sources, module_sources
@@ -64,6 +64,9 @@ class Recipe:
     install: Callable[[ModelSpec, ServingSpec, dict[str, Any], Path, Path], list[str]]
     #: Extra settings that change the build output (hashed into the fingerprint).
     settings: Mapping[str, Any] | None = None
+    #: Checks the model's options before anything is built or the old record removed (a bad option
+    #: must not cost the served model its record): raises BuildError naming the field.
+    check: Callable[[ModelSpec], None] | None = None
 
 
 def _package_versions() -> dict[str, str]:
@@ -85,9 +88,25 @@ def recipe_sources(recipe: Recipe) -> tuple[Path, ...]:
     return module_sources(recipe.build.__module__)
 
 
+def builds_int8(model: ModelSpec) -> bool:
+    """The model builds an INT8 variant (served, or `also_build` for A/B)."""
+    also = model.options.get("also_build", ())
+    return model.variant.value == "int8_mixed" or (isinstance(also, (list, tuple)) and "int8_mixed" in also)
+
+
+def int8_host_settings() -> dict[str, Any]:
+    """What of the build host an INT8 CPU graph depends on: 7-bit weights (`reduce_range`) where the
+    CPU has no VNNI (model_build.int8.quantize.cpu_lacks_vnni). Fingerprinted and recorded: the same
+    serving.toml built on another CPU is another graph."""
+    from model_build.int8.quantize import cpu_lacks_vnni
+
+    return {"int8_reduce_range": cpu_lacks_vnni()}
+
+
 def build_fingerprint(recipe: Recipe, model: ModelSpec) -> str:
     """Hash of everything that determines the build's output (not the serving-only settings):
-    the recipe's own sources (`recipe_sources`), the model's settings and the library versions."""
+    the recipe's own sources (`recipe_sources`), the model's settings, the library versions and, for
+    an INT8 build, what of the host's CPU its graph depends on (`int8_host_settings`)."""
     digest = hashlib.sha256()
     add_sources(digest, recipe_sources(recipe))
     build_inputs = {
@@ -96,13 +115,37 @@ def build_fingerprint(recipe: Recipe, model: ModelSpec) -> str:
         "options": dict(model.options),
         "settings": dict(recipe.settings or {}),
         "versions": _package_versions(),
+        **({"host": int8_host_settings()} if builds_int8(model) else {}),
     }
     digest.update(json.dumps(build_inputs, sort_keys=True, default=str).encode())
     return digest.hexdigest()
 
 
+def file_digests(workdir: Path, files: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """What the build record keeps of each file it names: sha256, size and mtime (ns)."""
+    digests = {}
+    for rel in files:
+        stat = (workdir / rel).stat()
+        digests[rel] = {"sha256": sha256_file(workdir / rel), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+    return digests
+
+
 def _record_files_exist(record: Mapping[str, Any], workdir: Path) -> bool:
-    return all((workdir / rel).exists() for rel in record.get("files", []))
+    """Every file the record names is there with the bytes the build wrote (a file whose size and mtime
+    are unchanged is taken as is; one that changed is hashed). A cache hit on a replaced file installed
+    it under the record's figures: another model's fp32.onnx was served, reported at its accuracy."""
+    digests = record.get("file_digests") or {}
+    for rel in record.get("files", []):
+        path = workdir / rel
+        if not path.exists():
+            return False
+        known = digests.get(rel)
+        if known:
+            stat = path.stat()
+            if (stat.st_size, stat.st_mtime_ns) != (known.get("size"), known.get("mtime_ns")) and \
+                    sha256_file(path) != known.get("sha256"):
+                return False
+    return True
 
 
 def is_built(recipe: Recipe, model: ModelSpec, paths: BuildPaths) -> bool:
@@ -121,6 +164,8 @@ def build_model(recipe: Recipe, model: ModelSpec, paths: BuildPaths, force: bool
     workdir = paths.workdir(model.name)
     from contracts.build_record import BuildRecordError, read_build_record, write_build_record
 
+    if recipe.check is not None:
+        recipe.check(model)
     fingerprint = build_fingerprint(recipe, model)
     if not force:
         try:
@@ -145,6 +190,9 @@ def build_model(recipe: Recipe, model: ModelSpec, paths: BuildPaths, force: bool
     missing = [rel for rel in record.get("files", []) if not (workdir / rel).exists()]
     if missing:
         raise BuildError(f"recipe {recipe.name} for {model.name} claimed files it did not write: {missing}")
+    record["file_digests"] = file_digests(workdir, record.get("files", []))
+    if builds_int8(model):
+        record["build_host"] = int8_host_settings()
     write_build_record(workdir, record)
     return record, True
 

@@ -82,8 +82,10 @@ class Int8Settings:
         if not isinstance(self.outlier_threshold, (int, float)) or not (self.outlier_threshold == 0 or self.outlier_threshold > 1):
             raise BuildError(f"`options.outlier_threshold` = {self.outlier_threshold!r}: 0 (off) or a number > 1 "
                              "(a multiple of the median channel's max |x|).")
-        if not isinstance(self.calibration_size, int) or self.calibration_size < 1:
-            raise BuildError(f"`options.calibration_size` = {self.calibration_size!r} must be a positive integer.")
+        for name in ("calibration_size", "calibration_seed"):
+            value, least = getattr(self, name), 1 if name == "calibration_size" else 0
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise BuildError(f"`options.{name}` = {value!r}: expected an integer >= {least}.")
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any]) -> "Int8Settings":

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from model_build.errors import BuildError
 from model_build.pipeline import Recipe
-from model_build.recipes.digits import build_digit_cnn, install_onnx_model
+from model_build.recipes.digits import build_digit_cnn, check_digit_options, install_onnx_model
 from model_build.recipes.llm import build_smollm2, install_smollm2
 from model_build.recipes.text import build_text_encoder
 from model_build.recipes.text_serving import (
@@ -17,7 +17,7 @@ from model_build.recipes.text_serving import (
 )
 
 RECIPES: dict[str, Recipe] = {
-    "digit_cnn": Recipe(name="digit_cnn", build=build_digit_cnn, install=install_onnx_model),
+    "digit_cnn": Recipe(name="digit_cnn", build=build_digit_cnn, install=install_onnx_model, check=check_digit_options),
     # The sentence embedder: encoder (ONNX, token ids in), tokenizer (Python), and TEXT -> embedding
     # as an ensemble or as one fused model.
     "minilm_encoder": Recipe(name="minilm_encoder", build=build_text_encoder, install=install_text_encoder),

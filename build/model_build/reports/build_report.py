@@ -44,6 +44,10 @@ def render_build_report_markdown(report: Mapping[str, Any]) -> str:
         for variant in model.get("variants", {}).values():
             if variant.get("report_section"):
                 lines += ["", variant["report_section"]]
+    reduced = [m["model"] for m in report["models"] if (m.get("build_host") or {}).get("int8_reduce_range")]
+    if reduced:
+        lines += ["", f"INT8 CPU weights are 7-bit (`reduce_range`) in {', '.join(reduced)}: built on a CPU without VNNI "
+                      f"(model_build.int8.quantize.cpu_lacks_vnni); the same serving.toml built on a VNNI CPU gives 8-bit weights."]
     for section in report.get("extra_sections", []):
         lines += ["", section]
     for line in report.get("skipped", []):

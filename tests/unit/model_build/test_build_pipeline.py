@@ -113,3 +113,95 @@ def test_the_build_line_names_the_encoders_variant_for_a_model_that_follows_it()
     encoder = spec.model("text_encoder").variant.value
     assert served_variant(spec.model("text_embedder"), spec) == f"follows text_encoder (served variant {encoder})"
     assert served_variant(spec.model("digit_classifier"), spec) == f"served variant {spec.model('digit_classifier').variant.value}"
+
+
+def test_a_cache_hit_needs_the_bytes_the_build_wrote_not_just_the_file_names(tmp_path):
+    """Another model's fp32.onnx copied over this one's was taken as built: installed and reported at
+    this model's accuracy (a review, 2026-12-06). The record keeps each file's digest."""
+    import os
+
+    spec = load_serving_spec(PROJECT_ROOT / "model_repository" / "serving.toml")
+    model, paths = spec.model("digit_classifier"), pipeline.BuildPaths(tmp_path)
+    builds = []
+
+    def build(model, workdir):
+        builds.append(1)
+        (workdir / "model.onnx").write_bytes(b"the built model")
+        return {"files": ["model.onnx"]}
+
+    recipe = pipeline.Recipe("toy", build, lambda *a: [])
+    assert pipeline.build_model(recipe, model, paths)[1]
+    assert not pipeline.build_model(recipe, model, paths)[1]  # unchanged: a hit, without hashing (same size and mtime)
+    built = paths.workdir(model.name) / "model.onnx"
+    os.utime(built, ns=(1, 1))  # touched, same bytes: still a hit
+    assert not pipeline.build_model(recipe, model, paths)[1]
+    built.write_bytes(b"another model!!")  # same size, other bytes
+    record, rebuilt = pipeline.build_model(recipe, model, paths)
+    assert rebuilt and built.read_bytes() == b"the built model" and len(builds) == 2
+
+
+def test_a_build_of_an_unknown_model_is_refused_and_a_partial_build_keeps_the_report_whole(tmp_path, capsys):
+    """`build --models no_such_model` exited 0 and wrote an empty report; `--models a` dropped every
+    other model from it (a review, 2026-12-06)."""
+    import json
+
+    import re
+
+    from model_build import cli
+
+    assert cli.main(["build", "--models", "no_such_model"]) != 0
+    assert re.search(r"--models \['no_such_model'\]: not in .*; expected some of \['digit_classifier'", capsys.readouterr().err)
+    spec = load_serving_spec(PROJECT_ROOT / "model_repository" / "serving.toml")
+    paths = pipeline.BuildPaths(tmp_path)
+    for name in ("digit_classifier", "text_encoder"):
+        paths.workdir(name).mkdir(parents=True)
+        (paths.workdir(name) / "build.json").write_text(json.dumps(
+            {"model": name, "recipe": "toy", "fingerprint": "f", "files": [], "variants": {}}))
+    kept = cli.kept_records(spec, {"digit_classifier"}, paths)
+    assert [r["model"] for r in kept] == ["text_encoder"]
+
+
+import pytest  # noqa: E402
+
+
+@pytest.mark.parametrize("option, value, message", [
+    ("width", "abc", r"options.width` = 'abc': expected an integer >= 1"),
+    ("width", 4.7, r"options.width` = 4.7: expected an integer >= 1"),
+    ("width", 0, r"options.width` = 0: expected an integer >= 1"),
+    ("seed", -1, r"options.seed` = -1: expected an integer >= 0"),
+    ("epochs", "40", r"options.epochs` = '40': expected an integer >= 1"),
+    ("also_build", "int8_mixed", r"options.also_build` = 'int8_mixed': expected a list"),
+    ("calibration_seed", "x", r"models.digit_classifier: `options.calibration_seed` = 'x': expected an integer >= 0"),
+    ("calibration_size", 0, r"models.digit_classifier: `options.calibration_size` = 0: expected an integer >= 1"),
+])
+def test_digit_options_are_checked_naming_the_field_before_the_served_record_is_touched(tmp_path, option, value, message):
+    """They ended in tracebacks (ValueError, TypeError, a torch RuntimeError) or were coerced (4.7 built
+    width 4), after the build had already removed the served model's record (a review, 2026-12-06)."""
+    from model_build.errors import BuildError
+    from model_build.recipes.registry import recipe_for
+
+    spec = load_serving_spec(PROJECT_ROOT / "model_repository" / "serving.toml")
+    model = dataclasses.replace(spec.model("digit_classifier"), options={**spec.model("digit_classifier").options, option: value})
+    paths = pipeline.BuildPaths(tmp_path)
+    paths.workdir(model.name).mkdir(parents=True)
+    record = paths.workdir(model.name) / "build.json"
+    record.write_text("{}")
+    with pytest.raises(BuildError, match=message):
+        pipeline.build_model(recipe_for("digit_cnn"), model, paths, force=True)
+    assert record.read_text() == "{}"  # untouched
+
+
+def test_an_int8_builds_fingerprint_follows_the_cpu_feature_that_sets_its_weight_range(monkeypatch):
+    """7-bit weights where the build host lacks VNNI: the same serving.toml built on another CPU is
+    another served graph, which the cache took for current (a review, 2026-12-06)."""
+    from model_build.int8 import quantize
+
+    spec = load_serving_spec(PROJECT_ROOT / "model_repository" / "serving.toml")
+    int8, fp32 = spec.model("text_encoder"), spec.model("digit_classifier_small")
+    assert pipeline.builds_int8(int8) and not pipeline.builds_int8(fp32)
+    prints = {}
+    for lacks_vnni in (True, False):
+        monkeypatch.setattr(quantize, "cpu_lacks_vnni", lambda: lacks_vnni)
+        prints[lacks_vnni] = {m.name: pipeline.build_fingerprint(RECIPES[m.recipe], m) for m in (int8, fp32)}
+    assert prints[True][int8.name] != prints[False][int8.name]
+    assert prints[True][fp32.name] == prints[False][fp32.name]  # an FP32-only model is the same graph anywhere
