@@ -70,6 +70,8 @@ class AlertThresholds:
     supervisor_job: str = "serving_supervisor"
     #: A partition restarted this often within `restart_window` is unstable (warning).
     restart_warning_count: int = 2
+    #: A model the supervisor found not ready at its partition's start, for this long.
+    model_not_ready_for: str = "1m"
     restart_window: str = "10m"
     partition_down_for: str = "2m"
     #: Padding efficiency (real / computed tokens, the backend's custom metrics) below this ...
@@ -88,7 +90,7 @@ class AlertThresholds:
                 raise MonitorConfigError(f"{name} = {value!r}: expected a fraction strictly between 0 and 1.")
         for name in ("latency_for", "low_utilisation_for", "memory_for", "error_rate_window",
                      "error_rate_for", "queue_growth_window", "queue_growth_for", "queue_backlog_for", "target_down_for",
-                     "restart_window", "partition_down_for", "padding_window", "padding_for",
+                     "restart_window", "partition_down_for", "model_not_ready_for", "padding_window", "padding_for",
                      "kv_usage_for"):
             value = getattr(self, name)
             if not isinstance(value, str) or not _DURATION.fullmatch(value):
@@ -241,6 +243,16 @@ def supervisor_rules(t: AlertThresholds) -> list[dict[str, Any]]:
         _rule("ServingPartitionDown", "serving_partition_up == 0", t.partition_down_for, "critical", "availability",
               f"Partition not ready for {t.partition_down_for}",
               "Partition {{ $labels.partition }} is not serving (state in `make status`)."),
+        _rule("ServingModelNotReady", "serving_model_ready == 0", t.model_not_ready_for, "critical", "availability",
+              "Model failed to load",
+              "Model {{ $labels.model }} in partition {{ $labels.partition }} is not ready: its requests fail (404) while "
+              "the partition and its other models serve. Read the partition log for the reason (a missing or corrupt "
+              "model file?), fix it, then `make stop && make serve` (or load it through the repository API)."),
+        _rule("ServingModelStubsUnhealed", "serving_model_stubs_unhealed == 1", "0m", "warning", "availability",
+              "A dead backend stub is not being reloaded",
+              "Model {{ $labels.model }} in partition {{ $labels.partition }} lost a backend stub that the supervisor no "
+              "longer reloads (reload budget spent, or no admin key): the requests reaching that instance fail. "
+              "`make status` says which; find why the stub dies (partition log), then restart the partition."),
         _rule("ServingSupervisorDown", f'up{{job="{t.supervisor_job}"}} == 0', t.target_down_for, "critical",
               "availability", "Supervisor metrics endpoint down",
               "{{ $labels.instance }}: the supervisor is gone, so crashed partitions are no longer restarted."),

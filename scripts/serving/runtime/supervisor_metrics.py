@@ -40,7 +40,13 @@ METRIC_FAMILIES: dict[str, tuple[str, str]] = {
     "serving_partition_restart_budget": ("gauge", "restarts allowed per window before the crash loop"),
     "serving_partition_crash_loops_total": ("counter", "times the restart budget was spent"),
     "serving_model_stub_reloads_total": ("counter", "reloads of a model whose backend stub died"),
+    "serving_model_ready": ("gauge", "1 when Triton reported the model ready at its partition's last start, 0 when it "
+                                     "failed to load (its requests get 404/400; Triton exports no series for it)"),
+    "serving_model_stubs_unhealed": ("gauge", "1 while a model's dead backend stub is not reloaded (reload budget spent, "
+                                              "or no admin key): requests reaching that instance fail"),
 }
+#: Stub-watch states (serving.runtime.stub_watch.StubStatus) in which a dead stub stays dead.
+UNHEALED_STUB_STATES = ("gave_up", "no_key")
 
 
 def render_supervisor_metrics(state: SupervisorState) -> str:
@@ -62,6 +68,11 @@ def render_supervisor_metrics(state: SupervisorState) -> str:
         add("serving_partition_crash_loops_total", _labels(partition=partition), part.crash_loops)
         for model, stubs in sorted(part.stubs.items()):
             add("serving_model_stub_reloads_total", _labels(partition=partition, model=model), stubs.reloads)
+            add("serving_model_stubs_unhealed", _labels(partition=partition, model=model),
+                1 if stubs.status in UNHEALED_STUB_STATES else 0)
+        if part.state == "ready":  # a partition that is down has its own alert; its models' state is not known
+            for model, ok in sorted(part.models_ready.items()):
+                add("serving_model_ready", _labels(partition=partition, model=model), 1 if ok else 0)
     lines = []
     for name, (kind, help_text, samples) in families.items():
         lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}", *samples]

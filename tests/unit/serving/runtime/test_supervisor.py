@@ -358,6 +358,26 @@ def test_supervisor_metrics_expose_state_restarts_and_crash_loop():
     assert {f"# TYPE {name} {kind}" for name, (kind, _) in METRIC_FAMILIES.items()} <= lines
 
 
+def test_a_model_that_failed_to_load_and_a_stub_left_dead_have_their_own_series():
+    """A model that fails to load leaves no series in Triton's metrics and its 404s count as no failure,
+    and a stub the watch gave up on was only a reload counter: no alert could see either (a review,
+    2026-12-06). Models of a partition that is down get no readiness sample (that partition's own
+    alert covers them)."""
+    from serving.runtime.supervisor_metrics import render_supervisor_metrics
+
+    lines = set(render_supervisor_metrics(SupervisorState.from_dict({
+        "supervisor_pid": 1, "status": "ready", "mechanism": "cpu_sets", "partitions": {
+            "main": {"state": "ready", "restarts": 0, "models_ready": {"digits": False, "text": True},
+                     "stubs": {"text": {"reloads": 5, "status": "gave_up"}, "digits": {"reloads": 0, "status": "watching"}}},
+            "fallback": {"state": "backoff", "restarts": 1, "models_ready": {"small": True},
+                         "stubs": {"small": {"reloads": 0, "status": "no_key"}}}}})).splitlines())
+    assert {'serving_model_ready{partition="main",model="digits"} 0', 'serving_model_ready{partition="main",model="text"} 1'} <= lines
+    assert not any(line.startswith('serving_model_ready{partition="fallback"') for line in lines)
+    assert {'serving_model_stubs_unhealed{partition="main",model="text"} 1',
+            'serving_model_stubs_unhealed{partition="main",model="digits"} 0',
+            'serving_model_stubs_unhealed{partition="fallback",model="small"} 1'} <= lines
+
+
 def test_supervisor_metrics_pass_promtool_check_metrics():
     """`promtool check metrics` (Prometheus's own linter) reads the exposition without a complaint."""
     import shutil
