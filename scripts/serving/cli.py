@@ -26,6 +26,8 @@ from serving.runtime.security import RESTRICTED_APIS, check_bind_host, create_ad
 from contracts.serving_spec import load_serving_spec
 from contracts.supervisor_state import PartitionStatus
 from serving.runtime.supervisor import RestartPolicy, read_supervisor_state, run_supervisor, start_supervisor, stop_supervisor
+from serving.runtime.supervisor_control import is_run_supervisor
+from serving.runtime.supervisor_metrics import UNHEALED_STUB_STATES
 from contracts.command_line import run_subcommand
 
 DEFAULT_CONFIG = PROJECT_ROOT / "model_repository" / "serving.toml"
@@ -183,7 +185,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"no partitions running from `make serve`{last}")
         return 1
     manifest = read_manifest(layout.manifest) if layout.manifest.exists() else Manifest()
-    supervisor_up = pid_alive(state.supervisor_pid)
+    # this run's supervisor, not any process that has its pid now (reused after a reboot or a kill)
+    supervisor_up = is_run_supervisor(state.supervisor_pid, layout)
     print(f"supervisor pid {state.supervisor_pid} {'running' if supervisor_up else 'NOT RUNNING'}; "
           f"status {state.status}; mechanism {state.mechanism}")
     healthy = supervisor_up
@@ -202,6 +205,8 @@ def cmd_status(args: argparse.Namespace) -> int:
             print(f"    model {model} NOT READY: {reason}")
         for line in partition_history_lines(part):
             print(line)
+        # a dead stub the supervisor no longer reloads: part of that model's requests fail
+        healthy &= not any(stubs.status in UNHEALED_STUB_STATES for stubs in part.stubs.values())
     return 0 if healthy else 1
 
 

@@ -55,3 +55,23 @@ def test_serve_says_how_to_stop_what_it_started_in_its_own_run_dir(tmp_path):
 
     assert stop_command(RUN_DIR) == "`make stop`"
     assert stop_command(tmp_path / "adv run") == f"`python -m serving stop --run-dir '{tmp_path / 'adv run'}'`"
+
+
+def test_status_does_not_take_a_reused_pid_for_the_supervisor_nor_a_dead_stub_left_alone_for_healthy(tmp_path, capsys):
+    """`status` said "running" for any live process with the recorded pid (reused after a reboot), and
+    exited 0 while a model ran with a stub the supervisor had given up on (a review, 2026-12-06)."""
+    import os
+
+    from contracts.layout import RunLayout
+    from contracts.supervisor_state import SupervisorState, write_supervisor_state
+    from serving.cli import main
+
+    layout = RunLayout(tmp_path / "run")
+    layout.run_dir.mkdir(parents=True)
+    write_supervisor_state(SupervisorState.from_dict({
+        "supervisor_pid": os.getpid(), "status": "ready", "mechanism": "cpu_sets", "partitions": {
+            "p": {"state": "ready", "restarts": 0, "stubs": {"m": {"reloads": 5, "status": "gave_up"}}}}}),
+        layout.supervisor_state)
+    assert main(["status", "--run-dir", str(layout.run_dir)]) == 1
+    out = capsys.readouterr().out
+    assert f"supervisor pid {os.getpid()} NOT RUNNING" in out and "model m: backend stub reloads 5, gave_up" in out
