@@ -539,6 +539,42 @@ def test_a_partition_killed_after_a_reload_leaves_no_ipc_memory_behind(supervise
     assert not left, f"{len(left)} of the killed server's {len(mapped)} IPC regions were left in /dev/shm: {left}"
 
 
+def test_a_stopped_backend_stub_is_killed_and_its_model_reloaded_without_a_partition_restart(supervised, digits_test_split):
+    """SIGSTOP of a stub: its instance failed every request it got ("Stub process ... is not healthy"),
+    the supervisor saw a live stub, and SIGCONT later aborted the whole server (Triton 2.51,
+    boost::interprocess::lock_exception; a review, 2026-12-06). Now a stub stopped for a scan interval
+    is SIGKILLed and its model reloaded, the partition untouched."""
+    from model_client.client import TritonModelClient
+    from serving.runtime.stub_processes import scan_stubs
+
+    run_dir = supervised["manifest"].parent
+
+    def partition():
+        return read_supervisor_state(run_dir / "supervisor.json").partitions["default"]
+
+    assert wait_until(lambda: partition().state == "ready" and len(partition().stubs[GOOD].pids) == 2, 60), partition()
+    before = partition()
+    victim = next(s.pid for s in scan_stubs(before.pid) if s.model == GOOD)
+    os.kill(victim, signal.SIGSTOP)
+    try:
+        assert wait_until(lambda: partition().stubs[GOOD].reloads > before.stubs[GOOD].reloads
+                          and partition().stubs[GOOD].status == "watching", 20), partition()
+    finally:
+        try:
+            os.kill(victim, signal.SIGKILL)  # never resumed, whatever happened
+        except ProcessLookupError:
+            pass
+    log_text = (run_dir / "logs" / "supervisor.log").read_text()
+    assert f"SIGKILLed stub pid {victim}" in log_text and "stopped for a whole scan interval" in log_text
+    images, _ = digits_test_split
+    with TritonModelClient(supervised["http"], "http", network_timeout_s=CLIENT_TIMEOUT_S) as client:
+        for i in range(8):
+            np.testing.assert_allclose(client.infer(GOOD, {"image": images[i:i + 1]})["probabilities"],
+                                       expected_probabilities(images[i:i + 1]), rtol=1e-5, atol=1e-6)
+    after = partition()
+    assert (after.pid, after.restarts) == (before.pid, before.restarts)  # the partition was not restarted
+
+
 def log_time(log_path: Path, text: str) -> float:
     """time.time() of the first supervisor log line containing `text` (its asctime, local time)."""
     from datetime import datetime

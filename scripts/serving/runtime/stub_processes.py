@@ -25,6 +25,9 @@ class StubProcess:
     model: str
     #: Triton's instance name ("digit_classifier_0_1"), for log lines; "" when not on the command line.
     instance: str = ""
+    #: Stopped (SIGSTOP, state T; or t, traced): alive, but it answers nothing, and Triton fails every
+    #: request its instance gets ("Stub process ... is not healthy") until the model is reloaded.
+    stopped: bool = False
 
 
 def parse_stub(pid: int, stat: str, cmdline: bytes) -> tuple[int, StubProcess | None]:
@@ -36,7 +39,7 @@ def parse_stub(pid: int, stat: str, cmdline: bytes) -> tuple[int, StubProcess | 
     if state in ("Z", "X") or len(argv) < 2 or Path(argv[0]).name != STUB_PROGRAM or not argv[1].endswith(".py"):
         return pgid, None
     model = Path(argv[1]).parent.parent.name  # <repository>/<model>/<version>/model.py
-    return pgid, StubProcess(pid, model, argv[8] if len(argv) > 8 else "")
+    return pgid, StubProcess(pid, model, argv[8] if len(argv) > 8 else "", stopped=state in ("T", "t"))
 
 
 def scan_stubs(process_group: int, proc: Path = Path("/proc")) -> tuple[StubProcess, ...]:

@@ -338,6 +338,8 @@ class PartitionStubWatch:
     headers: dict[str, str] | None = None
     last_scan_at: float | None = None
     in_flight: tuple[str, Future] | None = None
+    #: Stubs seen stopped at the last scan: one still stopped at the next is killed (`_kill_stopped`).
+    stopped_seen: frozenset[int] = frozenset()
 
     def server_ready(self, host: str, http_port: int, pid: int, stub_counts: Mapping[str, int],
                      headers: dict[str, str] | None) -> None:
@@ -370,7 +372,7 @@ class PartitionStubWatch:
         if not self.models or (self.last_scan_at is not None and now - self.last_scan_at < self.interval_s):
             return False, None
         self.last_scan_at = now
-        stubs, changed = self.scan(pid), False
+        stubs, changed = self._kill_stopped(self.scan(pid)), False
         for model, old in self.models.items():
             live = pids_of(model, stubs)
             current, stale = stale_leftovers(old, live, now)
@@ -384,6 +386,23 @@ class PartitionStubWatch:
                                                          self.headers, self.timeout_s))
                 break  # one reload at a time; the others are seen again next scan
         return changed, None
+
+    def _kill_stopped(self, stubs: tuple[StubProcess, ...]) -> tuple[StubProcess, ...]:
+        """`stubs` without those stopped at this scan and the last (SIGKILLed: then they are dead stubs,
+        reloaded as usual). A stopped stub fails its instance's requests, and resumed (SIGCONT) it
+        aborted its whole server (boost::interprocess::lock_exception in Triton 2.51, measured
+        2026-12-06): killed while stopped, it cannot resume."""
+        stale = [s for s in stubs if s.stopped and s.pid in self.stopped_seen]
+        self.stopped_seen = frozenset(s.pid for s in stubs if s.stopped) - {s.pid for s in stale}
+        for stub in stale:
+            try:
+                os.kill(stub.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                continue
+            log.warning("partition %s: model %s: SIGKILLed stub pid %d (%s), stopped for a whole scan interval: its "
+                        "instance answered nothing; reloading the model", self.partition, stub.model, stub.pid,
+                        stub.instance or "instance unknown")
+        return tuple(s for s in stubs if s not in stale)
 
     def _kill_leftovers(self, model: str, pids: frozenset[int]) -> None:
         for pid in sorted(pids):  # stubs of this server's group seen in this very scan

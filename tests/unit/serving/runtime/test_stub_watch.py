@@ -3,6 +3,7 @@ and the per-partition flow (with a scan and a reload passed in, so no server is 
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import subprocess
 from concurrent.futures import Future
@@ -292,3 +293,39 @@ def test_partition_flow_restarts_when_the_reload_fails_and_says_what_to_do_witho
     assert watch.tick(5.0, InlineExecutor()) == (True, None)
     assert watch.tick(8.0, InlineExecutor()) == (False, None)  # said once, not every scan
     assert caplog.text.count("holds no admin key") == 1 and "make admin-key" in caplog.text
+
+
+def test_a_stub_stopped_for_a_whole_scan_interval_is_killed_and_its_model_reloaded(caplog):
+    """A SIGSTOPped stub counted as alive: its instance failed every request it got, nothing was
+    reloaded, and SIGCONT later aborted the whole server (a review, 2026-12-06)."""
+    stopped = subprocess.Popen(["sleep", "60"])  # stands in for the stub (a real process to kill)
+    try:
+        os.kill(stopped.pid, signal.SIGSTOP)
+        live = {"stubs": (StubProcess(11, "a"), StubProcess(stopped.pid, "a", "a_0_1", stopped=True))}
+        calls = []
+
+        def reload(host, port, model, *args):
+            calls.append(model)
+            live["stubs"] = (StubProcess(11, "a"), StubProcess(31, "a"))
+            return ReloadOutcome("reloaded", 1.0)
+
+        watch = PartitionStubWatch("main", 2.0, 60.0, 5, 600.0, scan=lambda pgid: live["stubs"], reload=reload)
+        watch.server_ready("127.0.0.1", 9000, 4242, {"a": 2}, {})
+        caplog.set_level(logging.WARNING, logger="serving.runtime.supervisor")
+        watch.tick(0.0, InlineExecutor())  # first seen stopped: maybe a debugger's blink
+        assert stopped.poll() is None and not calls
+        watch.tick(2.0, InlineExecutor())  # still stopped: killed, and the model lost a stub
+        assert stopped.wait(timeout=5) == -signal.SIGKILL
+        assert f"SIGKILLed stub pid {stopped.pid} (a_0_1), stopped for a whole scan interval" in caplog.text
+        watch.tick(2.1, InlineExecutor())
+        assert calls == ["a"]
+    finally:
+        stopped.kill()
+        stopped.wait()
+
+
+def test_a_stopped_stub_is_told_from_the_proc_state():
+    _, stub = parse_stub(7, "7 (triton_python_b) T 1 7 7 0", b"/b/triton_python_backend_stub\0/r/m/1/model.py\0")
+    assert stub is not None and stub.stopped and stub.model == "m"
+    _, running = parse_stub(7, "7 (triton_python_b) S 1 7 7 0", b"/b/triton_python_backend_stub\0/r/m/1/model.py\0")
+    assert running is not None and not running.stopped
