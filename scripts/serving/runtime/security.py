@@ -220,16 +220,29 @@ def check_bind_host(host: str, allow_non_loopback: bool) -> str | None:
 
 
 _one_off_key: AdminKey | None = None
+#: The configured key this process last loaded: kept for a partition restarted while the key file is
+#: gone (a rotation's `rm`, then `make admin-key`), which otherwise got a one-off key in silence and
+#: locked its admin APIs against the key every other partition still takes.
+_configured_key: AdminKey | None = None
 
 
 def launcher_admin_key(environ: Mapping[str, str] | None = None, key_file: str | os.PathLike | None = None) -> AdminKey:
-    """The key the launcher locks every partition with: the configured one, else ONE one-off key per
-    process (the same for every partition and every restart, so the launcher itself can still read
-    the repository index; nobody else can use the admin APIs until a key is configured)."""
-    global _one_off_key
+    """The key the launcher locks every partition with: the configured one (or, once it is gone, the
+    one this process loaded before, with a warning), else ONE one-off key per process (the same for
+    every partition and every restart, so the launcher itself can still read the repository index;
+    nobody else can use the admin APIs until a key is configured)."""
+    global _one_off_key, _configured_key
     key = load_admin_key(environ, key_file)
     if key is not None:
+        _configured_key = key
         return key
+    if _configured_key is not None:
+        import logging
+
+        logging.getLogger("serving.runtime.supervisor").warning(
+            "the admin key (%s) is gone: this server keeps the key loaded at start, as the others do; a new key "
+            "takes effect at the next `make serve` (docs/operations.md, rotating the key)", _configured_key.source)
+        return _configured_key
     if _one_off_key is None:
         _one_off_key = one_off_admin_key()
     return _one_off_key

@@ -197,10 +197,29 @@ def test_launcher_rereads_the_key_file_so_a_restart_picks_up_a_rotated_key(tmp_p
     assert first.value != second.value and second.source == f"file {path.resolve()}"
 
 
+def test_a_partition_restarted_while_the_key_file_is_gone_keeps_the_key_loaded_at_start(tmp_path, monkeypatch, caplog):
+    """It got a one-off key in silence: its admin APIs refused the key every other partition took,
+    403 (a review, 2026-12-06: a rotation's `rm` before `make admin-key`, and a crash in between)."""
+    import logging
+
+    from serving.runtime import security
+
+    monkeypatch.setattr(security, "_configured_key", None)
+    path = tmp_path / "admin-key"
+    create_admin_key_file(path, {}, tmp_path / "repo")
+    first = security.launcher_admin_key({}, path)
+    path.unlink()
+    caplog.set_level(logging.WARNING, logger="serving.runtime.supervisor")
+    assert security.launcher_admin_key({}, path) is first
+    assert "the admin key (file" in caplog.text and "is gone: this server keeps the key loaded at start" in caplog.text
+    assert first.value not in caplog.text
+
+
 def test_without_a_configured_key_the_launcher_uses_one_one_off_key_per_process(tmp_path, monkeypatch):
     from serving.runtime import security
 
     monkeypatch.setattr(security, "_one_off_key", None)
+    monkeypatch.setattr(security, "_configured_key", None)
     a = security.launcher_admin_key({}, tmp_path / "absent")
     assert a is security.launcher_admin_key({}, tmp_path / "absent")
     assert "one-off" in a.source
