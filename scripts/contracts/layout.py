@@ -69,6 +69,23 @@ class RunLayout:
     def partition_log(self, partition: str) -> Path:
         return self.logs / f"tritonserver-{partition}.log"
 
+    @property
+    def stop_command(self) -> str:
+        """How to stop what `serve` started here: `make stop` knows only the default run/ (advice to
+        run it, given for another run folder, stopped the wrong deployment or nothing)."""
+        import shlex
+
+        if Path(self.run_dir).resolve() == RUN_DIR.resolve():
+            return "`make stop`"
+        return f"`python -m serving stop --run-dir {shlex.quote(str(self.run_dir))}`"
+
+    @property
+    def restart_command(self) -> str:
+        """How to restart it: `make stop && make serve`, or this run folder's stop and its `serve` again."""
+        if self.stop_command == "`make stop`":
+            return "`make stop && make serve`"
+        return f"{self.stop_command}, then `serve` it again as it was started"
+
 
 def display_path(path: Path | str, root: Path | str = PROJECT_ROOT) -> str:
     """`path` relative to `root` when it lies below it (how reports and commands name files), else as given."""

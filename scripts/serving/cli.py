@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
 import sys
 from pathlib import Path
 
@@ -65,10 +64,8 @@ def _short(path: Path) -> str:
 
 
 def stop_command(run_dir: Path) -> str:
-    """How to stop what `serve` started in `run_dir`: `make stop` knows only the default run/."""
-    if run_dir.resolve() == Path(RUN_DIR).resolve():
-        return "`make stop`"
-    return f"`python -m serving stop --run-dir {shlex.quote(str(run_dir))}`"
+    """How to stop what `serve` started in `run_dir` (contracts.layout.RunLayout.stop_command)."""
+    return RunLayout(Path(run_dir)).stop_command
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -129,7 +126,7 @@ def _report_failed_models(manifest: dict, layout: RunLayout, admin_key) -> int:
             print(f"[serve] ERROR: model {model} (partition {name}) failed to load: {reason}", file=sys.stderr)
     if failed:
         print(f"[serve] {len(failed)} model(s) not served: {sorted(failed)}; every other model is served. "
-              f"Fix the model files, then `make stop && make serve`.", file=sys.stderr)
+              f"Fix the model files, then restart: {layout.restart_command}.", file=sys.stderr)
     return 1 if failed else 0
 
 

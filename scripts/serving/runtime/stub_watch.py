@@ -340,6 +340,8 @@ class PartitionStubWatch:
     in_flight: tuple[str, Future] | None = None
     #: Stubs seen stopped at the last scan: one still stopped at the next is killed (`_kill_stopped`).
     stopped_seen: frozenset[int] = frozenset()
+    #: What log lines tell an operator to run to restart (RunLayout.restart_command of the supervisor's run).
+    restart_command: str = "`make stop && make serve`"
 
     def server_ready(self, host: str, http_port: int, pid: int, stub_counts: Mapping[str, int],
                      headers: dict[str, str] | None) -> None:
@@ -422,11 +424,11 @@ class PartitionStubWatch:
             log.info("%s %s", where, decision.detail)
         elif decision.action is Action.GIVE_UP:
             log.error("%s %s (state gave_up): its requests fail with \"Stub process ... is not healthy\"; find why its "
-                      "stub dies (partition log), then restart the partition (`make stop && make serve`)", where, decision.detail)
+                      "stub dies (partition log), then restart the partition (%s)", where, decision.detail, self.restart_command)
         elif decision.action is Action.NO_KEY:
             log.error("%s %s, but the supervisor holds no admin key for the model-repository API, so it cannot reload "
-                      "it: set TRITON_ADMIN_KEY or create the key file (`make admin-key`), then `make stop && make serve`",
-                      where, decision.detail)
+                      "it: set TRITON_ADMIN_KEY or create the key file (`make admin-key`), then %s",
+                      where, decision.detail, self.restart_command)
         elif decision.action is Action.RESTART_PARTITION:
             log.error("%s %s: restarting the partition", where, decision.detail)
 

@@ -222,8 +222,8 @@ class Supervisor:
         self.members: dict[str, list[int]] = {}
         self.installation = find_tritonserver()
         self.parts = {p.name: SupervisedPartition(p, stubs=PartitionStubWatch(
-            p.name, policy.liveness_interval_s, policy.stub_reload_timeout_s, policy.max_restarts, policy.window_s))
-            for p in plan.partitions}
+            p.name, policy.liveness_interval_s, policy.stub_reload_timeout_s, policy.max_restarts, policy.window_s,
+            restart_command=layout.restart_command)) for p in plan.partitions}
         self.status = "starting"
         self.error: str | None = None
         self.stop_requested = False

@@ -80,7 +80,7 @@ def starting_alone(layout: RunLayout) -> Iterator[None]:
             lock.seek(0)
             holder = lock.read().strip() or "unknown"
             raise ServerStartError(f"another `serve` (pid {holder}) is starting the servers of {layout.run_dir}; "
-                                   "wait for it to finish, or run `make stop`.") from None
+                                   f"wait for it to finish, or run {layout.stop_command}.") from None
         lock.truncate(0)
         lock.write(f"{os.getpid()}\n")
         lock.flush()
@@ -98,7 +98,7 @@ def _start_supervisor(config: Path, repository: Path, layout: RunLayout, timeout
                       extra_args: Sequence[str]) -> dict[str, Any]:
     existing = read_supervisor_state(layout)
     if existing and is_run_supervisor(existing.supervisor_pid, layout):
-        raise ServerStartError(f"a supervisor is already running (pid {existing.supervisor_pid}); run `make stop` first.")
+        raise ServerStartError(f"a supervisor is already running (pid {existing.supervisor_pid}); run {layout.stop_command} first.")
     for line in clear_stale_run(layout):
         print(f"[serve] {line}", flush=True)
     layout.logs.mkdir(parents=True, exist_ok=True)

@@ -75,3 +75,26 @@ def test_status_does_not_take_a_reused_pid_for_the_supervisor_nor_a_dead_stub_le
     assert main(["status", "--run-dir", str(layout.run_dir)]) == 1
     out = capsys.readouterr().out
     assert f"supervisor pid {os.getpid()} NOT RUNNING" in out and "model m: backend stub reloads 5, gave_up" in out
+
+
+def test_what_to_run_names_the_run_folder_that_was_served(tmp_path):
+    """A second `serve` of another run folder was told to run `make stop`, which stops the default
+    run/ (another, healthy deployment) or nothing (a review, 2026-12-06)."""
+    from contracts.errors import ServerStartError
+    from contracts.layout import RUN_DIR, RunLayout
+    from contracts.supervisor_state import SupervisorState, write_supervisor_state
+    from serving.runtime import supervisor_control
+
+    layout = RunLayout(tmp_path / "other run")
+    assert RunLayout(RUN_DIR).restart_command == "`make stop && make serve`"
+    assert layout.restart_command.startswith(f"`python -m serving stop --run-dir '{tmp_path / 'other run'}'`, then")
+    layout.run_dir.mkdir(parents=True)
+    write_supervisor_state(SupervisorState.from_dict({"supervisor_pid": 4242, "status": "ready", "partitions": {}}),
+                           layout.supervisor_state)
+    supervisor_control_is_running = supervisor_control.is_run_supervisor
+    try:
+        supervisor_control.is_run_supervisor = lambda pid, run: True
+        with pytest.raises(ServerStartError, match=r"already running \(pid 4242\); run `python -m serving stop --run-dir"):
+            supervisor_control._start_supervisor(tmp_path / "serving.toml", tmp_path, layout, 1.0, ())
+    finally:
+        supervisor_control.is_run_supervisor = supervisor_control_is_running
