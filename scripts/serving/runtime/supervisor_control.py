@@ -71,9 +71,15 @@ def is_run_server(pid: int | None, layout: RunLayout) -> bool:
 def starting_alone(layout: RunLayout) -> Iterator[None]:
     """Held by one `serve` of a run folder from its check for a running supervisor until its
     supervisor is ready (or has failed): two `make serve` at once both found no supervisor, both
-    started one, and the second cleared the first's state as stale. The lock dies with its process."""
-    layout.run_dir.mkdir(parents=True, exist_ok=True)
-    with open(layout.serve_lock, "a+") as lock:
+    started one, and the second cleared the first's state as stale. The lock dies with its process.
+    A run folder that cannot be written (read-only, full) is said in one line, not a traceback."""
+    try:
+        layout.run_dir.mkdir(parents=True, exist_ok=True)
+        lock = open(layout.serve_lock, "a+")
+    except OSError as exc:
+        raise ServerStartError(f"run folder {layout.run_dir} cannot be written ({exc.strerror or exc}): the server keeps "
+                               f"its pids, logs and manifest there; choose another with --run-dir, or free space.") from None
+    with lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -81,9 +87,14 @@ def starting_alone(layout: RunLayout) -> Iterator[None]:
             holder = lock.read().strip() or "unknown"
             raise ServerStartError(f"another `serve` (pid {holder}) is starting the servers of {layout.run_dir}; "
                                    f"wait for it to finish, or run {layout.stop_command}.") from None
-        lock.truncate(0)
-        lock.write(f"{os.getpid()}\n")
-        lock.flush()
+        try:
+            lock.truncate(0)
+            lock.write(f"{os.getpid()}\n")
+            lock.flush()
+        except OSError as exc:
+            raise ServerStartError(f"run folder {layout.run_dir} cannot be written ({exc.strerror or exc}): the server "
+                                   f"keeps its pids, logs and manifest there; choose another with --run-dir, or free "
+                                   f"space.") from None
         yield
 
 
@@ -164,5 +175,8 @@ def stop_supervisor(layout: RunLayout, timeout_s: float = 60.0) -> list[str]:
     if state and state.mps_started and stop_mps_daemon(layout):
         done.append("stopped the CUDA MPS control daemon")
     for path in (layout.supervisor_pid, layout.manifest):
-        path.unlink(missing_ok=True)
+        try:
+            path.unlink(missing_ok=True)
+        except OSError as exc:  # a read-only run folder: what was stopped is stopped; say what is left
+            done.append(f"could not remove {path} ({exc.strerror or exc}): remove it by hand")
     return done

@@ -98,3 +98,37 @@ def test_what_to_run_names_the_run_folder_that_was_served(tmp_path):
             supervisor_control._start_supervisor(tmp_path / "serving.toml", tmp_path, layout, 1.0, ())
     finally:
         supervisor_control.is_run_supervisor = supervisor_control_is_running
+
+
+def test_a_run_folder_that_cannot_be_written_is_one_line_for_serve_and_stop(tmp_path, monkeypatch):
+    """`serve` and `stop` on a read-only or full run folder ended in Python tracebacks (a review, 2026-12-06)."""
+    import errno
+    from pathlib import Path
+
+    from contracts.errors import ServerStartError
+    from contracts.layout import RunLayout
+    from serving.runtime import supervisor_control
+
+    layout = RunLayout(tmp_path / "run")
+    layout.run_dir.mkdir()
+    layout.manifest.write_text("{}")
+    real_open, real_unlink = open, Path.unlink
+
+    def read_only_open(path, *args, **kwargs):
+        if str(path) == str(layout.serve_lock):
+            raise OSError(errno.EROFS, "Read-only file system")
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr("builtins.open", read_only_open)
+    with pytest.raises(ServerStartError, match=r"run folder .* cannot be written \(Read-only file system\).*--run-dir"):
+        with supervisor_control.starting_alone(layout):
+            pass
+    monkeypatch.setattr("builtins.open", real_open)
+
+    def read_only_unlink(self, missing_ok=False):
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(Path, "unlink", read_only_unlink)
+    done = supervisor_control.stop_supervisor(layout)
+    monkeypatch.setattr(Path, "unlink", real_unlink)
+    assert any("could not remove" in line and "manifest.json" in line for line in done), done
