@@ -9,7 +9,9 @@ supervisor itself (started by `serve`; not meant to be typed).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import time
 import sys
 from pathlib import Path
 
@@ -149,8 +151,12 @@ def cmd_stop(args: argparse.Namespace) -> int:
     return 0
 
 
-def partition_restart_line(part: PartitionStatus) -> str | None:
-    """The restart budget and, when the partition is waiting to restart, when and why (for `status`)."""
+def partition_restart_line(part: PartitionStatus, since_s: float = 0.0) -> str | None:
+    """The restart budget and, when the partition is waiting to restart, when and why (for `status`).
+    `since_s`: how old the state file is. The supervisor writes it when something changes, so its
+    countdown is as of then: shown as is, a crash loop said "next attempt in 300 s" for 5 minutes."""
+    if part.next_attempt_in_s is not None:
+        part = dataclasses.replace(part, next_attempt_in_s=max(0.0, part.next_attempt_in_s - max(0.0, since_s)))
     if part.crash_loop:
         # "in the last window" counts down while the loop lasts (attempts every crash_loop_backoff_s)
         return (f"    CRASH LOOP: restart budget of {part.restart_budget} spent; {part.restarts_in_window} restart(s) "
@@ -195,7 +201,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         healthy &= ready and not unready
         print(f"  {name}: pid {part.pid} {'READY' if ready else 'NOT READY'} ({part.state}, restarts {part.restarts}) "
               f"http {endpoints.http} grpc {endpoints.grpc} cpus {list(endpoints.cpus)} models {list(endpoints.models)}")
-        restart_line = partition_restart_line(part)
+        restart_line = partition_restart_line(part, time.time() - state.updated_at if state.updated_at else 0.0)
         if restart_line:
             print(restart_line)
         for model, reason in unready.items():

@@ -336,6 +336,12 @@ def test_status_names_a_crash_loop_and_when_the_next_attempt_comes():
                     "budget spent 1 time(s); alert ServingPartitionCrashLooping")
     assert "restarting in 2.0 s (restart 3 of 5" in partition_restart_line(_partition(
         {"state": "backoff", "next_attempt_in_s": 2.0, "restarts_in_window": 2, "restart_budget": 5, "window_s": 600}))
+    # the state file is written when something changes: its countdown is as of then (it stayed at 300 s
+    # for the 5 minutes of a crash loop's wait; a review, 2026-12-06)
+    aged = partition_restart_line(_partition({"state": "crash_loop", "crash_loop": True, "restarts_in_window": 5,
+                                              "restart_budget": 5, "window_s": 600.0, "next_attempt_in_s": 300.0,
+                                              "crash_loops": 1}), since_s=100.0)
+    assert "next attempt in 200 s" in aged
 
 
 def test_supervisor_metrics_expose_state_restarts_and_crash_loop():
