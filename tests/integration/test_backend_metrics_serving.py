@@ -125,3 +125,17 @@ def test_triton_publishes_exactly_the_configured_latency_quantiles(triton_server
     published = set(re.findall(r'^nv_inference_request_summary_us\{model="digit_classifier",[^}]*quantile="([^"]+)"\} ', text, flags=re.M))
     assert published == {f"{q:g}" for q, _ in serving_spec.server.latency_summary_quantiles}
     assert series_sum(text, "nv_inference_request_summary_us_count", "digit_classifier") >= 1
+
+
+def test_every_rejection_reason_is_published_at_zero_from_the_models_load(triton_server):
+    """The counter appeared at its first refusal, which Prometheus reads as the series' start:
+    `increase()` over 3 refused requests was 0, and the dashboard's panel had no data until then
+    (a review, 2026-12-06)."""
+    import re
+
+    text = scrape(triton_server)
+    for model in ("digit_classifier", "text_encoder", "text_embedder"):
+        for reason in ("invalid_input", "framework_failure"):
+            assert re.search(rf'serving_rejected_requests_total{{[^}}]*model="{model}"[^}}]*reason="{reason}"[^}}]*}} \d', text) or \
+                re.search(rf'serving_rejected_requests_total{{[^}}]*reason="{reason}"[^}}]*model="{model}"[^}}]*}} \d', text), \
+                (model, reason)

@@ -38,6 +38,17 @@ BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)
 #: Histogram buckets in seconds: 0.1 ms .. 2 s.
 SECONDS_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0)
 
+#: The rejection counter and its reasons: every reason's series is published at 0 when a model
+#: loads (`initial_series`), so the first refusals show as an increase (Prometheus reads a series that
+#: appears at its first event as starting there: 3 refused requests read `increase() = 0`).
+REJECTED_REQUESTS, INVALID_INPUT, FRAMEWORK_FAILURE = "serving_rejected_requests_total", "invalid_input", "framework_failure"
+
+
+def initial_series() -> list[tuple[str, tuple[tuple[str, str], ...]]]:
+    """(metric, labels) of the series a model shows at 0 from its load."""
+    return [(REJECTED_REQUESTS, (("reason", reason),)) for reason in (INVALID_INPUT, FRAMEWORK_FAILURE)]
+
+
 #: name -> (kind, description, histogram buckets or None, extra label names)
 FAMILIES: FamilyTable = {
     "serving_batch_requests": ("histogram", "Requests per execution (the dynamic batch).", BATCH_BUCKETS, ()),
@@ -71,7 +82,7 @@ def batch_observations(stats: BatchStats | None, execute_s: float, refused: int,
     """Everything one `execute` call adds to the metrics. `stats` is None when no request of the
     batch reached the framework (all refused); `calls_by_session` counts its framework calls by
     (session name, reason) (only for models with a wide and a narrow session)."""
-    out = [Observation("serving_rejected_requests_total", (("reason", "invalid_input"),), refused)] if refused else []
+    out = [Observation(REJECTED_REQUESTS, (("reason", INVALID_INPUT),), refused)] if refused else []
     out += [Observation("serving_framework_calls_total", (("reason", reason), ("session", session)), calls)
             for (session, reason), calls in sorted((calls_by_session or {}).items()) if calls]
     if stats is None:
@@ -88,7 +99,7 @@ def batch_observations(stats: BatchStats | None, execute_s: float, refused: int,
     for width, calls in sorted(stats.calls_by_width.items()):
         out.append(Observation("serving_batch_bucket_calls_total", (("bucket", bucket_of(width, boundaries)),), calls))
     if stats.failed_requests:
-        out.append(Observation("serving_rejected_requests_total", (("reason", "framework_failure"),), stats.failed_requests))
+        out.append(Observation(REJECTED_REQUESTS, (("reason", FRAMEWORK_FAILURE),), stats.failed_requests))
     return out
 
 

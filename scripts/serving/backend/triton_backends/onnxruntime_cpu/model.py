@@ -72,7 +72,7 @@ import onnxruntime as ort
 import triton_python_backend_utils as pb_utils
 
 from serving.backend.checks import model_arguments, model_file_in_version_dir, non_finite_answer_errors
-from serving.backend.metrics import FAMILIES, batch_observations, choice_observations
+from serving.backend.metrics import FAMILIES, batch_observations, choice_observations, initial_series
 from serving.backend.stub_metrics import StubMetrics
 from serving.backend.batch_execution import BatchLayout, execute_batch
 from serving.backend.input_contract import contract_from_onnx
@@ -179,6 +179,8 @@ class TritonPythonModel:
                 f"real lengths from '{length_input}'"
             )
         self.metrics = self._metrics(name, args["model_version"], params)
+        for metric, labels in initial_series():
+            self.metrics.create(metric, labels)
         pb_utils.Logger.log_info(f"model '{name}': " + (f"text front-end feeding {self.input_names}" if self.frontend
                                                          else f"input contract {self.contract}"))
 
