@@ -6,6 +6,7 @@ The supervisor itself (the process that owns the tritonservers) is `serving.runt
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import os
 import signal
@@ -21,7 +22,7 @@ from serving.runtime.launcher import stop_mps_daemon
 from serving.runtime.stub_watch import stop_server_group
 from contracts.manifest import read_manifest_dict
 from contracts.processes import log_tail, pid_alive
-from contracts.supervisor_state import SupervisorState, read_supervisor_state as read_state_file
+from contracts.supervisor_state import SupervisorState, read_supervisor_state as read_state_file, write_supervisor_state
 
 
 def read_supervisor_state(layout: RunLayout) -> SupervisorState | None:
@@ -174,6 +175,13 @@ def stop_supervisor(layout: RunLayout, timeout_s: float = 60.0) -> list[str]:
             done.append(f"stopped partition {name} (pid {part.pid}) left behind")
     if state and state.mps_started and stop_mps_daemon(layout):
         done.append("stopped the CUDA MPS control daemon")
+    if state and state.running and not is_run_supervisor(state.supervisor_pid, layout):
+        # its supervisor died without saying so (SIGKILL, a reboot): `status` kept reading "running"
+        try:
+            write_supervisor_state(dataclasses.replace(state, status="stopped"), layout.supervisor_state)
+            done.append(f"marked {layout.supervisor_state} stopped (its supervisor, pid {state.supervisor_pid}, was gone)")
+        except OSError as exc:
+            done.append(f"could not mark {layout.supervisor_state} stopped ({exc.strerror or exc})")
     for path in (layout.supervisor_pid, layout.manifest):
         try:
             path.unlink(missing_ok=True)

@@ -132,3 +132,20 @@ def test_a_run_folder_that_cannot_be_written_is_one_line_for_serve_and_stop(tmp_
     done = supervisor_control.stop_supervisor(layout)
     monkeypatch.setattr(Path, "unlink", real_unlink)
     assert any("could not remove" in line and "manifest.json" in line for line in done), done
+
+
+def test_stop_marks_the_state_of_a_supervisor_that_died_without_saying_so(tmp_path, capsys):
+    """After a SIGKILL or a reboot, `stop` said "nothing to stop" and left supervisor.json saying
+    "ready": `status` kept reporting a running supervisor (a review, 2026-12-06)."""
+    from contracts.layout import RunLayout
+    from contracts.supervisor_state import SupervisorState, read_supervisor_state, write_supervisor_state
+    from serving.cli import main
+
+    layout = RunLayout(tmp_path / "run")
+    layout.run_dir.mkdir(parents=True)
+    write_supervisor_state(SupervisorState.from_dict({"supervisor_pid": 999_999_999, "status": "ready", "partitions": {}}),
+                           layout.supervisor_state)
+    assert main(["stop", "--run-dir", str(layout.run_dir)]) == 0
+    assert "marked" in capsys.readouterr().out and read_supervisor_state(layout.supervisor_state).status == "stopped"
+    assert main(["status", "--run-dir", str(layout.run_dir)]) == 1
+    assert "no partitions running" in capsys.readouterr().out
