@@ -113,7 +113,11 @@ def cmd_build(args: argparse.Namespace) -> int:
     from model_build.engines.tensorrt import run_tensorrt_step  # GPU engines: one line and no file without a GPU
 
     engine_section, skipped = run_tensorrt_step(records, serving, paths.artifacts)
-    report = write_build_report(records, paths.reports, skipped=skipped, extra_sections=[engine_section] if engine_section else [])
+    from model_build.reports.build_report import served_rows
+
+    served = served_rows(paths.repository, [(m.name, served_variant(m, serving)) for m in serving.models])
+    report = write_build_report(records, paths.reports, skipped=skipped, extra_sections=[engine_section] if engine_section else [],
+                                served=served)
     print(f"[build] report: {report.relative_to(PROJECT_ROOT)}")
     return 0
 

@@ -44,6 +44,11 @@ def render_build_report_markdown(report: Mapping[str, Any]) -> str:
         for variant in model.get("variants", {}).values():
             if variant.get("report_section"):
                 lines += ["", variant["report_section"]]
+    if report.get("served"):
+        lines += ["", "## Served (model_repository/, what clients call)", "",
+                  "| model | served | backend | max_batch_size | instances | file | sha256 |", "|---|---|---|---:|---:|---|---|"]
+        lines += [f"| {r['model']} | {r['served']} | {r['backend']} | {r['max_batch_size']} | {r['instances']} | {r['file']} | "
+                  f"{r['sha256']} |" for r in report["served"]]
     reduced = [m["model"] for m in report["models"] if (m.get("build_host") or {}).get("int8_reduce_range")]
     if reduced:
         lines += ["", f"INT8 CPU weights are 7-bit (`reduce_range`) in {', '.join(reduced)}: built on a CPU without VNNI "
@@ -78,11 +83,34 @@ def _calibration(calibration) -> str:
     return f"{calibration['method']}, {calibration['sampling']} {calibration['size']} (seed {calibration['seed']})"
 
 
+def served_rows(repository: Path, models: Sequence[tuple[str, str]]) -> list[dict[str, Any]]:
+    """One row per served model, from what is installed in `repository` (its config.pbtxt, parsed with
+    Triton's schema, and its model file): what clients call, the fused text embedder and the tokenizer
+    included, which have no variants of their own (the variant table above has no row for them).
+    `models`: (name, what the build line says is served)."""
+    from contracts.file_digest import sha256_file
+    from contracts.model_config import read_model_config
+
+    rows = []
+    for name, served in models:
+        try:
+            config = read_model_config(Path(repository) / name)
+        except (OSError, ValueError):
+            continue  # not installed (a build that failed before installing it)
+        files = sorted(p for p in (Path(repository) / name / "1").glob("*") if p.is_file() and p.suffix in (".onnx", ".plan", ".py"))
+        rows.append({"model": name, "served": served, "backend": config.backend or config.platform,
+                     "max_batch_size": config.max_batch_size,
+                     "instances": sum(g.count or 1 for g in config.instance_group) or 1,
+                     "file": files[0].name if files else "", "sha256": sha256_file(files[0])[:12] if files else ""})
+    return rows
+
+
 def write_build_report(
     records: Sequence[Mapping[str, Any]],
     out_dir: Path,
     skipped: Sequence[str] = (),
     extra_sections: Sequence[str] = (),
+    served: Sequence[Mapping[str, Any]] = (),
 ) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     study = out_dir / "calibration_study.md"
@@ -91,6 +119,7 @@ def write_build_report(
         "generated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "machine": f"{platform.node()} {platform.machine()} {read_cpu_info().describe()}",
         "models": list(records),
+        "served": list(served),
         "skipped": list(skipped),
         "extra_sections": extra_sections,
     }

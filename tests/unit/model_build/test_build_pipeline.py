@@ -205,3 +205,20 @@ def test_an_int8_builds_fingerprint_follows_the_cpu_feature_that_sets_its_weight
         prints[lacks_vnni] = {m.name: pipeline.build_fingerprint(RECIPES[m.recipe], m) for m in (int8, fp32)}
     assert prints[True][int8.name] != prints[False][int8.name]
     assert prints[True][fp32.name] == prints[False][fp32.name]  # an FP32-only model is the same graph anywhere
+
+
+def test_the_report_has_a_row_for_every_served_model_with_its_installed_batch_size(tmp_path):
+    """The fused text embedder (what clients call) and the tokenizer had no row, having no variants of
+    their own, and no served max_batch_size was shown (a review, 2026-12-06)."""
+    from contracts.model_config import parse_config, write_model_config
+    from model_build.reports.build_report import render_build_report_markdown, served_rows
+
+    (tmp_path / "text_embedder" / "1").mkdir(parents=True)
+    (tmp_path / "text_embedder" / "1" / "model.onnx").write_bytes(b"graph")
+    write_model_config(tmp_path / "text_embedder", parse_config(
+        'name: "text_embedder"\nbackend: "onnxruntime_cpu"\nmax_batch_size: 32\ninstance_group { count: 1 }\ninstance_group { count: 1 }'))
+    rows = served_rows(tmp_path, [("text_embedder", "follows text_encoder"), ("not_installed", "x")])
+    assert rows == [{"model": "text_embedder", "served": "follows text_encoder", "backend": "onnxruntime_cpu",
+                     "max_batch_size": 32, "instances": 2, "file": "model.onnx", "sha256": rows[0]["sha256"]}]
+    text = render_build_report_markdown({"generated_at": "t", "machine": "m", "models": [], "served": rows})
+    assert "| text_embedder | follows text_encoder | onnxruntime_cpu | 32 | 2 | model.onnx |" in text
