@@ -196,10 +196,14 @@ def cmd_status(args: argparse.Namespace) -> int:
     for name, part in state.partitions.items():
         endpoints = manifest.partitions.get(name, PartitionEntry(name))
         host, _, port = (endpoints.http or ":").rpartition(":")
-        ready = bool(part.pid) and pid_alive(part.pid) and bool(port) and http_ready(host, int(port))
+        # the partition's own port decides: the state file can be stale (written when something changes,
+        # and not at all while the disk is full), and then names a pid that is gone while a restarted
+        # server answers
+        ready = bool(port) and http_ready(host, int(port))
         unready = check_models_loaded(host, int(port), list(endpoints.models), None, layout.partition_log(name)) if ready else {}
         healthy &= ready and not unready
-        print(f"  {name}: pid {part.pid} {'READY' if ready else 'NOT READY'} ({part.state}, restarts {part.restarts}) "
+        stale = " (run/supervisor.json is stale: that pid is gone)" if ready and part.pid and not pid_alive(part.pid) else ""
+        print(f"  {name}: pid {part.pid}{stale} {'READY' if ready else 'NOT READY'} ({part.state}, restarts {part.restarts}) "
               f"http {endpoints.http} grpc {endpoints.grpc} cpus {list(endpoints.cpus)} models {list(endpoints.models)}")
         restart_line = partition_restart_line(part, time.time() - state.updated_at if state.updated_at else 0.0)
         if restart_line:

@@ -149,3 +149,39 @@ def test_stop_marks_the_state_of_a_supervisor_that_died_without_saying_so(tmp_pa
     assert "marked" in capsys.readouterr().out and read_supervisor_state(layout.supervisor_state).status == "stopped"
     assert main(["status", "--run-dir", str(layout.run_dir)]) == 1
     assert "no partitions running" in capsys.readouterr().out
+
+
+def test_status_asks_the_partitions_port_when_the_state_file_names_a_pid_that_is_gone(tmp_path, capsys):
+    """With the disk full the supervisor cannot rewrite its state: a restarted partition served while
+    `status` said NOT READY for the dead pid on file (a review, 2026-12-06)."""
+    import json
+    from http.server import BaseHTTPRequestHandler
+
+    from conftest import serve_loopback_http
+    from contracts.layout import RunLayout
+    from contracts.supervisor_state import SupervisorState, write_supervisor_state
+    from serving.cli import main
+
+    class Ready(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - http.server's API
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = serve_loopback_http(Ready)
+    try:
+        layout = RunLayout(tmp_path / "run")
+        layout.run_dir.mkdir(parents=True)
+        port = server.server_address[1]
+        layout.manifest.write_text(json.dumps({"models": {}, "partitions": {"main": {"http": f"127.0.0.1:{port}", "models": []}}}))
+        write_supervisor_state(SupervisorState.from_dict({"supervisor_pid": 999_999_999, "status": "ready", "partitions": {
+            "main": {"pid": 999_999_998, "state": "ready", "restarts": 0}}}), layout.supervisor_state)
+        main(["status", "--run-dir", str(layout.run_dir)])
+        out = capsys.readouterr().out
+        assert "main: pid 999999998 (run/supervisor.json is stale: that pid is gone) READY" in out, out
+    finally:
+        server.shutdown()
+        server.server_close()
