@@ -185,7 +185,8 @@ def test_a_new_start_stops_the_servers_a_dead_supervisor_left_behind(tmp_path):
         layout.supervisor_state)
     try:
         done = clear_stale_run(layout)
-        assert done == [f"stopped partition main (pid {orphan.pid}) left behind"]
+        assert done[0] == f"stopped partition main (pid {orphan.pid}) left behind"
+        assert len(done) == 2 and done[1].startswith("marked ") and f"pid {dead.pid}, was gone" in done[1]
         assert orphan.wait(timeout=10) is not None and not layout.supervisor_state.exists()
         assert foreign.poll() is None  # still running
         assert clear_stale_run(layout) == []  # nothing recorded: nothing to do
