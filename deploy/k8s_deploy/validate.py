@@ -203,13 +203,16 @@ def _check_overlay(root: Path, overlay: str, namespace: str) -> tuple[list[str],
     return found, docs
 
 
-def every_model_on_the_gpu(spec):
-    """`spec` with every model served on the GPU: what the gpu overlay renders for a GPU serving.toml."""
+def models_on_the_gpu(spec, partitions: "tuple[str, ...] | None" = None):
+    """`spec` with the models of `partitions` (default: every model) served on the GPU: what the gpu
+    overlay renders for a GPU serving.toml."""
     import dataclasses
 
     from contracts.serving_spec import Device
 
-    return dataclasses.replace(spec, models=tuple(dataclasses.replace(m, device=Device.GPU) for m in spec.models))
+    return dataclasses.replace(spec, models=tuple(
+        dataclasses.replace(m, device=Device.GPU) if partitions is None or spec.partition_of(m) in partitions else m
+        for m in spec.models))
 
 
 def validate_all(root: Path = DEPLOY_ROOT, spec=None) -> list[str]:
@@ -227,7 +230,7 @@ def validate_all(root: Path = DEPLOY_ROOT, spec=None) -> list[str]:
     checks = [(root, overlay, "") for overlay in OVERLAYS]
     with tempfile.TemporaryDirectory() as scratch:
         if not spec.gpu_partitions():  # the gpu overlay patches nothing: check what it renders for GPU models
-            write_files(render_files(every_model_on_the_gpu(spec)), Path(scratch))
+            write_files(render_files(models_on_the_gpu(spec)), Path(scratch))
             checks.append((Path(scratch), OVERLAYS[-1], " with every model on the GPU (what a GPU serving.toml renders)"))
         for where, overlay, note in checks:
             found, docs = _check_overlay(where, overlay, spec.kubernetes.namespace)

@@ -19,7 +19,7 @@ from typing import Any
 
 from serving.runtime.launcher import partition_server_settings, with_server_overrides
 from serving.runtime.native import preload_variables, wanted_helpers
-from serving.runtime.server import SERVER_STACK_LIMIT_BYTES
+from serving.runtime.server import SERVER_STACK_LIMIT_BYTES, ServerSettings
 from contracts.partition_plan import PartitionPlan, PlannedPartition, plan_partitions
 from serving.runtime.security import ARGV_DECOY_ENV, ARGV_SECRET_ENV, AdminKey
 from contracts.serving_spec import CpuPlacement, ServingSpec
@@ -94,8 +94,8 @@ def common_labels(partition: str) -> dict[str, str]:
             "app.kubernetes.io/version": TRITON_VERSION, "partition": partition}
 
 
-def server_args(part: PlannedPartition, gpu: bool, plan: PartitionPlan) -> list[str]:
-    """The launcher's flags for this partition, with the key's decoy (ARGV_KEY_DECOY).
+def pod_server_settings(part: PlannedPartition, gpu: bool, plan: PartitionPlan) -> ServerSettings:
+    """The launcher's settings for this partition, with the key's decoy (ARGV_KEY_DECOY).
 
     Two differ from a host's: a pod has no launcher checking each model's readiness and no
     supervisor, so `--strict-readiness=true` (the pod is Ready only while every model is; Triton's
@@ -103,7 +103,12 @@ def server_args(part: PlannedPartition, gpu: bool, plan: PartitionPlan) -> list[
     restarts the pod: CrashLoopBackOff, visible, instead of a Ready pod failing every request)."""
     settings = partition_server_settings(plan, part, MODEL_REPOSITORY, BACKEND_DIR, gpu_metrics=gpu,
                                          admin_key=AdminKey(ARGV_KEY_DECOY, "k8s_deploy decoy"))
-    return dataclasses.replace(settings, strict_readiness=True, exit_on_error=True).to_args_list()
+    return dataclasses.replace(settings, strict_readiness=True, exit_on_error=True)
+
+
+def server_args(part: PlannedPartition, gpu: bool, plan: PartitionPlan) -> list[str]:
+    """tritonserver's arguments in the pod (`pod_server_settings`)."""
+    return pod_server_settings(part, gpu, plan).to_args_list()
 
 
 #: The container's command: the admin key from the Secret must have the form the host's launcher
@@ -130,11 +135,10 @@ PRE_STOP_SLEEP_S = 5
 TERMINATION_SLACK_S = 15
 
 
-def termination_grace_s(args: list[str]) -> int:
-    """preStop's sleep, then Triton's --exit-timeout-secs (read from the server's own arguments) to
-    finish in-flight requests, plus TERMINATION_SLACK_S."""
-    exit_timeout = next(int(a.split("=", 1)[1]) for a in args if a.startswith("--exit-timeout-secs="))
-    return PRE_STOP_SLEEP_S + exit_timeout + TERMINATION_SLACK_S
+def termination_grace_s(settings: ServerSettings) -> int:
+    """preStop's sleep, then Triton's --exit-timeout-secs (the server's own setting) to finish
+    in-flight requests, plus TERMINATION_SLACK_S."""
+    return PRE_STOP_SLEEP_S + settings.exit_timeout_secs + TERMINATION_SLACK_S
 
 
 def container_env(plan: PartitionPlan, part: PlannedPartition) -> list[dict[str, Any]]:
@@ -223,7 +227,7 @@ def render_deployment(deploy: DeployPlan, part: PlannedPartition) -> dict[str, A
         "containers": [render_container(deploy, part)],
         "volumes": [{"name": "serving", "emptyDir": {}},
                     {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{SHM_SIZE_MB}Mi"}}],
-        "terminationGracePeriodSeconds": termination_grace_s(server_args(part, deploy.gpu, deploy.plan)),
+        "terminationGracePeriodSeconds": termination_grace_s(pod_server_settings(part, deploy.gpu, deploy.plan)),
         # Model code has no use for the Kubernetes API: no service-account token in the pods.
         "automountServiceAccountToken": False,
         # The NVIDIA image's non-root user.

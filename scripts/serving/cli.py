@@ -65,11 +65,6 @@ def _short(path: Path) -> str:
         return str(path)
 
 
-def stop_command(run_dir: Path) -> str:
-    """How to stop what `serve` started in `run_dir` (contracts.layout.RunLayout.stop_command)."""
-    return RunLayout(Path(run_dir)).stop_command
-
-
 def cmd_serve(args: argparse.Namespace) -> int:
     layout = RunLayout(Path(args.run_dir))
     spec = with_server_overrides(load_serving_spec(args.config, args.allow_non_loopback), **_overrides(args))
@@ -113,7 +108,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if part.failed_models:
             print(f"[serve] WARNING: partition {name} serves without {part.failed_models}: they failed to load "
                   f"(see {_short(layout.partition_log(name))})")
-    print(f"[serve] manifest: {_short(layout.manifest)}; stop with {stop_command(Path(args.run_dir))}")
+    print(f"[serve] manifest: {_short(layout.manifest)}; stop with {layout.stop_command}")
     return _report_failed_models(manifest, layout, admin_key)
 
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from model_build.pipeline import build_threads
+from model_build.pipeline import build_threads, builds_int8
 from model_build.data import digits
 from model_build.int8.calibration import calibration_set, feed_batches_from_rows
 from model_build.errors import BuildError
@@ -89,8 +89,7 @@ def build_digit_cnn(model: ModelSpec, workdir: Path) -> dict[str, Any]:
     files, sections = [FP32_ONNX, TEST_SPLIT], []
     # `also_build = ["int8_mixed"]`: build and validate the INT8-mixed variant even when FP32 is
     # served, so both precisions exist for A/B measurements (make perf, make benchmark-precision).
-    also_build = set(model.options.get("also_build", ()))
-    if model.variant is Variant.INT8_MIXED or Variant.INT8_MIXED.value in also_build:
+    if builds_int8(model):
         result = build_digits_int8_mixed(model, workdir, fp32_path, splits)
         variants["fp32"]["latency_ms"] = result.fp32_latency_ms
         variants.update(result.variants)

@@ -397,23 +397,22 @@ class PartitionStubWatch:
         stale = [s for s in stubs if s.stopped and s.pid in self.stopped_seen]
         self.stopped_seen = frozenset(s.pid for s in stubs if s.stopped) - {s.pid for s in stale}
         for stub in stale:
-            try:
-                os.kill(stub.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                continue
-            log.warning("partition %s: model %s: SIGKILLed stub pid %d (%s), stopped for a whole scan interval: its "
-                        "instance answered nothing; reloading the model", self.partition, stub.model, stub.pid,
-                        stub.instance or "instance unknown")
+            self._sigkill(stub.model, stub.pid, f"({stub.instance or 'instance unknown'}), stopped for a whole scan "
+                                                "interval: its instance answered nothing; reloading the model")
         return tuple(s for s in stubs if s not in stale)
 
     def _kill_leftovers(self, model: str, pids: frozenset[int]) -> None:
         for pid in sorted(pids):  # stubs of this server's group seen in this very scan
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                continue
-            log.warning("partition %s: model %s: SIGKILLed stub pid %d of an instance the reload replaced (Triton had "
-                        "not finalized it %.0f s after the reload)", self.partition, model, pid, LEFTOVER_GRACE_S)
+            self._sigkill(model, pid, f"of an instance the reload replaced (Triton had not finalized it "
+                                      f"{LEFTOVER_GRACE_S:.0f} s after the reload)")
+
+    def _sigkill(self, model: str, pid: int, why: str) -> None:
+        """SIGKILL one stub of this partition's server and say so (nothing to say if it is gone already)."""
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            return
+        log.warning("partition %s: model %s: SIGKILLed stub pid %d %s", self.partition, model, pid, why)
 
     def _log(self, model: str, decision: Decision) -> None:
         where = f"partition {self.partition}: model {model}"

@@ -18,6 +18,7 @@ from typing import Any, Callable, Mapping
 
 from contracts.errors import ServerStartError
 from contracts.supervisor_state import PARTITION_STATES, SupervisorState
+from serving.runtime.stub_watch import StubStatus
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
@@ -45,8 +46,8 @@ METRIC_FAMILIES: dict[str, tuple[str, str]] = {
     "serving_model_stubs_unhealed": ("gauge", "1 while a model's dead backend stub is not reloaded (reload budget spent, "
                                               "or no admin key): requests reaching that instance fail"),
 }
-#: Stub-watch states (serving.runtime.stub_watch.StubStatus) in which a dead stub stays dead.
-UNHEALED_STUB_STATES = ("gave_up", "no_key")
+#: Stub-watch states in which a dead stub stays dead.
+UNHEALED_STUB_STATES = (StubStatus.GAVE_UP.value, StubStatus.NO_KEY.value)
 
 
 def render_supervisor_metrics(state: SupervisorState) -> str:

@@ -13,6 +13,7 @@ from k8s_deploy.errors import DeployConfigError
 from k8s_deploy.gpu import mps_replicas
 from k8s_deploy.monitoring import QUEUE_METRIC, adapter_metrics_query, render_adapter_rules, substitute_adapter_template
 from k8s_deploy.tree import KUSTOMIZE, render_documents, render_files, stale_files
+from k8s_deploy.validate import models_on_the_gpu
 from k8s_deploy.workload import NATIVE_LIBRARY_DIR, TRITON_IMAGE, plan_deployment, resource_name
 from operations.alert_rules import AlertThresholds, render_alert_rules
 from serving.runtime.launcher import partition_server_settings
@@ -212,14 +213,6 @@ def test_prometheus_rule_is_the_alert_rule_generators_output_and_the_scrape_matc
     assert service_monitor["spec"]["selector"]["matchLabels"].items() <= metrics["metadata"]["labels"].items()
 
 
-def on_gpu(spec, partitions=("main", "fallback")):
-    """`spec` with the models of `partitions` served on the GPU (`device = "gpu"`)."""
-    from contracts.serving_spec import Device
-
-    return dataclasses.replace(spec, models=tuple(
-        dataclasses.replace(m, device=Device.GPU) if spec.partition_of(m) in partitions else m for m in spec.models))
-
-
 def test_the_gpu_overlay_gives_a_gpu_share_only_to_partitions_holding_a_gpu_model(serving_spec):
     """As a GPU host starts MPS only for those: the overlay gave every partition a GPU share (two MPS
     replicas a replica pair) while serving.toml serves every model on the CPU (a review, 2026-12-06)."""
@@ -227,7 +220,7 @@ def test_the_gpu_overlay_gives_a_gpu_share_only_to_partitions_holding_a_gpu_mode
     assert not [p for p in files if p.startswith("kustomize/overlays/gpu/gpu-")]
     assert files["kustomize/overlays/gpu/kustomization.yaml"] == [{**KUSTOMIZE, "resources": ["../../base"]}]
     assert "nvidia-device-plugin/mps-sharing.yaml" not in files
-    files = render_documents(on_gpu(serving_spec, ("main",)))
+    files = render_documents(models_on_the_gpu(serving_spec, ("main",)))
     assert [p for p in files if p.startswith("kustomize/overlays/gpu/gpu-")] == ["kustomize/overlays/gpu/gpu-triton-main.yaml"]
     assert "replicas: 2" in files["nvidia-device-plugin/mps-sharing.yaml"][0]["data"]["triton-mps"]  # 100 / main's 50
     (fallback,) = [d for d in files["kustomize/base/triton-fallback.yaml"] if d["kind"] == "Deployment"]
@@ -235,7 +228,7 @@ def test_the_gpu_overlay_gives_a_gpu_share_only_to_partitions_holding_a_gpu_mode
 
 
 def test_gpu_overlay_requests_one_mps_replica_with_gpu_metrics_and_the_plans_mps_limits(serving_spec):
-    files = render_documents(on_gpu(serving_spec))
+    files = render_documents(models_on_the_gpu(serving_spec))
     (patch,) = files["kustomize/overlays/gpu/gpu-triton-main.yaml"]
     (c,) = patch["spec"]["template"]["spec"]["containers"]
     assert c["resources"]["limits"]["nvidia.com/gpu"] == c["resources"]["requests"]["nvidia.com/gpu"] == "1"
@@ -247,7 +240,7 @@ def test_gpu_overlay_requests_one_mps_replica_with_gpu_metrics_and_the_plans_mps
 
 
 def test_unequal_gpu_shares_are_rejected_for_mps_and_allowed_with_mig_slices(serving_spec):
-    uneven = dataclasses.replace(on_gpu(serving_spec), partitions=(
+    uneven = dataclasses.replace(models_on_the_gpu(serving_spec), partitions=(
         dataclasses.replace(serving_spec.partitions[0], compute_share=70),
         dataclasses.replace(serving_spec.partitions[1], compute_share=30)))
     with pytest.raises(DeployConfigError, match=r"`partitions.\*.compute_share` = \{'main': 70, 'fallback': 30\}.*MIG"):

@@ -50,11 +50,10 @@ def test_a_config_outside_the_model_repository_is_told_where_the_build_installed
 
 def test_serve_says_how_to_stop_what_it_started_in_its_own_run_dir(tmp_path):
     """`make stop` stops run/ only: a server started with --run-dir elsewhere was told to use it."""
-    from contracts.layout import RUN_DIR
-    from serving.cli import stop_command
+    from contracts.layout import RUN_DIR, RunLayout
 
-    assert stop_command(RUN_DIR) == "`make stop`"
-    assert stop_command(tmp_path / "adv run") == f"`python -m serving stop --run-dir '{tmp_path / 'adv run'}'`"
+    assert RunLayout(RUN_DIR).stop_command == "`make stop`"
+    assert RunLayout(tmp_path / "adv run").stop_command == f"`python -m serving stop --run-dir '{tmp_path / 'adv run'}'`"
 
 
 def test_status_does_not_take_a_reused_pid_for_the_supervisor_nor_a_dead_stub_left_alone_for_healthy(tmp_path, capsys):
