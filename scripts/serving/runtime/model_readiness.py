@@ -14,11 +14,14 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from contracts.errors import ServingError
 from contracts.processes import HTTP_PROTOCOL_ERRORS
-from serving.runtime.security import AdminKey
+
+if TYPE_CHECKING:  # a parameter type only: the pods' liveness probe imports this module under the
+    # image's Python 3.10, and serving.runtime.security reaches contracts.serving_spec (tomllib, 3.11)
+    from serving.runtime.security import AdminKey
 
 #: Triton's reason text carries the Python traceback after "At:"; the first part is the news.
 _TRACEBACK = re.compile(r"(\n|\\n)\s*(\n|\\n)At:")

@@ -9,21 +9,22 @@ so the pod's check fails and the kubelet restarts the container, which a Ready p
 of its requests for ever would never get. A model that is not ready is the readiness probe's
 concern, not this one's.
 
-`missing_stubs` is pure; `check` reads /proc and asks the server (open APIs only: no admin key).
+`missing_stubs` is pure; `check` reads /proc and asks the server (open APIs only: no admin key)
+with the host's own calls: the supervisor's liveness probe (`serving.runtime.liveness.probe_live`)
+and the launcher's readiness and config reads (`serving.runtime.model_readiness`).
 Standard library and the project's own modules only: it runs under the Triton image's python3.
 """
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Mapping, Sequence
 
 from contracts.processes import proc_stat_fields
+from serving.runtime.liveness import LIVE_PATH, probe_live
+from serving.runtime.model_readiness import model_readiness, served_model_config
 from serving.runtime.stub_processes import expected_stub_count, python_based_backends, scan_stubs
 
 SERVER_PROGRAM = "tritonserver"
@@ -47,26 +48,15 @@ def find_server_pid(proc: Path = Path("/proc")) -> int | None:
     return min(pids) if pids else None
 
 
-def _get(url: str, timeout_s: float) -> tuple[int, bytes]:
-    try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as response:
-            return response.status, response.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, b""
-
-
 def check(http_port: int, models: Sequence[str], backends_dir: Path, server_pid: int | None,
           host: str = "127.0.0.1", timeout_s: float = 1.5) -> list[str]:
     """What is wrong (empty: live). `timeout_s` bounds the whole check: only an unanswered
     /v2/health/live fails it; a model whose readiness or config is not read in time is judged at the
     next check (a busy server must not be restarted for being slow to say how its stubs are)."""
     deadline = time.monotonic() + timeout_s
-    base = f"http://{host}:{http_port}"
-    try:
-        if _get(f"{base}/v2/health/live", timeout_s)[0] != 200:
-            return [f"{base}/v2/health/live is not 200"]
-    except (urllib.error.URLError, OSError) as exc:
-        return [f"{base}/v2/health/live unanswered ({exc})"]
+    unanswered = probe_live(host, http_port, timeout_s)
+    if unanswered is not None:
+        return [f"http://{host}:{http_port}{LIVE_PATH}: {unanswered}"]
     pid = server_pid or find_server_pid()
     if pid is None:
         return [f"no {SERVER_PROGRAM} process found in /proc"]
@@ -76,14 +66,13 @@ def check(http_port: int, models: Sequence[str], backends_dir: Path, server_pid:
         return [f"{SERVER_PROGRAM} pid {pid} is gone"]
     python_backends = python_based_backends(backends_dir)
     expected = {}
+    left = lambda: max(0.01, deadline - time.monotonic())
     for model in models:
+        if model_readiness(host, http_port, model, left()) is not True:
+            continue  # not ready: the readiness probe's concern; unanswered in time: the next check's
         try:
-            if _get(f"{base}/v2/models/{model}/ready", max(0.01, deadline - time.monotonic()))[0] != 200:
-                continue
-            status, config = _get(f"{base}/v2/models/{model}/config", max(0.01, deadline - time.monotonic()))
-            if status == 200:
-                expected[model] = expected_stub_count(json.loads(config), python_backends)
-        except (urllib.error.URLError, OSError, ValueError):
+            expected[model] = expected_stub_count(served_model_config(host, http_port, model, left()), python_backends)
+        except (OSError, ValueError):  # urllib's errors are OSErrors
             continue  # a model whose config cannot be read now is judged at the next check
     live: dict[str, int] = {}
     for stub in scan_stubs(group):

@@ -36,11 +36,33 @@ DISTRIBUTIONS = {"onnxruntime": "onnxruntime", "onnx": "onnx", "numpy": "numpy",
 IMAGE_PINS = {"onnxruntime": "1.23.2"}
 
 
+def _is_type_checking_block(node: ast.AST) -> bool:
+    """`if TYPE_CHECKING:` / `if typing.TYPE_CHECKING:`: imported for annotations only, never at run time."""
+    if not isinstance(node, ast.If):
+        return False
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _run_time_nodes(tree: ast.AST):
+    """Every node of `tree` except those under an `if TYPE_CHECKING:` block (its `else:` runs)."""
+    pending = [tree]
+    while pending:
+        node = pending.pop()
+        yield node
+        if _is_type_checking_block(node):
+            pending += node.orelse
+        else:
+            pending += ast.iter_child_nodes(node)
+
+
 def imports_of(path: Path) -> set[str]:
-    """Dotted module names `path` imports (absolute imports, at any depth of the file); for
-    `from a.b import c` both `a.b` and `a.b.c`, since `c` may be a module."""
+    """Dotted module names `path` imports when it runs (absolute imports, at any depth of the file,
+    not those under `if TYPE_CHECKING:`); for `from a.b import c` both `a.b` and `a.b.c`, since `c`
+    may be a module."""
     names = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in _run_time_nodes(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             names |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
@@ -205,3 +227,14 @@ def test_the_image_is_built_on_the_server_image_the_pods_run():
 
     bases = re.findall(r"^FROM\s+(\S+)", DOCKERFILE.read_text(), re.MULTILINE)
     assert bases and set(bases) == {TRITON_IMAGE}, bases
+
+
+def test_the_import_walk_skips_type_only_imports_and_keeps_the_rest(tmp_path):
+    """The liveness probe calls model_readiness, whose AdminKey is a type only: followed, it would
+    reach tomllib; an import that does run must still be seen, also in a TYPE_CHECKING `else:`."""
+    source = tmp_path / "m.py"
+    source.write_text("import json\nfrom typing import TYPE_CHECKING\nimport typing\n"
+                      "if TYPE_CHECKING:\n    import tomllib\nelse:\n    import csv\n"
+                      "if typing.TYPE_CHECKING:\n    from serving.runtime.security import AdminKey\n"
+                      "def f():\n    import zlib\n")
+    assert imports_of(source) == {"json", "typing", "typing.TYPE_CHECKING", "csv", "zlib"}
