@@ -206,6 +206,53 @@ def test_a_request_written_for_the_vllm_backend_is_answered_as_that_backend_woul
     assert answer["text_output"] == PROMPTS[0] + expected[0]
 
 
+def test_stream_true_at_the_one_response_endpoint_is_refused_400_and_the_same_body_streams_at_generate_stream(triton_server):
+    """Triton 2.51's /generate sends its status with a decoupled model's first response and only then
+    finds a second: `"stream": true` there was answered 200 {"error": "generate expects model to produce
+    exactly 1 response, ..."}. The request guard refuses it before it runs, whichever way Triton takes it
+    as the `stream` input (top level, "parameters", a one-element array), and nothing else."""
+    import json
+    import socket
+
+    path = f"/v2/models/{MODEL}/generate"
+    expected = 'expected "stream": false (or no "stream") at .../generate, or the same body at .../generate_stream'
+    bodies = ({"text_input": PROMPTS[0], "max_tokens": 2, "stream": True},
+              {"text_input": PROMPTS[0], "parameters": {"max_tokens": 2, "stream": True}},
+              {"stream": [True], "text_input": PROMPTS[0], "max_tokens": 2})
+    for body in bodies:
+        status, answer = http_call(triton_server, "POST", path, json.dumps(body).encode())
+        assert status == 400 and expected in answer["error"], (body, status, answer)
+        status, events = http_call(triton_server, "POST", path + "_stream", json.dumps(body).encode(), timeout_s=60)
+        assert status == 200 and events.count("data: ") == 2 and "error" not in events, (body, status, events)
+    for body in ({"text_input": PROMPTS[0], "max_tokens": 2, "stream": False},
+                 {"text_input": PROMPTS[0], "max_tokens": 2, "parameters": {"stream": False}},
+                 {"text_input": 'say "stream": true', "max_tokens": 2}):
+        status, answer = http_call(triton_server, "POST", path, json.dumps(body).encode(), timeout_s=60)
+        assert status == 200 and answer["num_output_tokens"] == 2, (body, status, answer)
+    # on one keep-alive connection, the requests after a refused one are answered as before
+    host, port = triton_server.http_url.split(":")
+    wire = b"".join(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(b)}\r\n\r\n".encode() + b
+                    for b in (json.dumps(body).encode() for body in (bodies[1], {"text_input": PROMPTS[0], "max_tokens": 2})))
+    with socket.create_connection((host, int(port)), timeout=60) as connection:
+        connection.sendall(wire)
+        reader = connection.makefile("rb")
+        statuses = []
+        for _ in range(2):
+            statuses.append(int(reader.readline().split()[1]))
+            chunked, length = False, 0
+            while (line := reader.readline()) not in (b"\r\n", b""):
+                chunked |= line.lower().startswith(b"transfer-encoding: chunked")
+                if line.lower().startswith(b"content-length:"):
+                    length = int(line.split(b":")[1])
+            if chunked:
+                while (size := int(reader.readline().strip(), 16)):
+                    reader.read(size + 2)
+                reader.readline()
+            elif length:
+                reader.read(length)
+    assert statuses == [400, 200], statuses
+
+
 def _hold_slots(server, count, stop, priority=2, ended=None):
     """`count` long streams that occupy the running batch until `stop` is set (then abandoned); a
     stream that reaches its end is appended to `ended`."""

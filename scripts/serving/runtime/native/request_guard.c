@@ -52,6 +52,11 @@
  * - A full LLM wait queue answered HTTP 400 by /generate and /generate_stream: Triton 2.51 reads the error's
  *   code for the status after deleting the error (use after free); deleting is deferred (TRITONSERVER_ErrorDelete
  *   below), so the status is the error's, 503 for UNAVAILABLE.
+ * - `"stream": true` sent to /generate, which answers once: Triton 2.51 sends the HTTP status (200) with a
+ *   decoupled model's first response, and only after the last one answers {"error": "generate expects model to
+ *   produce exactly 1 response, ..."}, the whole generation computed for nothing. The body scan below follows
+ *   the first "stream" member (top level or in "parameters") of a request to a path ending in /generate; its
+ *   `true` gets a '#', and the parse error there is answered 400 naming the two endpoints.
  *
  * - An HTTP JSON body nested millions of levels deep ('[' repeated): Triton 2.51 parses the body with
  *   rapidjson's recursive parser, one stack frame per level, so ~4 M levels overflow even the 256 MiB thread
@@ -162,13 +167,59 @@ static __thread uint64_t body_json_marks;
 static uint64_t max_json_depth = 1024;
 
 /* Where a JSON text is, for the nesting count: outside strings, '[' '{' open a level and ']' '}' close one;
- * once the first value closes (depth back to 0), the rest is not JSON (binary tensor data) and is not read. */
-struct json_depth { uint64_t depth, offset; unsigned char in_string, escaped, started, done, refused; };
+ * once the first value closes (depth back to 0), the rest is not JSON (binary tensor data) and is not read.
+ * For a body sent to a /generate endpoint that answers once (`watch_stream`), also the first member named
+ * "stream" at the top level or in the top-level "parameters" object (Triton's generate endpoints take both as
+ * the model's input of that name), its name without escapes: `member` is 1 in a name's string, 2 after one,
+ * 3 after "stream":, 4 after "stream": [, 5 after "parameters":; `stream_true` once its value is true or [true. */
+struct json_depth {
+    uint64_t depth, offset;
+    unsigned char in_string, escaped, started, done, refused;
+    unsigned char watch_stream, member, in_parameters, name_length, stream_true;
+    char name[11];
+};
 
-/* Feeds `n` bytes; returns the index of the byte that opens a level past the limit, or -1. */
+static int member_named(const struct json_depth *j, const char *name) {
+    return j->name_length == strlen(name) && memcmp(j->name, name, j->name_length) == 0;
+}
+
+/* Follows a watched /generate body's "stream" member by one byte `c` (before `j`'s string and depth state
+ * take it in); returns 1 at the `t` of its `true`. */
+static int stream_member_feed(struct json_depth *j, unsigned char c) {
+    if (j->in_string) {  /* a member name's bytes, up to its closing quote */
+        if (j->member != 1) return 0;
+        if (c == '"' && !j->escaped) { j->member = 2; return 0; }
+        if (c == '\\' || j->name_length >= sizeof j->name) j->name_length = sizeof j->name;  /* matches no name */
+        else j->name[j->name_length++] = (char)c;
+        return 0;
+    }
+    if (c == ' ' || c == '\t' || c == '\r' || c == '\n') return 0;
+    unsigned char member = j->member;
+    j->member = 0;
+    if (member == 2 && c == ':') {  /* the string was a member's name */
+        if (member_named(j, "stream")) j->member = 3;
+        else if (j->depth == 1 && member_named(j, "parameters")) j->member = 5;
+        return 0;
+    }
+    if (member == 3 && c == '[') { j->member = 4; return 0; }
+    if (member == 3 || member == 4) {  /* the first "stream" decides, whatever its value */
+        j->watch_stream = 0;
+        return c == 't';
+    }
+    if (member == 5 && c == '{') j->in_parameters = 1;  /* its members are at depth 2 */
+    else if (c == '}' && j->in_parameters && j->depth == 2) j->in_parameters = 0;
+    if (c == '"' && (j->depth == 1 || (j->in_parameters && j->depth == 2))) { j->member = 1; j->name_length = 0; }
+    return 0;
+}
+
+/* Feeds `n` bytes; returns the index of the byte that opens a level past the limit, or of the `true` of a
+ * watched /generate body's "stream": true (`stream_true` set), or -1. */
 static long json_depth_feed(struct json_depth *j, unsigned char *bytes, size_t n) {
     for (size_t i = 0; i < n && !j->done; i++, j->offset++) {
         unsigned char c = bytes[i];
+        if (j->watch_stream && stream_member_feed(j, c)) {
+            j->stream_true = 1; j->done = 1; return (long)i;
+        }
         if (j->in_string) {
             if (j->escaped) j->escaped = 0;
             else if (c == '\\') j->escaped = 1;
@@ -189,6 +240,12 @@ static __thread struct json_depth body_depth;
 /* Set on the thread whose request body was cut short for nesting too deep, until its parse error is answered. */
 static __thread uint64_t deep_body_offset;
 static __thread int deep_body;
+/* Set on the thread whose /generate body had its "stream": true cut short (the 't' made '#'), until its parse
+ * error is answered: Triton 2.51's /generate sends its HTTP status with the first of a decoupled model's
+ * responses and only then finds that there is more than one, so a streamed request there was answered
+ * 200 {"error": "generate expects model to produce exactly 1 response, ..."}. */
+static __thread uint64_t stream_body_offset;
+static __thread int stream_body;
 
 /* The next definition of `name`: the server library's. Found in the objects loaded after this one, or
  * else in any other loaded object (a process may have loaded the server library privately,
@@ -872,6 +929,16 @@ static int is_request_json_error(int code, const char *message) {
             strstr(message, "attempt to get members for non-object"));
 }
 
+/* Whether Triton's error is its JSON parser's verdict on a body at byte `offset` (a byte replaced above). */
+static int is_parse_error_at(int code, const char *message, uint64_t offset) {
+    if (code != ERROR_INTERNAL || !message || strncmp(message, "failed to parse the request JSON buffer", 39) != 0)
+        return 0;
+    char at[48];
+    snprintf(at, sizeof at, " at %" PRIu64, offset);
+    const char *found = strstr(message, at);
+    return found && !isdigit((unsigned char)found[strlen(at)]);
+}
+
 /* Triton answers the stream error above with 500 "encountered inconsistent stream state during
  * decompression", and a body that is not the JSON it expects with 500 too: the caller's body is at
  * fault, so each becomes 400 naming the problem (and, for JSON, the expected form). */
@@ -887,19 +954,20 @@ TRITONSERVER_Error *TRITONSERVER_ErrorNew(int code, const char *message) {
         snprintf(text, sizeof text, "request body: %s", problem);
         return new_error(ERROR_INVALID_ARG, text);
     }
-    if (enabled && deep_body && code == ERROR_INTERNAL && message &&
-        strncmp(message, "failed to parse the request JSON buffer", 39) == 0) {
-        char at[48];
-        snprintf(at, sizeof at, " at %" PRIu64, deep_body_offset);
-        const char *found = strstr(message, at);
-        if (found && !isdigit((unsigned char)found[strlen(at)])) {
-            deep_body = 0;
-            char text[512];
-            snprintf(text, sizeof text, "request body: its JSON nests deeper than %" PRIu64 " levels of '[' or '{' (byte %"
-                     PRIu64 "; SERVING_REQUEST_GUARD_MAX_JSON_DEPTH): each level takes parser stack; expected a KServe "
-                     "v2 JSON body, whose data arrays nest one level per dimension", max_json_depth, deep_body_offset);
-            return new_error(ERROR_INVALID_ARG, text);
-        }
+    if (enabled && stream_body && is_parse_error_at(code, message, stream_body_offset)) {
+        stream_body = 0;
+        return new_error(ERROR_INVALID_ARG,
+                         "request body: \"stream\": true asks for the text piece by piece, and .../generate answers "
+                         "with exactly one response; expected \"stream\": false (or no \"stream\") at .../generate, "
+                         "or the same body at .../generate_stream (Server-Sent Events, one event per piece)");
+    }
+    if (enabled && deep_body && is_parse_error_at(code, message, deep_body_offset)) {
+        deep_body = 0;
+        char text[512];
+        snprintf(text, sizeof text, "request body: its JSON nests deeper than %" PRIu64 " levels of '[' or '{' (byte %"
+                 PRIu64 "; SERVING_REQUEST_GUARD_MAX_JSON_DEPTH): each level takes parser stack; expected a KServe "
+                 "v2 JSON body, whose data arrays nest one level per dimension", max_json_depth, deep_body_offset);
+        return new_error(ERROR_INVALID_ARG, text);
     }
     if (enabled && code == ERROR_INVALID_ARG && message && strncmp(message, "Input must set only one of", 26) == 0 &&
         strstr(message, "But no field is set")) {
@@ -936,7 +1004,7 @@ TRITONSERVER_Error *TRITONSERVER_ErrorNew(int code, const char *message) {
  * read error would: no valid client sends those. Inference-Header-Content-Length is read as Triton reads it
  * (leading_integer), so a client's odd value gets Triton's own answer, not a closed connection. */
 enum { HS_LINE, HS_BODY, HS_CHUNK_SIZE, HS_CHUNK_DATA, HS_CHUNK_END, HS_TRAILER, HS_FAIL };
-enum { HS_MAX_FD = 1 << 16, HS_LINE_ROOM = 96 };
+enum { HS_MAX_FD = 1 << 16, HS_LINE_ROOM = 256 };
 struct http_scan {
     int state, first_line, chunked, compressed, line_long, in_value;
     uint64_t content_length, header_length, body_left, json_left;
@@ -996,6 +1064,17 @@ static int leading_integer(const char *text, int line_long, int64_t *out) {
     return 1;
 }
 
+/* Whether a request line ("POST /v2/models/m[/versions/v]/generate[?...] HTTP/1.1") names Triton's
+ * /generate endpoint, which answers with one response (not /generate_stream). */
+static int answers_once(const char *line) {
+    const char *target = strchr(line, ' ');
+    if (!target) return 0;
+    target++;
+    size_t length = strcspn(target, " ?");
+    static const char suffix[] = "/generate";
+    return length >= sizeof suffix - 1 && memcmp(target + length - (sizeof suffix - 1), suffix, sizeof suffix - 1) == 0;
+}
+
 static int decimal(const char *text, uint64_t *out) {
     char *end = NULL;
     if (!isdigit((unsigned char)*text)) return 0;
@@ -1026,7 +1105,10 @@ static int http_scan_line(struct http_scan *h) {
         return 1;
     }
     if (h->first_line) {  /* the request line (blank lines before it are allowed) */
-        if (n) h->first_line = 0;
+        if (n) {
+            h->first_line = 0;
+            h->json.watch_stream = !h->line_long && answers_once(line);
+        }
         return 1;
     }
     if (n == 0) {  /* end of the headers */
@@ -1070,8 +1152,13 @@ static void http_scan_body_bytes(struct http_scan *h, unsigned char *bytes, size
     if (h->json_left != UINT64_MAX) h->json_left -= take;
     if (bad >= 0) {
         bytes[bad] = '#';
-        deep_body = 1;
-        deep_body_offset = h->json.offset;  /* the JSON offset of the replaced byte */
+        if (h->json.stream_true) {
+            stream_body = 1;
+            stream_body_offset = h->json.offset;
+        } else {
+            deep_body = 1;
+            deep_body_offset = h->json.offset;  /* the JSON offset of the replaced byte */
+        }
     }
 }
 
