@@ -72,6 +72,8 @@ class AlertThresholds:
     restart_warning_count: int = 2
     #: A model the supervisor found not ready at its partition's start, for this long.
     model_not_ready_for: str = "1m"
+    #: The supervisor's state files unwritable this long (a write is retried every tick, ~0.2 s).
+    state_unwritten_for: str = "2m"
     restart_window: str = "10m"
     partition_down_for: str = "2m"
     #: Padding efficiency (real / computed tokens, the backend's custom metrics) below this ...
@@ -90,7 +92,8 @@ class AlertThresholds:
                 raise MonitorConfigError(f"{name} = {value!r}: expected a fraction strictly between 0 and 1.")
         for name in ("latency_for", "low_utilisation_for", "memory_for", "error_rate_window",
                      "error_rate_for", "queue_growth_window", "queue_growth_for", "queue_backlog_for", "target_down_for",
-                     "restart_window", "partition_down_for", "model_not_ready_for", "padding_window", "padding_for",
+                     "restart_window", "partition_down_for", "model_not_ready_for", "state_unwritten_for", "padding_window",
+                     "padding_for",
                      "kv_usage_for"):
             value = getattr(self, name)
             if not isinstance(value, str) or not _DURATION.fullmatch(value):
@@ -253,6 +256,11 @@ def supervisor_rules(t: AlertThresholds) -> list[dict[str, Any]]:
               "Model {{ $labels.model }} in partition {{ $labels.partition }} lost a backend stub that the supervisor no "
               "longer reloads (reload budget spent, or no admin key): the requests reaching that instance fail. "
               "`make status` says which; find why the stub dies (partition log), then restart the partition."),
+        _rule("ServingSupervisorStateUnwritten", "serving_supervisor_state_unwritten == 1", t.state_unwritten_for,
+              "warning", "disk", f"The supervisor cannot write its state for {t.state_unwritten_for}",
+              "{{ $labels.instance }}: writing run/supervisor.json or run/manifest.json fails (a full or read-only "
+              "disk?). Serving goes on, but `make status`, `make stop` and clients that read the manifest see stale "
+              "state. The supervisor log names the error: free the disk; it writes again at its next tick."),
         _rule("ServingSupervisorDown", f'up{{job="{t.supervisor_job}"}} == 0', t.target_down_for, "critical",
               "availability", "Supervisor metrics endpoint down",
               "{{ $labels.instance }}: the supervisor is gone, so crashed partitions are no longer restarted."),

@@ -246,6 +246,10 @@ class Supervisor:
             partitions={n: replace(sp.summary(self.policy, now), cpus_now=tuple(self.cpus_now.get(n, ())))
                         for n, sp in self.parts.items()})
 
+    def metrics_text(self) -> str:
+        """What the supervisor's /metrics endpoint answers: its state, and whether writing it failed."""
+        return render_supervisor_metrics(self.state(), self.state_unwritten)
+
     def write_state(self) -> None:
         # The manifest first: whoever reads "ready" in the state file (`make serve`'s wait, a test)
         # then reads the manifest, which must already be there.
@@ -486,7 +490,7 @@ class Supervisor:
                 create_cpu_groups(self.cpu_weights)
                 log.info("CPU shares via %s: %s", how, "; ".join(f"{n} {w.share}% -> {w.describe()}" for n, w in self.cpu_weights.items()))
             if self.metrics_address:
-                self.metrics = SupervisorMetricsServer(*self.metrics_address, lambda: render_supervisor_metrics(self.state())).start()
+                self.metrics = SupervisorMetricsServer(*self.metrics_address, self.metrics_text).start()
                 log.info("supervisor metrics on %s", self.metrics.url)
             now = time.monotonic()
             for sp in self.parts.values():

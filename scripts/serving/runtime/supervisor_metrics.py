@@ -45,19 +45,25 @@ METRIC_FAMILIES: dict[str, tuple[str, str]] = {
                                      "failed to load (its requests get 404/400; Triton exports no series for it)"),
     "serving_model_stubs_unhealed": ("gauge", "1 while a model's dead backend stub is not reloaded (reload budget spent, "
                                               "or no admin key): requests reaching that instance fail"),
+    "serving_supervisor_state_unwritten": ("gauge", "1 while the last write of run/supervisor.json or run/manifest.json "
+                                                    "failed (a full or read-only disk): `make status` and clients read "
+                                                    "stale state; serving goes on"),
 }
 #: Stub-watch states in which a dead stub stays dead.
 UNHEALED_STUB_STATES = (StubStatus.GAVE_UP.value, StubStatus.NO_KEY.value)
 
 
-def render_supervisor_metrics(state: SupervisorState) -> str:
-    """Prometheus text exposition (format 0.0.4) of the supervisor's state."""
+def render_supervisor_metrics(state: SupervisorState, state_unwritten: bool = False) -> str:
+    """Prometheus text exposition (format 0.0.4) of the supervisor's state; `state_unwritten`: the
+    supervisor's last write of that state to its files failed (not part of the state itself, which
+    is what those files hold)."""
     families = {name: (kind, help_text, []) for name, (kind, help_text) in METRIC_FAMILIES.items()}
 
     def add(name: str, labels: str, value: float) -> None:
         families[name][2].append(f"{name}{labels} {value:g}")
 
     add("serving_supervisor_info", _labels(status=state.status, mechanism=state.mechanism), 1)
+    add("serving_supervisor_state_unwritten", "", 1 if state_unwritten else 0)
     for partition, part in sorted(state.partitions.items()):
         add("serving_partition_up", _labels(partition=partition), 1 if part.state == "ready" else 0)
         for name in PARTITION_STATES:

@@ -245,17 +245,24 @@ def test_a_spent_budget_means_a_slow_crash_loop_not_giving_up():
 
 def test_a_state_file_that_cannot_be_written_leaves_the_partitions_serving(tmp_path, monkeypatch):
     """A full disk failed a write of run/supervisor.json inside the loop: the supervisor stopped
-    every partition. Now the write is logged once, retried every tick, and serving goes on."""
+    every partition. Now the write is logged once, retried every tick, and serving goes on; its
+    metrics say so while it lasts (only the log did, once)."""
     supervisor = Supervisor(plan_partitions(SPEC, 2, False), tmp_path / "repository", RunLayout(tmp_path))
     try:
         def full_disk():
             raise OSError(28, "No space left on device")
 
+        unwritten = lambda: [line for line in supervisor.metrics_text().splitlines()
+                             if line.startswith("serving_supervisor_state_unwritten")]
+        assert unwritten() == ["serving_supervisor_state_unwritten 0"]
         monkeypatch.setattr(supervisor, "write_state", full_disk)
         assert not supervisor._save_state() and not supervisor._save_state()
         assert supervisor.state_unwritten and supervisor.status == "starting"
+        # the log says so once; the metric (and its alert) says so for as long as it lasts
+        assert unwritten() == ["serving_supervisor_state_unwritten 1"]
         monkeypatch.setattr(supervisor, "write_state", lambda: None)
         assert supervisor._save_state() and not supervisor.state_unwritten
+        assert unwritten() == ["serving_supervisor_state_unwritten 0"]
     finally:
         supervisor.probes.shutdown()
 
