@@ -49,8 +49,10 @@ $(STAMP): $(wildcard scripts/serving/runtime/native/*.c scripts/serving/runtime/
 	@# uv installs the main set (same pins, ~6x faster than pip); pip keeps the small no-deps and editable steps
 	$(PIP_INSTALL) -r requirements/uv.txt
 	bash scripts/uv_install.sh $(PY) -c requirements/constraints.txt -r requirements/test.txt
-	$(PIP_INSTALL) --no-deps -r requirements/no_deps.txt
-	$(PIP_INSTALL) --no-deps --no-build-isolation -e .
+	@# --no-warn-conflicts: requirements/no_deps.txt says why its packages' declared dependencies are left out
+	@# (pip printed "ERROR: ... gguf 0.19.0 requires requests" on every setup, a conflict chosen on purpose)
+	$(PIP_INSTALL) --no-warn-conflicts --no-deps -r requirements/no_deps.txt
+	$(PIP_INSTALL) --no-warn-conflicts --no-deps --no-build-isolation -e .
 	$(PY) -m serving build-native
 	@if [ "$(GPU)" = "1" ] || { [ "$(GPU)" != "0" ] && command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; }; then \
 	  $(GPU_INSTALL); \
