@@ -47,7 +47,7 @@ def render_gpu_patch(deploy: DeployPlan, part: PlannedPartition) -> dict[str, An
     if part not in deploy.gpu_partitions:
         raise DeployConfigError(f"render_gpu_patch: partition {part.name!r} holds no `device = \"gpu\"` model of a GPU "
                                 f"deploy plan (plan_deployment(spec, gpu=True)): it takes no GPU share.")
-    container: dict[str, Any] = {"name": CONTAINER, "args": server_args(part, gpu=True, plan=deploy.plan),
+    container: dict[str, Any] = {"name": CONTAINER, "args": server_args(deploy, part, gpu=True),
                                  "resources": container_resources(deploy, part)}
     if uses_mps(deploy):
         container["env"] = container_env(deploy.plan, part)

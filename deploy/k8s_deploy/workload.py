@@ -94,21 +94,24 @@ def common_labels(partition: str) -> dict[str, str]:
             "app.kubernetes.io/version": TRITON_VERSION, "partition": partition}
 
 
-def pod_server_settings(part: PlannedPartition, gpu: bool, plan: PartitionPlan) -> ServerSettings:
+def pod_server_settings(deploy: DeployPlan, part: PlannedPartition, gpu: bool) -> ServerSettings:
     """The launcher's settings for this partition, with the key's decoy (ARGV_KEY_DECOY).
 
-    Two differ from a host's: a pod has no launcher checking each model's readiness and no
+    Three differ from a host's: a pod has no launcher checking each model's readiness and no
     supervisor, so `--strict-readiness=true` (the pod is Ready only while every model is; Triton's
     default) and `--exit-on-error=true` (a model that fails to load ends the server, and the kubelet
-    restarts the pod: CrashLoopBackOff, visible, instead of a Ready pod failing every request)."""
-    settings = partition_server_settings(plan, part, MODEL_REPOSITORY, BACKEND_DIR, gpu_metrics=gpu,
+    restarts the pod: CrashLoopBackOff, visible, instead of a Ready pod failing every request); and
+    pods end routinely (scale-down, rollouts), so `--exit-timeout-secs` is the partition's `drain_s`
+    (`[partitions.<name>.autoscaling]`), long enough for its longest stream."""
+    settings = partition_server_settings(deploy.plan, part, MODEL_REPOSITORY, BACKEND_DIR, gpu_metrics=gpu,
                                          admin_key=AdminKey(ARGV_KEY_DECOY, "k8s_deploy decoy"))
-    return dataclasses.replace(settings, strict_readiness=True, exit_on_error=True)
+    return dataclasses.replace(settings, strict_readiness=True, exit_on_error=True,
+                               exit_timeout_secs=deploy.autoscaling(part.name).drain_s)
 
 
-def server_args(part: PlannedPartition, gpu: bool, plan: PartitionPlan) -> list[str]:
+def server_args(deploy: DeployPlan, part: PlannedPartition, gpu: bool) -> list[str]:
     """tritonserver's arguments in the pod (`pod_server_settings`)."""
-    return pod_server_settings(part, gpu, plan).to_args_list()
+    return pod_server_settings(deploy, part, gpu).to_args_list()
 
 
 #: The container's command: the admin key from the Secret must have the form the host's launcher
@@ -196,7 +199,7 @@ def container_probes(deploy: DeployPlan, part: PlannedPartition) -> dict[str, An
 def render_container(deploy: DeployPlan, part: PlannedPartition) -> dict[str, Any]:
     return {
         "name": CONTAINER, "image": TRITON_IMAGE, "imagePullPolicy": "IfNotPresent",
-        "command": SERVER_COMMAND, "args": server_args(part, deploy.gpu, deploy.plan), "env": container_env(deploy.plan, part),
+        "command": SERVER_COMMAND, "args": server_args(deploy, part, deploy.gpu), "env": container_env(deploy.plan, part),
         "ports": [{"name": "http", "containerPort": part.http_port, "protocol": "TCP"},
                   {"name": "grpc", "containerPort": part.grpc_port, "protocol": "TCP"},
                   {"name": "metrics", "containerPort": part.metrics_port, "protocol": "TCP"}],
@@ -227,7 +230,7 @@ def render_deployment(deploy: DeployPlan, part: PlannedPartition) -> dict[str, A
         "containers": [render_container(deploy, part)],
         "volumes": [{"name": "serving", "emptyDir": {}},
                     {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{SHM_SIZE_MB}Mi"}}],
-        "terminationGracePeriodSeconds": termination_grace_s(pod_server_settings(part, deploy.gpu, deploy.plan)),
+        "terminationGracePeriodSeconds": termination_grace_s(pod_server_settings(deploy, part, deploy.gpu)),
         # Model code has no use for the Kubernetes API: no service-account token in the pods.
         "automountServiceAccountToken": False,
         # The NVIDIA image's non-root user.

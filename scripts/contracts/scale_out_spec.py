@@ -23,6 +23,8 @@ IMAGE_REF = re.compile(r"^[a-z0-9][a-z0-9._/-]*(:[A-Za-z0-9_][A-Za-z0-9._-]{0,12
 GPU_RESOURCE = re.compile(r"^nvidia\.com/(gpu|mig-[0-9]+g\.[0-9]+gb)$")
 #: The HPA's stabilisation window may be at most one hour (autoscaling/v2 validation).
 MAX_STABILIZATION_S = 3600
+#: A pod's drain: at most an hour (a node drain or rollout waits this long per pod).
+MAX_DRAIN_S = 3600
 
 
 def _int_in(field_name: str, value: Any, low: int, high: int) -> int:
@@ -47,6 +49,13 @@ class Autoscaling:
     #: request up to that window (measured here: ~10 ms per request at 10 ms windows, 19-23 ms saturated).
     target_queue_us: int = 15_000
     scale_down_stabilization_s: int = 300
+    #: How long a terminating pod (scale-down, a rollout, a node drain) finishes the requests it holds:
+    #: Triton's `--exit-timeout-secs` in the pod, and with preStop's sleep and some slack its
+    #: terminationGracePeriodSeconds. Triton's own default, 10 s, cut streams of a generative model
+    #: mid-answer, without a final response (measured 2026-12-06: four 1,000-token streams ended at
+    #: ~231 tokens each): a partition serving one must cover its longest stream. A host's `make stop`
+    #: keeps 10 s (an operator's stop; an idle keep-alive HTTP client holds Triton's stop this long).
+    drain_s: int = 10
     #: Set by `ServingSpec` for messages: which partition this belongs to.
     partition: str = "<partition>"
 
@@ -61,9 +70,10 @@ class Autoscaling:
             )
         _int_in(f"{where}.target_queue_us", self.target_queue_us, 1, 60_000_000)
         _int_in(f"{where}.scale_down_stabilization_s", self.scale_down_stabilization_s, 0, MAX_STABILIZATION_S)
+        _int_in(f"{where}.drain_s", self.drain_s, 1, MAX_DRAIN_S)
 
 
-_AUTOSCALING_KEYS = {"min_replicas", "max_replicas", "target_queue_us", "scale_down_stabilization_s"}
+_AUTOSCALING_KEYS = {"min_replicas", "max_replicas", "target_queue_us", "scale_down_stabilization_s", "drain_s"}
 
 
 @dataclass(frozen=True)

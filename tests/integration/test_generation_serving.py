@@ -516,3 +516,51 @@ def test_a_flood_of_abandoned_streams_overflowing_the_wait_queue_does_not_crash_
         "precondition: the flood overflowed the wait queue"
     assert metric(triton_server, "llm_kv_blocks_used") == 0 and metric(triton_server, "llm_sequences_running") == 0
     assert run(triton_server, "grpc", PROMPTS[0], max_tokens=4, ignore_eos=True)[2] == "length"  # still serving
+
+
+def test_a_stopping_pod_finishes_a_stream_that_outlasts_tritons_default_exit_timeout(tmp_path_factory, serving_spec):
+    """Pods end at every scale-down, rollout and node drain (SIGTERM to tritonserver, PID 1). With
+    Triton's default --exit-timeout-secs of 10 s, four 1,000-token streams ended at ~231 tokens each,
+    with no final response and no error (measured 2026-12-06): a client could not tell a cut answer from
+    a finished one. The LLM's partition renders its `drain_s` as the pod's exit timeout: a server started
+    with those pod settings finishes a stream that runs on well past 10 s after SIGTERM, final response
+    included, and then exits."""
+    import json
+    import signal
+
+    from conftest import start_test_server
+    from k8s_deploy.workload import plan_deployment, pod_server_settings
+
+    deploy = plan_deployment(serving_spec)
+    (part,) = [p for p in deploy.plan.partitions if MODEL in p.models]
+    drain_s = pod_server_settings(deploy, part, gpu=False).exit_timeout_secs
+    assert drain_s > 10
+    server = start_test_server(tmp_path_factory.mktemp("llm-drain"), (MODEL,), exit_timeout_secs=drain_s)
+    events, first_events = [], threading.Event()
+
+    def stream():
+        body = json.dumps({"text_input": PROMPTS[4], "stream": True, "max_tokens": 600, "ignore_eos": True}).encode()
+        request = urllib.request.Request(f"http://{server.http_url}/v2/models/{MODEL}/generate_stream", body)
+        with urllib.request.urlopen(request, timeout=drain_s + 30) as response:
+            for line in response:
+                if line.startswith(b"data: "):
+                    events.append((time.monotonic(), json.loads(line[len(b"data: "):])))
+                    if len(events) == 10:
+                        first_events.set()
+
+    reader = threading.Thread(target=stream)
+    try:
+        reader.start()
+        assert first_events.wait(60), "the stream did not start"
+        started = events[0][0]
+        signalled = time.monotonic()
+        server.process.process.send_signal(signal.SIGTERM)
+        reader.join(drain_s + 30)
+        assert server.process.process.wait(timeout=60) is not None
+    finally:
+        server.process.stop()
+    rate = (len(events) - 1) / (events[-1][0] - started)
+    assert len(events) == 600 and events[-1][1]["finish_reason"] == "length", (len(events), events[-1][1])
+    assert not any("error" in e for _, e in events)
+    # (what it shows: the stream ran on this long after SIGTERM; above 10 s Triton's default would have cut it)
+    print(f"stream ran {events[-1][0] - signalled:.1f} s after SIGTERM at {rate:.1f} tokens/s; drain {drain_s} s")

@@ -69,8 +69,10 @@ def test_container_arguments_are_the_launchers_with_a_decoy_where_the_key_goes(s
         launcher = partition_server_settings(deploy.plan, part, "/serving/models", "/serving/backends", admin_key=key).to_args_list()
         c = container(by_kind(base_docs(serving_spec, part.name), "Deployment")[0])
         # a pod has no launcher checking models and no supervisor: strict readiness, and a failed
-        # model load ends the server (the kubelet restarts it) instead of a Ready pod failing requests
-        in_pod = {"--strict-readiness=false": "--strict-readiness=true", "--exit-on-error=false": "--exit-on-error=true"}
+        # model load ends the server (the kubelet restarts it) instead of a Ready pod failing requests;
+        # pods end routinely: the partition's drain is the exit timeout
+        in_pod = {"--strict-readiness=false": "--strict-readiness=true", "--exit-on-error=false": "--exit-on-error=true",
+                  "--exit-timeout-secs=10": f"--exit-timeout-secs={deploy.autoscaling(part.name).drain_s}"}
         assert c["args"] == [in_pod.get(a, a).replace(key.value, ARGV_KEY_DECOY) for a in launcher]
         assert set(in_pod.values()) <= set(c["args"])
         # the host's stack limit (a ~4 MiB body crashed Triton on 8 MiB), then the server replaces the shell
@@ -284,3 +286,27 @@ def test_the_grace_period_covers_prestop_and_tritons_exit_timeout(serving_spec):
         exit_timeout = next(int(a.split("=")[1]) for a in container(deployment)["args"] if a.startswith("--exit-timeout-secs="))
         grace = deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
         assert grace >= PRE_STOP_SLEEP_S + exit_timeout + 5, (grace, exit_timeout)
+
+
+def test_a_partition_serving_a_generative_model_drains_for_its_longest_stream_and_the_others_keep_tritons_10_s(serving_spec):
+    """A pod ends at every scale-down and rollout: Triton's 10 s exit timeout cut LLM streams mid-answer,
+    with no final response. Each partition's `drain_s` is its pods' exit timeout (and so their grace)."""
+    import dataclasses
+
+    from contracts.scale_out_spec import Autoscaling
+    from contracts.serving_spec import ServingSpec
+
+    generative = {m.partition for m in serving_spec.models if m.recipe == "smollm2_gguf"}
+    assert generative, "the served config has a generative model"
+    for part in plan_deployment(serving_spec).plan.partitions:
+        deployment = by_kind(base_docs(serving_spec, part.name), "Deployment")[0]
+        exit_timeout = next(int(a.split("=")[1]) for a in container(deployment)["args"] if a.startswith("--exit-timeout-secs="))
+        assert exit_timeout == (120 if part.name in generative else 10), (part.name, exit_timeout)
+    # the value comes from serving.toml: another drain_s renders another timeout and grace
+    changed = dataclasses.replace(serving_spec, partitions=tuple(
+        dataclasses.replace(p, autoscaling=dataclasses.replace(p.autoscaling, drain_s=300)) for p in serving_spec.partitions))
+    deployment = by_kind(base_docs(changed, "main"), "Deployment")[0]
+    assert "--exit-timeout-secs=300" in container(deployment)["args"]
+    assert deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] >= 305
+    with pytest.raises(Exception, match=r"partitions.main.autoscaling.drain_s.*between 1 and 3600"):
+        Autoscaling(partition="main", drain_s=0)
