@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Iterator
 
 from contracts.sampling import SamplingFields
-from model_client.client import check_url, grpc_channel_args
+from model_client.client import CONNECTION_LOST_TEXTS, UNREACHABLE_TEXTS, check_url, grpc_channel_args
 from model_client.errors import (
     ClientError, ModelNotFoundError, OverloadedError, RequestRejectedError, ServerUnavailableError,
 )
@@ -63,8 +63,10 @@ def _classify(message: str, status: str, url: str, model: str) -> ClientError:
     """A failure as this client's error type. A server that is down is unreachable on every
     transport, although gRPC reports it as UNAVAILABLE too (checked first, so HTTP and gRPC agree)."""
     lowered = message.lower()
-    if "connection refused" in lowered or "failed to connect" in lowered:
+    if any(marker in lowered for marker in UNREACHABLE_TEXTS):  # the infer clients' words for both (client.py)
         return ServerUnavailableError(f"server at {url} is not reachable ({message}); is it running? try `make serve`.")
+    if any(marker in lowered for marker in CONNECTION_LOST_TEXTS):  # gRPC's "Stream removed (Socket closed)"
+        return _connection_lost(url, model, message)  # (was "overloaded": UNAVAILABLE, below)
     if "unknown model" in lowered or status == "StatusCode.NOT_FOUND":  # as the infer clients say it
         return ModelNotFoundError(f"model {model!r} is not served at {url}: {message}")
     if status in ("503", "StatusCode.UNAVAILABLE") or "wait queue" in lowered:
@@ -289,8 +291,8 @@ async def generate_grpc_async(url: str, prompt: str, settings: GenerationSetting
             while True:  # `timeout_s` per response, as the blocking clients (a stream_timeout would cap the whole stream)
                 try:
                     result, error = await asyncio.wait_for(responses.__anext__(), timeout_s)
-                except StopAsyncIteration:
-                    return
+                except StopAsyncIteration:  # ended without a finish reason: cut, not a (short) answer
+                    raise _connection_lost(url, model, "the stream ended without a finish reason") from None
                 except asyncio.TimeoutError:
                     raise _no_response(url, model, timeout_s) from None
                 except grpc.RpcError as exc:  # tritonclient's response iterator passes grpc.aio's own errors on

@@ -564,3 +564,54 @@ def test_a_stopping_pod_finishes_a_stream_that_outlasts_tritons_default_exit_tim
     assert not any("error" in e for _, e in events)
     # (what it shows: the stream ran on this long after SIGTERM; above 10 s Triton's default would have cut it)
     print(f"stream ran {events[-1][0] - signalled:.1f} s after SIGTERM at {rate:.1f} tokens/s; drain {drain_s} s")
+
+
+def test_a_stream_cut_by_a_stopping_server_is_an_unavailable_error_on_every_client(tmp_path_factory):
+    """A server that exits mid-stream (its exit timeout spent) ends the stream without a final response.
+    Every client raises ServerUnavailableError (went down: retry elsewhere), never a short answer; the
+    gRPC clients said "overloaded" (gRPC's UNAVAILABLE "Stream removed (Socket closed)")."""
+    import asyncio
+    import signal
+
+    from conftest import start_test_server
+    from model_client.errors import ServerUnavailableError
+    from model_client.generate import generate_async
+
+    server = start_test_server(tmp_path_factory.mktemp("llm-cut"), (MODEL,), exit_timeout_secs=1)
+    outcomes, streaming = {}, threading.Barrier(5, timeout=60)
+    settings = GenerationSettings(max_tokens=600, ignore_eos=True)
+
+    def blocking(protocol):
+        try:
+            for count, _ in enumerate(generate(server.url(protocol), protocol, PROMPTS[4], settings, True, MODEL)):
+                if count == 5:
+                    streaming.wait()
+            outcomes[protocol] = "returned"
+        except Exception as exc:  # noqa: BLE001 - what the caller would catch is the point
+            outcomes[protocol] = exc
+
+    def non_blocking(protocol):
+        async def consume():
+            count = 0
+            async for _ in generate_async(server.url(protocol), protocol, PROMPTS[4], settings, True, MODEL):
+                count += 1
+                if count == 5:
+                    await asyncio.get_running_loop().run_in_executor(None, streaming.wait)
+        try:
+            asyncio.run(consume())
+            outcomes["async " + protocol] = "returned"
+        except Exception as exc:  # noqa: BLE001
+            outcomes["async " + protocol] = exc
+
+    threads = [threading.Thread(target=run_one, args=(protocol,)) for run_one in (blocking, non_blocking)
+               for protocol in ("http", "grpc")]
+    try:
+        for thread in threads:
+            thread.start()
+        streaming.wait()  # every stream has tokens
+        server.process.process.send_signal(signal.SIGTERM)
+        for thread in threads:
+            thread.join(60)
+    finally:
+        server.process.stop()
+    assert len(outcomes) == 4 and all(isinstance(o, ServerUnavailableError) for o in outcomes.values()), outcomes
