@@ -67,6 +67,9 @@ class Recipe:
     #: Checks the model's options before anything is built or the old record removed (a bad option
     #: must not cost the served model its record): raises BuildError naming the field.
     check: Callable[[ModelSpec], None] | None = None
+    #: What the build reads from this machine beyond the versioned packages (a digest of the installed
+    #: documentation a text corpus is made of): fingerprinted, so a change rebuilds.
+    machine_inputs: Callable[[ModelSpec], Mapping[str, Any]] | None = None
 
 
 def _package_versions() -> dict[str, str]:
@@ -105,8 +108,9 @@ def int8_host_settings() -> dict[str, Any]:
 
 def build_fingerprint(recipe: Recipe, model: ModelSpec) -> str:
     """Hash of everything that determines the build's output (not the serving-only settings):
-    the recipe's own sources (`recipe_sources`), the model's settings, the library versions and, for
-    an INT8 build, what of the host's CPU its graph depends on (`int8_host_settings`)."""
+    the recipe's own sources (`recipe_sources`), the model's settings, the library versions, what
+    else of the machine the recipe reads (`Recipe.machine_inputs`) and, for an INT8 build, what of
+    the host's CPU its graph depends on (`int8_host_settings`)."""
     digest = hashlib.sha256()
     add_sources(digest, recipe_sources(recipe))
     build_inputs = {
@@ -116,6 +120,7 @@ def build_fingerprint(recipe: Recipe, model: ModelSpec) -> str:
         "settings": dict(recipe.settings or {}),
         "versions": _package_versions(),
         **({"host": int8_host_settings()} if builds_int8(model) else {}),
+        **({"machine_inputs": dict(recipe.machine_inputs(model))} if recipe.machine_inputs else {}),
     }
     digest.update(json.dumps(build_inputs, sort_keys=True, default=str).encode())
     return digest.hexdigest()

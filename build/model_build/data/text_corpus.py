@@ -276,6 +276,15 @@ def installed_documents(site_packages: Path | None = None) -> list[SourceDocumen
     return sorted(documents, key=lambda d: d.name)
 
 
+def documents_digest(documents: Sequence[SourceDocument]) -> str:
+    """sha256 of the documents' names and texts: what a corpus assembled from them depends on (the
+    pinned packages' versions do not say it all: an editable install's README, a package added)."""
+    digest = hashlib.sha256()
+    for document in documents:
+        digest.update(document.name.encode() + b"\0" + document.text.encode(errors="replace") + b"\0")
+    return digest.hexdigest()
+
+
 def assemble_text_corpus(
     documents: Sequence[SourceDocument],
     heldout_fraction: float = 0.2,

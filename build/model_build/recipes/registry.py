@@ -5,7 +5,7 @@ from model_build.errors import BuildError
 from model_build.pipeline import Recipe
 from model_build.recipes.digits import build_digit_cnn, check_digit_options, install_onnx_model
 from model_build.recipes.llm import build_smollm2, install_smollm2
-from model_build.recipes.text import build_text_encoder
+from model_build.recipes.text import build_text_encoder, text_corpus_inputs
 from model_build.recipes.text_serving import (
     build_text_ensemble,
     build_text_pipeline,
@@ -20,7 +20,8 @@ RECIPES: dict[str, Recipe] = {
     "digit_cnn": Recipe(name="digit_cnn", build=build_digit_cnn, install=install_onnx_model, check=check_digit_options),
     # The sentence embedder: encoder (ONNX, token ids in), tokenizer (Python), and TEXT -> embedding
     # as an ensemble or as one fused model.
-    "minilm_encoder": Recipe(name="minilm_encoder", build=build_text_encoder, install=install_text_encoder),
+    "minilm_encoder": Recipe(name="minilm_encoder", build=build_text_encoder, install=install_text_encoder,
+                             machine_inputs=text_corpus_inputs),
     "text_tokenizer": Recipe(name="text_tokenizer", build=build_text_tokenizer, install=install_text_tokenizer),
     "text_ensemble": Recipe(name="text_ensemble", build=build_text_ensemble, install=install_text_ensemble),
     # TEXT -> embedding in one onnxruntime_cpu model (tokenizer front-end + encoder): what is served.

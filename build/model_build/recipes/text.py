@@ -33,7 +33,7 @@ import numpy as np
 from model_build.pipeline import build_threads
 from model_build.errors import BuildError
 from model_build.onnx_export.export import check_onnx, onnx_from_torch, onnxruntime_session
-from model_build.data.text_corpus import assemble_text_corpus, installed_documents, load_text_corpus
+from model_build.data.text_corpus import assemble_text_corpus, documents_digest, installed_documents, load_text_corpus
 from contracts.serving_spec import ModelSpec, Variant
 
 FP32_ONNX = "fp32.onnx"
@@ -312,6 +312,14 @@ def build_precision_variants(model: ModelSpec, workdir: Path, fp32_path: Path) -
         f"`models.{model.name}.variant` = {model.variant.value!r}: recipe minilm_encoder builds only "
         f"{Variant.FP32.value!r} and {Variant.INT8_MIXED.value!r}."
     )
+
+
+def text_corpus_inputs(model: ModelSpec) -> dict[str, str]:
+    """What the encoder's build reads from this machine: the installed documentation its corpus is
+    assembled from (`Recipe.machine_inputs`; ~0.4 s to read here). Not fingerprinted before, so
+    installing or upgrading a package changed the calibration and validation texts under the same
+    fingerprint."""
+    return {"text_corpus_documents": documents_digest(installed_documents())}
 
 
 def build_text_encoder(model: ModelSpec, workdir: Path) -> dict[str, Any]:

@@ -222,3 +222,25 @@ def test_the_report_has_a_row_for_every_served_model_with_its_installed_batch_si
                      "max_batch_size": 32, "instances": 2, "file": "model.onnx", "sha256": rows[0]["sha256"]}]
     text = render_build_report_markdown({"generated_at": "t", "machine": "m", "models": [], "served": rows})
     assert "| text_embedder | follows text_encoder | onnxruntime_cpu | 32 | 2 | model.onnx |" in text
+
+
+def test_the_encoders_fingerprint_follows_the_installed_documentation_its_corpus_is_made_of(tmp_path, monkeypatch):
+    """Its calibration and validation texts come from the installed packages' documentation; a package
+    installed or upgraded (or an editable install's README) changed them under the same fingerprint.
+    The digit models read no corpus: theirs is unchanged."""
+    from model_build.data import text_corpus
+    from model_build.recipes import text
+
+    spec = load_serving_spec(PROJECT_ROOT / "model_repository" / "serving.toml")
+    encoder, digits = spec.model("text_encoder"), spec.model("digit_classifier")
+    docs = [text_corpus.SourceDocument("a.dist-info/METADATA", "A package that does one thing well.")]
+    monkeypatch.setattr(text, "installed_documents", lambda: list(docs))
+    before = {m.name: pipeline.build_fingerprint(RECIPES[m.recipe], m) for m in (encoder, digits)}
+    assert pipeline.build_fingerprint(RECIPES[encoder.recipe], encoder) == before[encoder.name]  # deterministic
+    docs.append(text_corpus.SourceDocument("b/README.md", "Another package, installed later."))
+    assert pipeline.build_fingerprint(RECIPES[encoder.recipe], encoder) != before[encoder.name]
+    assert pipeline.build_fingerprint(RECIPES[digits.recipe], digits) == before[digits.name]
+    docs[1] = text_corpus.SourceDocument("b/README.md", "Another package, upgraded.")
+    changed = pipeline.build_fingerprint(RECIPES[encoder.recipe], encoder)
+    docs[1] = text_corpus.SourceDocument("b/README.md", "Another package, installed later.")
+    assert changed != pipeline.build_fingerprint(RECIPES[encoder.recipe], encoder)
