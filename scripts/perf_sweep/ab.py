@@ -83,6 +83,10 @@ STALL_TEXT = f"requests >= {STALL_MS / 1000:g} s"
 CANDIDATE_THROUGHPUT_FLOOR = 0.9
 
 
+#: The served peak (infer/s) the A/B loads are planned from when the served sweep measured no level at all.
+ASSUMED_PEAK = 100.0
+
+
 @dataclass(frozen=True)
 class AbContext:
     """What every measurement of one A/B block shares: the server, the inputs, the load settings."""
@@ -137,7 +141,7 @@ def run_ab_block(spec, endpoint, prepared, main_knee: Mapping[str, Any], opts, f
     out.results["ab_notes"] = [f"Temporary server {pinning}; variants: " + ", ".join(map(_describe_variant, variants)) + "."]
     ctx = AbContext(spec, model, prepared, opts, folder, progress, variants, find_perf_analyzer(), perf_analyzer_environment(),
                     dict(url=grpc, input_data=prepared.path, measurement=opts.measurement, metrics_url=metrics),
-                    best.throughput, (main_knee.get("peak") or {}).get("throughput") or 100.0, main_knee.get("knee"))
+                    best.throughput, (main_knee.get("peak") or {}).get("throughput") or ASSUMED_PEAK, main_knee.get("knee"))
     try:
         _measure(out, ctx)
     finally:
@@ -316,7 +320,8 @@ def _delay_sweep(out: AbOutcome, ctx: AbContext) -> None:
     choice = choose_max_queue_delay(points)
     table = ["| max_queue_delay | infer/s | P99 ms |", "|---:|---:|---:|"]
     table += [f"| {p.delay_us / 1000:g} ms | {p.throughput:.1f} | {p.p99_ms:.2f} |" for p in choice.points]
-    basis = "knee" if ctx.knee else "peak; knee not reached"
+    basis = ("knee" if ctx.knee else "peak; knee not reached") if ctx.peak != ASSUMED_PEAK else \
+        f"peak, taken as {ASSUMED_PEAK:g} infer/s: the served sweep measured no level"
     text = (f"Poisson load at {rate:g} req/s (80% of the served {basis}). Chosen: **{choice.chosen.delay_us} us** "
             f"({choice.rule}).\n\n" + "\n".join(table))
     if ctx.opts.write_back:

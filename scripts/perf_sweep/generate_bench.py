@@ -171,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="perf_sweep.generate_bench", description=__doc__)
     parser.add_argument("--model", default="smollm2_chat")
     parser.add_argument("--quick", action="store_true", help="one rate, a few requests: a smoke run")
-    parser.add_argument("--rates", type=float, nargs="+", help="offered load as fractions of capacity (default 0.25 0.5 1.0; --quick: 1.0)")
+    parser.add_argument("--rates", type=float, nargs="+", help="Poisson arrival rates in requests/s (default 0.25 0.5 1.0; --quick: 1.0)")
     parser.add_argument("--count", type=int, help="requests per arm (default 16; --quick: 6)")
     parser.add_argument("--out-root", type=Path, default=PROJECT_ROOT / "reports" / "perf")
     parser.add_argument("--decode-speed-only", action="store_true", help="only time decode steps per batch size and past length")

@@ -36,7 +36,10 @@ def records_table(records: Sequence[PerfRecord]) -> list[str]:
         # the larger of perf_analyzer's count and Triton's: a backend failure is in both (adding them
         # counted it twice), a request Triton refused before perf_analyzer saw an answer may be in one
         errors = max(r.errors, int(server.get("requests_failed") or 0))
-        total = r.requests + errors
+        # a failed level has no CSV (requests 0): perf_analyzer stopped at its first error, after
+        # Triton had answered the rest; without them the rate read 100% for 1 error in thousands
+        answered = r.requests if r.requests or not server else int(server.get("requests_succeeded") or 0)
+        total = answered + errors
         lines.append(
             f"| {r.load:g} | {_f(r.throughput)} | {_f(r.p50_ms, 2)} | {_f(r.p95_ms, 2)} | {_f(r.p99_ms, 2)} | "
             f"{_f(r.server_queue_ms, 2)} | {_f(r.server_compute_ms, 2)} | {_f(server.get('avg_batch_size'))} | "
@@ -86,9 +89,11 @@ def plot_latency_vs_throughput(records: Sequence[PerfRecord], path: Path, title:
     for ax, panel in zip(axes[0], panels):
         for i, (sweep, rows) in enumerate(sorted(_by_sweep([r for r in good if panel_of(r) == panel]).items())):
             rows = sorted(rows, key=lambda r: r.load)
-            colour = f"C{i % 10}"
+            # the A/B panel has 11 closed-loop sweeps with an INT8 build: past ten colours the marker
+            # changes too, or two variants' curves were drawn alike (same colour, line and marker)
+            colour, marker = f"C{i % 10}", "osD^v<>"[i // 10 % 7]
             x = [r.throughput for r in rows]
-            ax.plot(x, [r.p99_ms for r in rows], "-o", color=colour, label=f"{sweep} P99")
+            ax.plot(x, [r.p99_ms for r in rows], "-" + marker, color=colour, label=f"{sweep} P99")
             ax.plot(x, [r.p95_ms for r in rows], "--", color=colour, alpha=0.7, label=f"{sweep} P95")
             ax.plot(x, [r.p50_ms for r in rows], ":", color=colour, alpha=0.7, label=f"{sweep} P50")
         ax.set_title(panel)

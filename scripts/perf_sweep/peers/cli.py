@@ -63,8 +63,11 @@ def run_peers_command(args: argparse.Namespace) -> int:
 
     opts = options_from_args(args)
     results = run_peer_suite(opts, progress=lambda line: print(line, flush=True))
-    failed = {name: entry.get("error", "unknown") for name, entry in (results.get("targets") or {}).items()
-              if not entry.get("measured")}
+    targets = results.get("targets") or {}
+    failed = {name: entry.get("error", "unknown") for name, entry in targets.items() if not entry.get("measured")}
+    # a target that started but lost levels (each recorded under level_errors) was not measured whole either
+    failed.update({name: "levels failed: " + "; ".join(error.splitlines()[0] for error in entry["level_errors"])
+                   for name, entry in targets.items() if entry.get("measured") and entry.get("level_errors")})
     if failed:
         raise SweepRunError("not every target was measured, so the comparison is incomplete: "
                             + "; ".join(f"{name}: {why}".splitlines()[0] for name, why in failed.items())

@@ -195,15 +195,20 @@ def start_target(launch: Launch, log: Path, timeout_s: float = 300.0) -> Running
     log.parent.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, **launch.env}
     if launch.blocking:
-        with log.open("w") as out:
-            done = subprocess.run(launch.argv, stdout=out, stderr=subprocess.STDOUT, env=env, timeout=timeout_s)
         running = RunningTarget(launch, {}, log)
-        if done.returncode != 0:
+        try:
+            with log.open("w") as out:
+                done = subprocess.run(launch.argv, stdout=out, stderr=subprocess.STDOUT, env=env, timeout=timeout_s)
+            if done.returncode != 0:
+                raise SweepRunError(f"{launch.target.value} did not start (exit {done.returncode}): {launch.command}\n{_log_tail(log)}")
+            manifest = read_manifest(launch.manifest)
+            running.infer_urls = urls_from_manifest(manifest, launch.target.serves())
+            running.metrics_urls = metrics_urls_from_manifest(manifest, launch.target.serves())
+        except BaseException:
+            # whatever `serving serve` started (it may have started and then failed a check, or timed out
+            # with servers already up) is stopped before the caller removes its run dir
             stop_target(running)
-            raise SweepRunError(f"{launch.target.value} did not start (exit {done.returncode}): {launch.command}\n{_log_tail(log)}")
-        manifest = read_manifest(launch.manifest)
-        running.infer_urls = urls_from_manifest(manifest, launch.target.serves())
-        running.metrics_urls = metrics_urls_from_manifest(manifest, launch.target.serves())
+            raise
         return running
     with log.open("w") as out:
         process = subprocess.Popen(launch.argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)

@@ -118,19 +118,30 @@ def _ceiling_note(needed: float, ceiling: float | None, unit: str) -> str:
 
 def concurrency_verdicts(summaries: Sequence[LevelSummary], model: str, unit: str,
                          ceiling: float | None = None) -> list[Verdict]:
-    """The three per-concurrency targets at every concurrency this project was measured at.
-    `ceiling`: the in-process limit (items/s), to say when a missed throughput target was out of reach."""
+    """The per-concurrency targets at every concurrency this project or a peer was measured at: a level
+    this project has no measurement for (it raised; suite.measure_model keeps it only under the target's
+    `level_errors`) gets its targets as "not measured" (they were dropped: 7 met of 7 read as a clean pass
+    with c=8 never judged). `ceiling`: the in-process limit (items/s), to say when a missed throughput
+    target was out of reach."""
     out = []
-    for c, mine in sorted(_closed(summaries, TargetKind.PROJECT.value, model).items()):
-        peers = _peer_levels(summaries, model, c)
+    project = _closed(summaries, TargetKind.PROJECT.value, model)
+    levels = set(project) | {int(s.load) for s in summaries if s.model == model and s.mode == "closed"}
+    for c in sorted(levels):
         level = f"c={c}"
+        bounds = [(THROUGHPUT_AT_LEAST, "throughput >= best peer")]
+        if c >= HIGH_CONCURRENCY:
+            bounds.append((THROUGHPUT_AT_LEAST_HIGH, f"throughput >= {THROUGHPUT_AT_LEAST_HIGH}x best peer at c >= {HIGH_CONCURRENCY}"))
+        mine = project.get(c)
+        if mine is None:
+            why = f"{model} {level}: not measured (this project's level failed; the report's errors say why)"
+            out += [Verdict(model, rule, level, math.nan, bound, True, None, why) for bound, rule in bounds]
+            out.append(Verdict(model, "P99 <= 1.2x best peer", level, math.nan, P99_AT_MOST, False, None, why))
+            continue
+        peers = _peer_levels(summaries, model, c)
         fastest = max(peers, key=lambda s: s.throughput, default=None)
         quickest = min((s for s in peers if math.isfinite(s.p99_ms)), key=lambda s: s.p99_ms, default=None)
         t_ratio = _ratio(mine.throughput, fastest.throughput) if fastest else math.nan
         peer_t = f"best peer {fastest.throughput:,.0f} ({fastest.target})" if fastest else "no peer answered"
-        bounds = [(THROUGHPUT_AT_LEAST, "throughput >= best peer")]
-        if c >= HIGH_CONCURRENCY:
-            bounds.append((THROUGHPUT_AT_LEAST_HIGH, f"throughput >= {THROUGHPUT_AT_LEAST_HIGH}x best peer at c >= {HIGH_CONCURRENCY}"))
         for bound, rule in bounds:
             met = _judge(t_ratio, bound, True, mine.errors)
             why = _ceiling_note(bound * fastest.throughput, ceiling, unit) if fastest and met is False else ""

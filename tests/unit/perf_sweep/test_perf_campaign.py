@@ -166,3 +166,24 @@ def test_limit_headlines_put_each_models_served_throughput_against_its_own_limit
                                "of the in-process limit 180 texts/s (batch 16; tokenize + int8_mixed encoder as served)")
     assert lines[3].endswith("= 50.0% of the in-process limit.")
     assert limit_headlines({"knees": {}}, records, None) == []
+
+
+def test_a_sweep_of_one_measured_level_has_that_level_as_its_peak(monkeypatch):
+    """`--max-concurrency 1`, or a second level that failed: no knee (it needs two levels), and the peak
+    was stored as None too, so the A/B block ran at a made-up 100 infer/s x 80% labelled "80% of the
+    served peak" (a review, 2026-12-06)."""
+    from types import SimpleNamespace
+
+    import perf_sweep.campaign as campaign
+    from perf_sweep.plan import Endpoint
+    from perf_sweep.results import PerfRecord
+
+    record = PerfRecord(sweep="digit_classifier.concurrency", model="digit_classifier", variant="fp32", mode="concurrency",
+                        load=1, batch_size=1, status="ok", command="", throughput=1200.0, p50_ms=0.8, p95_ms=1.0,
+                        p99_ms=1.2, requests=5000)
+    monkeypatch.setattr(campaign, "run_sweep", lambda sweep, folder, progress, stop_when=None: ([record], {}))
+    _, knees = campaign.run_served_sweeps(Endpoint("digit_classifier", "h:1", "h:2", "h:3/metrics"), "fp32",
+                                          SimpleNamespace(path="x.json"), campaign.CampaignOptions(max_concurrency=1),
+                                          None, lambda line: None)
+    entry = knees["digit_classifier.concurrency"]
+    assert entry["knee"] is None and entry["peak"] is not None and entry["peak"]["throughput"] == 1200.0

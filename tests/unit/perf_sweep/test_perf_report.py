@@ -101,3 +101,47 @@ def test_a_zero_max_concurrency_is_refused_not_replaced_by_the_default(tmp_path,
 
     assert main(["run", "--max-concurrency", "0", "--out-root", str(tmp_path)]) == 1
     assert "`max_concurrency` = 0 must be >= 1." in capsys.readouterr().err
+
+
+def test_a_level_perf_analyzer_stopped_at_its_first_error_counts_what_triton_answered():
+    """A failed level has no CSV (0 requests), so its error rate read errors / errors = 100%, also for 1
+    queue-full rejection among the 4,812 requests Triton answered (a review, 2026-12-06)."""
+    from perf_sweep.report import records_table
+    from perf_sweep.results import ServerMetrics, record_from_outputs
+
+    server = ServerMetrics(requests_succeeded=4812, requests_failed=1, inferences=4812, executions=900,
+                           queue_ms_per_request=1.0, compute_infer_ms_per_request=1.0, cpu_utilization=0.9,
+                           cpu_memory_used_mb=100)
+    record = record_from_outputs(sweep="m.concurrency", model="m", variant="fp32", mode="concurrency", load=16,
+                                 batch_size=1, command=["pa"], csv_text=None,
+                                 stdout="Thread [3] had error: queue full\n", server=server)
+    row = records_table([record])[-1]
+    assert "100.0%" not in row and "| 0.0% |" in row, row  # 1 of 4,813
+
+
+def test_eleven_ab_sweeps_are_drawn_in_eleven_distinct_styles(tmp_path, monkeypatch):
+    """The A/B panel holds 11 closed-loop sweeps with an INT8 build; colours repeat after ten and every
+    curve had the same line and marker, so a batcher candidate and the no-batching baseline looked alike."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from perf_sweep.report import plot_latency_vs_throughput
+    from perf_sweep.results import PerfRecord
+
+    labels = [f"variant_{i}" for i in range(11)]
+    records = [PerfRecord(sweep=f"ab.{l}.concurrency", model=f"m_{l}", variant=l, mode="concurrency", load=c, batch_size=1,
+                          status="ok", command="", throughput=100.0 * c + i, p50_ms=1.0, p95_ms=2.0, p99_ms=3.0)
+               for i, l in enumerate(labels) for c in (1, 16)]
+    styles, original = {}, plt.Figure.savefig
+
+    def grab(self, *args, **kwargs):
+        for line in self.axes[0].get_lines():
+            if line.get_label().endswith(" P99"):
+                styles[line.get_label()] = (line.get_color(), line.get_linestyle(), line.get_marker())
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(plt.Figure, "savefig", grab)
+    plot_latency_vs_throughput(records, tmp_path / "ab.png", "t", panel_of=lambda r: "closed loop")
+    assert len(styles) == 11 and len(set(styles.values())) == 11, styles

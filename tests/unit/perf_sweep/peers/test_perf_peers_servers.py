@@ -70,3 +70,24 @@ def test_urls_come_from_the_partition_that_serves_each_model():
 def test_free_port_bases_leave_room_for_every_partitions_offset():
     bases = free_port_bases(3, partitions=2, stride=10)
     assert len(set(bases)) == 3 and ports_free([b + i * 10 for b in bases for i in range(2)])
+
+
+def test_this_project_started_but_not_serving_every_model_is_stopped_before_the_error(tmp_path):
+    """`serving serve` exited 0 and its manifest lacked a model: start_target raised without stopping it,
+    the suite then removed the run dir, and `serving stop --run-dir` could no longer find the servers,
+    which kept their ports and memory (a review, 2026-12-06)."""
+    import sys
+
+    from perf_sweep.peers import servers
+    from perf_sweep.peers.codec import Api
+    from perf_sweep.peers.plan import TargetKind
+
+    manifest, stopped = tmp_path / "manifest.json", tmp_path / "stopped"
+    serve = ("import json, sys; json.dump({'models': {'digit_classifier': {'http': '127.0.0.1:1', 'grpc': '127.0.0.1:2', "
+             "'metrics': '127.0.0.1:3/metrics'}}}, open(sys.argv[1], 'w'))")
+    launch = servers.Launch(TargetKind.PROJECT, (sys.executable, "-c", serve, str(manifest)), Api.KSERVE_V2, "stand-in",
+                            blocking=True, stop_argv=(sys.executable, "-c", f"open({str(stopped)!r}, 'w')"),
+                            manifest=manifest)
+    with pytest.raises(Exception):
+        servers.start_target(launch, tmp_path / "log.txt")
+    assert stopped.exists(), "the started project was left running (its stop command never ran)"

@@ -163,3 +163,16 @@ def test_a_run_where_this_project_has_no_level_is_not_a_silent_pass():
     assert [v.status for v in verdicts] == ["not measured"] and verdicts[0].counted
     assert verdict_summary(verdicts) == "issue 10 targets: 0 met, 0 missed, 1 not measured (of 1)"
     assert len(all_verdicts([], {}, models=[D, T])) == 2
+
+
+def test_a_level_where_this_projects_measurement_failed_keeps_its_targets_as_not_measured():
+    """The project's c=8 level raised (suite.measure_model keeps it only under level_errors): its targets
+    were dropped, and the summary read "7 met, 0 missed, 0 not measured (of 7)", a clean pass. Now the
+    level's targets are listed as not measured, so the count is the run's whole (a review, 2026-12-06)."""
+    rows = [level("minimal_fastapi", D, c, 1000 * c ** 0.5, p99=1.0 * c) for c in (1, 2, 4, 8)]
+    rows += [level("this_project", D, c, 2000 * c ** 0.5, p99=0.5 * c) for c in (1, 2, 4)]
+    verdicts = concurrency_verdicts(rows, D, "images/s")
+    at_8 = [v for v in verdicts if v.level == "c=8"]
+    assert [v.rule for v in at_8] == ["throughput >= best peer", "P99 <= 1.2x best peer"]
+    assert all(v.status == "not measured" and v.counted for v in at_8)
+    assert len(verdicts) == 8 and sum(v.met is True for v in verdicts) == 6
