@@ -19,6 +19,7 @@ from __future__ import annotations
 import mmap
 import os
 import re
+import stat
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Sequence
@@ -48,6 +49,21 @@ def instance_index(instance_name: str, groups: Sequence[tuple[str, int]] = ()) -
     return int(match.group(1)) % SLOTS
 
 
+def _private_shared_flags(path: Path) -> mmap.mmap:
+    """SLOTS bytes of `path`, mapped shared, when it is (or is created as) a regular file of this user
+    that nobody else may open; OSError otherwise (a symlink, another user's file, a group/other mode)."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid() or info.st_mode & 0o077:
+            raise PermissionError(f"{path} is not a private file of this user")
+        if info.st_size < SLOTS:
+            os.ftruncate(fd, SLOTS)
+        return mmap.mmap(fd, SLOTS)
+    finally:
+        os.close(fd)
+
+
 class InstanceActivity:
     """This instance's busy flag and a look at its siblings', in a file shared by the model's
     instances of one server (named by model and server pid)."""
@@ -56,13 +72,14 @@ class InstanceActivity:
                  directory: Path = SHARED_MEMORY_DIR):
         self.index = index % SLOTS  # instance_index(): this instance's place among the model's
         self.path = instance_activity_file(model, server_pid or os.getppid(), directory)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        # /dev/shm is writable by every local user and the name is predictable (model, server pid): a
+        # symlink planted there made the stub truncate and write another file of the server's user
+        # (O_NOFOLLOW), and a file someone else created would share these flags with them (owner check).
+        # Either way this instance keeps its flags to itself (it then never sees its siblings busy).
         try:
-            if os.fstat(fd).st_size < SLOTS:
-                os.ftruncate(fd, SLOTS)
-            self.flags = mmap.mmap(fd, SLOTS)
-        finally:
-            os.close(fd)
+            self.flags, self.shared = _private_shared_flags(self.path), True
+        except OSError:
+            self.flags, self.shared = mmap.mmap(-1, SLOTS), False
         self.flags[self.index] = 0
 
     def others_busy(self) -> bool:

@@ -30,3 +30,39 @@ def test_each_instance_sees_only_its_siblings_as_busy(tmp_path):
         assert not other_server.others_busy()  # another server's instances have their own file
     for activity in (a, b, other_server):
         activity.close()
+
+
+def test_a_symlink_planted_at_the_activity_file_is_not_followed(tmp_path):
+    """/dev/shm is writable by every local user and the file's name is predictable (model, server pid):
+    a symlink there made the stub truncate, extend and write a file of the server's user."""
+    import os
+
+    from serving.backend.instance_activity import InstanceActivity
+    from contracts.shared_memory import instance_activity_file
+
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"not the server's to write\n")
+    os.symlink(victim, instance_activity_file("m", 4242, tmp_path))
+    activity = InstanceActivity("m", 0, server_pid=4242, directory=tmp_path)
+    with activity.computing():
+        assert not activity.others_busy()
+    activity.close()
+    assert victim.read_bytes() == b"not the server's to write\n"
+    assert activity.shared is False
+
+
+def test_a_file_with_group_or_other_access_is_not_shared(tmp_path):
+    import os
+
+    from serving.backend.instance_activity import InstanceActivity
+    from contracts.shared_memory import instance_activity_file
+
+    planted = instance_activity_file("m", 4243, tmp_path)
+    planted.write_bytes(b"\0" * 64)
+    os.chmod(planted, 0o666)
+    activity = InstanceActivity("m", 0, server_pid=4243, directory=tmp_path)
+    with activity.computing():
+        assert planted.read_bytes() == b"\0" * 64  # the planter sees nothing
+    assert activity.shared is False
+    private = InstanceActivity("m", 1, server_pid=4244, directory=tmp_path)
+    assert private.shared is True and (os.stat(instance_activity_file("m", 4244, tmp_path)).st_mode & 0o777) == 0o600
