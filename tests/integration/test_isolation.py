@@ -511,6 +511,17 @@ def test_json_nested_millions_of_levels_deep_is_refused_and_the_server_keeps_ser
         for status, body in (got[0], got[2]) if len(got) == 3 else ():
             assert status == 200 and json.loads(body)["outputs"][0]["shape"] == [1, 384], (name, status, body[:300])
         assert triton_server.process.process.poll() is None, f"the server died on the {name} body"
+    # a repeated header Triton reads the first of (it parsed the JSON the scan believed absent or compressed):
+    # the 4 MB body killed the server with SIGSEGV (a review, 2026-12-06); now the connection is closed unread
+    for name, headers in (("json length, then 0", f"Inference-Header-Content-Length: {len(deep)}\r\n"
+                                                  "Inference-Header-Content-Length: 0\r\n"),
+                          ("identity, then gzip", "Content-Encoding: identity\r\nContent-Encoding: gzip\r\n")):
+        try:
+            got = answers(plain(deep, headers), 1)
+        except (AssertionError, ConnectionError):
+            got = []  # closed without an answer
+        assert not got or got[0][0] == 400, (name, got[0][0] if got else None)
+        assert triton_server.process.process.poll() is None, f"the server died on the body with {name}"
     # no false alarm: '[' and '{' inside JSON strings and in binary tensor data are not nesting
     import tritonclient.http as triton_http
 

@@ -87,6 +87,10 @@
  * makes itself, is unchanged. Inputs in GPU memory are not read. Inert in any other process and
  * when the variable is unset.
  *
+ * Also, in tritonserver whether or not the checks are on: the Python backend's IPC regions
+ * (/dev/shm/triton_*: every request and response of its models passes through them) are created owner-only,
+ * not boost::interprocess's 0644 (shm_open and fchmod below).
+ *
  * Also, as the one helper every host server preloads: the admin key is kept off tritonserver's
  * command line, which /proc/<pid>/cmdline shows to every local user (Triton takes the key only as an
  * argument). The launcher (serving.runtime.security.keep_key_off_command_line) puts a random decoy
@@ -98,6 +102,9 @@
 #define _GNU_SOURCE
 #include <ctype.h>
 #include <dlfcn.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -293,6 +300,12 @@ static void restore_argv_secret(int argc, char **argv) {
     }
 }
 
+/* `variable`'s value overwritten with '*' where it stands (the environment block /proc/<pid>/environ shows). */
+static void wipe_environment_value(const char *variable) {
+    char *value = getenv(variable);
+    if (value) memset(value, '*', strlen(value));
+}
+
 /* A limit (bytes, or a count) from the environment: decimal digits only (0 = no limit). Anything else ("256M", "-1",
  * a typo) keeps the default and says so, instead of turning the limit off or into a few bytes. */
 static uint64_t env_limit(const char *variable, uint64_t fallback, const char *what) {
@@ -310,14 +323,21 @@ static uint64_t env_limit(const char *variable, uint64_t fallback, const char *w
 }
 
 static void http_port_from_argv(int argc, char **argv);
+/* Set in tritonserver: its Python backend's IPC regions are made owner-only (shm_open / fchmod below). */
+static int in_server_process;
 
 __attribute__((constructor)) static void request_guard_init(int argc, char **argv, char **envp) {
     (void)envp;
     int in_server = acting_in_this_process((const void *)request_guard_init);
+    in_server_process = in_server;
     if (in_server) {
         restore_argv_secret(argc, argv);
         /* only in the server: a pod's `sh -c ... exec tritonserver` preloads this too (LD_PRELOAD is the
-         * container's), and the shell must pass the variables on */
+         * container's), and the shell must pass the variables on. unsetenv only keeps the key from the
+         * children; /proc/<pid>/environ reads the process's original environment block, where the value
+         * still stood for anything running as the server's user (in a pod: every model's Python code), so
+         * its bytes are overwritten there first. */
+        wipe_environment_value("SERVING_ARGV_SECRET");
         unsetenv("SERVING_ARGV_DECOY");
         unsetenv("SERVING_ARGV_SECRET");
     }
@@ -1000,15 +1020,17 @@ TRITONSERVER_Error *TRITONSERVER_ErrorNew(int code, const char *message) {
  * SERVING_REQUEST_GUARD_MAX_JSON_DEPTH is replaced with '#': rapidjson stops there ("Invalid value") instead
  * of recursing on, and the parse error is answered 400 naming the depth. Following a connection must not be
  * fooled into skipping a body, so framing it cannot be sure of (a Content-Length it cannot read, two
- * Content-Lengths that differ, Content-Length with chunked, a bad chunk size) closes the connection, as a
- * read error would: no valid client sends those. Inference-Header-Content-Length is read as Triton reads it
+ * Content-Lengths that differ, Content-Length with chunked, a bad chunk size, and two Inference-Header-Content-
+ * Lengths or Content-Encodings that differ: Triton reads the first of a repeated header, so "N" then "0", or
+ * "identity" then "gzip", hid the JSON part Triton parsed) closes the connection, as a read error would: no
+ * valid client sends those. Inference-Header-Content-Length is read as Triton reads it
  * (leading_integer), so a client's odd value gets Triton's own answer, not a closed connection. */
 enum { HS_LINE, HS_BODY, HS_CHUNK_SIZE, HS_CHUNK_DATA, HS_CHUNK_END, HS_TRAILER, HS_FAIL };
 enum { HS_MAX_FD = 1 << 16, HS_LINE_ROOM = 256 };
 struct http_scan {
     int state, first_line, chunked, compressed, line_long, in_value;
     uint64_t content_length, header_length, body_left, json_left;
-    int has_length, has_header_length;
+    int has_length, has_header_length, has_encoding;
     size_t line_used, value_at;
     char line[HS_LINE_ROOM];
     struct json_depth json;
@@ -1034,7 +1056,7 @@ static void http_scan_new_line(struct http_scan *h) {
 
 static void http_scan_request_start(struct http_scan *h) {
     h->state = HS_LINE; h->first_line = 1; h->chunked = h->compressed = 0;
-    h->content_length = h->header_length = 0; h->has_length = h->has_header_length = 0;
+    h->content_length = h->header_length = 0; h->has_length = h->has_header_length = h->has_encoding = 0;
     memset(&h->json, 0, sizeof h->json);
     http_scan_new_line(h);
 }
@@ -1133,14 +1155,22 @@ static int http_scan_line(struct http_scan *h) {
     } else if (header_is(line, "inference-header-content-length", &value)) {
         int64_t length;
         if (!leading_integer(value, h->line_long, &length)) return 0;
-        h->header_length = length < 0 ? 0 : (uint64_t)length;
+        /* Triton reads the FIRST of repeated headers (evhtp_kv_find): a second one that says otherwise
+         * ("N" then "0") made this scan skip a JSON part Triton then parsed, nesting and all */
+        uint64_t header_length = length < 0 ? 0 : (uint64_t)length;
+        if (h->has_header_length && header_length != h->header_length) return 0;
+        h->header_length = header_length;
         h->has_header_length = 1;
     } else if (header_is(line, "transfer-encoding", &value)) {
         if (h->line_long) return 0;
         if (strcasestr(value, "chunked")) h->chunked = 1;
     } else if (header_is(line, "content-encoding", &value)) {
         if (h->line_long) return 0;
-        if (*value && strncasecmp(value, "identity", 8) != 0) h->compressed = 1;
+        int compressed = *value && strncasecmp(value, "identity", 8) != 0;
+        /* as above: "identity" then "gzip" left the body to the inflate wrapper, and Triton read it plain */
+        if (h->has_encoding && compressed != h->compressed) return 0;
+        h->compressed = compressed;
+        h->has_encoding = 1;
     }
     return 1;
 }
@@ -1302,4 +1332,41 @@ int close(int fd) {
     if (!next) next = (close_fn)real("close");
     if (fd >= 0 && fd < HS_MAX_FD && __atomic_load_n(&http_scans[fd], __ATOMIC_RELAXED)) http_scan_forget(fd);
     return next(fd);
+}
+
+/* ------------------------------------------------------------------ the Python backend's IPC regions
+ * Triton 2.51's Python backend (libtriton_python.so, which the onnxruntime_cpu backend runs on too) creates one
+ * region per stub, /dev/shm/triton_*_shm_region_<uuid>, through boost::interprocess with its default permissions
+ * (0644, set with fchmod after shm_open, so the umask does not apply): every request's inputs and every response
+ * passed through them, readable by every local user. The stubs run as the server's user, so the owner's bits
+ * are all they need: group and other bits are dropped when the server creates or chmods such a region. */
+typedef int (*shm_open_fn)(const char *, int, mode_t);
+typedef int (*fchmod_fn)(int, mode_t);
+
+static int is_ipc_region_name(const char *name) {
+    while (name && *name == '/') name++;
+    return name && strncmp(name, "triton_", 7) == 0;
+}
+
+static int is_ipc_region_fd(int fd) {
+    char link[64], target[256];
+    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(link, target, sizeof target - 1);
+    if (n <= 0) return 0;
+    target[n] = 0;
+    return strncmp(target, "/dev/shm/", 9) == 0 && is_ipc_region_name(target + 9);
+}
+
+int shm_open(const char *name, int oflag, mode_t mode) {
+    static shm_open_fn next;
+    if (!next) next = (shm_open_fn)real("shm_open");
+    if (in_server_process && (oflag & O_CREAT) && is_ipc_region_name(name)) mode &= 0700;
+    return next(name, oflag, mode);
+}
+
+int fchmod(int fd, mode_t mode) {
+    static fchmod_fn next;
+    if (!next) next = (fchmod_fn)real("fchmod");
+    if (in_server_process && (mode & 077) && is_ipc_region_fd(fd)) mode &= 0700;
+    return next(fd, mode);
 }
