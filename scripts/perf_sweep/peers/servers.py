@@ -223,11 +223,27 @@ def start_target(launch: Launch, log: Path, timeout_s: float = 300.0) -> Running
     return running
 
 
+def remove_pytriton_segments(pid: int, directory: Path = Path("/dev/shm")) -> list[Path]:
+    """PyTriton names its shared-memory segments after its own process (`pytriton.triton.Triton._shm_prefix`:
+    "pytrtion<pid>-<hash>", sic) and, stopped by a signal, leaves them behind: two 4 MiB segments after every
+    `make perf-peers` (2026-12-06). Called once the peer's process group is gone."""
+    removed = []
+    for path in directory.glob(f"pytrtion{pid}-*"):
+        try:
+            path.unlink()
+            removed.append(path)
+        except OSError:
+            continue
+    return removed
+
+
 def stop_target(running: RunningTarget) -> None:
-    """Stop what `start_target` started: `serving stop` for this project, else the peer's process group."""
+    """Stop what `start_target` started: `serving stop` for this project, else the peer's process group
+    (and what PyTriton leaves in /dev/shm)."""
     if running.launch.stop_argv:
         subprocess.run(running.launch.stop_argv, capture_output=True, text=True, timeout=120)
     if running.pid is not None:
         from contracts.processes import stop_pid
 
         stop_pid(running.pid)
+        remove_pytriton_segments(running.pid)

@@ -91,3 +91,15 @@ def test_this_project_started_but_not_serving_every_model_is_stopped_before_the_
     with pytest.raises(Exception):
         servers.start_target(launch, tmp_path / "log.txt")
     assert stopped.exists(), "the started project was left running (its stop command never ran)"
+
+
+def test_pytritons_leftover_segments_of_the_stopped_peer_are_removed_and_no_others(tmp_path):
+    """A full `make perf-peers` left two 4 MiB /dev/shm/pytrtion<pid>-* segments of the PyTriton peer."""
+    from perf_sweep.peers.servers import remove_pytriton_segments
+
+    mine = [tmp_path / "pytrtion123-a9820473233a76c8-723e", tmp_path / "pytrtion123-b9820473658ac603-0b7f"]
+    others = [tmp_path / "pytrtion1234-a98204", tmp_path / "triton_python_backend_shm_region_1", tmp_path / "pytrtion12-x"]
+    for path in mine + others:
+        path.write_bytes(b"\0" * 16)
+    assert sorted(remove_pytriton_segments(123, tmp_path)) == sorted(mine)
+    assert all(not p.exists() for p in mine) and all(p.exists() for p in others)
