@@ -104,6 +104,8 @@ class AbContext:
     limit: float
     peak: float
     knee: Mapping[str, Any] | None
+    #: False: the served sweep measured no level, and `peak` is ASSUMED_PEAK (the report says so)
+    peak_measured: bool = True
 
     @property
     def operating_rate(self) -> float:
@@ -139,9 +141,10 @@ def run_ab_block(spec, endpoint, prepared, main_knee: Mapping[str, Any], opts, f
         progress(f"[perf] A/B block skipped: {exc}")
         return out
     out.results["ab_notes"] = [f"Temporary server {pinning}; variants: " + ", ".join(map(_describe_variant, variants)) + "."]
+    measured_peak = (main_knee.get("peak") or {}).get("throughput")
     ctx = AbContext(spec, model, prepared, opts, folder, progress, variants, find_perf_analyzer(), perf_analyzer_environment(),
                     dict(url=grpc, input_data=prepared.path, measurement=opts.measurement, metrics_url=metrics),
-                    best.throughput, (main_knee.get("peak") or {}).get("throughput") or ASSUMED_PEAK, main_knee.get("knee"))
+                    best.throughput, measured_peak or ASSUMED_PEAK, main_knee.get("knee"), peak_measured=bool(measured_peak))
     try:
         _measure(out, ctx)
     finally:
@@ -320,7 +323,7 @@ def _delay_sweep(out: AbOutcome, ctx: AbContext) -> None:
     choice = choose_max_queue_delay(points)
     table = ["| max_queue_delay | infer/s | P99 ms |", "|---:|---:|---:|"]
     table += [f"| {p.delay_us / 1000:g} ms | {p.throughput:.1f} | {p.p99_ms:.2f} |" for p in choice.points]
-    basis = ("knee" if ctx.knee else "peak; knee not reached") if ctx.peak != ASSUMED_PEAK else \
+    basis = ("knee" if ctx.knee else "peak; knee not reached") if ctx.peak_measured else \
         f"peak, taken as {ASSUMED_PEAK:g} infer/s: the served sweep measured no level"
     text = (f"Poisson load at {rate:g} req/s (80% of the served {basis}). Chosen: **{choice.chosen.delay_us} us** "
             f"({choice.rule}).\n\n" + "\n".join(table))
