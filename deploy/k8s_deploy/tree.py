@@ -15,7 +15,8 @@ from contracts.serving_spec import ServingSpec
 
 from k8s_deploy.gpu import render_device_plugin_config, render_gpu_patch, uses_mps
 from k8s_deploy.monitoring import QUEUE_METRIC, render_adapter_values, render_prometheus_rule, render_service_monitor
-from k8s_deploy.workload import plan_deployment, render_deployment, render_hpa, render_pdb, render_services, resource_name
+from k8s_deploy.workload import (plan_deployment, render_deployment, render_hpa, render_network_policy, render_pdb,
+                                 render_services, resource_name)
 
 DEPLOY_ROOT = Path(__file__).resolve().parents[1]
 #: The folders whose every file is generated (a stray file there is reported as stale).
@@ -33,7 +34,8 @@ def render_documents(spec: ServingSpec, thresholds: AlertThresholds = AlertThres
     for part in cpu.plan.partitions:
         name = f"{resource_name(part.name)}.yaml"
         files[f"kustomize/base/{name}"] = [render_deployment(cpu, part), *render_services(part, thresholds.job),
-                                           render_pdb(part), render_hpa(cpu, part, QUEUE_METRIC)]
+                                           render_pdb(part), render_hpa(cpu, part, QUEUE_METRIC),
+                                           render_network_policy(spec, part)]
         base.append(name)
     # The pods meet the "restricted" Pod Security Standard (non-root, no privilege escalation, every
     # capability dropped, RuntimeDefault seccomp, emptyDir volumes only): the namespace enforces it.

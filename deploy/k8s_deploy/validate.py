@@ -9,7 +9,8 @@
    the `cloudcoil-models-prometheus-operator` models (v0.80.1 CRDs: types, enums, patterns such as
    durations), strictly: a field the schema does not know is an error, not silently dropped.
 5. Cross-references a schema cannot see: HPA -> Deployment and the adapter's metric, Service and PDB
-   selectors -> pod labels, `$(VAR)` in arguments -> the container's env, Guaranteed QoS.
+   selectors -> pod labels, `$(VAR)` in arguments -> the container's env, Guaranteed QoS; every pod
+   under a NetworkPolicy whose named ports exist, and every port a Service routes to admitted by it.
 6. `promtool check rules` on the PrometheusRule's groups and on the adapter's queries (its series
    query and its metrics query with the adapter's label matchers substituted), as recording rules.
 """
@@ -139,6 +140,7 @@ def check_references(docs: list[dict[str, Any]], adapter_metric: str = QUEUE_MET
             selector = spec["selector"] if kind == "Service" else spec["selector"]["matchLabels"]
             if not any(_labels_match(selector, labels) for labels in pod_labels):
                 errors.append(f"{_name(doc)}: selector {selector} matches no pod template")
+    errors += check_network_policies(docs)
     for name, deployment in deployments.items():
         pod = deployment["spec"]["template"]["spec"]
         if not _labels_match(deployment["spec"]["selector"]["matchLabels"], deployment["spec"]["template"]["metadata"]["labels"]):
@@ -157,6 +159,45 @@ def check_references(docs: list[dict[str, Any]], adapter_metric: str = QUEUE_MET
                 errors.append(f"Deployment/{name}: requests {requests} != limits {limits}: not Guaranteed QoS")
             if not re.fullmatch(r"[1-9][0-9]*", str((limits or {}).get("cpu", ""))):
                 errors.append(f"Deployment/{name}: cpu {(limits or {}).get('cpu')!r} is not whole CPUs (static CPU manager)")
+    return errors
+
+
+def check_network_policies(docs: list[dict[str, Any]]) -> list[str]:
+    """Every pod template is selected by a NetworkPolicy; the policies' named ports are its container
+    ports; and every port a Service routes to is admitted by some ingress rule of a policy selecting
+    its pods (a policy that left one out would make the Service a silent black hole: clients or
+    Prometheus time out while every pod is Ready)."""
+    errors: list[str] = []
+    policies = [d for d in docs if d["kind"] == "NetworkPolicy"]
+    templates = [d["spec"]["template"] for d in docs if d["kind"] == "Deployment"]
+
+    def container_ports(template: dict[str, Any]) -> set[str]:
+        return {p["name"] for c in template["spec"]["containers"] for p in c.get("ports", []) if "name" in p}
+
+    def selecting(template: dict[str, Any]) -> list[dict[str, Any]]:
+        return [p for p in policies if _labels_match(p["spec"]["podSelector"].get("matchLabels", {}),
+                                                     template["metadata"]["labels"])]
+
+    for template in templates:
+        name = template["metadata"]["labels"].get("app.kubernetes.io/instance", "?")
+        if not selecting(template):
+            errors.append(f"pods of {name}: no NetworkPolicy selects them (every pod of the cluster reaches every port)")
+        for policy in selecting(template):
+            named = {port["port"] for rule in policy["spec"].get("ingress", []) for port in rule.get("ports", [])
+                     if isinstance(port.get("port"), str)}
+            if named - container_ports(template):
+                errors.append(f"{_name(policy)}: admits ports {sorted(named - container_ports(template))} that the pods "
+                              f"of {name} do not name (they name {sorted(container_ports(template))})")
+    for service in (d for d in docs if d["kind"] == "Service"):
+        for template in templates:
+            if not _labels_match(service["spec"]["selector"], template["metadata"]["labels"]):
+                continue
+            admitted = {port["port"] for policy in selecting(template) for rule in policy["spec"].get("ingress", [])
+                        for port in rule.get("ports", []) if rule.get("from")}
+            for port in service["spec"]["ports"]:
+                if port.get("targetPort") not in admitted:
+                    errors.append(f"{_name(service)}: routes port {port.get('name')} to {port.get('targetPort')!r}, which no "
+                                  f"NetworkPolicy of its pods admits: its clients would time out")
     return errors
 
 

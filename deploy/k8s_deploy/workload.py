@@ -1,4 +1,5 @@
-"""One partition -> its pods: Deployment, Services, PodDisruptionBudget, HorizontalPodAutoscaler.
+"""One partition -> its pods: Deployment, Services, PodDisruptionBudget, HorizontalPodAutoscaler,
+NetworkPolicy.
 
 Pure functions of the parsed serving.toml and the partition plan `contracts.partition_plan` makes
 for one node of `[kubernetes] node_cpus` CPUs, so a partition gets the same whole cores, ONNX
@@ -300,5 +301,42 @@ def render_hpa(deploy: DeployPlan, part: PlannedPartition, metric_name: str) -> 
                 "scaleUp": {"stabilizationWindowSeconds": 0,
                             "policies": [{"type": "Percent", "value": 100, "periodSeconds": 30}]},
             },
+        },
+    }
+
+
+#: The namespace label the API server sets on every namespace (Kubernetes >= 1.22): selects one by name.
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
+
+
+def render_network_policy(spec: ServingSpec, part: PlannedPartition) -> dict[str, Any]:
+    """Who may reach a partition's pods: clients on the inference ports, Prometheus on metrics, no one else.
+
+    Without one, every pod of the cluster reached every port (Kubernetes admits all traffic to a pod
+    no policy selects): a compromised pod anywhere could send a partition's server what it liked.
+    Admitted: the inference ports (by the container ports' names) from the pods of the serving
+    namespace and of `[kubernetes] client_namespaces`; the metrics port from
+    `[kubernetes] prometheus_namespace`. Egress: none. Triton, the backend stubs and the model code
+    call nothing outside the pod (the stubs talk to the server through /dev/shm, the liveness probe
+    over loopback, which no policy governs), so model code that tried to send data out is refused.
+    The kubelet's probes come from the node, which a NetworkPolicy does not restrict. Enforced only
+    where the cluster's network plugin implements NetworkPolicy (Calico, Cilium, ...)."""
+    k8s = spec.kubernetes
+    clients: list[dict[str, Any]] = [{"podSelector": {}}]
+    if k8s.client_namespaces:
+        clients.append({"namespaceSelector": {"matchExpressions": [
+            {"key": NAMESPACE_NAME_LABEL, "operator": "In", "values": list(k8s.client_namespaces)}]}})
+    return {
+        "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+        "metadata": {"name": resource_name(part.name), "labels": common_labels(part.name)},
+        "spec": {
+            "podSelector": {"matchLabels": selector_labels(part.name)},
+            "policyTypes": ["Ingress", "Egress"],
+            "ingress": [
+                {"from": clients, "ports": [{"port": "http", "protocol": "TCP"}, {"port": "grpc", "protocol": "TCP"}]},
+                {"from": [{"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: k8s.prometheus_namespace}}}],
+                 "ports": [{"port": "metrics", "protocol": "TCP"}]},
+            ],
+            "egress": [],
         },
     }

@@ -98,6 +98,12 @@ class KubernetesSettings:
     gpu_resource: str = "nvidia.com/gpu"
     #: The `release` label the Prometheus Operator's Prometheus selects ServiceMonitors and rules by.
     prometheus_release: str = "kube-prometheus-stack"
+    #: The namespace Prometheus runs in: the only one whose pods the rendered NetworkPolicy lets reach
+    #: a pod's metrics port (kube-prometheus-stack's usual namespace).
+    prometheus_namespace: str = "monitoring"
+    #: Namespaces whose pods may call the inference ports (HTTP and gRPC), besides `namespace`'s own
+    #: pods: your clients', an ingress controller's. Every other pod of the cluster is refused.
+    client_namespaces: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.namespace, str) or not DNS_LABEL.fullmatch(self.namespace):
@@ -115,10 +121,19 @@ class KubernetesSettings:
         if not isinstance(self.prometheus_release, str) or not DNS_LABEL.fullmatch(self.prometheus_release):
             raise ConfigError(f"`kubernetes.prometheus_release` = {self.prometheus_release!r}: allowed a label value "
                               f"(lowercase letters, digits and '-').")
+        if not isinstance(self.prometheus_namespace, str) or not DNS_LABEL.fullmatch(self.prometheus_namespace):
+            raise ConfigError(f"`kubernetes.prometheus_namespace` = {self.prometheus_namespace!r}: allowed a namespace "
+                              f"name (a DNS-1123 label: lowercase letters, digits and '-').")
+        if (not isinstance(self.client_namespaces, tuple)
+                or not all(isinstance(n, str) and DNS_LABEL.fullmatch(n) for n in self.client_namespaces)
+                or len(set(self.client_namespaces)) != len(self.client_namespaces)):
+            raise ConfigError(f"`kubernetes.client_namespaces` = {self.client_namespaces!r}: allowed a list of distinct "
+                              f"namespace names (DNS-1123 labels), e.g. [\"shop\", \"ingress-nginx\"]; [] admits only "
+                              f"the pods of `kubernetes.namespace`.")
 
 
 _KUBERNETES_KEYS = {"namespace", "node_cpus", "memory_overhead_mb", "startup_allowance_s", "model_repository_image",
-                    "gpu_resource", "prometheus_release"}
+                    "gpu_resource", "prometheus_release", "prometheus_namespace", "client_namespaces"}
 
 
 def autoscaling_from_table(partition: str, table: Any) -> Autoscaling:
@@ -137,4 +152,6 @@ def kubernetes_from_table(table: Any) -> KubernetesSettings:
     unknown = set(table) - _KUBERNETES_KEYS
     if unknown:
         raise ConfigError(f"`kubernetes` has unknown keys {sorted(unknown)}; allowed: {sorted(_KUBERNETES_KEYS)}.")
+    if isinstance(table.get("client_namespaces"), list):  # TOML's array; the frozen field is a tuple
+        table = {**table, "client_namespaces": tuple(table["client_namespaces"])}
     return KubernetesSettings(**table)

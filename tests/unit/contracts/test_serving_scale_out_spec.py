@@ -76,6 +76,10 @@ def test_a_queue_target_within_the_batching_window_is_rejected_since_idle_pods_a
     ({"gpu_resource": "amd.com/gpu"}, r"`kubernetes.gpu_resource` = 'amd.com/gpu': allowed 'nvidia.com/gpu'"),
     ({"model_repository_image": "repo/img:tag; rm -rf /"}, r"`kubernetes.model_repository_image` = .*: allowed an image reference"),
     ({"replicas": 3}, r"`kubernetes` has unknown keys \['replicas'\]"),
+    ({"prometheus_namespace": "Monitoring"}, r"`kubernetes.prometheus_namespace` = 'Monitoring': allowed a namespace name"),
+    ({"client_namespaces": "shop"}, r"`kubernetes.client_namespaces` = 'shop': allowed a list of distinct namespace names"),
+    ({"client_namespaces": ["shop", "shop"]}, r"`kubernetes.client_namespaces` = \('shop', 'shop'\): allowed a list of distinct"),
+    ({"client_namespaces": ["shop", "Bad_NS"]}, r"allowed a list of distinct namespace names \(DNS-1123 labels\)"),
 ])
 def test_invalid_kubernetes_settings_name_the_field_and_what_is_allowed(kubernetes, message):
     with pytest.raises(ConfigError, match=message):
@@ -84,3 +88,11 @@ def test_invalid_kubernetes_settings_name_the_field_and_what_is_allowed(kubernet
 
 def test_a_mig_slice_is_an_allowed_gpu_resource():
     assert spec_with(kubernetes={"gpu_resource": "nvidia.com/mig-3g.40gb"}).kubernetes.gpu_resource == "nvidia.com/mig-3g.40gb"
+
+
+def test_client_namespaces_are_read_as_a_tuple_and_default_to_none():
+    assert KubernetesSettings().client_namespaces == ()
+    spec = spec_with(kubernetes={"client_namespaces": ["shop", "ingress-nginx"], "prometheus_namespace": "observability"})
+    assert spec.kubernetes.client_namespaces == ("shop", "ingress-nginx")
+    assert spec.kubernetes.prometheus_namespace == "observability"
+    hash(spec.kubernetes)  # frozen and hashable, like every other settings object

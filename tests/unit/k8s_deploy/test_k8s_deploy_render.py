@@ -310,3 +310,30 @@ def test_a_partition_serving_a_generative_model_drains_for_its_longest_stream_an
     assert deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] >= 305
     with pytest.raises(Exception, match=r"partitions.main.autoscaling.drain_s.*between 1 and 3600"):
         Autoscaling(partition="main", drain_s=0)
+
+
+def test_each_partitions_pods_admit_clients_on_inference_ports_prometheus_on_metrics_and_send_nothing_out(serving_spec):
+    """Without a NetworkPolicy every pod of the cluster reached every port of the partitions (a request
+    that crashed a server was reachable cluster-wide). Each partition's policy selects exactly its pods."""
+    import dataclasses
+
+    from k8s_deploy.workload import NAMESPACE_NAME_LABEL, selector_labels
+
+    spec = dataclasses.replace(serving_spec, kubernetes=dataclasses.replace(
+        serving_spec.kubernetes, client_namespaces=("shop", "ingress-nginx"), prometheus_namespace="observability"))
+    for part in plan_deployment(spec).plan.partitions:
+        docs = base_docs(spec, part.name)
+        (policy,) = by_kind(docs, "NetworkPolicy")
+        assert policy["spec"]["podSelector"] == {"matchLabels": selector_labels(part.name)}
+        assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"] and policy["spec"]["egress"] == []
+        inference, metrics = policy["spec"]["ingress"]
+        assert {p["port"] for p in inference["ports"]} == {"http", "grpc"}
+        assert inference["from"] == [{"podSelector": {}}, {"namespaceSelector": {"matchExpressions": [
+            {"key": NAMESPACE_NAME_LABEL, "operator": "In", "values": ["shop", "ingress-nginx"]}]}}]
+        assert metrics == {"from": [{"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: "observability"}}}],
+                           "ports": [{"port": "metrics", "protocol": "TCP"}]}
+        named = {p["name"] for p in container(by_kind(docs, "Deployment")[0])["ports"]}
+        assert {p["port"] for rule in policy["spec"]["ingress"] for p in rule["ports"]} == named
+    # The committed default: only the serving namespace's own pods call the inference ports.
+    (policy,) = by_kind(base_docs(serving_spec, "main"), "NetworkPolicy")
+    assert policy["spec"]["ingress"][0]["from"] == [{"podSelector": {}}]

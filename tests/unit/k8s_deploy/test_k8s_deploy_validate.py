@@ -32,7 +32,8 @@ def test_kubernetes_versions_start_at_1_30():
 def test_every_rendered_core_object_passes_the_strict_schemas(docs):
     core = [d for path, ds in docs.items() if path.startswith("kustomize/base") for d in ds
             if not d["apiVersion"].startswith("monitoring.coreos.com/") and d["kind"] != "Kustomization"]
-    assert {d["kind"] for d in core} == {"Deployment", "Service", "PodDisruptionBudget", "HorizontalPodAutoscaler", "Namespace"}
+    assert {d["kind"] for d in core} == {"Deployment", "Service", "PodDisruptionBudget", "HorizontalPodAutoscaler", "NetworkPolicy",
+                                          "Namespace"}
     assert [e for d in core for e in check_core_schema(d)] == []
 
 
@@ -55,6 +56,10 @@ def test_strict_schema_rejects_an_unknown_field_and_a_wrong_type_in_every_versio
     (lambda d: d[0]["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"].update(cpu="2"), "not Guaranteed QoS"),
     (lambda d: [d[0]["spec"]["template"]["spec"]["containers"][0]["resources"][k].update(cpu="1500m") for k in ("requests", "limits")],
      "'1500m' is not whole CPUs"),
+    (lambda d: d[5]["spec"]["ingress"].pop(), "routes port metrics to 'metrics', which no NetworkPolicy of its pods admits"),
+    (lambda d: d[5]["spec"]["podSelector"]["matchLabels"].update({"app.kubernetes.io/instance": "triton-other"}),
+     "pods of triton-main: no NetworkPolicy selects them"),
+    (lambda d: d[5]["spec"]["ingress"][0]["ports"][0].update(port="https"), "admits ports ['https'] that the pods of triton-main"),
 ])
 def test_reference_checks_catch_what_schemas_cannot(docs, break_it, message):
     broken = main_docs(docs)
@@ -92,7 +97,7 @@ def test_the_committed_tree_passes_every_check():
     assert report[0].startswith("OK committed files") and len(report) == 4
     # the committed serving.toml serves every model on the CPU: its gpu overlay patches nothing, so the
     # GPU patches are checked on the same serving.toml with every model on the GPU
-    assert report[3].startswith("OK kustomize/overlays/gpu with every model on the GPU") and "13 objects" in report[3]
+    assert report[3].startswith("OK kustomize/overlays/gpu with every model on the GPU") and "15 objects" in report[3]  # 2 partitions x 6 + namespace + 2 monitors
 
 
 def test_validation_tools_stay_out_of_the_site_packages_the_text_corpus_is_read_from():

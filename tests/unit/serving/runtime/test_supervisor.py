@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -208,6 +209,13 @@ def test_only_a_supervisor_of_this_run_folder_is_taken_for_ours(tmp_path):
     ours = subprocess.Popen([*sleeper, "--run-dir", str(layout.run_dir)])
     theirs = subprocess.Popen([*sleeper, "--run-dir", str(tmp_path / "elsewhere" / "run")])
     try:
+        # Popen can return inside the child's execve, before the kernel has set its new arguments
+        # (vfork resumes the parent once the old memory is released): /proc/<pid>/cmdline is empty for
+        # that moment, which failed this test once under load. A supervisor `make stop` finds has run long.
+        for child in (ours, theirs):
+            deadline = time.monotonic() + 10
+            while b"supervise" not in Path(f"/proc/{child.pid}/cmdline").read_bytes() and time.monotonic() < deadline:
+                time.sleep(0.01)
         assert is_run_supervisor(ours.pid, layout) and not is_run_supervisor(theirs.pid, layout)
         assert not is_run_supervisor(None, layout)
     finally:
