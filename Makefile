@@ -8,6 +8,11 @@ SHELL := /bin/bash
 # 6.0 s without bytecode vs 2.9 s with it, sklearn 4.0 vs 1.7 s, a backend stub's imports
 # 0.63 vs 0.54 s; `make test` starts the build, pytest, dozens of servers and their stubs.
 unexport PYTHONDONTWRITEBYTECODE
+# ONNX Runtime >= 1.29 records telemetry for upload to Microsoft (a device id and an event queue under
+# ~/.cache/Microsoft/) unless this is set before it initializes; every process make starts (builds,
+# servers, peers, tests) inherits it. An operator who wants it sets ORT_DISABLE_TELEMETRY=0.
+# The Python entry points and the server's launcher set the same default (contracts/onnx_sessions.py).
+export ORT_DISABLE_TELEMETRY ?= 1
 
 PYTHON_BOOT ?= python3
 VENV        ?= .venv

@@ -11,6 +11,12 @@ from typing import Callable
 
 import pytest
 
+from contracts.onnx_sessions import keep_onnxruntime_offline
+
+#: Before any test imports onnxruntime: no telemetry from the tests' in-process sessions either, and the
+#: servers they start inherit it (the launcher sets it too: test_onnxruntime_telemetry.py).
+keep_onnxruntime_offline()
+
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 REPOSITORY = PROJECT_ROOT / "model_repository"
 SERVING_CONFIG = REPOSITORY / "serving.toml"

@@ -121,6 +121,9 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from contracts.onnx_sessions import keep_onnxruntime_offline
+
+    keep_onnxruntime_offline()  # before anything imports onnxruntime (validation, calibration, sizing)
     parser = argparse.ArgumentParser(prog="model_build", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     build = sub.add_parser("build", help="build and install every model in the serving configuration")

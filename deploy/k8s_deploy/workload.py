@@ -21,6 +21,7 @@ from typing import Any
 from serving.runtime.launcher import partition_server_settings, with_server_overrides
 from serving.runtime.native import preload_variables, wanted_helpers
 from serving.runtime.server import SERVER_STACK_LIMIT_BYTES, ServerSettings
+from contracts.onnx_sessions import keep_onnxruntime_offline
 from contracts.partition_plan import PartitionPlan, PlannedPartition, plan_partitions
 from serving.runtime.security import ARGV_DECOY_ENV, ARGV_SECRET_ENV, AdminKey
 from contracts.serving_spec import CpuPlacement, ServingSpec
@@ -146,12 +147,14 @@ def termination_grace_s(settings: ServerSettings) -> int:
 
 
 def container_env(plan: PartitionPlan, part: PlannedPartition) -> list[dict[str, Any]]:
-    """The partition's variables, the stub's PYTHONPATH, the preloaded helpers as the host's servers
-    get them (the condition-wait cap that keeps Triton 2.51's batcher from stalling, the gzip
-    level, the request guard), and the admin key from the Secret for the guard to put in place of the
+    """The partition's variables, the stub's PYTHONPATH, ONNX Runtime's telemetry opt-out, the
+    preloaded helpers as the host's servers get them (the condition-wait cap that keeps Triton
+    2.51's batcher from stalling, the gzip level, the request guard), and the admin key from the Secret for the guard to put in place of the
     arguments' decoy."""
     env = [{"name": k, "value": v} for k, v in sorted(part.environment().items())]
     env.append({"name": "PYTHONPATH", "value": PYTHONPATH})
+    # ONNX Runtime's telemetry off in every backend stub, as on a host (contracts.onnx_sessions)
+    env += [{"name": k, "value": v} for k, v in keep_onnxruntime_offline({}).items()]
     helpers = preload_variables(wanted_helpers(plan.cond_wait_cap_us, plan.http_gzip_level),
                                 lambda helper: NATIVE_LIBRARY_DIR / helper.library.name)
     env += [{"name": k, "value": v} for k, v in helpers.items()]

@@ -8,8 +8,32 @@ same graph fusions (`disabled_fusions`), so what is validated and compared is wh
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
-from typing import Sequence
+from typing import MutableMapping, Sequence
+
+#: ONNX Runtime's opt-out of its own telemetry, read once, when the runtime initializes (in Python:
+#: at `import onnxruntime`). See `keep_onnxruntime_offline`.
+TELEMETRY_OPT_OUT_ENV = "ORT_DISABLE_TELEMETRY"
+
+
+def keep_onnxruntime_offline(env: MutableMapping[str, str] | None = None) -> MutableMapping[str, str]:
+    """Opt ONNX Runtime out of its telemetry in `env` (default: this process's environment, before
+    anything imports onnxruntime) unless the variable is already set (`0`: an operator opting in).
+
+    Why: ONNX Runtime 1.29 added 1DS telemetry on Linux (microsoft/onnxruntime#27379), on by default in
+    the PyPI wheels. Measured here with 1.32.0: every process that opened a session wrote a persistent
+    device id and queued events for upload to Microsoft (ProcessInfo with the executable's path, OS,
+    CPU model and container detection; session creation, model load, runtime errors, aggregate run
+    times) in an SQLite file under `~/.cache/Microsoft/DeveloperTools/.onnxruntime/`, 2.9 MB and 2,378
+    events after a few days of this project's servers, builds and tests. This project sends nothing
+    but loopback traffic, and a pod's root filesystem is no place for a growing cache. With
+    `ORT_DISABLE_TELEMETRY=1` set before initialization, ONNX Runtime creates no uploader, event,
+    device id or cache. Set where a process starts: the server's environment (every backend stub
+    inherits it), the pods', the Makefile, the command-line entry points and the tests."""
+    target = os.environ if env is None else env
+    target.setdefault(TELEMETRY_OPT_OUT_ENV, "1")
+    return target
 
 
 def served_session_options(intra_op_threads: int = 0, spin_within_run: bool = False):

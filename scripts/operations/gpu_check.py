@@ -208,6 +208,9 @@ def run_checks(config: Path, repository: Path, artifacts: Path, out: Callable[[s
 
 def main(argv: list[str] | None = None) -> int:
     from contracts.layout import ARTIFACTS_DIR, MODEL_REPOSITORY, SERVING_CONFIG
+    from contracts.onnx_sessions import keep_onnxruntime_offline
+
+    keep_onnxruntime_offline()  # before the CUDA provider's session imports onnxruntime
 
     parser = argparse.ArgumentParser(prog="operations.gpu_check", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", type=Path, default=SERVING_CONFIG)

@@ -98,6 +98,10 @@ def _analyzer(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     import sysconfig
 
+    from contracts.onnx_sessions import keep_onnxruntime_offline
+
+    keep_onnxruntime_offline()  # before anything imports onnxruntime (in-process limits, peers, padding report)
+
     from perf_sweep.campaign import PROJECT_ROOT
 
     parser = argparse.ArgumentParser(prog="perf_sweep", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

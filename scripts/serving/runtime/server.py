@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 
 from contracts.errors import ServerStartError
 from contracts.layout import SOURCE_DIRS
+from contracts.onnx_sessions import keep_onnxruntime_offline
 from contracts.shared_memory import (
     remove_server_shared_files, remove_triton_shm_regions, triton_shm_regions, with_mapped_regions,
 )
@@ -126,6 +127,7 @@ def server_environment(installation: TritonInstallation, base: Mapping[str, str]
     # the server takes the admin key from its restricted-API flags; its environment, which every
     # backend stub and so every model's Python code inherits, does not need to carry it
     env.pop(ADMIN_KEY_ENV, None)
+    keep_onnxruntime_offline(env)  # the backend stubs load ONNX Runtime: no telemetry, no ~/.cache writes
     lib_dirs = [sysconfig.get_config_var("LIBDIR") or "", *map(str, installation.library_dirs)]
     existing = env.get("LD_LIBRARY_PATH", "")
     env["LD_LIBRARY_PATH"] = ":".join([d for d in lib_dirs if d] + ([existing] if existing else []))

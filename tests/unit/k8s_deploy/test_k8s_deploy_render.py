@@ -337,3 +337,13 @@ def test_each_partitions_pods_admit_clients_on_inference_ports_prometheus_on_met
     # The committed default: only the serving namespace's own pods call the inference ports.
     (policy,) = by_kind(base_docs(serving_spec, "main"), "NetworkPolicy")
     assert policy["spec"]["ingress"][0]["from"] == [{"podSelector": {}}]
+
+
+def test_every_pod_runs_onnxruntime_without_its_telemetry(serving_spec):
+    """ONNX Runtime >= 1.29 queues telemetry for Microsoft under $HOME unless told not to before it starts
+    (contracts.onnx_sessions): the backend stubs inherit the container's environment."""
+    from contracts.onnx_sessions import TELEMETRY_OPT_OUT_ENV
+
+    for part in plan_deployment(serving_spec).plan.partitions:
+        env = container(by_kind(base_docs(serving_spec, part.name), "Deployment")[0])["env"]
+        assert {"name": TELEMETRY_OPT_OUT_ENV, "value": "1"} in env
