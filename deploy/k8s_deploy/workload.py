@@ -50,6 +50,12 @@ ARGV_KEY_DECOY = "pod0admin0key0decoy0replaced0by0the0request0guard"
 NATIVE_LIBRARY_DIR = SERVING_ROOT / "lib"
 #: Python-backend stubs talk to the server through /dev/shm; a container's default is 64 MiB.
 SHM_SIZE_MB = 256
+#: The root filesystem is read-only (`readOnlyRootFilesystem`); what tritonserver writes goes to these
+#: emptyDirs: /dev/shm (the stubs' IPC) and /tmp (Triton's Python backend makes a python_env_* folder
+#: per Python-based backend there). Nothing else: tests/integration/test_read_only_root.py serves
+#: with every other mount read-only.
+WRITABLE_PATHS = ("/tmp", "/dev/shm")
+TMP_SIZE_MB = 64
 PROBE_PERIOD_S = 5
 
 
@@ -200,6 +206,10 @@ def container_probes(deploy: DeployPlan, part: PlannedPartition) -> dict[str, An
     }
 
 
+#: Both containers: no privilege escalation, no capability, nothing written outside the emptyDirs.
+CONTAINER_SECURITY = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "readOnlyRootFilesystem": True}
+
+
 def render_container(deploy: DeployPlan, part: PlannedPartition) -> dict[str, Any]:
     return {
         "name": CONTAINER, "image": TRITON_IMAGE, "imagePullPolicy": "IfNotPresent",
@@ -211,8 +221,8 @@ def render_container(deploy: DeployPlan, part: PlannedPartition) -> dict[str, An
         **container_probes(deploy, part),
         "lifecycle": {"preStop": {"exec": {"command": ["sleep", str(PRE_STOP_SLEEP_S)]}}},
         "volumeMounts": [{"name": "serving", "mountPath": str(SERVING_ROOT), "readOnly": True},
-                         {"name": "dshm", "mountPath": "/dev/shm"}],
-        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+                         {"name": "tmp", "mountPath": WRITABLE_PATHS[0]}, {"name": "dshm", "mountPath": WRITABLE_PATHS[1]}],
+        "securityContext": CONTAINER_SECURITY,
     }
 
 
@@ -223,7 +233,7 @@ def render_init_container(deploy: DeployPlan) -> dict[str, Any]:
         "imagePullPolicy": "IfNotPresent", "command": ["cp", "-a", "/opt/serving/.", f"{SERVING_ROOT}/"],
         "resources": {"requests": {"cpu": "1", "memory": "256Mi"}, "limits": {"cpu": "1", "memory": "256Mi"}},
         "volumeMounts": [{"name": "serving", "mountPath": str(SERVING_ROOT)}],
-        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+        "securityContext": CONTAINER_SECURITY,  # `cp` writes only into the emptyDir
     }
 
 
@@ -233,6 +243,7 @@ def render_deployment(deploy: DeployPlan, part: PlannedPartition) -> dict[str, A
         "initContainers": [render_init_container(deploy)],
         "containers": [render_container(deploy, part)],
         "volumes": [{"name": "serving", "emptyDir": {}},
+                    {"name": "tmp", "emptyDir": {"sizeLimit": f"{TMP_SIZE_MB}Mi"}},
                     {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{SHM_SIZE_MB}Mi"}}],
         "terminationGracePeriodSeconds": termination_grace_s(pod_server_settings(deploy, part, deploy.gpu)),
         # Model code has no use for the Kubernetes API: no service-account token in the pods.

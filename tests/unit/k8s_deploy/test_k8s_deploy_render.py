@@ -272,7 +272,8 @@ def test_pods_meet_the_restricted_pod_security_standard_their_namespace_enforces
         assert pod["automountServiceAccountToken"] is False  # model code has no use for the API
         assert all("emptyDir" in v for v in pod["volumes"])
         for c in pod["initContainers"] + pod["containers"]:
-            assert c["securityContext"] == {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+            assert c["securityContext"] == {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
+                                            "readOnlyRootFilesystem": True}  # beyond "restricted": writes go to emptyDirs
             assert not c.get("ports") or all("hostPort" not in p for p in c["ports"])
 
 
@@ -347,3 +348,18 @@ def test_every_pod_runs_onnxruntime_without_its_telemetry(serving_spec):
     for part in plan_deployment(serving_spec).plan.partitions:
         env = container(by_kind(base_docs(serving_spec, part.name), "Deployment")[0])["env"]
         assert {"name": TELEMETRY_OPT_OUT_ENV, "value": "1"} in env
+
+
+def test_the_server_writes_only_to_the_emptydirs_it_mounts_at_tmp_and_dev_shm(serving_spec):
+    """With the root filesystem read-only, the paths the rehearsal keeps writable (test_read_only_root.py)
+    are emptyDirs mounted in the server container; /serving (the model repository) is mounted read-only."""
+    from k8s_deploy.workload import SERVING_ROOT, WRITABLE_PATHS
+
+    for part in plan_deployment(serving_spec).plan.partitions:
+        deployment = by_kind(base_docs(serving_spec, part.name), "Deployment")[0]
+        volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
+        mounts = {m["mountPath"]: m for m in container(deployment)["volumeMounts"]}
+        for path in WRITABLE_PATHS:
+            assert "emptyDir" in volumes[mounts[path]["name"]] and not mounts[path].get("readOnly"), path
+        assert mounts[str(SERVING_ROOT)]["readOnly"] is True
+        assert set(mounts) == {str(SERVING_ROOT), *WRITABLE_PATHS}
