@@ -244,15 +244,17 @@ static long json_depth_feed(struct json_depth *j, unsigned char *bytes, size_t n
     return -1;
 }
 static __thread struct json_depth body_depth;
-/* Set on the thread whose request body was cut short for nesting too deep, until its parse error is answered. */
-static __thread uint64_t deep_body_offset;
-static __thread int deep_body;
-/* Set on the thread whose /generate body had its "stream": true cut short (the 't' made '#'), until its parse
- * error is answered: Triton 2.51's /generate sends its HTTP status with the first of a decoupled model's
- * responses and only then finds that there is more than one, so a streamed request there was answered
- * 200 {"error": "generate expects model to produce exactly 1 response, ..."}. */
-static __thread uint64_t stream_body_offset;
-static __thread int stream_body;
+/* Why the thread's request body had a byte cut short (made '#', so Triton's parser stops there), and the
+ * JSON offset of that byte, until the parse error it causes is answered and rewritten to say why. One
+ * slot: a body is cut at most once (its scan stops at the cut).
+ * - CUT_TOO_DEEP: nesting deeper than max_json_depth (each level takes parser stack).
+ * - CUT_STREAM_TRUE: a /generate body's "stream": true (its 't'). Triton 2.51's /generate sends its HTTP
+ *   status with the first of a decoupled model's responses and only then finds that there is more than
+ *   one, so a streamed request there was answered 200 {"error": "generate expects model to produce
+ *   exactly 1 response, ..."}. */
+enum body_cut { CUT_NONE, CUT_TOO_DEEP, CUT_STREAM_TRUE };
+static __thread enum body_cut cut_reason;
+static __thread uint64_t cut_offset;
 
 /* The next definition of `name`: the server library's. Found in the objects loaded after this one, or
  * else in any other loaded object (a process may have loaded the server library privately,
@@ -974,19 +976,18 @@ TRITONSERVER_Error *TRITONSERVER_ErrorNew(int code, const char *message) {
         snprintf(text, sizeof text, "request body: %s", problem);
         return new_error(ERROR_INVALID_ARG, text);
     }
-    if (enabled && stream_body && is_parse_error_at(code, message, stream_body_offset)) {
-        stream_body = 0;
-        return new_error(ERROR_INVALID_ARG,
-                         "request body: \"stream\": true asks for the text piece by piece, and .../generate answers "
-                         "with exactly one response; expected \"stream\": false (or no \"stream\") at .../generate, "
-                         "or the same body at .../generate_stream (Server-Sent Events, one event per piece)");
-    }
-    if (enabled && deep_body && is_parse_error_at(code, message, deep_body_offset)) {
-        deep_body = 0;
+    if (enabled && cut_reason != CUT_NONE && is_parse_error_at(code, message, cut_offset)) {
+        enum body_cut why = cut_reason;
+        cut_reason = CUT_NONE;
+        if (why == CUT_STREAM_TRUE)
+            return new_error(ERROR_INVALID_ARG,
+                             "request body: \"stream\": true asks for the text piece by piece, and .../generate answers "
+                             "with exactly one response; expected \"stream\": false (or no \"stream\") at .../generate, "
+                             "or the same body at .../generate_stream (Server-Sent Events, one event per piece)");
         char text[512];
         snprintf(text, sizeof text, "request body: its JSON nests deeper than %" PRIu64 " levels of '[' or '{' (byte %"
                  PRIu64 "; SERVING_REQUEST_GUARD_MAX_JSON_DEPTH): each level takes parser stack; expected a KServe "
-                 "v2 JSON body, whose data arrays nest one level per dimension", max_json_depth, deep_body_offset);
+                 "v2 JSON body, whose data arrays nest one level per dimension", max_json_depth, cut_offset);
         return new_error(ERROR_INVALID_ARG, text);
     }
     if (enabled && code == ERROR_INVALID_ARG && message && strncmp(message, "Input must set only one of", 26) == 0 &&
@@ -1182,13 +1183,8 @@ static void http_scan_body_bytes(struct http_scan *h, unsigned char *bytes, size
     if (h->json_left != UINT64_MAX) h->json_left -= take;
     if (bad >= 0) {
         bytes[bad] = '#';
-        if (h->json.stream_true) {
-            stream_body = 1;
-            stream_body_offset = h->json.offset;
-        } else {
-            deep_body = 1;
-            deep_body_offset = h->json.offset;  /* the JSON offset of the replaced byte */
-        }
+        cut_reason = h->json.stream_true ? CUT_STREAM_TRUE : CUT_TOO_DEEP;
+        cut_offset = h->json.offset;  /* the JSON offset of the replaced byte */
     }
 }
 
