@@ -42,7 +42,7 @@ SERVE_ARGS  ?=
 .PHONY: help setup build-engines serve stop status demo test test-unit clean setup-peers-minimal k8s-tools lint-imports gpu-check
 
 help: ## List the targets
-	@awk 'BEGIN {FS = ":.*?## "} /^[a-zA-Z0-9_-]+:.*?## / {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*?## "} /^[a-zA-Z0-9_-]+:.*?## / {printf "  \033[36m%-20s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 setup: $(STAMP) $(if $(filter 1,$(GPU)),$(GPU_STAMP)) ## Create .venv with the pinned dependencies (GPU=1: the GPU set too; a second run does nothing)
 
@@ -77,8 +77,8 @@ serve: setup ## Start one tritonserver per partition under a supervisor (run/); 
 stop: ## Stop everything `make serve` started (supervisor first, then servers, MPS daemon)
 	@if [ -x $(PY) ]; then $(PY) -m serving stop; else echo "nothing to stop (no .venv)"; fi
 
-status: setup ## Show what is running and where
-	$(PY) -m serving status
+status: setup ## Show what is running and where (for scripts: `python -m serving status` exits 1 unless all is ready)
+	@$(PY) -m serving status || true
 
 demo: build-engines ## Set up, build, serve, classify test images and embed texts over HTTP and gRPC, stop
 	$(PY) -m serving serve --config $(SERVING_CONFIG)

@@ -1,7 +1,7 @@
 """`python -m model_client classify ...`: classify PNG files or held-out test samples.
 
 Examples:
-  python -m model_client classify --png digit.png --top-k 3
+  python -m model_client classify --png clients/model_client/examples/digit-7.png --top-k 3
   python -m model_client classify --protocol grpc --test-samples 0:64 --summary
   python -m model_client classify --test-samples 7 --priority 1 --max-attempts 4 --fallback
   python -m model_client embed --protocol grpc --text "Plain text in, a unit vector out."
@@ -26,6 +26,8 @@ from contracts.command_line import run_subcommand
 from contracts.layout import PROJECT_ROOT
 
 DEFAULT_TEST_SPLIT = PROJECT_ROOT / "artifacts" / "digit_classifier" / "test_split.npz"
+#: How many images --summary lists before the accuracy line.
+SUMMARY_ROWS = 8
 
 
 def parse_index_range(text: str, total: int) -> np.ndarray:
@@ -63,14 +65,11 @@ def cmd_classify(args: argparse.Namespace) -> int:
     # Always through the resilient client: it splits the images into requests no larger than
     # serving.toml allows for the priority (the starvation guarantee depends on it) and retries 503s.
     predictions, url = classify_resilient(args, protocol, images)
-    if not args.summary:
-        for i, (name, pred) in enumerate(zip(names, predictions)):
-            shown = "  ".join(f"{c}:{s:.3f}" for c, s in zip(pred.labels, pred.scores))
-            truth = f"  (label {labels[i]})" if labels is not None else ""
-            print(f"{name}: {shown}{truth}")
-    else:
-        for name, pred in list(zip(names, predictions))[:8]:
-            print(f"{name}: {pred.top1} ({pred.scores[0]:.3f})")
+    # --summary: the first SUMMARY_ROWS images, in the same form (--top-k classes, the label), then the accuracy
+    for i, (name, pred) in enumerate(list(zip(names, predictions))[:SUMMARY_ROWS if args.summary else None]):
+        shown = "  ".join(f"{c}:{s:.3f}" for c, s in zip(pred.labels, pred.scores))
+        truth = f"  (label {labels[i]})" if labels is not None else ""
+        print(f"{name}: {shown}{truth}")
     if labels is not None:
         correct = sum(p.top1 == int(t) for p, t in zip(predictions, labels))
         print(f"[{protocol.value}] {args.model} at {url}: accuracy on {len(labels)} test samples: "

@@ -100,3 +100,22 @@ def test_server_down_is_reported_in_one_line(protocol):
         with TritonModelClient(f"127.0.0.1:{port}", protocol) as c:
             c.infer(MODEL, {"image": np.zeros((1, 1, 8, 8), np.float32)})
     assert "\n" not in str(info.value)
+
+
+def test_the_cli_classifies_the_shipped_example_png_and_summarises_with_top_k_and_labels(triton_server, capsys):
+    """The README's first classify command used a digit.png nobody had; it now names the example PNG
+    shipped with the client (a 7 of the held-out split, dark ink on white as a scan would be). And
+    `--summary` (what `make demo` prints) listed only the top class, whatever --top-k said."""
+    from contracts.layout import PROJECT_ROOT
+    from model_client.cli import SUMMARY_ROWS, main
+
+    example = PROJECT_ROOT / "clients" / "model_client" / "examples" / "digit-7.png"
+    assert main(["classify", "--png", str(example), "--top-k", "3", "--url", triton_server.http_url]) == 0
+    (line,) = capsys.readouterr().out.splitlines()
+    assert line.startswith(f"{example}: 7:") and len(line.split("  ")) == 3, line
+    assert main(["classify", "--test-samples", "0:16", "--summary", "--top-k", "3", "--url", triton_server.http_url]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == SUMMARY_ROWS + 1 and lines[-1].startswith("[http] digit_classifier at") and "/16 = " in lines[-1]
+    for row in lines[:-1]:
+        classes, label = row.split("  (label ")
+        assert len(classes.split(": ", 1)[1].split("  ")) == 3, row
