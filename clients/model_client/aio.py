@@ -51,7 +51,14 @@ class AsyncTritonModelClient:
         if self.protocol is Protocol.HTTP:
             import tritonclient.http.aio as module
 
-            self._client = module.InferenceServerClient(url, conn_timeout=network_timeout_s)
+            try:
+                self._client = module.InferenceServerClient(url, conn_timeout=network_timeout_s)
+            except RuntimeError as exc:  # aiohttp's session needs the loop it will run on
+                if "no running event loop" not in str(exc):
+                    raise
+                raise ClientError(f"{type(self).__name__}({url!r}, 'http') was created outside a running event loop: "
+                                  f"create it inside a coroutine (`async with {type(self).__name__}(...) as client:`), "
+                                  f"on the loop that will use it.") from None
         else:
             import tritonclient.grpc.aio as module
 
@@ -224,7 +231,8 @@ class InferenceResult:
 
 async def infer_concurrently(client: AsyncResilientClient | AsyncTritonModelClient, jobs: Sequence[InferenceJob],
                              concurrency: int = 16) -> list[InferenceResult]:
-    """Run `jobs` with at most `concurrency` in flight; one `InferenceResult` per job, in order.
+    """Run `jobs` with at most `concurrency` in flight; one `InferenceResult` per job, in order: a job
+    that fails (any exception, not only the documented ones) gets its error, and the others go on.
 
     A plain `AsyncTritonModelClient` makes one attempt per job (its outcome has calls == 1)."""
     if concurrency < 1:
@@ -243,5 +251,9 @@ async def infer_concurrently(client: AsyncResilientClient | AsyncTritonModelClie
                 return InferenceResult(job, outcome=outcome, started_s=started, finished_s=time.monotonic())
             except ClientError as exc:
                 return InferenceResult(job, error=exc, started_s=started, finished_s=time.monotonic())
+            except Exception as exc:  # noqa: BLE001 - one job's unexpected failure must not lose the others' results
+                error = ClientError(f"job for {job.model!r} failed in the client: {type(exc).__name__}: {exc}")
+                error.__cause__ = exc
+                return InferenceResult(job, error=error, started_s=started, finished_s=time.monotonic())
 
     return list(await asyncio.gather(*(run(job) for job in jobs)))

@@ -103,7 +103,25 @@ def classify_triton_error(exc: Exception, url: str, model: str | None = None) ->
         return OverloadedError(f"model {model!r} at {url} did not answer within the client deadline ({text}).")
     if "exceeds maximum queue size" in lowered or status in ("503", "StatusCode.UNAVAILABLE"):
         return OverloadedError(f"model {model!r} at {url} is overloaded ({wire}: {text}); retry later with backoff.")
+    if status in GATEWAY_STATUSES:  # an ingress or sidecar between: the server's answer never came
+        return ServerUnavailableError(f"a gateway between this client and {url} answered HTTP {status} "
+                                      f"({GATEWAY_STATUSES[status]}) for {model!r}: the server behind it is down, "
+                                      f"restarting or slow; retry while your deadline allows.")
+    if not _from_triton(exc):  # this process's own failure (a closed event loop, a bug): not the server's verdict
+        return ClientError(f"request to {model!r} at {url} failed in the client: {type(exc).__name__}: {text}")
     return RequestRejectedError(f"request to {model!r} at {url} was rejected: {text}")
+
+
+#: HTTP statuses an intermediary (ingress, service mesh sidecar, load balancer) answers when the
+#: server behind it did not: transient, so retried, where they were "rejected" (bad input, never retried).
+GATEWAY_STATUSES = {"502": "bad gateway", "504": "gateway timeout"}
+
+
+def _from_triton(exc: Exception) -> bool:
+    """Whether `exc` is tritonclient's report of the server's answer (or of its transport)."""
+    from tritonclient.utils import InferenceServerException
+
+    return isinstance(exc, InferenceServerException)
 
 
 def interface_from_metadata(model: str, meta: Mapping) -> ModelInterface:
@@ -115,8 +133,21 @@ def interface_from_metadata(model: str, meta: Mapping) -> ModelInterface:
     return ModelInterface(model, tensors(meta["inputs"]), tensors(meta["outputs"]))
 
 
+def require_arrays(model: str, inputs: Mapping[str, np.ndarray]) -> None:
+    """Every input a numpy array, else a RequestRejectedError naming it (a list raised AttributeError
+    deep in the call, which `infer_concurrently` did not catch: the other jobs' results were lost)."""
+    if not isinstance(inputs, Mapping):
+        raise RequestRejectedError(f"inputs of {model!r}: got {type(inputs).__name__}; expected a mapping of input "
+                                   f"name to numpy.ndarray, e.g. {{'image': np.zeros((1, 1, 8, 8), np.float32)}}.")
+    for name, array in inputs.items():
+        if not isinstance(array, np.ndarray):
+            raise RequestRejectedError(f"input {name!r} of {model!r}: got {type(array).__name__}; expected a "
+                                       f"numpy.ndarray whose first axis is the batch (np.asarray(..., dtype=...) converts).")
+
+
 def build_wire_inputs(module, interface: ModelInterface, inputs: Mapping[str, np.ndarray]) -> list:
     """tritonclient InferInput objects (of `module`: http, grpc or their aio twins) for `inputs`."""
+    require_arrays(interface.name, inputs)
     known = {t.name: t for t in interface.inputs}
     unknown = set(inputs) - set(known)
     if unknown:
@@ -177,7 +208,9 @@ GRPC_RECONNECT_BACKOFF_MS = {"grpc.initial_reconnect_backoff_ms": 100, "grpc.max
 
 def grpc_channel_args() -> list[tuple[str, int]]:
     """tritonclient's own channel options (its message-size limits and keepalive defaults: passing
-    any channel argument replaces all of them) plus the capped reconnect backoff."""
+    any channel argument replaces all of them) plus the capped reconnect backoff, and no proxy: gRPC
+    honours the environment's http_proxy (even for 127.0.0.1) where the HTTP transports do not, so
+    with a proxy set for the outside world gRPC calls went to it (a review, 2026-12-07)."""
     import tritonclient.grpc as grpc
 
     keepalive = grpc.KeepAliveOptions()
@@ -187,7 +220,7 @@ def grpc_channel_args() -> list[tuple[str, int]]:
             ("grpc.keepalive_timeout_ms", keepalive.keepalive_timeout_ms),
             ("grpc.keepalive_permit_without_calls", keepalive.keepalive_permit_without_calls),
             ("grpc.http2.max_pings_without_data", keepalive.http2_max_pings_without_data),
-            *GRPC_RECONNECT_BACKOFF_MS.items()]
+            *GRPC_RECONNECT_BACKOFF_MS.items(), ("grpc.enable_http_proxy", 0)]
 
 
 class TritonModelClient:

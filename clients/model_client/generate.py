@@ -23,6 +23,24 @@ from model_client.errors import (
 )
 
 DEFAULT_GENERATION_MODEL = "smollm2_chat"
+#: Seconds each read (the response's first bytes, then each next piece) may take before the call gives
+#: up: a stalled server or a half-open connection ends in an error instead of a hang. A long generation
+#: streams for longer than this in all; with `stream=False` the whole answer must come within it.
+DEFAULT_READ_TIMEOUT_S = 300.0
+#: Connections go straight to the server, whatever the http_proxy / HTTPS_PROXY variables say, as the
+#: infer clients' HTTP transports do: a proxy set for the outside world must not receive the prompts
+#: (urllib honoured it even for 127.0.0.1, where the infer calls of the same process did not).
+_DIRECT = None
+
+
+def _direct_opener():
+    """urllib's opener without the environment's proxies (built once)."""
+    global _DIRECT
+    if _DIRECT is None:
+        import urllib.request
+
+        _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    return _DIRECT
 
 
 @dataclass(frozen=True)
@@ -55,8 +73,11 @@ class GenerationSettings(SamplingFields):
 
 
 def _no_response(url: str, model: str, timeout_s: float) -> ClientError:
-    """Nothing came within `timeout_s` of the previous response (every client times each read alike)."""
-    return ClientError(f"no response from {model!r} at {url} within {timeout_s} s.")
+    """Nothing came within `timeout_s` of the previous response (every client times each read alike):
+    an OverloadedError, as the infer clients' network timeout and deadline (a documented, retryable kind;
+    it was a bare ClientError)."""
+    return OverloadedError(f"no response from {model!r} at {url} within {timeout_s} s (the read timeout, timeout_s): "
+                           f"the server is stalled or overloaded; retry later, or give a longer timeout_s.")
 
 
 def _classify(message: str, status: str, url: str, model: str) -> ClientError:
@@ -143,14 +164,14 @@ def _http_body(prompt: str, settings: GenerationSettings, stream: bool) -> bytes
 
 
 def generate_http(url: str, prompt: str, settings: GenerationSettings = GenerationSettings(), stream: bool = True,
-                  model: str = DEFAULT_GENERATION_MODEL, timeout_s: float = 300.0) -> Iterator[GenerationChunk]:
+                  model: str = DEFAULT_GENERATION_MODEL, timeout_s: float = DEFAULT_READ_TIMEOUT_S) -> Iterator[GenerationChunk]:
     import urllib.error
     import urllib.request
 
     endpoint = f"http://{url}/v2/models/{model}/{'generate_stream' if stream else 'generate'}"
     request = urllib.request.Request(endpoint, data=_http_body(prompt, settings, stream), headers={"Content-Type": "application/json"})
     try:
-        response = urllib.request.urlopen(request, timeout=timeout_s)
+        response = _direct_opener().open(request, timeout=timeout_s)
     except urllib.error.HTTPError as exc:
         raise _classify(_error_text(exc.read().decode("utf-8", "replace")), str(exc.code), url, model) from None
     except urllib.error.URLError as exc:
@@ -209,7 +230,7 @@ def _chunk_from_result(result) -> GenerationChunk:
 
 
 def generate_grpc(url: str, prompt: str, settings: GenerationSettings = GenerationSettings(), stream: bool = True,
-                  model: str = DEFAULT_GENERATION_MODEL, timeout_s: float = 300.0) -> Iterator[GenerationChunk]:
+                  model: str = DEFAULT_GENERATION_MODEL, timeout_s: float = DEFAULT_READ_TIMEOUT_S) -> Iterator[GenerationChunk]:
     import tritonclient.grpc as grpc
 
     results: queue.Queue = queue.Queue()
@@ -246,7 +267,7 @@ def generate_grpc(url: str, prompt: str, settings: GenerationSettings = Generati
 
 
 async def generate_http_async(url: str, prompt: str, settings: GenerationSettings = GenerationSettings(), stream: bool = True,
-                              model: str = DEFAULT_GENERATION_MODEL, timeout_s: float = 300.0) -> AsyncIterator[GenerationChunk]:
+                              model: str = DEFAULT_GENERATION_MODEL, timeout_s: float = DEFAULT_READ_TIMEOUT_S) -> AsyncIterator[GenerationChunk]:
     import aiohttp
 
     endpoint = f"http://{url}/v2/models/{model}/{'generate_stream' if stream else 'generate'}"
@@ -278,7 +299,7 @@ async def generate_http_async(url: str, prompt: str, settings: GenerationSetting
 
 
 async def generate_grpc_async(url: str, prompt: str, settings: GenerationSettings = GenerationSettings(), stream: bool = True,
-                              model: str = DEFAULT_GENERATION_MODEL, timeout_s: float = 300.0) -> AsyncIterator[GenerationChunk]:
+                              model: str = DEFAULT_GENERATION_MODEL, timeout_s: float = DEFAULT_READ_TIMEOUT_S) -> AsyncIterator[GenerationChunk]:
     import grpc
     import tritonclient.grpc.aio as grpc_aio
 
@@ -308,12 +329,21 @@ async def generate_grpc_async(url: str, prompt: str, settings: GenerationSetting
 
 
 def generate(url: str, protocol: str, prompt: str, settings: GenerationSettings = GenerationSettings(), stream: bool = True,
-             model: str = DEFAULT_GENERATION_MODEL) -> Iterator[GenerationChunk]:
+             model: str = DEFAULT_GENERATION_MODEL, timeout_s: float = DEFAULT_READ_TIMEOUT_S) -> Iterator[GenerationChunk]:
+    """The text for `prompt`, piece by piece (`stream`) or in one piece; `timeout_s` per read
+    (DEFAULT_READ_TIMEOUT_S); a whole generation's bound is `settings.deadline_ms`, which the server keeps."""
     call = generate_http if protocol == "http" else generate_grpc
-    return call(check_url(url), prompt, settings, stream, model)
+    return call(check_url(url), prompt, settings, stream, model, _read_timeout(timeout_s))
 
 
 def generate_async(url: str, protocol: str, prompt: str, settings: GenerationSettings = GenerationSettings(), stream: bool = True,
-                   model: str = DEFAULT_GENERATION_MODEL) -> AsyncIterator[GenerationChunk]:
+                   model: str = DEFAULT_GENERATION_MODEL, timeout_s: float = DEFAULT_READ_TIMEOUT_S) -> AsyncIterator[GenerationChunk]:
+    """As `generate`, for asyncio."""
     call = generate_http_async if protocol == "http" else generate_grpc_async
-    return call(check_url(url), prompt, settings, stream, model)
+    return call(check_url(url), prompt, settings, stream, model, _read_timeout(timeout_s))
+
+
+def _read_timeout(timeout_s: float) -> float:
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not 0 < timeout_s < float("inf"):
+        raise ClientError(f"timeout_s = {timeout_s!r}: expected seconds > 0 for each read (default {DEFAULT_READ_TIMEOUT_S:g}).")
+    return float(timeout_s)

@@ -13,7 +13,8 @@ import sys
 
 from model_client.client import Protocol
 from model_client.endpoints import add_endpoint_arguments, resolve_url
-from model_client.generate import DEFAULT_GENERATION_MODEL, GenerationChunk, GenerationSettings, generate, generate_async
+from model_client.generate import (DEFAULT_GENERATION_MODEL, DEFAULT_READ_TIMEOUT_S, GenerationChunk, GenerationSettings,
+                                   generate, generate_async)
 
 
 def _print(chunk: GenerationChunk, state: dict) -> None:
@@ -33,11 +34,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
     stream = not args.no_stream
     if args.use_async:
         async def run() -> None:
-            async for chunk in generate_async(url, protocol.value, args.prompt, settings, stream, args.model):
+            async for chunk in generate_async(url, protocol.value, args.prompt, settings, stream, args.model, args.timeout_s):
                 _print(chunk, state)
         asyncio.run(run())
     else:
-        for chunk in generate(url, protocol.value, args.prompt, settings, stream, args.model):
+        for chunk in generate(url, protocol.value, args.prompt, settings, stream, args.model, args.timeout_s):
             _print(chunk, state)
     print(file=sys.stdout)
     print(f"[{protocol.value}{' async' if args.use_async else ''}{' stream' if stream else ''}] finish_reason={state['reason']} "
@@ -57,6 +58,8 @@ def add_generate_command(sub) -> None:
     gen.add_argument("--max-tokens", type=int, default=64)
     gen.add_argument("--priority", type=int, default=0, help="1 = realtime (admitted first), 2 = batch, 0 = the model's default")
     gen.add_argument("--deadline-ms", type=float, help="end generation this long after arrival; returns the text so far")
+    gen.add_argument("--timeout-s", type=float, default=DEFAULT_READ_TIMEOUT_S,
+                     help="give up when the server sends nothing for this long (each read; default %(default)g)")
     gen.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     gen.add_argument("--top-p", type=float, default=1.0)
     gen.add_argument("--top-k", type=int, default=0)

@@ -25,7 +25,7 @@ from typing import Callable, Mapping, TypeVar
 
 import numpy as np
 
-from model_client.client import ModelInterface, Protocol, TritonModelClient
+from model_client.client import ModelInterface, Protocol, TritonModelClient, require_arrays
 from model_client.endpoints import DEFAULT_MANIFEST, model_endpoints, resolve_url
 from model_client.errors import ClientError, RequestRejectedError
 from model_client.policies import (
@@ -68,7 +68,8 @@ class CallPlan:
     level: int | None
 
 
-def item_count(inputs: Mapping[str, np.ndarray]) -> int:
+def item_count(inputs: Mapping[str, np.ndarray], model: str = "<model>") -> int:
+    require_arrays(model, inputs)
     sizes = {int(a.shape[0]) for a in inputs.values()} if inputs else set()
     if len(sizes) != 1:
         raise RequestRejectedError(f"inputs must share their first (batch) axis, got sizes {sorted(sizes)}.")
@@ -91,7 +92,7 @@ def call_level(priority: int, limits: PriorityLimits | None) -> int | None:
 def plan_call(model: str, inputs: Mapping[str, np.ndarray], priority: int,
               limits: PriorityLimits | None, fallback: FallbackPolicy | None) -> CallPlan:
     """Pure: how a call is cut into requests and which models each attempt may use."""
-    items = item_count(inputs)
+    items = item_count(inputs, model)
     level = call_level(priority, limits)
     ranges = ((0, items),) if limits is None else limits.plan_requests(items, priority)
     return CallPlan(ranges, models_to_try(model, level, fallback), level)
