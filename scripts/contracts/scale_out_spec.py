@@ -27,6 +27,12 @@ MAX_STABILIZATION_S = 3600
 MAX_DRAIN_S = 3600
 
 
+def _dns_label(field_name: str, value: Any, allowed: str) -> None:
+    """Kubernetes names and label values: a DNS-1123 label, else an error naming the field and `allowed`."""
+    if not isinstance(value, str) or not DNS_LABEL.fullmatch(value):
+        raise ConfigError(f"`{field_name}` = {value!r}: allowed {allowed}.")
+
+
 def _int_in(field_name: str, value: Any, low: int, high: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise ConfigError(f"`{field_name}` = {value!r}: allowed an integer between {low} and {high}.")
@@ -106,9 +112,8 @@ class KubernetesSettings:
     client_namespaces: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        if not isinstance(self.namespace, str) or not DNS_LABEL.fullmatch(self.namespace):
-            raise ConfigError(f"`kubernetes.namespace` = {self.namespace!r}: allowed a DNS-1123 label "
-                              f"(lowercase letters, digits and '-', at most 63 characters).")
+        _dns_label("kubernetes.namespace", self.namespace,
+                   "a DNS-1123 label (lowercase letters, digits and '-', at most 63 characters)")
         _int_in("kubernetes.node_cpus", self.node_cpus, 1, 1024)
         _int_in("kubernetes.memory_overhead_mb", self.memory_overhead_mb, 0, 1 << 20)
         _int_in("kubernetes.startup_allowance_s", self.startup_allowance_s, 10, 3600)
@@ -118,12 +123,9 @@ class KubernetesSettings:
         if not isinstance(self.gpu_resource, str) or not GPU_RESOURCE.fullmatch(self.gpu_resource):
             raise ConfigError(f"`kubernetes.gpu_resource` = {self.gpu_resource!r}: allowed 'nvidia.com/gpu' (MPS "
                               f"replica) or a MIG slice such as 'nvidia.com/mig-3g.40gb'.")
-        if not isinstance(self.prometheus_release, str) or not DNS_LABEL.fullmatch(self.prometheus_release):
-            raise ConfigError(f"`kubernetes.prometheus_release` = {self.prometheus_release!r}: allowed a label value "
-                              f"(lowercase letters, digits and '-').")
-        if not isinstance(self.prometheus_namespace, str) or not DNS_LABEL.fullmatch(self.prometheus_namespace):
-            raise ConfigError(f"`kubernetes.prometheus_namespace` = {self.prometheus_namespace!r}: allowed a namespace "
-                              f"name (a DNS-1123 label: lowercase letters, digits and '-').")
+        _dns_label("kubernetes.prometheus_release", self.prometheus_release, "a label value (lowercase letters, digits and '-')")
+        _dns_label("kubernetes.prometheus_namespace", self.prometheus_namespace,
+                   "a namespace name (a DNS-1123 label: lowercase letters, digits and '-')")
         if (not isinstance(self.client_namespaces, tuple)
                 or not all(isinstance(n, str) and DNS_LABEL.fullmatch(n) for n in self.client_namespaces)
                 or len(set(self.client_namespaces)) != len(self.client_namespaces)):

@@ -24,23 +24,36 @@ def _listener():
     return s, f"127.0.0.1:{s.getsockname()[1]}"
 
 
-class _FakeHttpProxy:
-    """Records the first line of every request it receives; answers 502."""
+class _LoopbackServer:
+    """Accepts connections on a free loopback port and hands each to `serve` on a thread of its own."""
 
     def __init__(self):
         self.sock, self.url = _listener()
-        self.seen = []
-        threading.Thread(target=self._run, daemon=True).start()
+        threading.Thread(target=self._accept, daemon=True).start()
 
-    def _run(self):
+    def _accept(self):
         while True:
             try:
-                c, _ = self.sock.accept()
+                connection, _ = self.sock.accept()
             except OSError:
                 return
-            self.seen.append(c.recv(4096).split(b"\r\n")[0].decode())
-            c.sendall(b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
-            c.close()
+            threading.Thread(target=self.serve, args=(connection,), daemon=True).start()
+
+    def serve(self, connection: socket.socket) -> None:
+        raise NotImplementedError
+
+
+class _FakeHttpProxy(_LoopbackServer):
+    """Records the first line of every request it receives; answers 502."""
+
+    def __init__(self):
+        self.seen = []
+        super().__init__()
+
+    def serve(self, connection):
+        self.seen.append(connection.recv(4096).split(b"\r\n")[0].decode())
+        connection.sendall(b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+        connection.close()
 
 
 def _closed_port_url():
@@ -109,28 +122,19 @@ def test_generate_takes_a_timeout_and_a_stalled_server_is_a_documented_error_typ
     assert time.monotonic() - start < 5
 
 
-class _FakeGateway:
+class _FakeGateway(_LoopbackServer):
     """An HTTP intermediary (ingress, sidecar) answering every request with `code` and a non-JSON body."""
 
     def __init__(self, code: int):
-        self.sock, self.url = _listener()
         self.code = code
-        threading.Thread(target=self._run, daemon=True).start()
+        super().__init__()
 
-    def _run(self):
-        while True:
-            try:
-                c, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(c,), daemon=True).start()
-
-    def _serve(self, c):
+    def serve(self, connection):
         body = b"upstream connect error or disconnect/reset before headers"
         try:
-            while c.recv(65536):
-                c.sendall(b"HTTP/1.1 %d Gateway\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n%s"
-                          % (self.code, len(body), body))
+            while connection.recv(65536):
+                connection.sendall(b"HTTP/1.1 %d Gateway\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n%s"
+                                   % (self.code, len(body), body))
         except OSError:
             pass
 
