@@ -147,22 +147,52 @@ def _pod_cpu_memory_rules(t: AlertThresholds, container: str) -> list[dict[str, 
     ]
 
 
+def served_error_share(window: str, by: str = MODEL_LABELS, model_matcher: str = "") -> str:
+    """PromQL: the share of a model's requests that failed on the server's side, per `by`.
+
+    Triton 2.51 counts a request the `onnxruntime_cpu` backend answers with an error as a success
+    (`nv_inference_request_success`; a review sent five 400s and saw success +5, failure +0), so
+    Triton's failure counter alone missed every request the backend isolated after an ONNX Runtime
+    failure. Those are added from the backend's own counter, `serving_rejected_requests_total
+    {reason="framework_failure"}` (already inside Triton's successes, so the total stays success +
+    failure); its `invalid_input` requests are the callers' mistakes (400) and stay out, as Triton's
+    own 400s do. `or`: a model without the backend's counter (an ensemble, the LLM) keeps Triton's."""
+    def selector(*matchers: str) -> str:
+        given = [m for m in (*matchers, model_matcher) if m]
+        return "{" + ",".join(given) + "}" if given else ""
+
+    isolated = selector('reason="framework_failure"')
+    failed = (f"sum by ({by}) (rate(nv_inference_request_failure{selector()}[{window}]) or "
+              f"rate(serving_rejected_requests_total{isolated}[{window}]))")
+    total = (f"(sum by ({by}) (rate(nv_inference_request_success{selector()}[{window}])) + "
+             f"sum by ({by}) (rate(nv_inference_request_failure{selector()}[{window}])))")
+    return f"{failed} / {total}"
+
+
+#: One alert per host, not per partition: every partition's server exports the same host-wide CPU
+#: figure under its own `instance` (host:port), and Prometheus adds `partition`.
+_HOST_OF_INSTANCE = '"host", "$1", "instance", "(.*):[0-9]+"'
+
+
 def render_alert_rules(t: AlertThresholds, pod_container: str | None = None) -> dict[str, Any]:
     """The rule file as a mapping (groups -> rules), ready for YAML. With `pod_container` (the server's
     container name), the rules for a Kubernetes deployment: CPU and memory per pod against its limits
     (`_pod_cpu_memory_rules`), and no rules on the supervisor's own metrics (a cluster has no
     supervisor: the kubelet restarts pods, and kube-state-metrics' KubePodCrashLooping covers loops)."""
     util_pct, mem_pct = f"{t.low_utilisation:.0%}", f"{t.memory_fraction:.0%}"
-    failures = f"sum by ({MODEL_LABELS}) (rate(nv_inference_request_failure[{t.error_rate_window}]))"
-    successes = f"sum by ({MODEL_LABELS}) (rate(nv_inference_request_success[{t.error_rate_window}]))"
     rules = [
         _rule("TritonGpuUtilisationLow", f"nv_gpu_utilization < {t.low_utilisation}", t.low_utilisation_for,
               "info", "gpu", f"GPU utilisation below {util_pct} for {t.low_utilisation_for}",
               "GPU {{ $labels.gpu_uuid }} on {{ $labels.instance }} is {{ $value | humanizePercentage }} busy: "
               "capacity is idle (larger batches, more models per GPU, or fewer GPUs)."),
-        _rule("TritonCpuUtilisationLow", f"nv_cpu_utilization < {t.low_utilisation}", t.low_utilisation_for,
-              "info", "cpu", f"CPU utilisation below {util_pct} for {t.low_utilisation_for}",
-              "Host of {{ $labels.instance }} is {{ $value | humanizePercentage }} busy: "
+        # Per host, and only while it serves: an idle host is not over-provisioned, it is idle (this fired
+        # forever on a quiet host, once per partition).
+        _rule("TritonCpuUtilisationLow",
+              f"max by (job, host) (label_replace(nv_cpu_utilization, {_HOST_OF_INSTANCE})) < {t.low_utilisation} "
+              f"and on (job, host) sum by (job, host) (label_replace(rate(nv_inference_request_success"
+              f"[{t.low_utilisation_for}]), {_HOST_OF_INSTANCE})) > 0",
+              t.low_utilisation_for, "info", "cpu", f"CPU utilisation below {util_pct} for {t.low_utilisation_for}",
+              "Host {{ $labels.host }} serves at {{ $value | humanizePercentage }} CPU busy: "
               "capacity is idle (larger batches or fewer partitions)."),
         # A generation model's request lasts until its last token (seconds, by design), so the models
         # that export the generation metrics are left to their own time-to-first-token and
@@ -181,7 +211,7 @@ def render_alert_rules(t: AlertThresholds, pod_container: str | None = None) -> 
         _rule("TritonCpuMemoryHigh", f"nv_cpu_memory_used_bytes / nv_cpu_memory_total_bytes > {t.memory_fraction}",
               t.memory_for, "warning", "cpu", f"Host memory above {mem_pct}",
               "Host of {{ $labels.instance }} is {{ $value | humanizePercentage }} full: an out-of-memory failure is near."),
-        _rule("TritonErrorRateHigh", f"{failures} / ({successes} + {failures}) > {t.error_rate}", t.error_rate_for,
+        _rule("TritonErrorRateHigh", f"{served_error_share(t.error_rate_window)} > {t.error_rate}", t.error_rate_for,
               "critical", "errors", f"Error rate above {t.error_rate:.1%}",
               "{{ $labels.model }} v{{ $labels.version }} on {{ $labels.instance }} fails "
               "{{ $value | humanizePercentage }} of requests: look at the server log now."),

@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from operations.alert_rules import served_error_share
+
 DASHBOARD_PATH = Path(__file__).with_name("grafana_dashboard.json")
 #: Names scraped from a real Triton 2.51 run (how: see the file's header) plus the documented GPU-only ones.
 METRIC_NAMES_PATH = Path(__file__).with_name("triton_metric_names.txt")
@@ -60,9 +62,9 @@ PANELS: tuple[tuple[str, str, list[tuple[str, str]]], ...] = (
     ("Failures and rejections by reason (REJECTED: refused before execution, e.g. queue full or timed out)", "reqps",
      [(f"sum by (partition, model, reason) (rate(nv_inference_request_failure{_M}{_RATE}))", "{{model}} {{reason}}")]),
     ("Error rate (alert above 0.5%)", "percentunit",
-     [(_share_of_rates("nv_inference_request_failure", "nv_inference_request_success"), "{{model}}")]),
-    ("Utilisation (alert below 30% for 5m)", "percentunit",
-     [("nv_cpu_utilization", "CPU {{partition}}"), ("nv_gpu_utilization", "GPU {{gpu_uuid}}")]),
+     [(served_error_share(_RATE[1:-1], "partition, model", 'model=~"$model"'), "{{model}}")]),
+    ("Utilisation (alert below 30% for 5m while serving)", "percentunit",
+     [("nv_cpu_utilization", "host CPU (seen by {{partition}})"), ("nv_gpu_utilization", "GPU {{gpu_uuid}}")]),
     ("Memory used (alert above 90%)", "percentunit",
      [("nv_cpu_memory_used_bytes / nv_cpu_memory_total_bytes", "host {{partition}}"),
       ("nv_gpu_memory_used_bytes / nv_gpu_memory_total_bytes", "GPU {{gpu_uuid}}")]),
