@@ -41,7 +41,17 @@ def llm_options(model) -> dict[str, Any]:
         raise BuildError(f"`models.{model.name}.options` {', '.join(f'{k} = {options[k]!r}' for k in flags)}: expected true or false.")
     if options["kv_dtype"] not in ("fp32", "int8"):
         raise BuildError(f"`models.{model.name}.options.kv_dtype` = {options['kv_dtype']!r}: allowed 'fp32' or 'int8'.")
+    for key, default in DEFAULTS.items():  # the sizes: whole numbers (a string or 4.5 failed deep in the build)
+        value = options[key]
+        if type(default) is int and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise BuildError(f"`models.{model.name}.options.{key}` = {value!r}: expected a whole number >= 1 "
+                             f"(default {default}).")
     return options
+
+
+def check_llm_options(model) -> None:
+    """Before anything is built (or the old record removed): `llm_options`' checks."""
+    llm_options(model)
 
 
 def _layout(facts: dict[str, Any], options: dict[str, Any], dtype: str = "fp32"):

@@ -79,7 +79,18 @@ class TextEncoderSettings:
         unknown = set(model.options) - known
         if unknown:
             raise BuildError(f"`models.{model.name}.options` has unknown keys {sorted(unknown)}; allowed: {sorted(known)}.")
+        for key, value in model.options.items():  # `max_length = "128"` ended in a TypeError traceback
+            default = getattr(cls, key)
+            number = (int, float) if isinstance(default, float) else int
+            if isinstance(value, bool) or not isinstance(value, number):
+                raise BuildError(f"`models.{model.name}.options.{key}` = {value!r}: expected "
+                                 f"{'a number' if number != int else 'a whole number'} (default {default}).")
         return cls(**dict(model.options))
+
+
+def check_text_encoder_options(model: ModelSpec) -> None:
+    """Before anything is built (or the old record removed): the options parse."""
+    TextEncoderSettings.from_options(model)
 
 
 # ------------------------------------------------------------------------------ weights + tokenizer

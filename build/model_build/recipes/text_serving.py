@@ -86,9 +86,27 @@ def _only_options(model: ModelSpec, allowed: set[str]) -> None:
         raise BuildError(f"`models.{model.name}.options` has unknown keys {sorted(unknown)}; allowed: {sorted(allowed)}.")
 
 
+def check_text_front_end_options(model: ModelSpec) -> None:
+    """Before anything is built: the tokenizer's and the fused pipeline's one option, the encoder."""
+    _only_options(model, {"encoder"})
+    _option(model, "encoder")
+
+
+def check_text_ensemble_options(model: ModelSpec) -> None:
+    """Before anything is built: the ensemble's options, its encoder and tokenizer."""
+    _only_options(model, {"encoder", "tokenizer"})
+    _option(model, "encoder")
+    _option(model, "tokenizer")
+
+
 def _encoder_build(model: ModelSpec, serving: ServingSpec, workdir: Path, repository: Path) -> tuple[dict[str, Any], Path]:
     """(the encoder's build record, its installed ONNX file); a clear error if it is not built yet."""
-    encoder = serving.model(_option(model, "encoder"))
+    name = _option(model, "encoder")
+    try:
+        encoder = serving.model(name)
+    except ConfigError as exc:  # "no model named ...; known: [...]"
+        raise BuildError(f"`models.{model.name}.options.encoder` = {name!r}: expected the name of a served model with "
+                         f"recipe 'minilm_encoder' ({exc})") from None
     if encoder.recipe != "minilm_encoder":
         raise BuildError(
             f"`models.{model.name}.options.encoder` = {encoder.name!r} uses recipe {encoder.recipe!r}; expected 'minilm_encoder'."
@@ -116,7 +134,12 @@ def _check_encoder_current(model: ModelSpec, encoder: ModelSpec, record, onnx_pa
     code) said "up to date" and installed the old graph beside a tokenizer.json from artifacts/."""
     from contracts.file_digest import sha256_file
     from model_build.pipeline import build_fingerprint
-    from model_build.recipes.registry import RECIPES  # lazy: the registry imports this module
+    import importlib
+
+    # By name: the registry imports this module; and an `import` statement here would put every recipe's
+    # code (the digit CNN, the LLM with the serving runtime) into this recipe's build fingerprint
+    # (model_build.sources follows imports), so editing those rebuilt the text models for nothing.
+    RECIPES = importlib.import_module("model_build.recipes.registry").RECIPES
 
     rebuild = f"run `python -m model_build build --models {encoder.name} {model.name}` (or `make build-engines`)"
     if record.fingerprint != build_fingerprint(RECIPES[encoder.recipe], encoder):
@@ -192,7 +215,12 @@ def build_text_ensemble(model: ModelSpec, workdir: Path) -> dict[str, Any]:
 
 def install_text_ensemble(model: ModelSpec, serving: ServingSpec, record: dict[str, Any], workdir: Path, repository: Path) -> list[str]:
     tokenizer = serving.model(_option(model, "tokenizer"))
-    encoder = serving.model(_option(model, "encoder"))
+    name = _option(model, "encoder")
+    try:
+        encoder = serving.model(name)
+    except ConfigError as exc:  # "no model named ...; known: [...]"
+        raise BuildError(f"`models.{model.name}.options.encoder` = {name!r}: expected the name of a served model with "
+                         f"recipe 'minilm_encoder' ({exc})") from None
     if tokenizer.recipe != "text_tokenizer":
         raise BuildError(f"`models.{model.name}.options.tokenizer` = {tokenizer.name!r} uses recipe {tokenizer.recipe!r}; expected 'text_tokenizer'.")
     partitions = {m.name: serving.partition_of(m) for m in (model, tokenizer, encoder)}

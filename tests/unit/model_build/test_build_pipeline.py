@@ -10,7 +10,8 @@ from conftest import PROJECT_ROOT
 
 
 def names(paths) -> set[str]:
-    return {p.relative_to(sources.PACKAGE_DIR).as_posix() for p in paths}
+    """model_build's files below its folder; the other packages' as `<package>/...` (as the digest names them)."""
+    return {sources._relative_name(p) for p in paths}
 
 
 def test_recipe_sources_follow_imports_including_lazy_ones():
@@ -23,6 +24,22 @@ def test_recipe_sources_follow_imports_including_lazy_ones():
     assert "cli.py" not in digits | text and "reports/benchmark.py" not in digits | text
     # installing is not building: the text serving installs do not change the encoder's fingerprint
     assert "recipes/text_serving.py" not in text
+
+
+def test_the_build_fingerprint_follows_the_serving_runtime_and_contracts_it_runs():
+    """The LLM's build converts and validates with `serving.generation` (its chat template, engine,
+    scheduler): only model_build was followed, so an edited chat template left the LLM "up to date"
+    with a report claiming 22/22 identical prompts for a runtime that had changed (a review,
+    2026-12-07). The INT8 build chooses its scheme with `contracts.onnx_sessions`' fusions."""
+    llm = names(pipeline.recipe_sources(RECIPES["smollm2_gguf"]))
+    assert {"serving/generation/chat.py", "serving/generation/engine.py", "recipes/llm.py", "llm/validate.py"} <= llm
+    digits = names(pipeline.recipe_sources(RECIPES["digit_cnn"]))
+    assert "contracts/onnx_sessions.py" in digits and not any(n.startswith("serving/generation/") for n in digits)
+    # the text front-ends reach the registry by name only (for the encoder check): the digit CNN's and
+    # the LLM's code are not theirs, so editing them does not mark the text models rebuilt
+    for front_end in ("text_tokenizer", "text_pipeline"):
+        own = names(pipeline.recipe_sources(RECIPES[front_end]))
+        assert not own & {"recipes/digits.py", "recipes/llm.py"} and not any(n.startswith("serving/generation/") for n in own)
 
 
 def test_fingerprint_changes_with_own_sources_and_settings_only(tmp_path, monkeypatch):
@@ -250,3 +267,46 @@ def test_the_encoders_fingerprint_follows_the_installed_documentation_its_corpus
     docs[1] = text_corpus.SourceDocument("b/README.md", "Another package, installed later.")
     assert changed != fingerprint(encoder)
     text.installed_documents_digest.cache_clear()  # no stand-in digest left for later tests
+
+
+@pytest.mark.parametrize("model_name, option, value, message", [
+    ("text_encoder", "max_length", "128", r"`models.text_encoder.options.max_length` = '128': expected a whole number"),
+    ("text_encoder", "heldout_fraction", "0.2", r"`models.text_encoder.options.heldout_fraction` = '0.2': expected a number"),
+    ("text_encoder", "max_lenght", 128, r"`models.text_encoder.options` has unknown keys \['max_lenght'\]"),
+    ("smollm2_chat", "max_contxt", 1024, r"`models.smollm2_chat.options` has unknown keys \['max_contxt'\]"),
+    ("smollm2_chat", "block_size", "16", r"`models.smollm2_chat.options.block_size` = '16': expected a whole number >= 1"),
+    ("smollm2_chat", "max_running", 0, r"`models.smollm2_chat.options.max_running` = 0: expected a whole number >= 1"),
+    ("text_embedder", "encodr", "text_encoder", r"`models.text_embedder.options` has unknown keys \['encodr'\]"),
+    ("text_tokenizer", "encoder", 5, r"`models.text_tokenizer.options.encoder` must name the served model it uses"),
+])
+def test_every_recipes_options_are_checked_before_the_served_record_is_touched(tmp_path, model_name, option, value, message):
+    """Only the digit recipe had a check: the others' options were read inside their builds, after the
+    good build's record was removed (an LLM typo cost a rebuild from scratch once fixed; the encoder's
+    `max_length = "128"` a 43-line traceback and a 61-s rebuild: a review, 2026-12-07). `make
+    build-engines` now runs every wanted model's check before building any (model_build.cli)."""
+    from model_build.errors import BuildError
+    from model_build.recipes.registry import recipe_for
+
+    spec = load_serving_spec(PROJECT_ROOT / "model_repository" / "serving.toml")
+    model = spec.model(model_name)
+    model = dataclasses.replace(model, options={**model.options, option: value})
+    paths = pipeline.BuildPaths(tmp_path)
+    paths.workdir(model.name).mkdir(parents=True)
+    record = paths.workdir(model.name) / "build.json"
+    record.write_text("{}")
+    recipe = recipe_for(model.recipe)
+    assert recipe.check is not None
+    with pytest.raises(BuildError, match=message):
+        pipeline.build_model(recipe, model, paths, force=True)
+    assert record.read_text() == "{}"  # untouched
+
+
+def test_an_encoder_name_that_is_no_served_model_names_the_field():
+    from model_build.errors import BuildError
+    from model_build.recipes.text_serving import _encoder_build
+
+    spec = load_serving_spec(PROJECT_ROOT / "model_repository" / "serving.toml")
+    model = dataclasses.replace(spec.model("text_embedder"), options={"encoder": "text_encodr"})
+    with pytest.raises(BuildError, match=r"`models.text_embedder.options.encoder` = 'text_encodr': expected the name of a "
+                                         r"served model with recipe 'minilm_encoder' \(no model named 'text_encodr'"):
+        _encoder_build(model, spec, PROJECT_ROOT / "artifacts", PROJECT_ROOT / "model_repository")
