@@ -27,8 +27,12 @@ def apply_measured_batch_size(
     served = str(record.get("served_file", ""))
     onnx = paths.workdir(model.name) / served
     if not served.endswith(".onnx") or not onnx.is_file():
-        print(f"[size-batches] {model.name}: no served ONNX file in its build record; max_batch_size stays at its "
-              f"cap {model.max_batch_size}")
+        if record.get("encoder"):  # the text front-ends: their install takes what the encoder's sizing chose
+            print(f"[size-batches] {model.name}: nothing to measure (no ONNX file of its own; it follows "
+                  f"{record['encoder']})")
+        else:
+            print(f"[size-batches] {model.name}: no served ONNX file in its build record; max_batch_size stays at its "
+                  f"cap {model.max_batch_size}")
         return model, serving
     decision = size_model_batches(model, serving, plan, onnx, sizing_path(paths.artifacts, model.name), force=force)
     sized = served_model_spec(model, decision)

@@ -131,6 +131,17 @@ def probe_batch_memory(onnx_path: Path, batch: int, threads: int, variable_dim: 
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def _probes_any(sizes, cached: dict[int, dict[str, Any]], budget: int) -> bool:
+    """Whether the sizing loop will measure a batch size: one it reaches (it stops after the first
+    size over the budget) is not in the cache."""
+    for batch in sizes:
+        if batch not in cached:
+            return True
+        if cached[batch]["memory_bytes"] > budget:
+            return False
+    return False
+
+
 def size_model_batches(
     model: ModelSpec, spec: ServingSpec, plan: PartitionPlan, onnx_path: Path, out_path: Path,
     force: bool = False, log: Callable[[str], None] = print,
@@ -152,7 +163,11 @@ def size_model_batches(
     measurements, raw, measured_now = [], [], 0
     from contracts.progress import progress
 
-    for batch in progress(candidate_batch_sizes(model.max_batch_size), f"size-batches {model.name}"):
+    sizes = candidate_batch_sizes(model.max_batch_size)
+    # progress only where something is measured: an up-to-date build printed 1/7 .. 7/7 "measuring"
+    # lines before saying it reused the cached measurements
+    shown = progress(sizes, f"size-batches {model.name}") if _probes_any(sizes, cached, budget) else sizes
+    for batch in shown:
         result = cached.get(batch)
         if result is None:
             result = probe(onnx_path, batch, partition.intra_op_threads, variable_dim, device)

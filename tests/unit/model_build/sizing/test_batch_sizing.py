@@ -111,3 +111,17 @@ def test_sizing_writes_measurements_and_choice_and_reuses_them(wide_matmul_onnx,
 
     again = size_model_batches(spec.model("m"), spec, plan, wide_matmul_onnx, out, log=lambda line: None, probe=no_probe)
     assert again == decision
+
+
+def test_progress_is_shown_only_when_a_reached_batch_size_is_not_cached():
+    """An up-to-date build printed "[size-batches m] 1/7 .. 7/7" progress lines, then "reused cached
+    measurements" (a review, 2026-12-07): the loop shows progress only when it will measure."""
+    from model_build.sizing.batch_sizing import _probes_any
+
+    sizes, budget = [1, 2, 4, 8], 100
+    cached = {b: {"memory_bytes": 10 * b} for b in sizes}
+    assert not _probes_any(sizes, cached, budget)                              # all cached
+    assert _probes_any(sizes, {b: cached[b] for b in (1, 2)}, budget)          # 4 is reached and not cached
+    over = {1: {"memory_bytes": 10}, 2: {"memory_bytes": 500}}                 # the loop stops at 2 (over budget)
+    assert not _probes_any(sizes, over, budget)                                # so 4 and 8 are never measured
+    assert _probes_any(sizes, {}, budget)
