@@ -96,9 +96,10 @@ def cmd_build(args: argparse.Namespace) -> int:
         print(f"[size-batches] {gpu.detail}: engine device memory not measured; sizing from ONNX Runtime CPU memory")
     # Every model's options first: a typo in the last model failed the run after the others were built
     # and installed, and (checked only inside its build) after its good build's record was removed.
-    for model in serving.models:
-        if model.name in wanted and recipe_for(model.recipe).check is not None:
-            recipe_for(model.recipe).check(model)
+    for model in (m for m in serving.models if m.name in wanted):
+        check = recipe_for(model.recipe).check
+        if check is not None:
+            check(model)
     records = []
     built_now = prebuild([m for m in serving.models if m.name in wanted], paths, args.force, args.jobs)
     for model in serving.models:

@@ -10,6 +10,7 @@ the request on the server, which frees its KV blocks at the next step.
 from __future__ import annotations
 
 import asyncio
+import functools
 import http.client
 import json
 import queue
@@ -27,20 +28,17 @@ DEFAULT_GENERATION_MODEL = "smollm2_chat"
 #: up: a stalled server or a half-open connection ends in an error instead of a hang. A long generation
 #: streams for longer than this in all; with `stream=False` the whole answer must come within it.
 DEFAULT_READ_TIMEOUT_S = 300.0
-#: Connections go straight to the server, whatever the http_proxy / HTTPS_PROXY variables say, as the
-#: infer clients' HTTP transports do: a proxy set for the outside world must not receive the prompts
-#: (urllib honoured it even for 127.0.0.1, where the infer calls of the same process did not).
-_DIRECT = None
 
 
+# Connections go straight to the server, whatever the http_proxy / HTTPS_PROXY variables say, as the
+# infer clients' HTTP transports do: a proxy set for the outside world must not receive the prompts
+# (urllib honoured it even for 127.0.0.1, where the infer calls of the same process did not).
+@functools.lru_cache(maxsize=1)
 def _direct_opener():
     """urllib's opener without the environment's proxies (built once)."""
-    global _DIRECT
-    if _DIRECT is None:
-        import urllib.request
+    import urllib.request
 
-        _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    return _DIRECT
+    return urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 @dataclass(frozen=True)

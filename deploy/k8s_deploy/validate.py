@@ -180,14 +180,15 @@ def check_network_policies(docs: list[dict[str, Any]]) -> list[str]:
 
     for template in templates:
         name = template["metadata"]["labels"].get("app.kubernetes.io/instance", "?")
-        if not selecting(template):
+        own, ports = selecting(template), container_ports(template)
+        if not own:
             errors.append(f"pods of {name}: no NetworkPolicy selects them (every pod of the cluster reaches every port)")
-        for policy in selecting(template):
+        for policy in own:
             named = {port["port"] for rule in policy["spec"].get("ingress", []) for port in rule.get("ports", [])
                      if isinstance(port.get("port"), str)}
-            if named - container_ports(template):
-                errors.append(f"{_name(policy)}: admits ports {sorted(named - container_ports(template))} that the pods "
-                              f"of {name} do not name (they name {sorted(container_ports(template))})")
+            if named - ports:
+                errors.append(f"{_name(policy)}: admits ports {sorted(named - ports)} that the pods "
+                              f"of {name} do not name (they name {sorted(ports)})")
     for service in (d for d in docs if d["kind"] == "Service"):
         for template in templates:
             if not _labels_match(service["spec"]["selector"], template["metadata"]["labels"]):

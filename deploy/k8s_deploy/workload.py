@@ -155,8 +155,8 @@ def termination_grace_s(settings: ServerSettings) -> int:
 def container_env(plan: PartitionPlan, part: PlannedPartition) -> list[dict[str, Any]]:
     """The partition's variables, the stub's PYTHONPATH, ONNX Runtime's telemetry opt-out, the
     preloaded helpers as the host's servers get them (the condition-wait cap that keeps Triton
-    2.51's batcher from stalling, the gzip level, the request guard), and the admin key from the Secret for the guard to put in place of the
-    arguments' decoy."""
+    2.51's batcher from stalling, the gzip level, the request guard), and the admin key from the
+    Secret for the guard to put in place of the arguments' decoy."""
     env = [{"name": k, "value": v} for k, v in sorted(part.environment().items())]
     env.append({"name": "PYTHONPATH", "value": PYTHONPATH})
     # ONNX Runtime's telemetry off in every backend stub, as on a host (contracts.onnx_sessions)

@@ -27,9 +27,13 @@ MAX_STABILIZATION_S = 3600
 MAX_DRAIN_S = 3600
 
 
+def _is_dns_label(value: Any) -> bool:
+    return isinstance(value, str) and DNS_LABEL.fullmatch(value) is not None
+
+
 def _dns_label(field_name: str, value: Any, allowed: str) -> None:
     """Kubernetes names and label values: a DNS-1123 label, else an error naming the field and `allowed`."""
-    if not isinstance(value, str) or not DNS_LABEL.fullmatch(value):
+    if not _is_dns_label(value):
         raise ConfigError(f"`{field_name}` = {value!r}: allowed {allowed}.")
 
 
@@ -127,7 +131,7 @@ class KubernetesSettings:
         _dns_label("kubernetes.prometheus_namespace", self.prometheus_namespace,
                    "a namespace name (a DNS-1123 label: lowercase letters, digits and '-')")
         if (not isinstance(self.client_namespaces, tuple)
-                or not all(isinstance(n, str) and DNS_LABEL.fullmatch(n) for n in self.client_namespaces)
+                or not all(map(_is_dns_label, self.client_namespaces))
                 or len(set(self.client_namespaces)) != len(self.client_namespaces)):
             raise ConfigError(f"`kubernetes.client_namespaces` = {self.client_namespaces!r}: allowed a list of distinct "
                               f"namespace names (DNS-1123 labels), e.g. [\"shop\", \"ingress-nginx\"]; [] admits only "

@@ -21,7 +21,8 @@ DASHBOARD_PATH = Path(__file__).with_name("grafana_dashboard.json")
 METRIC_NAMES_PATH = Path(__file__).with_name("triton_metric_names.txt")
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 _M = '{model=~"$model"}'
-_RATE = "[$__rate_interval]"
+_RATE_WINDOW = "$__rate_interval"
+_RATE = f"[{_RATE_WINDOW}]"
 
 
 def _per_model_rate(metric: str) -> str:
@@ -62,7 +63,7 @@ PANELS: tuple[tuple[str, str, list[tuple[str, str]]], ...] = (
     ("Failures and rejections by reason (REJECTED: refused before execution, e.g. queue full or timed out)", "reqps",
      [(f"sum by (partition, model, reason) (rate(nv_inference_request_failure{_M}{_RATE}))", "{{model}} {{reason}}")]),
     ("Error rate (alert above 0.5%)", "percentunit",
-     [(served_error_share(_RATE[1:-1], "partition, model", 'model=~"$model"'), "{{model}}")]),
+     [(served_error_share(_RATE_WINDOW, "partition, model", 'model=~"$model"'), "{{model}}")]),
     ("Utilisation (alert below 30% for 5m while serving)", "percentunit",
      [("nv_cpu_utilization", "host CPU (seen by {{partition}})"), ("nv_gpu_utilization", "GPU {{gpu_uuid}}")]),
     ("Memory used (alert above 90%)", "percentunit",

@@ -99,18 +99,23 @@ def check_text_ensemble_options(model: ModelSpec) -> None:
     _option(model, "tokenizer")
 
 
+def _named_model(model: ModelSpec, serving: ServingSpec, key: str, recipe: str) -> ModelSpec:
+    """The served model `models.<model>.options.<key>` names, which must use `recipe`; else an error
+    naming that field (a missing name said only "no model named ...")."""
+    name = _option(model, key)
+    try:
+        named = serving.model(name)
+    except ConfigError as exc:  # "no model named ...; known: [...]"
+        raise BuildError(f"`models.{model.name}.options.{key}` = {name!r}: expected the name of a served model with "
+                         f"recipe {recipe!r} ({exc})") from None
+    if named.recipe != recipe:
+        raise BuildError(f"`models.{model.name}.options.{key}` = {named.name!r} uses recipe {named.recipe!r}; expected {recipe!r}.")
+    return named
+
+
 def _encoder_build(model: ModelSpec, serving: ServingSpec, workdir: Path, repository: Path) -> tuple[dict[str, Any], Path]:
     """(the encoder's build record, its installed ONNX file); a clear error if it is not built yet."""
-    name = _option(model, "encoder")
-    try:
-        encoder = serving.model(name)
-    except ConfigError as exc:  # "no model named ...; known: [...]"
-        raise BuildError(f"`models.{model.name}.options.encoder` = {name!r}: expected the name of a served model with "
-                         f"recipe 'minilm_encoder' ({exc})") from None
-    if encoder.recipe != "minilm_encoder":
-        raise BuildError(
-            f"`models.{model.name}.options.encoder` = {encoder.name!r} uses recipe {encoder.recipe!r}; expected 'minilm_encoder'."
-        )
+    encoder = _named_model(model, serving, "encoder", "minilm_encoder")
     from contracts.build_record import BuildRecordError, read_build_record
 
     onnx_path = Path(repository) / encoder.name / "1" / "model.onnx"
@@ -153,7 +158,7 @@ def _check_encoder_current(model: ModelSpec, encoder: ModelSpec, record, onnx_pa
 
 def build_text_tokenizer(model: ModelSpec, workdir: Path) -> dict[str, Any]:
     """Nothing to build: the tokenizer is the encoder's tokenizer.json plus committed code."""
-    _only_options(model, {"encoder"})
+    check_text_front_end_options(model)
     return {"files": [], "encoder": _option(model, "encoder")}
 
 
@@ -177,7 +182,7 @@ def install_text_tokenizer(model: ModelSpec, serving: ServingSpec, record: dict[
 
 def build_text_pipeline(model: ModelSpec, workdir: Path) -> dict[str, Any]:
     """Nothing to build: the served encoder graph and its tokenizer.json, installed together."""
-    _only_options(model, {"encoder"})
+    check_text_front_end_options(model)
     return {"files": [], "encoder": _option(model, "encoder")}
 
 
@@ -209,20 +214,13 @@ def install_text_pipeline(model: ModelSpec, serving: ServingSpec, record: dict[s
 
 def build_text_ensemble(model: ModelSpec, workdir: Path) -> dict[str, Any]:
     """Nothing to build: the ensemble is a config naming its tokenizer and encoder."""
-    _only_options(model, {"encoder", "tokenizer"})
+    check_text_ensemble_options(model)
     return {"files": [], "encoder": _option(model, "encoder"), "tokenizer": _option(model, "tokenizer")}
 
 
 def install_text_ensemble(model: ModelSpec, serving: ServingSpec, record: dict[str, Any], workdir: Path, repository: Path) -> list[str]:
-    tokenizer = serving.model(_option(model, "tokenizer"))
-    name = _option(model, "encoder")
-    try:
-        encoder = serving.model(name)
-    except ConfigError as exc:  # "no model named ...; known: [...]"
-        raise BuildError(f"`models.{model.name}.options.encoder` = {name!r}: expected the name of a served model with "
-                         f"recipe 'minilm_encoder' ({exc})") from None
-    if tokenizer.recipe != "text_tokenizer":
-        raise BuildError(f"`models.{model.name}.options.tokenizer` = {tokenizer.name!r} uses recipe {tokenizer.recipe!r}; expected 'text_tokenizer'.")
+    tokenizer = _named_model(model, serving, "tokenizer", "text_tokenizer")
+    encoder = _named_model(model, serving, "encoder", "minilm_encoder")
     partitions = {m.name: serving.partition_of(m) for m in (model, tokenizer, encoder)}
     if len(set(partitions.values())) != 1:
         raise BuildError(
