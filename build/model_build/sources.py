@@ -75,8 +75,10 @@ def module_sources(module: str) -> tuple[Path, ...]:
 
 def add_sources(digest, sources) -> None:
     """Feed each source's path (below model_build's folder, or `<package>/...` for the others) and bytes
-    into `digest`."""
-    for source in sources:
+    into `digest`, in the order of those names: ordered by absolute path, the digest depended on where
+    the checkout lives (build/ sorts before scripts/, a copy under /tmp after it when the checkout is
+    under /root), and CI's clone failed a test that passed in /work (2026-12-07)."""
+    for source in sorted(sources, key=_relative_name):
         digest.update(_relative_name(source).encode())
         digest.update(source.read_bytes())
 

@@ -310,3 +310,19 @@ def test_an_encoder_name_that_is_no_served_model_names_the_field():
     with pytest.raises(BuildError, match=r"`models.text_embedder.options.encoder` = 'text_encodr': expected the name of a "
                                          r"served model with recipe 'minilm_encoder' \(no model named 'text_encodr'"):
         _encoder_build(model, spec, PROJECT_ROOT / "artifacts", PROJECT_ROOT / "model_repository")
+
+
+def test_the_source_digest_does_not_depend_on_the_order_or_place_of_the_files():
+    """The digest was fed in absolute-path order: a checkout under /root sorted build/ before
+    scripts/ but a copy of model_build under /tmp after it, and CI's clone failed the fingerprint
+    test that passed under /work (2026-12-07). Fed by package-relative name, the order given and
+    the folder the checkout lives in do not matter."""
+    import hashlib
+
+    files = pipeline.recipe_sources(RECIPES["smollm2_gguf"])
+    assert any(sources.PACKAGE_DIR in f.parents for f in files) and any(
+        f.is_relative_to(sources.OTHER_PACKAGE_DIRS["serving"]) for f in files)
+    forward, backward = hashlib.sha256(), hashlib.sha256()
+    sources.add_sources(forward, files)
+    sources.add_sources(backward, tuple(reversed(files)))
+    assert forward.hexdigest() == backward.hexdigest()
