@@ -196,7 +196,7 @@ class AsyncResilientClient(ResilientClientBase):
             try:
                 answer = await send(self.client_for(step.model), step)
             except ClientError as exc:  # 503/UNAVAILABLE or unreachable: the fallback may still answer
-                planner.record_failure(exc)
+                self._record_failure(planner, step, exc)
                 continue
             return answer, step.model, planner.calls
 

@@ -10,6 +10,7 @@ Examples:
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from pathlib import Path
 
@@ -123,6 +124,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # the library's warnings (model_client.resilient: a server not reachable yet, retried until the
+    # deadline) reach the terminal as the command's own lines
+    logging.basicConfig(format="model_client: %(message)s", level=logging.WARNING)
     return run_subcommand(build_parser(), argv, (ClientError,))
 
 

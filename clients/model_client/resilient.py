@@ -17,6 +17,7 @@ Every call ends in an `InferenceOutcome` or a `ClientError`: nothing is dropped 
 """
 from __future__ import annotations
 
+import logging
 import random
 import time
 from dataclasses import dataclass
@@ -27,7 +28,7 @@ import numpy as np
 
 from model_client.client import ModelInterface, Protocol, TritonModelClient, require_arrays
 from model_client.endpoints import DEFAULT_MANIFEST, model_endpoints, resolve_url
-from model_client.errors import ClientError, RequestRejectedError
+from model_client.errors import ClientError, RequestRejectedError, ServerUnavailableError
 from model_client.policies import (
     AttemptPlanner,
     FallbackPolicy,
@@ -37,6 +38,8 @@ from model_client.policies import (
     SleepBeforeRetry,
     backoff_schedule,
 )
+
+log = logging.getLogger("model_client")
 
 T = TypeVar("T")
 
@@ -139,6 +142,20 @@ class ResilientClientBase:
         #: Tests inject their own factory.
         self._client_factory = client_factory or self.default_client_factory
         self._clients: dict[str, object] = {}
+        self._said_unreachable: set[str] = set()
+
+    def _record_failure(self, planner: AttemptPlanner, step: SendRequest, error: ClientError) -> None:
+        """Report a failed send to the planner; the first time a server is found unreachable, say so
+        (a warning on the `model_client` logger) with how long the call keeps trying: an unreachable
+        server is retried until the deadline (it rides out a partition's restart), and a command run
+        with no server up sat silent for those 10 s (a first-run review, 2026-12-07)."""
+        planner.record_failure(error)
+        if isinstance(error, ServerUnavailableError):
+            url = resolve_url(step.model, self.protocol, self.url, self.manifest)
+            if url not in self._said_unreachable:  # once per server, not once per request of a long call
+                self._said_unreachable.add(url)
+                log.warning("%s Retrying until the call's deadline of %g s (RetryPolicy.deadline_s; "
+                            "--deadline-s on the command line).", error, self.retry.deadline_s)
 
     def client_for(self, model: str):
         """The connection to the server that serves `model`. A `url` names the primary models' server;
@@ -223,6 +240,6 @@ class ResilientClient(ResilientClientBase):
             try:
                 answer = send(self.client_for(step.model), step)
             except ClientError as exc:  # 503/UNAVAILABLE or unreachable: the fallback may still answer
-                planner.record_failure(exc)
+                self._record_failure(planner, step, exc)
                 continue
             return answer, step.model, planner.calls

@@ -321,3 +321,29 @@ def test_a_url_with_a_scheme_or_a_path_is_refused_naming_the_expected_form(url):
     for protocol in ("http", "grpc"):
         with pytest.raises(ClientError, match=r"expected host:port \(for example 127.0.0.1:8000\), without a scheme"):
             TritonModelClient(url, protocol)
+
+
+def test_an_unreachable_server_is_said_once_with_how_long_the_call_keeps_trying(caplog):
+    """An unreachable server is retried until the deadline (it rides out a partition's restart): a
+    command run with no server up sat silent for those 10 s, like a hang (a first-run review). The
+    first refusal now says so, once per server, not once per attempt; an overload says nothing."""
+    refused = ServerUnavailableError("server at fake:1 is not reachable (connection refused); is it running?")
+    client, connection, clock = make_client({"big": [refused] * 5 + ["ok", overloaded(), "ok"]},
+                                            retry=RetryPolicy(max_attempts=3, deadline_s=7))
+    with caplog.at_level("WARNING", logger="model_client"):
+        assert client.infer("big", X).calls == 6
+        assert client.infer("big", X).calls == 2
+    said = [r.getMessage() for r in caplog.records if r.name == "model_client"]
+    assert len(said) == 1 and "fake:1 is not reachable" in said[0] and "deadline of 7 s" in said[0], said
+
+    async def unreachable_async():
+        async_connection = AsyncScriptedConnection({"big": [refused, refused, "ok"]}, clock)
+        async with AsyncResilientClient("grpc", url="fake:2", retry=RetryPolicy(max_attempts=3, deadline_s=4),
+                                        sleep=clock.async_sleep, clock=clock,
+                                        client_factory=lambda *a: async_connection) as async_client:
+            return await async_client.infer("big", X)
+
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="model_client"):
+        assert asyncio.run(unreachable_async()).calls == 3
+    assert [r.getMessage().count("deadline of 4 s") for r in caplog.records if r.name == "model_client"] == [1]
