@@ -5,7 +5,9 @@ server sends them; the last one has a `finish_reason`. HTTP uses Triton's genera
 (`/v2/models/<m>/generate_stream`, server-sent events; `/generate` when not streaming). gRPC uses
 the bidirectional stream (a decoupled model cannot answer a unary ModelInfer). Priority,
 max_tokens and the deadline travel in `sampling_parameters`; closing the iterator early cancels
-the request on the server, which frees its KV blocks at the next step.
+the request on the server, which frees its KV blocks at the next step (over HTTP once the server has
+written a response: a stream closed while it waits for a slot is seen at its first token; gRPC's
+cancel reaches a waiting request at once; docs/generation.md, section 7).
 """
 from __future__ import annotations
 
@@ -60,6 +62,11 @@ class GenerationSettings(SamplingFields):
     chat: bool = False
     system_prompt: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.system_prompt is not None and not self.chat:  # the server refuses it too (serving.generation.requests)
+            raise ValueError("GenerationSettings.system_prompt is used only with chat=True (the chat template's "
+                             "system turn): set chat=True, or put the instructions in the prompt.")
 
     def sampling_parameters(self) -> str:
         fields = self.sampling_json_fields()

@@ -29,7 +29,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     url = resolve_url(args.model, protocol, args.url, args.manifest)
     settings = GenerationSettings(max_tokens=args.max_tokens, priority=args.priority, deadline_ms=args.deadline_ms,
                                   temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed,
-                                  chat=args.chat, system_prompt=args.system_prompt, stop=tuple(args.stop or ()))
+                                  chat=args.chat or args.system_prompt is not None, system_prompt=args.system_prompt, stop=tuple(args.stop or ()))
     state = {"tokens": 0, "reason": ""}
     stream = not args.no_stream
     if args.use_async:
@@ -54,7 +54,7 @@ def add_generate_command(sub) -> None:
     gen.add_argument("--async", dest="use_async", action="store_true", help="use the asyncio clients")
     gen.add_argument("--no-stream", action="store_true", help="one response with the whole text")
     gen.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template (shared system prompt)")
-    gen.add_argument("--system-prompt", help="with --chat: replace the default system prompt")
+    gen.add_argument("--system-prompt", help="replace the default system prompt of the chat template (implies --chat)")
     gen.add_argument("--max-tokens", type=int, default=64)
     gen.add_argument("--priority", type=int, default=0, help="1 = realtime (admitted first), 2 = batch, 0 = the model's default")
     gen.add_argument("--deadline-ms", type=float, help="end generation this long after arrival; returns the text so far")

@@ -615,3 +615,33 @@ def test_a_stream_cut_by_a_stopping_server_is_an_unavailable_error_on_every_clie
     finally:
         server.process.stop()
     assert len(outcomes) == 4 and all(isinstance(o, ServerUnavailableError) for o in outcomes.values()), outcomes
+
+
+def test_a_non_streamed_chat_answer_starts_with_the_prompt_the_model_got_and_chat_inputs_are_checked(triton_server):
+    """vLLM's rule (exclude_input_in_output unset: the answer starts with the prompt) prefixed the raw
+    user text, not the chat prompt the model was given: "What is Triton?Triton is ..." (a review,
+    2026-12-07). A system_prompt without the template was accepted and ignored; an empty user turn of a
+    chat request was refused, which vLLM's chat endpoint takes."""
+    import json
+    import urllib.error
+
+    def post(**fields):
+        body = json.dumps({**fields, "parameters": {"max_tokens": 6, "ignore_eos": True}}).encode()
+        request = urllib.request.Request(f"http://{triton_server.url('http')}/v2/models/{MODEL}/generate", body,
+                                         {"Content-Type": "application/json"})
+        try:
+            return 200, json.loads(urllib.request.urlopen(request, timeout=60).read())
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.loads(exc.read())
+
+    status, whole = post(text_input="Hello", apply_chat_template=True)
+    status_excluded, answer = post(text_input="Hello", apply_chat_template=True, exclude_input_in_output=True)
+    assert status == status_excluded == 200 and answer["text_output"], (whole, answer)
+    prompt = whole["text_output"][:len(whole["text_output"]) - len(answer["text_output"])]
+    assert whole["text_output"].endswith(answer["text_output"]) and prompt.startswith("<|im_start|>system\n"), whole
+    assert prompt.endswith("<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\n"), prompt
+
+    status, error = post(text_input="Hello", system_prompt="You are a pirate.")
+    assert status == 400 and "system_prompt is used only with apply_chat_template = true" in error["error"], error
+    status, empty_turn = post(text_input="", apply_chat_template=True, exclude_input_in_output=True)
+    assert status == 200 and empty_turn["finish_reason"] == "length", empty_turn

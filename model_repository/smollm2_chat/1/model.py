@@ -14,7 +14,9 @@ Interface (tensor names of Triton's vLLM backend; config rendered by serving/gen
 Streaming sends one response per step with the new text; the last one carries the finish reason
 and the FINAL flag. Non-streaming sends one FINAL response with the whole text.
 Errors: bad input -> INVALID_ARG (HTTP 400) naming the problem; a full wait queue -> UNAVAILABLE
-(HTTP 503). Cancelled requests and lost streams end at the next step and free their KV blocks.
+(HTTP 503). Cancelled requests and lost streams end at the next step and free their KV blocks (a
+closed HTTP generate_stream connection is seen only once a response is written to it: Triton's
+HTTP frontend learns of it from a failed write; docs/generation.md, section 7).
 """
 import os
 import sys
@@ -32,13 +34,12 @@ from tokenizers import Tokenizer
 
 from serving.backend.stub_metrics import Observation, StubMetrics
 from serving.generation import metrics as gm
-from serving.generation.chat import render_chat_prompt
 from serving.generation.detokenize import IncrementalDetokenizer, StopStrings
 from serving.generation.engine import DecoderGraph, GenerationEngine, StepResult
 from serving.generation.errors import InvalidGenerationRequest, WaitQueueFull
 from serving.generation.kv_store import KvStore
 from serving.generation.requests import (FROM_REQUEST, build_request, check_prompt_size, parse_sampling_parameters,
-                                        prompt_bytes_limit)
+                                        prompt_bytes_limit, prompt_text_for)
 from serving.generation.scheduler import FinishReason, Policy, Scheduler, SchedulerConfig
 from serving.generation.sizing import KvLayout
 
@@ -175,17 +176,14 @@ class TritonPythonModel:
                   else parse_sampling_parameters(request.parameters(), FROM_REQUEST))
         chat = _input(request, "apply_chat_template")
         system = _input(request, "system_prompt")
-        if text == "":
-            raise InvalidGenerationRequest("text_input is empty: send at least one character of prompt text.")
-        prompt_text = text
-        if chat is not None and bool(chat[0]):
-            prompt_text = render_chat_prompt(text, _text(system, "system_prompt") if system is not None else self.system_prompt)
-        return text, prompt_text, stream, prepend, fields
+        prompt_text = prompt_text_for(text, chat is not None and bool(chat[0]),
+                                      _text(system, "system_prompt") if system is not None else None, self.system_prompt)
+        return prompt_text, stream, prepend, fields
 
     def _accept(self, request):
         sender = request.get_response_sender()
         try:
-            text, prompt_text, stream, prepend, fields = self._parse(request)
+            prompt_text, stream, prepend, fields = self._parse(request)
             check_prompt_size(prompt_text, self.prompt_bytes_limit, self.max_context)
             ids = tuple(self.tokenizer.encode(prompt_text, add_special_tokens=False).ids)
             request_id = f"r{next(self.ids)}"
@@ -193,7 +191,7 @@ class TritonPythonModel:
                                        queue_timeout_us=int(request.timeout() or 0))
             decode = lambda tokens: self.tokenizer.decode(list(tokens), skip_special_tokens=True)
             with self.intake:  # no poll of its cancellation can be under way once it is taken back (see __init__)
-                self.pending[request_id] = _Pending(request, sender, stream, text if prepend else "", IncrementalDetokenizer(decode),
+                self.pending[request_id] = _Pending(request, sender, stream, prompt_text if prepend else "", IncrementalDetokenizer(decode),
                                                     len(ids), generation.sampling.stop)
                 try:
                     self.engine.submit(generation)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 from contracts.sampling import DEFAULT_MAX_TOKENS, SamplingFields, stop_strings
+from serving.generation.chat import render_chat_prompt
 from serving.generation.errors import InvalidGenerationRequest
 
 #: field -> (type, description of the allowed values)
@@ -151,6 +152,24 @@ def as_vllm_backend_reads(name: str, value: Any) -> Any:
                 except ValueError:
                     continue
     return 0 if name == "top_k" and value == -1 else value
+
+
+def prompt_text_for(text: str, apply_chat_template: bool, system_prompt: str | None, default_system_prompt: str) -> str:
+    """The text the model is given (and the one a non-streamed answer starts with, unless
+    `exclude_input_in_output`): `text` itself, or with `apply_chat_template` the chat prompt with
+    `text` as the user's turn and `system_prompt` (else the model's default) as the system's.
+    - An empty user turn is a prompt (the template's tokens), as vLLM's chat endpoint takes it; raw
+      text must not be empty.
+    - `system_prompt` without the template is refused by name: it was accepted and ignored, so a
+      caller's instructions silently did nothing (a review, 2026-12-07)."""
+    if apply_chat_template:
+        return render_chat_prompt(text, default_system_prompt if system_prompt is None else system_prompt)
+    if system_prompt is not None:
+        raise InvalidGenerationRequest("system_prompt is used only with apply_chat_template = true: set it, or put "
+                                       "the instructions in text_input.")
+    if text == "":
+        raise InvalidGenerationRequest("text_input is empty: send at least one character of prompt text.")
+    return text
 
 
 def prompt_bytes_limit(max_context: int, vocabulary: "Iterable[str]") -> int:

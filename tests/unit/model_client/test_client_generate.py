@@ -163,3 +163,10 @@ def test_a_grpc_generation_to_a_dead_port_is_unreachable_never_a_raw_stream_erro
     for _ in range(5):
         with pytest.raises(ServerUnavailableError, match="is not reachable"):
             list(generate_grpc("127.0.0.1:1", "hi", GenerationSettings(max_tokens=2), timeout_s=10))
+
+
+def test_a_system_prompt_without_chat_is_refused_before_anything_is_sent():
+    """The server refuses it by name; it used to be dropped silently from the request body."""
+    with pytest.raises(ValueError, match="system_prompt is used only with chat=True"):
+        GenerationSettings(system_prompt="You are a pirate.")
+    assert GenerationSettings(chat=True, system_prompt="You are a pirate.").system_prompt == "You are a pirate."

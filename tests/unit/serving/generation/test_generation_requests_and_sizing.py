@@ -67,6 +67,22 @@ def test_fields_from_the_requests_own_parameters_are_named_as_such():
         parse_sampling_parameters('{"priority": 7}', FROM_REQUEST)
 
 
+def test_the_prompt_text_is_the_raw_text_or_the_chat_prompt_and_a_stray_system_prompt_is_refused():
+    """An empty user turn is a chat prompt (vLLM takes it); raw text must not be empty; a system_prompt
+    without the template was accepted and ignored, so the caller's instructions silently did nothing."""
+    from serving.generation.chat import render_chat_prompt
+    from serving.generation.requests import prompt_text_for
+
+    assert prompt_text_for("Hi", False, None, "default") == "Hi"
+    assert prompt_text_for("Hi", True, None, "default") == render_chat_prompt("Hi", "default")
+    assert prompt_text_for("Hi", True, "Be brief.", "default") == render_chat_prompt("Hi", "Be brief.")
+    assert prompt_text_for("", True, None, "default") == render_chat_prompt("", "default")
+    with pytest.raises(InvalidGenerationRequest, match="text_input is empty"):
+        prompt_text_for("", False, None, "default")
+    with pytest.raises(InvalidGenerationRequest, match="system_prompt is used only with apply_chat_template = true"):
+        prompt_text_for("Hi", False, "You are a pirate.", "default")
+
+
 def test_prompt_and_max_tokens_are_checked_against_the_context():
     with pytest.raises(InvalidGenerationRequest, match="text_input is empty"):
         build_request("a", (), {}, max_context=32)
