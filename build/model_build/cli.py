@@ -59,7 +59,7 @@ def served_variant(model: ModelSpec, serving: ServingSpec) -> str:
     tokenizer) serves that encoder's variant, not its own `variant` field (which it does not use)."""
     encoder = model.options.get("encoder")
     if encoder:
-        return f"follows {encoder} (served variant {serving.model(encoder).variant.value})"
+        return f"follows {encoder} (served variant {serving.served_variant(model.name).value})"
     return f"served variant {model.variant.value}"
 
 

@@ -529,6 +529,17 @@ class ServingSpec:
     def model(self, name: str) -> ModelSpec:
         return find_named(self.models, name, "model")
 
+    def served_variant(self, name: str) -> Variant:
+        """The precision model `name` serves: its own `variant`, or, for a model that follows an
+        encoder (`options.encoder`: the fused embedder, the tokenizer), that encoder's; its own
+        `variant` field is then unused. Why one place: the perf report called the fused embedder
+        "fp32" while it served the INT8-mixed encoder's graph (a review, 2026-12-07)."""
+        model, seen = self.model(name), {name}
+        while model.options.get("encoder") and model.options["encoder"] not in seen:  # a loop is the build's error to name
+            seen.add(model.options["encoder"])
+            model = self.model(model.options["encoder"])
+        return model.variant
+
     def priority(self, name: str) -> PriorityLevel:
         return find_named(self.priorities, name, "priority")
 

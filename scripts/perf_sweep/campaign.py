@@ -358,7 +358,7 @@ def _sweep_model(endpoint, config, spec, served, opts, folder, results, progress
                                   "input); perf_analyzer's random data would not look like production.")
         return [], None
     results["inputs"][endpoint.model] = prepared.description
-    variants = {m.name: m.variant.value for m in spec.models}
+    variants = {m.name: spec.served_variant(m.name).value for m in spec.models}
     variant = variants.get(endpoint.model, "served")
     text_limit = _text_limit_plan(endpoint, config, served, prepared, opts, results, progress)
     if text_limit:  # an ensemble has no precision of its own: name its encoder's

@@ -61,6 +61,15 @@ class Measurement:
         if self.warmup_requests < 0:
             raise SweepPlanError(f"`warmup_requests` = {self.warmup_requests} must be >= 0.")
 
+    def warmup_requests_at(self, mode: "LoadMode", level: float) -> int:
+        """The warm-up count of one level: `warmup_requests`, and at a concurrency at least one request
+        per concurrent worker. Why: perf_analyzer 2.51 never leaves a warm-up of fewer requests than its
+        concurrency (c=21 with 20, c=64 with 50 hung; c=20 with 20 and c=40 with 50 took 4 s), and the
+        sweep reported such a level FAILED while Triton answered 260,580 requests (a review, 2026-12-07)."""
+        if mode is LoadMode.CONCURRENCY:
+            return max(self.warmup_requests, int(level))
+        return self.warmup_requests
+
 
 @dataclass(frozen=True)
 class RequestParameter:
@@ -175,7 +184,7 @@ def render_perf_analyzer_command(
         "-b", str(sweep.batch_size), "--input-data", str(sweep.input_data),
         "--measurement-mode", "time_windows", "--measurement-interval", str(m.interval_ms),
         "--stability-percentage", str(m.stability_percentage), "--max-trials", str(m.max_trials),
-        "--warmup-request-count", str(m.warmup_requests),
+        "--warmup-request-count", str(m.warmup_requests_at(sweep.mode, level)),
         "-f", str(csv_path), "--verbose-csv",
     ]
     if sweep.mode is LoadMode.CONCURRENCY:
@@ -218,7 +227,7 @@ def level_timeout_s(measurement: Measurement, mode: LoadMode, level: float, requ
     answers, plus 30 s (a fixed count at a concurrency has no rate to size by: its callers pass
     their own limit from the rate the server served)."""
     if request_count and mode is LoadMode.REQUEST_RATE:
-        return fixed_count_timeout_s(request_count, measurement.warmup_requests, level)
+        return fixed_count_timeout_s(request_count, measurement.warmup_requests_at(mode, level), level)
     return (measurement.max_trials + 2) * measurement.interval_ms / 1000 * 2 + 30
 
 

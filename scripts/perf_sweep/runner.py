@@ -224,7 +224,8 @@ def run_level(sweep: SweepSpec, level: float, folder: RunFolder, perf_analyzer: 
             else f"fixed {request_count} requests" if request_count else "",
             remeasured, *scrape_notes))),
     )
-    expected = request_count + m.warmup_requests if request_count else None
+    warmup = m.warmup_requests_at(sweep.mode, level)
+    expected = request_count + warmup if request_count else None
     if (hang is not None and not remeasured and hang.answered is not None
             and hung_in_perf_analyzer(hang.answered, hang.failed, hang.queued, expected, hang.workers)):
         return run_level(sweep, level, folder, perf_analyzer, env, request_count=request_count, timeout=limit,
@@ -242,7 +243,7 @@ def run_level(sweep: SweepSpec, level: float, folder: RunFolder, perf_analyzer: 
         count = fixed_request_count(served_rate, m.interval_ms)
         rate = level if sweep.mode.value == "request_rate" else served_rate
         # without Triton's counters there is no served rate to size the limit by (at rate 0 it read 83 hours)
-        limit_s = fixed_count_timeout_s(count, m.warmup_requests, rate) if rate > 0 else limit
+        limit_s = fixed_count_timeout_s(count, warmup, rate) if rate > 0 else limit
         return run_level(sweep, level, folder, perf_analyzer, env, request_count=count, timeout=timeout or limit_s,
                          fixed_reason=f"never stable within {m.max_trials} windows", remeasured=remeasured)
     return record, latencies
@@ -275,7 +276,8 @@ def run_sweep(sweep: SweepSpec, folder: RunFolder, progress: Progress = print,
             reason = f"stability search skipped after {sweep.mode.value} {fixed_from.load:g} never stabilised"
             record, level_latencies = run_level(sweep, level, folder, binary, environment, request_count=count,
                                                 fixed_reason=reason,
-                                                timeout=fixed_count_timeout_s(count, sweep.measurement.warmup_requests, rate))
+                                                timeout=fixed_count_timeout_s(
+                                                    count, sweep.measurement.warmup_requests_at(sweep.mode, level), rate))
         if fixed_from is None and record.status == "unstable":
             fixed_from = record
         records.append(record)

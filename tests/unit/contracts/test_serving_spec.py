@@ -135,3 +135,17 @@ def test_latency_summary_quantiles_reach_the_plan_and_the_server_flags():
 def test_bad_latency_summary_quantiles_name_the_pair_and_the_expected_form(bad, message):
     with pytest.raises(ConfigError, match=rf"`server.latency_summary_quantiles`.*{message}"):
         serving_spec_from_dict({**BASE, "server": {"latency_summary_quantiles": bad}})
+
+
+def test_a_model_that_follows_an_encoder_serves_the_encoders_variant():
+    """The perf report called the fused embedder "fp32" (its own, unused `variant`) while it served
+    the INT8-mixed encoder's graph (a review, 2026-12-07)."""
+    spec = serving_spec_from_dict({**BASE, "models": {
+        "enc": {"recipe": "minilm_encoder", "variant": "int8_mixed"},
+        "embedder": {"recipe": "text_pipeline", "options": {"encoder": "enc"}},
+        "loop_a": {"recipe": "text_pipeline", "options": {"encoder": "loop_b"}},
+        "loop_b": {"recipe": "text_pipeline", "options": {"encoder": "loop_a"}},
+        "m": {"recipe": "digit_cnn"}}})
+    assert spec.served_variant("embedder") is Variant.INT8_MIXED and spec.model("embedder").variant is Variant.FP32
+    assert spec.served_variant("m") is Variant.FP32 and spec.served_variant("enc") is Variant.INT8_MIXED
+    assert spec.served_variant("loop_a") is Variant.FP32  # a loop ends (the build names it), not RecursionError

@@ -41,6 +41,18 @@ def test_concurrency_sweep_renders_warmup_stability_csv_and_export():
     assert "--request-rate-range" not in argv and "--request-count" not in argv
 
 
+def test_a_concurrency_above_the_warmup_count_warms_up_one_request_per_worker():
+    """perf_analyzer 2.51 never leaves a warm-up of fewer requests than its concurrency: the sweep's
+    c=32 after a warm-up of 20 (--quick) hung and was reported FAILED (a review, 2026-12-07)."""
+    sweep = SweepSpec(name="m.concurrency", model="m", url="u:1", levels=(16, 64),
+                      measurement=Measurement(warmup_requests=50))
+    assert flag(render_perf_analyzer_command(sweep, 16, Path("o.csv")), "--warmup-request-count") == "50"
+    assert flag(render_perf_analyzer_command(sweep, 64, Path("o.csv")), "--warmup-request-count") == "64"
+    rates = SweepSpec(name="m.poisson", model="m", url="u:1", levels=(500.0,), mode=LoadMode.REQUEST_RATE,
+                      measurement=Measurement(warmup_requests=50))
+    assert flag(render_perf_analyzer_command(rates, 500.0, Path("o.csv")), "--warmup-request-count") == "50"
+
+
 def test_request_rate_sweep_is_poisson_async_with_priority_parameter():
     sweep = SweepSpec(name="m.poisson", model="m", url="u:1", levels=(12.5, 50), mode=LoadMode.REQUEST_RATE,
                       request_parameters=(RequestParameter("priority", "1"),))
