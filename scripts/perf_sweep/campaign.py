@@ -69,6 +69,21 @@ class CampaignOptions:
             raise SweepPlanError(f"`text_max_tokens` = {self.text_max_tokens} must be >= 8.")
         if self.loadgen_seconds <= 0 or self.sparse_rate <= 0:
             raise SweepPlanError("`loadgen_seconds` and `sparse_rate` must be > 0.")
+        if self.write_back and self.ab_model is None:
+            raise SweepPlanError("`write_back` writes the delay the A/B block chooses, and the A/B block is off "
+                                 "(--no-ab): drop one of them.")
+        if self.out_root.exists() and not self.out_root.is_dir():
+            raise SweepPlanError(f"`out_root` = {self.out_root} is a file: allowed a folder (made when missing).")
+
+
+def unused_folder(path: Path) -> Path:
+    """`path`, or `path-2`, `path-3`, ... when it exists: two runs started within one second shared a
+    folder, and one's report replaced the other's while both printed its path (a review, 2026-12-07)."""
+    candidate, n = path, 1
+    while candidate.exists():
+        n += 1
+        candidate = path.with_name(f"{path.name}-{n}")
+    return candidate
 
 
 def endpoints_from_manifest(manifest: Mapping[str, Any]) -> tuple[Endpoint, ...]:
@@ -250,9 +265,10 @@ def _isolation(spec, endpoints, prepared_by_model, results, opts, folder, progre
     neighbours = [e for e in endpoints if e.server != main_ep.server and e.model in prepared_by_model
                   and (prepared_by_model[e.model].kind, prepared_by_model[e.model].input_name) == (main_in.kind, main_in.input_name)]
     if main_in.samples is None or not neighbours:
+        among = "this run measures (--models)" if opts.models else "is served"
         results["skipped"].append(
-            f"partitioned vs shared: no model with {opts.ab_model}'s inputs is served in another partition than "
-            f"`{main_ep.server}` (partitions: {sorted({e.server for e in endpoints})}).")
+            f"partitioned vs shared: no model with {opts.ab_model}'s inputs that {among} runs in another partition "
+            f"than `{main_ep.server}` (the measured models' partitions: {sorted({e.server for e in endpoints})}).")
         return []
     knee = results["knees"].get(f"{opts.ab_model}.concurrency", {})
     basis = knee.get("knee") or knee.get("peak") or {"throughput": 100.0}
@@ -309,8 +325,15 @@ def limit_headlines(results: Mapping[str, Any], records: Sequence[PerfRecord], a
 
 
 def host_description() -> str:
+    """The machine and the code a run measured: the CPU (model, SIMD flags: they decide how fast INT8
+    runs), the usable CPUs, the load average, the commit. It said "vm, x86_64, 2 CPUs usable" and no
+    commit, so a report could not be placed beside another (a review, 2026-12-07)."""
+    from contracts.devices import read_cpu_info
+    from perf_sweep.peers.machine import source_revision
+
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return f"{platform.node()}, {platform.machine()}, {cpus} CPUs usable, load average {os.getloadavg()[0]:.2f} at start"
+    return (f"{read_cpu_info().describe()}, {platform.machine()}, {cpus} CPUs usable, kernel {platform.release()}; "
+            f"commit {source_revision()}; load average {os.getloadavg()[0]:.2f} at start")
 
 
 def _selected_endpoints(opts: CampaignOptions):
@@ -322,6 +345,10 @@ def _selected_endpoints(opts: CampaignOptions):
         if unknown:
             raise SweepPlanError(f"models {sorted(unknown)} are not served (manifest has {[e.model for e in endpoints]}).")
         endpoints = tuple(e for e in endpoints if e.model in opts.models)
+    if opts.ab_model is not None and opts.ab_model not in {e.model for e in served}:
+        # checked before anything is measured: a typo ran the whole sweep, then listed the A/B block as not measured
+        raise SweepPlanError(f"A/B model {opts.ab_model!r} is not served (manifest has "
+                             f"{sorted(e.model for e in served)}): name one of them, or --no-ab.")
     return endpoints, served
 
 
@@ -378,8 +405,13 @@ def _sweep_model(endpoint, config, spec, served, opts, folder, results, progress
 
 
 def _ab_and_isolation(spec, endpoints, prepared_by_model, opts, folder, results, progress) -> tuple[list[PerfRecord], dict]:
-    if not (opts.ab_model and opts.ab_model in prepared_by_model):
-        results["skipped"].append(f"A/B block: model {opts.ab_model!r} is not served or was not selected.")
+    if opts.ab_model is None:
+        results["skipped"].append("A/B block: not run (--no-ab).")
+        return [], {}
+    if opts.ab_model not in prepared_by_model:
+        why = ("was not selected (--models)" if opts.models and opts.ab_model not in opts.models
+               else "had no inputs this run could send (see above)")
+        results["skipped"].append(f"A/B block: model {opts.ab_model!r} {why}.")
         return [], {}
     from perf_sweep.ab import run_ab_block
 
@@ -398,7 +430,7 @@ def run_campaign(opts: CampaignOptions, progress: Progress = print) -> Path:
 
     spec = load_serving_spec(opts.config)
     endpoints, served = _selected_endpoints(opts)
-    folder = RunFolder(opts.out_root / opts.run_id)
+    folder = RunFolder(unused_folder(opts.out_root / opts.run_id))
     progress(f"[perf] run folder: {folder.root}")
     results: dict[str, Any] = {"run_id": opts.run_id, "command": opts.command, "host": host_description(),
                                "records": [], "knees": {}, "inputs": {}, "skipped": [], "headlines": [], "limits": {}}
@@ -425,6 +457,7 @@ def run_campaign(opts: CampaignOptions, progress: Progress = print) -> Path:
                                                  opts.seed, progress, models=opts.models)
         results["skipped"] += [results["peers"]["skipped"]] if "skipped" in results["peers"] else []
     results["records"] = [r.as_dict() for r in records]
+    results["host"] += f", {os.getloadavg()[0]:.2f} at end"
     typed = PerfRunResults.from_dict(results, "this run's results")  # checked as `perf_sweep report` will read it
     write_perf_results(folder.root, typed)
     (folder.root / "latency_samples.json").write_text(json.dumps(cdf))

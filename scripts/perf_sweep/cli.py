@@ -42,7 +42,12 @@ def _run(args: argparse.Namespace) -> int:
     settings["write_back"] = args.write_back
     settings["peers"], settings["peers_quick"] = not args.no_peers, args.quick
     settings["seed"] = args.seed
-    run_campaign(CampaignOptions(**settings), progress=lambda line: print(line, flush=True))
+    try:
+        run_campaign(CampaignOptions(**settings), progress=lambda line: print(line, flush=True))
+    except KeyboardInterrupt:  # every server and perf_analyzer it started is stopped on the way out
+        print("\n[perf] interrupted: no report was written; perf_analyzer's outputs of the levels measured so far are "
+              "under raw/ of the run folder printed above.", file=sys.stderr, flush=True)
+        return 130
     return 0
 
 
@@ -55,10 +60,14 @@ def _inputs(args: argparse.Namespace) -> int:
         gen.write_input_data(out, gen.image_input_data(images, args.input_name or "image"))
         print(f"wrote {len(images)} images to {out}")
         return 0
+    from contracts.serving_spec import load_serving_spec
+    from perf_sweep.campaign import text_max_tokens
+
+    max_tokens = text_max_tokens(load_serving_spec(Path(args.config)), args.max_tokens)  # as `make perf` generates them
     tokenizer = gen.minilm_tokenizer()
-    texts, _ = gen.long_tailed_texts(args.count or 400, args.max_tokens, tokenizer, args.seed, Path(args.site_packages))
+    texts, _ = gen.long_tailed_texts(args.count or 400, max_tokens, tokenizer, args.seed, Path(args.site_packages))
     gen.write_input_data(out, gen.string_input_data(texts, args.input_name or "TEXT"))
-    summary = gen.LengthSummary.of([tokenizer.count(t) for t in texts], args.max_tokens)
+    summary = gen.LengthSummary.of([tokenizer.count(t) for t in texts], max_tokens)
     print(f"wrote {len(texts)} texts to {out}: {json.dumps(summary.__dict__)}")
     return 0
 
@@ -109,7 +118,8 @@ def main(argv: list[str] | None = None) -> int:
     run = sub.add_parser("run", help="sweep the running servers and write reports/perf/<timestamp>/")
     run.add_argument("--quick", action="store_true", help="short windows and fewer levels (a smoke run, ~4 min; ~9 min with the peers section)")
     run.add_argument("--models", nargs="+", help="only these served models (default: all in the manifest)")
-    run.add_argument("--max-concurrency", type=int)
+    run.add_argument("--max-concurrency", type=int,
+                     help="highest closed-loop level; the levels double from 1 and end at it: 1, 2, 4, ..., N (default 32; --quick: 8)")
     run.add_argument("--ab-model", help="model for the A/B block (default digit_classifier)")
     run.add_argument("--no-ab", action="store_true", help="skip the A/B block (temporary server)")
     run.add_argument("--write-back", action="store_true", help="write the chosen max_queue_delay into serving.toml")
@@ -117,25 +127,30 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--config", help="serving.toml (default model_repository/serving.toml)")
     run.add_argument("--manifest", help="run/manifest.json of the running servers")
     run.add_argument("--out-root", help="parent of the timestamped run folder (default reports/perf)")
-    run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--seed", type=int, default=0, help="seed of the generated inputs and the Poisson arrivals")
     run.set_defaults(func=_run, argv=argv)
     inp = sub.add_parser("inputs", help="write a perf_analyzer --input-data JSON file")
-    inp.add_argument("kind", choices=["image", "text"])
-    inp.add_argument("--out", required=True)
+    inp.add_argument("kind", choices=["image", "text"], help="held-out digit images, or long-tailed real sentences")
+    inp.add_argument("--out", required=True, help="the JSON file to write")
     inp.add_argument("--input-name", help="model input name (default image / TEXT)")
-    inp.add_argument("--count", type=int)
-    inp.add_argument("--seed", type=int, default=0)
-    inp.add_argument("--max-tokens", type=int, default=256)
-    inp.add_argument("--test-split", default=str(PROJECT_ROOT / "artifacts" / "digit_classifier" / "test_split.npz"))
-    inp.add_argument("--site-packages", default=sysconfig.get_paths()["purelib"])
+    inp.add_argument("--count", type=int, help="how many samples (default: every test-split image, in a seeded order; 400 texts)")
+    inp.add_argument("--seed", type=int, default=0, help="which samples and texts are drawn")
+    inp.add_argument("--max-tokens", type=int,
+                     help="longest text in tokens (default: the served text models' max_length, as `make perf` uses)")
+    inp.add_argument("--config", default=str(PROJECT_ROOT / "model_repository" / "serving.toml"),
+                     help="serving.toml the default --max-tokens is read from")
+    inp.add_argument("--test-split", default=str(PROJECT_ROOT / "artifacts" / "digit_classifier" / "test_split.npz"),
+                     help="the digit test split images are drawn from")
+    inp.add_argument("--site-packages", default=sysconfig.get_paths()["purelib"],
+                     help="where the installed packages whose docs the sentences come from live")
     inp.set_defaults(func=_inputs)
     rep = sub.add_parser("report", help="re-render report.md and plots of a run folder")
-    rep.add_argument("folder")
+    rep.add_argument("folder", help="a run folder of `perf_sweep run` (holds results.json)")
     rep.set_defaults(func=_report)
     wb = sub.add_parser("write-back", help="set a model's max_queue_delay_microseconds in serving.toml")
-    wb.add_argument("--model", required=True)
-    wb.add_argument("--delay-us", type=int, required=True)
-    wb.add_argument("--config", default=str(PROJECT_ROOT / "model_repository" / "serving.toml"))
+    wb.add_argument("--model", required=True, help="a model of serving.toml")
+    wb.add_argument("--delay-us", type=int, required=True, help="max_queue_delay_microseconds to write (>= 0)")
+    wb.add_argument("--config", default=str(PROJECT_ROOT / "model_repository" / "serving.toml"), help="the serving.toml to edit")
     wb.set_defaults(func=_write_back)
     analyzer = sub.add_parser("analyzer", help="run perf_analyzer with the library path its wheel needs (arguments after --)")
     analyzer.add_argument("arguments", nargs=argparse.REMAINDER, help="perf_analyzer's own arguments, e.g. -- -m digit_classifier")

@@ -155,9 +155,10 @@ def _header_lines(results: PerfRunResults) -> list[str]:
     out = [f"# perf_analyzer sweeps: {results.run_id}", ""]
     out += [f"Command: `{results.command}`. Host: {results.host}.",
             "Raw outputs (CSV, per-request exports, stdout of every perf_analyzer run) are under `raw/`; "
-            "every measuring command line is in `commands.sh`.", ""]
+            "every measuring command line is in `commands.sh` (each line measures again into a folder of its own).", ""]
     out += ["## Headline figures (targets are recorded, not asserted)", ""]
-    out += [f"- {line}" for line in results.headlines] + [""]
+    out += [f"- {line}" for line in results.headlines] or ["None this run: no A/B block or in-process limit was measured."]
+    out += [""]
     if results.inputs:
         out += ["## Inputs", ""]
         out += [f"- **{model}**: {text}" for model, text in sorted(results.inputs.items())]

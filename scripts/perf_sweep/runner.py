@@ -22,7 +22,7 @@ import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Sequence
 
 from perf_sweep.errors import SweepRunError
 from perf_sweep.plan import (
@@ -74,7 +74,10 @@ class RunFolder:
         self.root.mkdir(parents=True, exist_ok=True)
         self.commands = self.root / "commands.sh"
         if not self.commands.exists():
-            self.commands.write_text("#!/usr/bin/env bash\n# Every measuring command of this run, in order.\n")
+            self.commands.write_text(
+                "#!/usr/bin/env bash\n# Every measuring command of this run, in order. Each line measures again into a new\n"
+                "# folder of its own (mktemp; printed at its end): the files beside this one are what the run measured,\n"
+                "# and perf_analyzer refuses an export file that exists, so a line that wrote over them could not rerun.\n")
 
     def sweep_dir(self, sweep: SweepSpec) -> Path:
         path = self.root / "raw" / sweep.name
@@ -82,11 +85,27 @@ class RunFolder:
         return path
 
     def log_command(self, argv: list[str], env: Mapping[str, str] | None = None, comment: str = "") -> None:
-        prefix = f"LD_LIBRARY_PATH={shlex.quote(env['LD_LIBRARY_PATH'])} " if env and "LD_LIBRARY_PATH" in env else ""
         with self.commands.open("a") as f:
             if comment:
                 f.write(f"# {comment}\n")
-            f.write(prefix + shlex.join(argv) + "\n")
+            f.write(rerunnable_command(argv, env) + "\n")
+
+
+#: perf_analyzer's options that name a file it writes.
+OUTPUT_FLAGS = ("-f", "--profile-export-file")
+
+
+def rerunnable_command(argv: Sequence[str], env: Mapping[str, str] | None = None) -> str:
+    """One shell line that runs `argv` again with its output files (`OUTPUT_FLAGS`) in a fresh
+    `mktemp -d` folder, which it prints: rerun, a line of commands.sh wrote over the run's own CSV
+    and failed on its export ("Path must not already exist"; a review, 2026-12-07)."""
+    words = []
+    for previous, word in zip([""] + list(argv), argv):
+        words.append(f'"$out"/{shlex.quote(Path(word).name)}' if previous in OUTPUT_FLAGS else shlex.quote(word))
+    prefix = f"LD_LIBRARY_PATH={shlex.quote(env['LD_LIBRARY_PATH'])} " if env and "LD_LIBRARY_PATH" in env else ""
+    if not any(previous in OUTPUT_FLAGS for previous in argv):
+        return prefix + " ".join(words)
+    return f'out=$(mktemp -d) && {prefix}{" ".join(words)}; echo "output in $out"'
 
 
 Progress = Callable[[str], None]

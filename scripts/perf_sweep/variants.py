@@ -191,6 +191,9 @@ def start_variant_server(repository: Path, workdir: Path, models: Sequence[str],
 
         process.stop()
         raise SweepRunError(f"the A/B server did not serve every variant: {exc}\n{log_tail(process.log_path, 15)}") from None
+    except BaseException:  # Ctrl-C while it loads: it runs in a session of its own and outlived the sweep (a review)
+        process.stop()
+        raise
     return process, f"127.0.0.1:{http}", f"127.0.0.1:{grpc}", f"127.0.0.1:{metrics}/metrics"
 
 

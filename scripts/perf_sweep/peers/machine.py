@@ -15,6 +15,8 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from contracts.layout import PROJECT_ROOT
 from typing import Callable, Mapping, Sequence
 
 from contracts.processes import cpu_idle_and_total
@@ -56,7 +58,23 @@ def read_machine() -> dict[str, object]:
     usable = len(os.sched_getaffinity(0))
     return {"cpu": cpu, "usable_cpus": usable, "description": describe_cpu(cpu, usable), "host": platform.node(),
             "kernel": platform.release(), "python": sys.version.split()[0], "load_average": os.getloadavg()[0],
+            "commit": source_revision(),
             "memory_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)}
+
+
+def source_revision(root: Path = PROJECT_ROOT) -> str:
+    """`git rev-parse --short HEAD` of the checkout, "+ uncommitted changes" when its tracked files
+    differ, or "unknown" outside a git checkout (an unpacked image)."""
+    try:
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"], capture_output=True,
+                              text=True, timeout=10)
+        if head.returncode != 0:
+            return "unknown (not a git checkout)"
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=30).stdout.strip()
+        return head.stdout.strip() + (" + uncommitted changes" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown (git did not answer)"
 
 
 _VERSIONS_SNIPPET = (

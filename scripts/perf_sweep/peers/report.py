@@ -191,7 +191,8 @@ def _machine_lines(results: Mapping[str, Any]) -> list[str]:
     m = results["machine"]
     shared = ("The project's own running servers (`make serve`) stayed up, idle, while the peers were measured."
               if results.get("project_running_servers") else "")
-    return [f"**Machine**: {m['description']}; {m['memory_gib']} GiB; Python {m['python']}; kernel {m['kernel']}. "
+    return [f"**Machine**: {m['description']}; {m['memory_gib']} GiB; Python {m['python']}; kernel {m['kernel']}"
+            + (f"; commit {m['commit']}" if m.get("commit") else "") + ". "
             f"Load average {m['load_average']:.2f} at the start, {m['load_average_end']:.2f} at the end (a shared "
             f"machine: other work running beside this one slows every target). {shared}", ""]
 

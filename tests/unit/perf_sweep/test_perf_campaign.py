@@ -187,3 +187,27 @@ def test_a_sweep_of_one_measured_level_has_that_level_as_its_peak(monkeypatch):
                                           None, lambda line: None)
     entry = knees["digit_classifier.concurrency"]
     assert entry["knee"] is None and entry["peak"] is not None and entry["peak"]["throughput"] == 1200.0
+
+
+def test_option_mistakes_are_named_before_anything_is_measured(tmp_path):
+    """From a review (2026-12-07): an --ab-model typo ran the whole sweep and then listed the A/B block
+    as not measured; --write-back with --no-ab wrote nothing, silently; an --out-root that is a file
+    ended in NotADirectoryError; two runs within one second shared a folder."""
+    import json
+
+    from perf_sweep import campaign
+
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text(json.dumps(MANIFEST))
+    with pytest.raises(SweepPlanError, match=r"A/B model 'digit_clasifier' is not served \(manifest has \['digit_classifier'\]\)"):
+        campaign._selected_endpoints(campaign.CampaignOptions(manifest=manifest, ab_model="digit_clasifier"))
+    assert campaign._selected_endpoints(campaign.CampaignOptions(manifest=manifest, ab_model=None))[0]
+    with pytest.raises(SweepPlanError, match="`write_back` writes the delay the A/B block chooses"):
+        campaign.CampaignOptions(write_back=True, ab_model=None)
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(SweepPlanError, match="is a file: allowed a folder"):
+        campaign.CampaignOptions(out_root=tmp_path / "a-file")
+    first = tmp_path / "runs" / "20261207-040000"
+    assert campaign.unused_folder(first) == first
+    first.mkdir(parents=True)
+    assert campaign.unused_folder(first).name == "20261207-040000-2"

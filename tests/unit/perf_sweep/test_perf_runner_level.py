@@ -7,6 +7,7 @@ of a real hang are read from a file. (The real perf_analyzer against the real se
 tests/integration/test_perf_sweep.py.)"""
 import dataclasses
 import json
+import pathlib
 from http.server import BaseHTTPRequestHandler
 
 import pytest
@@ -160,3 +161,32 @@ def test_a_metrics_scrape_that_fails_costs_the_level_its_server_figures_not_the_
     record, latencies = run_level(sweep("http://127.0.0.1:1/metrics"), 40, RunFolder(tmp_path / "run"), perf_analyzer, {})
     assert record.status == "ok" and record.throughput == 25.0 and len(latencies) == 100
     assert not record.server and "could not scrape Triton metrics" in record.note
+
+
+def test_a_line_of_commands_sh_measures_again_without_touching_the_runs_files(tmp_path):
+    """A line of commands.sh wrote over the run's own CSV and failed on its export ("Path must not
+    already exist", as perf_analyzer refuses one that exists; a review, 2026-12-07). Now each line
+    writes into a fresh folder: it reruns any number of times and the evidence stays as measured."""
+    import subprocess
+    import sys
+
+    writer = tmp_path / "fake_perf_analyzer.py"  # writes -f and the export, refusing an export that exists
+    writer.write_text("import pathlib, sys\n"
+                      "a = sys.argv\n"
+                      "csv, export = pathlib.Path(a[a.index('-f') + 1]), pathlib.Path(a[a.index('--profile-export-file') + 1])\n"
+                      "sys.exit('Path must not already exist') if export.exists() else None\n"
+                      "csv.write_text('rerun'); export.write_text('rerun')\n")
+    folder = RunFolder(tmp_path / "run")
+    csv, export = folder.root / "level 1.csv", folder.root / "level 1.json"
+    csv.write_text("measured"), export.write_text("measured")
+    folder.log_command([sys.executable, str(writer), "-f", str(csv), "--profile-export-file", str(export)],
+                       {"LD_LIBRARY_PATH": "/opt/x"}, "m.concurrency level 1")
+    line = folder.commands.read_text().splitlines()[-1]
+    outputs = []
+    for _ in range(2):
+        run = subprocess.run(["bash", "-c", line], capture_output=True, text=True, timeout=30)
+        assert run.returncode == 0, run.stderr
+        out = pathlib.Path(run.stdout.strip().removeprefix("output in "))
+        assert (out / "level 1.csv").read_text() == (out / "level 1.json").read_text() == "rerun"
+        outputs.append(out)
+    assert outputs[0] != outputs[1] and csv.read_text() == export.read_text() == "measured"

@@ -64,3 +64,21 @@ def test_the_parallelism_probe_times_both_sessions_of_a_real_onnx_file(tmp_path)
     assert math.isnan(HostParallelism(1.0, 0.0, 2).speedup)
     with pytest.raises(ValueError, match="threads >= 2"):
         ParallelismProbe(onnx_file, {}, threads=1)
+
+
+def test_a_report_names_the_commit_it_measured_and_says_when_the_tree_differed(tmp_path):
+    """Neither report named the code it measured (a review, 2026-12-07)."""
+    import subprocess
+
+    from perf_sweep.peers.machine import source_revision
+
+    assert source_revision(tmp_path).startswith("unknown")
+    git = lambda *a: subprocess.run(["git", "-C", str(tmp_path), *a], check=True, capture_output=True, text=True).stdout
+    git("init", "-q")
+    (tmp_path / "f.py").write_text("x = 1\n")
+    git("add", "f.py")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "one")
+    head = git("rev-parse", "--short=12", "HEAD").strip()
+    assert source_revision(tmp_path) == head
+    (tmp_path / "f.py").write_text("x = 2\n")
+    assert source_revision(tmp_path) == f"{head} + uncommitted changes"
