@@ -2,7 +2,7 @@
 the document is `contracts.perf_results.PerfRunResults`).
 
 Every table shows P50/P95/P99, throughput, server queue and compute time, errors and error rate,
-and what Triton's metrics endpoint said (average executed batch size, CPU utilisation). Plots:
+and what Triton's metrics endpoint said (average executed batch size), with the host's CPU busy share over each level (/proc/stat). Plots:
 latency percentiles vs throughput per model and variant, and per-priority latency CDFs.
 """
 from __future__ import annotations
@@ -28,7 +28,7 @@ def _pct(value: Any) -> str:
 
 def records_table(records: Sequence[PerfRecord]) -> list[str]:
     lines = [
-        "| load | infer/s | P50 ms | P95 ms | P99 ms | queue ms | compute ms | avg batch | CPU util | requests | >= 0.45 s | errors | error rate | status |",
+        "| load | infer/s | P50 ms | P95 ms | P99 ms | queue ms | compute ms | avg batch | host CPU busy | requests | >= 0.45 s | errors | error rate | status |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in records:
@@ -44,7 +44,7 @@ def records_table(records: Sequence[PerfRecord]) -> list[str]:
             f"| {r.load:g} | {_f(r.throughput)} | {_f(r.p50_ms, 2)} | {_f(r.p95_ms, 2)} | {_f(r.p99_ms, 2)} | "
             f"{_f(r.server_queue_ms, 2)} | {_f(r.server_compute_ms, 2)} | {_f(server.get('avg_batch_size'))} | "
             f"{_pct(server.get('cpu_utilization'))} | {r.requests} | {r.stalled} | {errors} | {_pct(errors / total if total else math.nan)} | "
-            f"{r.status}{(': ' + r.note) if r.note and r.status != 'ok' else ''} |"
+            f"{r.status}{(': ' + r.note) if r.note else ''} |"
         )
     return lines
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import shlex
 import shutil
 import subprocess
@@ -26,6 +27,7 @@ from typing import Callable, Mapping, Sequence
 
 from perf_sweep.errors import SweepRunError
 from perf_sweep.plan import (
+    LoadMode,
     LoadWorkers,
     SweepSpec,
     find_perf_analyzer,
@@ -42,8 +44,10 @@ from perf_sweep.results import (
     MetricKey,
     PerfRecord,
     fixed_count_throughput,
+    failed_requests_from_profile_export,
     latencies_from_profile_export,
     metric_sum,
+    parse_perf_stdout,
     parse_prometheus_text,
     record_from_outputs,
     server_metrics_delta,
@@ -193,16 +197,53 @@ def _run_perf_analyzer(argv: list[str], env: Mapping[str, str], limit: float, sw
         return stdout + f"\n[perf_sweep] no result after {limit:.0f} s: perf_analyzer killed; {hang.summary}", -9, hang
 
 
-def _read_export(path: Path, batch_size: int, fixed_count: bool) -> tuple[list[float], float | None]:
-    """The level's per-request latencies (ms) from its profile export and, for a fixed count, its
-    throughput from the answers (`results.fixed_count_throughput`); the file is then slimmed to
-    timestamps. ([], None) when perf_analyzer wrote none."""
+def _cpu_jiffies() -> tuple[int, int] | None:
+    """(busy, total) jiffies of every CPU from /proc/stat; None where there is none."""
+    from perf_sweep.peers.machine import read_cpu_jiffies
+
+    try:
+        return read_cpu_jiffies()
+    except OSError:
+        return None
+
+
+def busy_fraction_between(before: tuple[int, int], after: tuple[int, int]) -> float:
+    """The share of the host's CPU time that was busy between two (busy, total) readings."""
+    total = after[1] - before[1]
+    return (after[0] - before[0]) / total if total > 0 else math.nan
+
+
+def _read_export(path: Path, batch_size: int, fixed_count: bool) -> tuple[list[float], float | None, int | None]:
+    """The level's per-request latencies (ms) from its profile export, for a fixed count its
+    throughput from the answers (`results.fixed_count_throughput`), and its unanswered requests
+    (`results.failed_requests_from_profile_export`); the file is then slimmed to timestamps.
+    ([], None, None) when perf_analyzer wrote none."""
     if not path.exists():
-        return [], None
+        return [], None, None
     export = json.loads(path.read_text())
     path.write_text(json.dumps(slim_profile_export(export)))
     return (latencies_from_profile_export(export),
-            fixed_count_throughput(export, batch_size) if fixed_count else None)
+            fixed_count_throughput(export, batch_size) if fixed_count else None,
+            failed_requests_from_profile_export(export))
+
+
+def perf_analyzer_notes(stdout: str, failed_in_export: int | None) -> list[str]:
+    """What perf_analyzer's console said beside its figures, for the level's note: its load threads'
+    errors (one line per thread, whenever it happened: beside the export's count of unanswered
+    requests) and a load generator that fell behind its schedule ("N% of the requests were delayed").
+    Both were in stdout only, and the report showed neither (a review, 2026-12-07)."""
+    facts = parse_perf_stdout(stdout)
+    notes = []
+    if facts.errors:
+        kinds = sorted(set(facts.errors))
+        where = ("" if failed_in_export is None else
+                 f"; {failed_in_export} of the measured requests unanswered" if failed_in_export
+                 else "; every measured request answered (the errors were in the warm-up or earlier windows)")
+        notes.append(f"perf_analyzer: {len(facts.errors)} load thread(s) reported an error ({'; '.join(kinds)[:200]}){where}")
+    if facts.delayed_fraction:
+        notes.append(f"perf_analyzer: {facts.delayed_fraction:.1%} of the requests were sent late (the load "
+                     "generator fell behind the schedule; the offered rate was lower)")
+    return notes
 
 
 def run_level(sweep: SweepSpec, level: float, folder: RunFolder, perf_analyzer: Path, env: Mapping[str, str],
@@ -226,13 +267,15 @@ def run_level(sweep: SweepSpec, level: float, folder: RunFolder, perf_analyzer: 
     limit = timeout or level_timeout_s(m, sweep.mode, level, request_count)  # overrun = hung
     scrape_notes: list[str] = []
     before = _scrape_or_note(sweep.metrics_url, scrape_notes, "before the run")
-    started = time.monotonic()
+    started, jiffies_before = time.monotonic(), _cpu_jiffies()
     stdout, returncode, hang = _run_perf_analyzer(argv, env, limit, sweep, before, hang_path)
-    elapsed = time.monotonic() - started
+    elapsed, jiffies_after = time.monotonic() - started, _cpu_jiffies()
     after = _scrape_or_note(sweep.metrics_url, scrape_notes, "after the run") if before else {}
     (out / f"level_{tag}.stdout.txt").write_text(f"$ {shlex.join(argv)}\n# exit code {returncode}\n{stdout}")
-    server = server_metrics_delta(before, after, sweep.model) if before and after else None
-    latencies, answer_rate = _read_export(export_path, sweep.batch_size, fixed_count=bool(request_count))
+    host_busy = (busy_fraction_between(jiffies_before, jiffies_after)
+                 if jiffies_before is not None and jiffies_after is not None else math.nan)
+    server = server_metrics_delta(before, after, sweep.model, host_busy) if before and after else None
+    latencies, answer_rate, failed_in_export = _read_export(export_path, sweep.batch_size, fixed_count=bool(request_count))
     record = record_from_outputs(
         sweep=sweep.name, model=sweep.model, variant=sweep.variant, mode=sweep.mode.value, load=level,
         batch_size=sweep.batch_size, command=argv, csv_text=csv_path.read_text() if csv_path.exists() else None,
@@ -241,8 +284,10 @@ def run_level(sweep: SweepSpec, level: float, folder: RunFolder, perf_analyzer: 
             f"no result within {limit:.0f} s (perf_analyzer killed; {hang.summary})" if hang is not None
             else f"fixed {request_count} requests: {fixed_reason}" if fixed_reason
             else f"fixed {request_count} requests" if request_count else "",
-            remeasured, *scrape_notes))),
+            remeasured, *scrape_notes, *perf_analyzer_notes(stdout, failed_in_export)))),
     )
+    if failed_in_export is not None:  # a request count, not perf_analyzer's count of threads that saw an error
+        record = dataclasses.replace(record, errors=failed_in_export)
     warmup = m.warmup_requests_at(sweep.mode, level)
     expected = request_count + warmup if request_count else None
     if (hang is not None and not remeasured and hang.answered is not None
@@ -268,6 +313,18 @@ def run_level(sweep: SweepSpec, level: float, folder: RunFolder, perf_analyzer: 
     return record, latencies
 
 
+def fixed_count_sizing_rate(mode: LoadMode, level: float, last: PerfRecord) -> float:
+    """The rate a fixed count for `level` is sized by (`fixed_request_count`: ~3 windows at it): the
+    level's own rate, or at a concurrency the last measured rate scaled by the concurrency's growth, the
+    most a closed loop can reach there (no request gets faster under load). Sized by the last rate
+    alone, c=16 after an unstable c=1 (321/s) sent 963 requests, 0.49 s at the 1,960/s it served: under
+    one window (a review, 2026-12-07). The run's time limit stays sized by the last rate (slower
+    is the safe side there)."""
+    if mode is LoadMode.REQUEST_RATE:
+        return level
+    return last.throughput * max(1.0, level / last.load) if last.load > 0 else last.throughput
+
+
 def run_sweep(sweep: SweepSpec, folder: RunFolder, progress: Progress = print,
               perf_analyzer: Path | None = None, env: Mapping[str, str] | None = None,
               stop_after_failure: bool = True,
@@ -291,7 +348,7 @@ def run_sweep(sweep: SweepSpec, folder: RunFolder, progress: Progress = print,
             # the last measured throughput: under more load a window of that many requests only gets shorter
             last = next(r for r in reversed(records) if r.status != "failed")
             rate = level if sweep.mode.value == "request_rate" else last.throughput
-            count = fixed_request_count(rate, sweep.measurement.interval_ms)
+            count = fixed_request_count(fixed_count_sizing_rate(sweep.mode, level, last), sweep.measurement.interval_ms)
             reason = f"stability search skipped after {sweep.mode.value} {fixed_from.load:g} never stabilised"
             record, level_latencies = run_level(sweep, level, folder, binary, environment, request_count=count,
                                                 fixed_reason=reason,

@@ -78,11 +78,13 @@ def test_failed_run_becomes_failed_record_with_error_count():
 def test_prometheus_text_and_server_metrics_delta():
     samples = parse_prometheus_text(METRICS_AFTER)
     assert samples[("nv_inference_request_success", (("model", "digits"), ("version", "1")))] == 500
-    delta = server_metrics_delta(parse_prometheus_text(METRICS_BEFORE), samples, "digits")
+    delta = server_metrics_delta(parse_prometheus_text(METRICS_BEFORE), samples, "digits", host_cpu_busy=0.71)
     assert delta.requests_succeeded == 400 and delta.requests_failed == 4
     assert delta.avg_batch_size == pytest.approx(400 / 50)
     assert delta.queue_ms_per_request == pytest.approx(400000 / 400 / 1000)
-    assert delta.cpu_utilization == pytest.approx(0.93)
+    # the host's busy share over the level (/proc/stat), not Triton's gauge (0.93 here) read after it
+    assert delta.cpu_utilization == pytest.approx(0.71)
+    assert math.isnan(server_metrics_delta(parse_prometheus_text(METRICS_BEFORE), samples, "digits").cpu_utilization)
     assert delta.error_rate == pytest.approx(4 / 404)
     assert delta.failures_by_reason == {"REJECTED": 4}
 
@@ -115,3 +117,24 @@ def test_latencies_from_profile_export_use_the_last_three_windows_and_skip_failu
     assert math.isnan(record_from_outputs(
         sweep="s", model="m", variant="v", mode="c", load=1, batch_size=1, command=[], csv_text=None,
         stdout="", server=None).p99_ms)
+
+
+def test_errors_are_counted_in_requests_and_perf_analyzers_thread_lines_become_a_note():
+    """"errors 4" beside 16,702 answered requests came from four `Thread [i] had error` lines, one per
+    load thread, and "7.75% of the requests were delayed" reached no report (a review, 2026-12-07)."""
+    from perf_sweep.results import failed_requests_from_profile_export
+    from perf_sweep.runner import perf_analyzer_notes
+
+    export = {"experiments": [{"window_boundaries": [0, 10, 20, 30, 40], "requests": [
+        {"timestamp": 5, "response_timestamps": []},          # an earlier trial window: not measured
+        {"timestamp": 12, "response_timestamps": [15]},
+        {"timestamp": 25, "response_timestamps": []},         # measured, unanswered
+        {"timestamp": 35, "response_timestamps": [39]}]}]}
+    assert failed_requests_from_profile_export(export) == 1
+    stdout = ("Thread [0] had error: Exceeds maximum queue size\nThread [3] had error: Exceeds maximum queue size\n"
+              "  Avg send request rate: 3400.00 infer/sec\n[WARNING] 7.75% of the requests were delayed.\n")
+    threads, delayed = perf_analyzer_notes(stdout, 0)
+    assert "2 load thread(s) reported an error (Exceeds maximum queue size); every measured request answered" in threads
+    assert "7.8% of the requests were sent late" in delayed
+    assert "1 of the measured requests unanswered" in perf_analyzer_notes(stdout, 1)[0]
+    assert perf_analyzer_notes("  Avg send request rate: 10.00 infer/sec\n", 0) == []

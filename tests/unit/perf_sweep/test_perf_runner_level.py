@@ -190,3 +190,18 @@ def test_a_line_of_commands_sh_measures_again_without_touching_the_runs_files(tm
         assert (out / "level 1.csv").read_text() == (out / "level 1.json").read_text() == "rerun"
         outputs.append(out)
     assert outputs[0] != outputs[1] and csv.read_text() == export.read_text() == "measured"
+
+
+def test_a_fixed_count_after_an_unstable_level_is_sized_for_the_concurrency_it_runs_at():
+    """Sized by the last rate alone, c=16 after an unstable c=1 (321/s) sent 963 requests: 0.49 s at
+    the 1,960/s it served, under one window (a review, 2026-12-07)."""
+    from perf_sweep.plan import LoadMode, fixed_request_count
+    from perf_sweep.results import PerfRecord
+    from perf_sweep.runner import fixed_count_sizing_rate
+
+    c1 = PerfRecord(sweep="s", model="m", variant="v", mode="concurrency", load=1, batch_size=1, command="",
+                    status="unstable", throughput=321.0)
+    assert fixed_count_sizing_rate(LoadMode.CONCURRENCY, 16, c1) == 16 * 321.0
+    count = fixed_request_count(fixed_count_sizing_rate(LoadMode.CONCURRENCY, 16, c1), 1000)
+    assert count / 1960 >= 3 * 1.0  # three 1-s windows at the rate c=16 served
+    assert fixed_count_sizing_rate(LoadMode.REQUEST_RATE, 500.0, c1) == 500.0
