@@ -84,9 +84,14 @@ def plot_latency_vs_throughput(records: Sequence[PerfRecord], path: Path, title:
     good = [r for r in records if r.status != "failed" and r.throughput == r.throughput]
     if not good:
         return None
+    from matplotlib.lines import Line2D
+    from matplotlib.ticker import FuncFormatter
+
     panels = sorted({panel_of(r) for r in good})
     fig, axes = plt.subplots(1, len(panels), figsize=(6.5 * len(panels), 4.8), squeeze=False)
+    plain = FuncFormatter(lambda value, _: f"{value:g}")  # "4", not "4x10^0"
     for ax, panel in zip(axes[0], panels):
+        sweeps = []
         for i, (sweep, rows) in enumerate(sorted(_by_sweep([r for r in good if panel_of(r) == panel]).items())):
             rows = sorted(rows, key=lambda r: r.load)
             # the A/B panel has 11 closed-loop sweeps with an INT8 build: past ten colours the marker
@@ -94,15 +99,22 @@ def plot_latency_vs_throughput(records: Sequence[PerfRecord], path: Path, title:
             colour, marker = f"C{i % 10}", "osD^v<>"[i // 10 % 7]
             x = [r.throughput for r in rows]
             ax.plot(x, [r.p99_ms for r in rows], "-" + marker, color=colour, label=f"{sweep} P99")
-            ax.plot(x, [r.p95_ms for r in rows], "--", color=colour, alpha=0.7, label=f"{sweep} P95")
-            ax.plot(x, [r.p50_ms for r in rows], ":", color=colour, alpha=0.7, label=f"{sweep} P50")
+            # small markers on P95 and P50 too: a one-level sweep drew them as nothing (a line needs two points)
+            ax.plot(x, [r.p95_ms for r in rows], "--.", color=colour, alpha=0.7, markersize=4, label=f"{sweep} P95")
+            ax.plot(x, [r.p50_ms for r in rows], ":.", color=colour, alpha=0.7, markersize=4, label=f"{sweep} P50")
+            sweeps.append(Line2D([], [], color=colour, marker=marker, label=sweep))
         ax.set_title(panel)
         ax.set_xlabel("throughput (infer/s)")
         ax.set_ylabel("latency (ms)")
         ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(plain)
+        ax.yaxis.set_minor_formatter(FuncFormatter(lambda value, _: f"{value:g}" if str(f"{value:g}")[0] in "25" else ""))
         ax.grid(True, which="both", alpha=0.3)
-        # Outside the data: with many variants an inside legend hides the curves it names.
-        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
+        # Outside the data: with many variants an inside legend hides the curves it names. One entry a
+        # sweep (its colour) and one a percentile (its line): three a sweep made 33 entries for the A/B
+        # panel, and the legend squeezed the data to a third of the figure (a review, 2026-12-07).
+        styles = [Line2D([], [], color="grey", ls=ls, label=label) for ls, label in (("-", "P99"), ("--", "P95"), (":", "P50"))]
+        ax.legend(handles=sweeps + styles, fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=110, bbox_inches="tight")

@@ -136,12 +136,17 @@ def test_eleven_ab_sweeps_are_drawn_in_eleven_distinct_styles(tmp_path, monkeypa
                for i, l in enumerate(labels) for c in (1, 16)]
     styles, original = {}, plt.Figure.savefig
 
+    legend = []
+
     def grab(self, *args, **kwargs):
         for line in self.axes[0].get_lines():
             if line.get_label().endswith(" P99"):
                 styles[line.get_label()] = (line.get_color(), line.get_linestyle(), line.get_marker())
+        legend.extend(text.get_text() for text in self.axes[0].get_legend().get_texts())
         return original(self, *args, **kwargs)
 
     monkeypatch.setattr(plt.Figure, "savefig", grab)
     plot_latency_vs_throughput(records, tmp_path / "ab.png", "t", panel_of=lambda r: "closed loop")
     assert len(styles) == 11 and len(set(styles.values())) == 11, styles
+    # one legend entry a sweep and one a percentile: three a sweep (33) squeezed the data to a third
+    assert legend == sorted(f"ab.{label}.concurrency" for label in labels) + ["P99", "P95", "P50"], legend
