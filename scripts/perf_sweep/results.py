@@ -121,10 +121,10 @@ def latencies_from_profile_export(export: Mapping[str, Any], last_windows: int =
 
 
 def failed_requests_from_profile_export(export: Mapping[str, Any], last_windows: int = 3) -> int:
-    """Requests of the same measured windows that got no answer (an error: a full queue, a timeout).
-    Why not perf_analyzer's `Thread [i] had error` lines: one per load thread, whatever it saw and
-    whenever (warm-up included); four such lines had read "errors 4" beside 16,702 answered requests
-    (a review, 2026-12-07)."""
+    """Requests of the same measured windows that got no response at all (a request perf_analyzer
+    gave up on). A rejected request (a full queue) has a response time like an answered one in the
+    export, so this does not count those; perf_analyzer's `Thread [i] had error` lines (one per load
+    thread) are the other lower bound (runner.perf_analyzer_notes)."""
     return sum(1 for request in _measured_requests(export, last_windows) if not request.get("response_timestamps"))
 
 
