@@ -249,6 +249,24 @@ def perf_analyzer_notes(stdout: str, failed_in_export: int | None) -> list[str]:
     return notes
 
 
+def _run_with_server_view(argv: list[str], env: Mapping[str, str], limit: float, sweep: SweepSpec, hang_path: Path,
+                          stdout_path: Path) -> tuple[str, HangEvidence | None, float, ServerMetrics | None, list[str]]:
+    """One perf_analyzer run between two scrapes of Triton's metrics and two readings of the host's
+    CPU time: (its stdout, kept at `stdout_path`; the hang evidence when it overran `limit`; seconds;
+    Triton's view of the run; notes on scrapes that failed)."""
+    scrape_notes: list[str] = []
+    before = _scrape_or_note(sweep.metrics_url, scrape_notes, "before the run")
+    started, jiffies_before = time.monotonic(), _cpu_jiffies()
+    stdout, returncode, hang = _run_perf_analyzer(argv, env, limit, sweep, before, hang_path)
+    elapsed, jiffies_after = time.monotonic() - started, _cpu_jiffies()
+    after = _scrape_or_note(sweep.metrics_url, scrape_notes, "after the run") if before else {}
+    stdout_path.write_text(f"$ {shlex.join(argv)}\n# exit code {returncode}\n{stdout}")
+    host_busy = (busy_fraction_between(jiffies_before, jiffies_after)
+                 if jiffies_before is not None and jiffies_after is not None else math.nan)
+    server = server_metrics_delta(before, after, sweep.model, host_busy) if before and after else None
+    return stdout, hang, elapsed, server, scrape_notes
+
+
 def run_level(sweep: SweepSpec, level: float, folder: RunFolder, perf_analyzer: Path, env: Mapping[str, str],
               request_count: int | None = None, timeout: float | None = None,
               fixed_reason: str | None = None, remeasured: str = "") -> tuple[PerfRecord, list[float]]:
@@ -268,16 +286,8 @@ def run_level(sweep: SweepSpec, level: float, folder: RunFolder, perf_analyzer: 
     folder.log_command(argv, env, f"{sweep.name} level {level:g}" + (" (fixed request count)" if request_count else ""))
     m = sweep.measurement
     limit = timeout or level_timeout_s(m, sweep.mode, level, request_count)  # overrun = hung
-    scrape_notes: list[str] = []
-    before = _scrape_or_note(sweep.metrics_url, scrape_notes, "before the run")
-    started, jiffies_before = time.monotonic(), _cpu_jiffies()
-    stdout, returncode, hang = _run_perf_analyzer(argv, env, limit, sweep, before, hang_path)
-    elapsed, jiffies_after = time.monotonic() - started, _cpu_jiffies()
-    after = _scrape_or_note(sweep.metrics_url, scrape_notes, "after the run") if before else {}
-    (out / f"level_{tag}.stdout.txt").write_text(f"$ {shlex.join(argv)}\n# exit code {returncode}\n{stdout}")
-    host_busy = (busy_fraction_between(jiffies_before, jiffies_after)
-                 if jiffies_before is not None and jiffies_after is not None else math.nan)
-    server = server_metrics_delta(before, after, sweep.model, host_busy) if before and after else None
+    stdout, hang, elapsed, server, scrape_notes = _run_with_server_view(argv, env, limit, sweep, hang_path,
+                                                                         out / f"level_{tag}.stdout.txt")
     latencies, answer_rate, failed_in_export = _read_export(export_path, sweep.batch_size, fixed_count=bool(request_count))
     record = record_from_outputs(
         sweep=sweep.name, model=sweep.model, variant=sweep.variant, mode=sweep.mode.value, load=level,
