@@ -44,7 +44,7 @@ SERVE_ARGS  ?=
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*?## "} /^[a-zA-Z0-9_-]+:.*?## / {printf "  \033[36m%-20s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-setup: $(STAMP) $(if $(filter 1,$(GPU)),$(GPU_STAMP)) ## Create .venv with the pinned dependencies (GPU=1: the GPU set too; a second run does nothing)
+setup: $(STAMP) $(if $(filter 1,$(GPU)),$(GPU_STAMP)) ## Create .venv with the pinned dependencies (the GPU set too where nvidia-smi lists a GPU or GPU=1; GPU=0: CPU only)
 
 $(STAMP): $(wildcard scripts/serving/runtime/native/*.c scripts/serving/runtime/native/*.h) requirements/serve.txt requirements/build.txt requirements/test.txt requirements/no_deps.txt requirements/constraints.txt requirements/uv.txt pyproject.toml
 	@bash scripts/setup_system_packages.sh

@@ -4,11 +4,12 @@ NetworkPolicy.
 Pure functions of the parsed serving.toml and the partition plan `contracts.partition_plan` makes
 for one node of `[kubernetes] node_cpus` CPUs, so a partition gets the same whole cores, ONNX
 Runtime threads, ports and (on a GPU) MPS limits in a pod as on a host. The tritonserver arguments
-come from the launcher's own `partition_server_settings`; three differ: the admin key, a fixed decoy
+come from the launcher's own `partition_server_settings` (for the pod's plan: addresses 0.0.0.0, the
+pod's CPUs and threads, the image's paths); what differs: the admin key, a fixed decoy
 that the preloaded request guard replaces with the Secret's key from the environment before Triton
 reads its arguments (as the host's launcher does: no key is rendered, and none is on the command
-line, which /proc/1/cmdline shows to every process of the node), and strict readiness and
-exit-on-error (`server_args` says why).
+line, which /proc/1/cmdline shows to every process of the node), strict readiness, exit-on-error
+and the exit timeout (`pod_server_settings` says why).
 """
 from __future__ import annotations
 
@@ -103,9 +104,10 @@ def common_labels(partition: str) -> dict[str, str]:
 
 
 def pod_server_settings(deploy: DeployPlan, part: PlannedPartition, gpu: bool) -> ServerSettings:
-    """The launcher's settings for this partition, with the key's decoy (ARGV_KEY_DECOY).
+    """The launcher's settings for this partition of the pod's plan (its own addresses, CPUs and
+    threads; the image's paths), with the key's decoy (ARGV_KEY_DECOY).
 
-    Three differ from a host's: a pod has no launcher checking each model's readiness and no
+    Three flags differ from a host's: a pod has no launcher checking each model's readiness and no
     supervisor, so `--strict-readiness=true` (the pod is Ready only while every model is; Triton's
     default) and `--exit-on-error=true` (a model that fails to load ends the server, and the kubelet
     restarts the pod: CrashLoopBackOff, visible, instead of a Ready pod failing every request); and
