@@ -52,8 +52,35 @@ MAX_START_CHECKS = 2
 READ_TOKENS_LIMIT = 16_384
 
 
+#: Characters one request's rows may read past their first PREFIX_CHARS[0] when those do not fill
+#: `max_length` (white space, giant words): windows, checked starts and texts then encoded whole, each
+#: counted as read. Eight texts' worth of PREFIX_CHARS[-1]: 32 rows whose words start in their second
+#: window (1.57M characters, 1.6 s in-process on the Zen 5 host), or about four rows read to their end
+#: and encoded whole. Why a bound per request: 32 rows of 262,144 Hangul syllables (one giant word each,
+#: 24.7 KB gzipped) were each read to the end twice, 10.6-12.2 s here, and two senders dropped the embedder
+#: from ~700 answers/s to 8 with realtime requests timing out (a review, 2026-12-07).
+REQUEST_READ_CHARS = 8 * PREFIX_CHARS[-1]
+
+
 class TextTooLong(ValueError):
-    """A text longer than PREFIX_CHARS[-1] whose start holds too few whole words to fill max_length."""
+    """A text longer than PREFIX_CHARS[-1] whose start holds too few whole words to fill max_length, or
+    one more such text than a request may have read (REQUEST_READ_CHARS)."""
+
+
+class ReadBudget:
+    """What is left of one request's REQUEST_READ_CHARS as its rows are bounded."""
+
+    def __init__(self, chars: int = REQUEST_READ_CHARS):
+        self.left = chars
+
+    def spend(self, chars: int) -> None:
+        if chars > self.left:
+            raise TextTooLong(
+                f"rows whose first {PREFIX_CHARS[0]:,} characters do not fill the model's tokens (mostly white space, "
+                f"or words too long to split) are read on, at most {REQUEST_READ_CHARS:,} characters of them per "
+                f"request, and the request's rows up to this one had read {REQUEST_READ_CHARS - self.left:,}: send "
+                f"such rows in separate requests, or with their words nearer their start")
+        self.left -= chars
 #: The `tokenizers` variable that turns its Rust thread pool off ("false") or on ("true"); the
 #: front-end sets "false" when it is unset (module docstring), a value already set is kept.
 TOKENIZER_PARALLELISM_ENV = "TOKENIZERS_PARALLELISM"
@@ -107,7 +134,7 @@ class TextFrontEnd:
         #: kept tokens must end at least this many characters before the cut.
         self.cut_margin = max((len(t.content) for t in self.tokenizer.get_added_tokens_decoder().values()), default=0)
 
-    def bounded(self, text: str) -> "tuple[str, Encoding | None]":
+    def bounded(self, text: str, budget: ReadBudget | None = None) -> "tuple[str, Encoding | None]":
         """`text`, or the start of it that gives the same truncated tokens (PREFIX_CHARS), with that
         start's encoding where finding it already made one (so a long text is encoded once).
 
@@ -125,22 +152,28 @@ class TextFrontEnd:
         (at most MAX_START_CHECKS times). Why: the next start used to be the last one, tokenized whole:
         16,385 spaces and then 245,759 CJK characters took 0.5 s a row (32 such rows in one request held
         its batch 16 s, two such requests left both instances busy and every other request of the
-        model timed out), where the windows stop reading after the first 256 tokens."""
+        model timed out), where the windows stop reading after the first 256 tokens. What is read past
+        the first start (windows, checked starts, a text then encoded whole) is charged to `budget`
+        (the request's ReadBudget) before it is read."""
         step, last = PREFIX_CHARS[0], PREFIX_CHARS[-1]
         if len(text) <= step:
             return text, None
         encoding = self.tokenizer.encode(text[:step])
         if self._fills_with_whole_words(encoding, step):
             return text[:step], encoding
+        spend = budget.spend if budget is not None else (lambda chars: None)
         end, limit, counted, since_check, checks = step, min(len(text), last), 0, 0, 0
         while end < limit:
             start, end = end, min(end + step, limit)
+            spend(end - start)
             window = self.tokenizer.encode(text[start:end], add_special_tokens=False)
             tokens = len(window.ids) + sum(len(part.ids) for part in window.overflowing)
             counted, since_check = counted + tokens, since_check + tokens
             if checks < MAX_START_CHECKS and (since_check >= 2 * self.max_length or end == limit):
                 if end == len(text):  # all of it read: nothing to cut (few tokens before its last window)
+                    spend(len(text))  # encoded whole with the batch
                     return text, None
+                spend(end)
                 encoding = self.tokenizer.encode(text[:end])
                 if self._fills_with_whole_words(encoding, end):
                     return text[:end], encoding
@@ -148,6 +181,7 @@ class TextFrontEnd:
             elif counted > READ_TOKENS_LIMIT:  # no checked start filled: tokenizing all of it costs what this avoids
                 break
         if end == len(text):  # read to its end without a start that fills, and few tokens in all
+            spend(len(text))  # encoded whole with the batch
             return text, None
         advice = (f"send at most {last:,} characters of such text" if len(text) > last else
                   f"send such text with its words nearer its start (the first {step:,} characters)")
@@ -156,9 +190,9 @@ class TextFrontEnd:
             f"{self.max_length} tokens (mostly white space, or words too long to split): tokenizing all of it "
             f"would hold up the requests batched with it; {advice}.")
 
-    def _bounded_row(self, row: int, text: str) -> "tuple[str, Encoding | None]":
+    def _bounded_row(self, row: int, text: str, budget: ReadBudget) -> "tuple[str, Encoding | None]":
         try:
-            return self.bounded(text)
+            return self.bounded(text, budget)
         except TextTooLong as exc:  # refused alone: its batch mates are tokenized
             raise ValueError(f"TEXT row {row}: {exc}") from None
 
@@ -194,7 +228,8 @@ class TextFrontEnd:
         decoded: list[list[tuple[str, Encoding | None]] | str] = []  # per request: its bounded rows, or its problem
         for array in text_arrays:
             try:
-                decoded.append([self._bounded_row(row, text) for row, text in enumerate(decode_texts(array))])
+                budget = ReadBudget()
+                decoded.append([self._bounded_row(row, text, budget) for row, text in enumerate(decode_texts(array))])
             except ValueError as exc:
                 decoded.append(str(exc))
         encodings = self._encoded([pair for rows in decoded if isinstance(rows, list) for pair in rows])

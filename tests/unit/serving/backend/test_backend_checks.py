@@ -160,6 +160,25 @@ def test_a_text_no_start_of_which_fills_the_model_is_refused_alone(tmp_path):
     np.testing.assert_array_equal(result.tensors[2]["input_ids"], [[2, 3]])
 
 
+def test_a_request_reads_a_bounded_amount_of_unfilled_rows_and_one_past_it_is_refused_alone(tmp_path):
+    """32 rows of 262,144 Hangul syllables (one giant word each, 24.7 KB gzipped) held an instance 10 s:
+    each row is read to its end, twice (a review, 2026-12-07). What a request's rows read past their first
+    start is bounded (REQUEST_READ_CHARS: four such rows); the row that would read past it refuses that
+    request, naming the row and why, before it is read; the other requests are answered."""
+    from serving.backend.text_frontend import PREFIX_CHARS, REQUEST_READ_CHARS, TextFrontEnd
+
+    frontend = TextFrontEnd(_word_tokenizer_file(tmp_path, bert_rules=True), max_length=8, pad_id=1, output_names=["input_ids"])
+    giant = ("x" * (PREFIX_CHARS[-1] - 6) + " hello").encode()  # fills nothing until its last word
+    read_per_row = (PREFIX_CHARS[-1] - PREFIX_CHARS[0]) + PREFIX_CHARS[-1]  # its windows, then encoded whole
+    assert 4 * read_per_row <= REQUEST_READ_CHARS < 5 * read_per_row
+    good = np.array([[b"hello world"]], dtype=object)
+    result = frontend.tokenize([good, np.array([[giant]] * 4, dtype=object), np.array([[giant]] * 5 + [[b"hello"]], dtype=object), good])
+    assert result.problems[0] is None and result.problems[1] is None and result.problems[3] is None
+    assert result.problems[2].startswith(f"TEXT row 4: rows whose first {PREFIX_CHARS[0]:,} characters do not fill"), result.problems[2]
+    assert f"at most {REQUEST_READ_CHARS:,} characters of them per request" in result.problems[2]
+    np.testing.assert_array_equal(result.tensors[3]["input_ids"], [[2, 3]])
+
+
 @pytest.mark.built
 def test_the_served_tokenizer_cuts_cjk_and_punctuation_texts_without_tokenizing_them_whole():
     """No space to cut at: 1M characters of CJK took 2.9 s to tokenize whole, the batch waiting."""
