@@ -91,6 +91,9 @@ def classify_triton_error(exc: Exception, url: str, model: str | None = None) ->
                                       f"down or restarted; retry while your deadline allows.")
     if isinstance(exc, (ConnectionError, OSError)):
         return ServerUnavailableError(f"server at {url} is not reachable ({text}); is it running? try `make serve`.")
+    if "shared memory region" in lowered:  # NOT_FOUND over gRPC too, but the model is there (a review, 2026-12-07)
+        return RequestRejectedError(f"request to {model!r} at {url} names a shared-memory region the server does not "
+                                    f"hold ({text}); register the region first (the shared-memory API needs the admin key).")
     if "unknown model" in lowered or "not found" in lowered or "is not ready" in lowered or status in ("StatusCode.NOT_FOUND",):
         return ModelNotFoundError(f"model {model!r} is not served at {url}: {text}")
     wire = {"503": "HTTP 503", "StatusCode.UNAVAILABLE": "gRPC UNAVAILABLE"}.get(status, status or "error")

@@ -256,6 +256,9 @@ def test_async_client_makes_the_same_decisions_and_accounts_for_every_job():
      "name=nosuchhost.invalid is_balancer=0: Domain name not found", "StatusCode.UNAVAILABLE", ServerUnavailableError),
     ("errors resolving h:1/: [field:hostname lookup error:Failed to parse port in name: h:1/]",
      "StatusCode.UNAVAILABLE", ServerUnavailableError),
+    # a shared-memory region the server does not hold: NOT_FOUND, but the model is served (a review, 2026-12-07)
+    ("Unable to find shared memory region: 'nope'", "StatusCode.NOT_FOUND", RequestRejectedError),
+    ("Unable to find shared memory region: 'nope'", "404", RequestRejectedError),
 ])
 def test_triton_errors_map_to_what_a_caller_can_act_on(message, status, expected):
     from tritonclient.utils import InferenceServerException
