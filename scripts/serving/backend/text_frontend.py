@@ -55,7 +55,7 @@ READ_TOKENS_LIMIT = 16_384
 #: Characters one request's rows may read past their first PREFIX_CHARS[0] when those do not fill
 #: `max_length` (white space, giant words): windows, checked starts and texts then encoded whole, each
 #: counted as read. Eight texts' worth of PREFIX_CHARS[-1]: 32 rows whose words start in their second
-#: window (1.57M characters, 1.6 s in-process on the Zen 5 host), or about four rows read to their end
+#: window (1.57M characters, 1.5-1.6 s in-process on the Zen 5 host), or about four rows read to their end
 #: and encoded whole. Why a bound per request: 32 rows of 262,144 Hangul syllables (one giant word each,
 #: 24.7 KB gzipped) were each read to the end twice, 10.6-12.2 s here, and two senders dropped the embedder
 #: from ~700 answers/s to 8 with realtime requests timing out (a review, 2026-12-07).
@@ -81,6 +81,8 @@ class ReadBudget:
                 f"request, and the request's rows up to this one had read {REQUEST_READ_CHARS - self.left:,}: send "
                 f"such rows in separate requests, or with their words nearer their start")
         self.left -= chars
+
+
 #: The `tokenizers` variable that turns its Rust thread pool off ("false") or on ("true"); the
 #: front-end sets "false" when it is unset (module docstring), a value already set is kept.
 TOKENIZER_PARALLELISM_ENV = "TOKENIZERS_PARALLELISM"

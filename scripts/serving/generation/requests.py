@@ -164,7 +164,7 @@ def prompt_text_for(text: str, apply_chat_template: bool, system_prompt: str | N
       caller's instructions silently did nothing (a review, 2026-12-07)."""
     if apply_chat_template:
         return render_chat_prompt(text, default_system_prompt if system_prompt is None else system_prompt)
-    if system_prompt is not None:
+    if system_prompt:  # an empty one (a client that always sends the field) asks for nothing
         raise InvalidGenerationRequest("system_prompt is used only with apply_chat_template = true: set it, or put "
                                        "the instructions in text_input.")
     if text == "":

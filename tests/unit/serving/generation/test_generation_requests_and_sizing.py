@@ -81,6 +81,7 @@ def test_the_prompt_text_is_the_raw_text_or_the_chat_prompt_and_a_stray_system_p
         prompt_text_for("", False, None, "default")
     with pytest.raises(InvalidGenerationRequest, match="system_prompt is used only with apply_chat_template = true"):
         prompt_text_for("Hi", False, "You are a pirate.", "default")
+    assert prompt_text_for("Hi", False, "", "default") == "Hi"  # an empty field asks for nothing
 
 
 def test_prompt_and_max_tokens_are_checked_against_the_context():
