@@ -64,7 +64,7 @@ class GenerationSettings(SamplingFields):
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.system_prompt is not None and not self.chat:  # the server refuses it too (serving.generation.requests)
+        if self.system_prompt and not self.chat:  # the server refuses it too (serving.generation.requests)
             raise ValueError("GenerationSettings.system_prompt is used only with chat=True (the chat template's "
                              "system turn): set chat=True, or put the instructions in the prompt.")
 
