@@ -432,7 +432,7 @@ def run_campaign(opts: CampaignOptions, progress: Progress = print) -> Path:
     endpoints, served = _selected_endpoints(opts)
     folder = RunFolder(unused_folder(opts.out_root / opts.run_id))
     progress(f"[perf] run folder: {folder.root}")
-    results: dict[str, Any] = {"run_id": opts.run_id, "command": opts.command, "host": host_description(),
+    results: dict[str, Any] = {"run_id": folder.root.name, "command": opts.command, "host": host_description(),
                                "records": [], "knees": {}, "inputs": {}, "skipped": [], "headlines": [], "limits": {}}
     records: list[PerfRecord] = []
     prepared_by_model: dict[str, PreparedInputs] = {}
