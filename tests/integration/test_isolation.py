@@ -562,13 +562,36 @@ def test_json_nested_millions_of_levels_deep_is_refused_and_the_server_keeps_ser
                        ("folded Transfer-Encoding", f"{head}Transfer-Encoding: c\r\n\thunked\r\n\r\n".encode() + chunks),
                        ("folded JSON length", f"{head}Content-Length: {size}\r\nInference-Header-Content-Length: 0\r\n"
                                               f"\t{size}\r\n\r\n".encode() + deep),
-                       ("space before ':'", f"{head}Content-Length : {size}\r\n\r\n".encode() + deep)):
+                       ("space before ':'", f"{head}Content-Length : {size}\r\n\r\n".encode() + deep),
+                       # a second review (2026-12-07): Triton reads this header with atoi (the low 32 bits of a
+                       # long, white space such as \v skipped), the guard read it as atoll (negative: 0)
+                       ("negative JSON length that wraps", f"{head}Inference-Header-Content-Length: {len(deep) - 2**32}\r\n"
+                                                           f"Content-Length: {size}\r\n\r\n".encode() + deep),
+                       ("JSON length after a vertical tab", f"{head}Inference-Header-Content-Length: \x0b{size}\r\n"
+                                                            f"Content-Length: {size}\r\n\r\n".encode() + deep),
+                       # evhtp skips a bare LF after the request line and reads on for headers
+                       ("bare LF after the request line", f"POST /v2/models/{ENCODER}/infer HTTP/1.1\r\n\n"
+                                                          f"Content-Length: {size}\r\nHost: x\r\n\r\n".encode() + deep)):
         try:
             got = answers(wire, 1)
         except (AssertionError, ConnectionError):
             got = []  # closed without an answer
         assert not got or got[0][0] == 400, (name, got[0][0] if got else None)
         assert triton_server.process.process.poll() is None, f"the server died on the body with a {name}"
+    # evhtp ends a chunked request at its first trailer line; the guard read trailers on to a blank line, so
+    # the next request's head was a trailer to it and its body went unread (a second review, 2026-12-07)
+    import time
+
+    with socket.create_connection((host, int(port)), timeout=60) as connection:
+        connection.sendall(chunked(good).replace(b"0\r\n\r\n", b"0\r\nX: y\r\n"))
+        time.sleep(0.5)
+        try:
+            connection.sendall(plain(deep))
+            connection.recv(4096)
+        except OSError:
+            pass  # closed at the trailer
+    time.sleep(0.5)
+    assert triton_server.process.process.poll() is None, "the server died on the body after a chunked trailer"
     # no false alarm: '[' and '{' inside JSON strings and in binary tensor data are not nesting
     import tritonclient.http as triton_http
 

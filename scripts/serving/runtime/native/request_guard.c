@@ -1045,7 +1045,7 @@ TRITONSERVER_Error *TRITONSERVER_ErrorNew(int code, const char *message) {
 enum { HS_LINE, HS_BODY, HS_CHUNK_SIZE, HS_CHUNK_DATA, HS_CHUNK_END, HS_TRAILER, HS_FAIL };
 enum { HS_MAX_FD = 1 << 16, HS_LINE_ROOM = 256 };
 struct http_scan {
-    int state, first_line, chunked, compressed, line_long, in_value;
+    int state, first_line, chunked, compressed, line_long, in_value, last_char;
     uint64_t content_length, header_length, body_left, json_left;
     int has_length, has_header_length, has_encoding;
     size_t line_used, value_at;
@@ -1065,7 +1065,7 @@ static void http_port_from_argv(int argc, char **argv) {
 }
 
 static void http_scan_new_line(struct http_scan *h) {
-    h->line_used = 0; h->line_long = 0;
+    h->line_used = 0; h->line_long = 0; h->last_char = 0;
     /* a chunk-size line is all value; a header line's value starts after its ':' */
     h->in_value = h->state == HS_CHUNK_SIZE;
     h->value_at = 0;
@@ -1085,21 +1085,26 @@ static int header_is(const char *line, const char *name, const char **value) {
     return 1;
 }
 
-/* The number Triton 2.51 reads from an Inference-Header-Content-Length value (atoll: a sign, then the
- * leading digits; "12x" is 12, "abc" 0, which makes the whole body one raw binary input, not JSON). Returns 0
- * when the value's digits ran past the room kept for the line (not sure). A negative or too large one Triton
- * refuses before it reads the body, so what it reads as then does not matter. */
+/* The number Triton 2.51 reads from an Inference-Header-Content-Length value: std::atoi, which glibc does as
+ * (int)strtol(text, NULL, 10): white space (isspace: \v and \f too) skipped, a sign, the leading digits
+ * ("12x" is 12, "abc" 0, which makes the whole body one raw binary input, not JSON), clamped to the range of
+ * long, then its low 32 bits. Read as atoll until 2026-12-07: "-4289967277" was 0 here and 5,000,019 to
+ * Triton, and "\v5000019" 0 here, so a 5 MB body of '[' reached rapidjson (SIGSEGV; a review). Returns 0
+ * when the value's digits ran past the room kept for the line (not sure). */
 static int leading_integer(const char *text, int line_long, int64_t *out) {
+    while (isspace((unsigned char)*text)) text++;
     int negative = *text == '-';
     if (*text == '-' || *text == '+') text++;
     uint64_t v = 0;
+    int overflow = 0;
     while (isdigit((unsigned char)*text)) {
-        if (v <= (UINT64_MAX - 9) / 10) v = v * 10 + (uint64_t)(*text - '0');
-        else v = UINT64_MAX;
+        if (v <= ((uint64_t)INT64_MAX - 9) / 10) v = v * 10 + (uint64_t)(*text - '0');
+        else overflow = 1;
         text++;
     }
     if (!*text && line_long) return 0;
-    *out = negative ? (v ? -1 : 0) : (v > INT64_MAX ? INT64_MAX : (int64_t)v);
+    int64_t as_long = overflow ? (negative ? INT64_MIN : INT64_MAX) : (negative ? -(int64_t)v : (int64_t)v);
+    *out = (int32_t)(uint32_t)(uint64_t)as_long;  /* (int) of a long: its low 32 bits */
     return 1;
 }
 
@@ -1130,6 +1135,11 @@ static int http_scan_line(struct http_scan *h) {
     size_t n = h->line_used;
     if (n && line[n - 1] == '\r') n--;
     line[n] = 0;
+    /* Every line this scan reads ends in CRLF, but for blank lines before a request line. A bare LF is read
+     * otherwise by evhtp: one straight after the request line it skips and reads on for headers, where this
+     * scan took it for the end of them and read the next request's body as a request line: a 5 MB body of
+     * '[' went unread (SIGSEGV; a review, 2026-12-07). No client sends bare LFs: one closes the connection. */
+    if (h->last_char != '\r' && !(h->state == HS_LINE && h->first_line && n == 0)) return 0;
     if (h->state == HS_CHUNK_SIZE) {
         char *end = NULL;
         errno = 0;
@@ -1140,7 +1150,12 @@ static int http_scan_line(struct http_scan *h) {
         return 1;
     }
     if (h->state == HS_TRAILER) {
-        if (n == 0) http_scan_request_start(h);
+        /* evhtp ends the request at the end of the FIRST trailer line, where this scan read on to a blank
+         * line: "0", "X: y" and no blank line made the next request's head a trailer here and its body a
+         * request line, so a 5 MB body of '[' went unread (SIGSEGV; a review, 2026-12-07). No client of
+         * Triton sends trailers: one closes the connection. */
+        if (n != 0) return 0;
+        http_scan_request_start(h);
         return 1;
     }
     if (h->first_line) {  /* the request line (blank lines before it are allowed) */
@@ -1181,8 +1196,9 @@ static int http_scan_line(struct http_scan *h) {
         int64_t length;
         if (!leading_integer(value, h->line_long, &length)) return 0;
         /* Triton reads the FIRST of repeated headers (evhtp_kv_find): a second one that says otherwise
-         * ("N" then "0") made this scan skip a JSON part Triton then parsed, nesting and all */
-        uint64_t header_length = length < 0 ? 0 : (uint64_t)length;
+         * ("N" then "0") made this scan skip a JSON part Triton then parsed, nesting and all. A negative
+         * one Triton refuses (or reads as it may): the whole body is followed, which is always safe. */
+        uint64_t header_length = length < 0 ? UINT64_MAX : (uint64_t)length;
         if (h->has_header_length && header_length != h->header_length) return 0;
         h->header_length = header_length;
         h->has_header_length = 1;
@@ -1215,6 +1231,7 @@ static void http_scan_body_bytes(struct http_scan *h, unsigned char *bytes, size
 /* A byte of a header or chunk-size line: names kept, a value's spaces and leading zeros dropped (they
  * change nothing and could push the number past the room here). */
 static void http_scan_line_byte(struct http_scan *h, char c) {
+    h->last_char = (unsigned char)c;
     if (!h->first_line && h->state == HS_LINE && !h->in_value) {
         if (c == ':') { h->in_value = 1; h->value_at = h->line_used + 1; }
     } else if (h->in_value && !h->first_line) {
@@ -1238,14 +1255,15 @@ static void http_scan_feed(struct http_scan *h, unsigned char *bytes, size_t n) 
             i += take;
             if (!h->body_left) {
                 if (h->state == HS_BODY) http_scan_request_start(h);
-                else h->state = HS_CHUNK_END;
+                else { h->state = HS_CHUNK_END; h->last_char = 0; }
             }
             continue;
         }
         unsigned char c = bytes[i++];
-        if (h->state == HS_CHUNK_END) {  /* the CRLF after a chunk's data */
-            if (c == '\n') { h->state = HS_CHUNK_SIZE; http_scan_new_line(h); }
-            else if (c != '\r') h->state = HS_FAIL;
+        if (h->state == HS_CHUNK_END) {  /* the CRLF after a chunk's data (a bare LF: as in http_scan_line) */
+            if (c == '\n' && h->last_char == '\r') { h->state = HS_CHUNK_SIZE; http_scan_new_line(h); }
+            else if (c != '\r' || h->last_char == '\r') h->state = HS_FAIL;
+            else h->last_char = '\r';
             continue;
         }
         if (c == '\n') {
