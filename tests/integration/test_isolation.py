@@ -569,6 +569,11 @@ def test_json_nested_millions_of_levels_deep_is_refused_and_the_server_keeps_ser
                                                            f"Content-Length: {size}\r\n\r\n".encode() + deep),
                        ("JSON length after a vertical tab", f"{head}Inference-Header-Content-Length: \x0b{size}\r\n"
                                                             f"Content-Length: {size}\r\n\r\n".encode() + deep),
+                       # a third review: the guard dropped every space of a value, Triton's atoi stops at the
+                       # first: "N dddddddddd" was N bytes of JSON to Triton and 10 (low 32 bits) to the guard
+                       ("JSON length with a space inside", f"{head}Inference-Header-Content-Length: {len(deep)} "
+                                                           f"{(10 - len(deep) * 10**10) % 2**32:010d}\r\n"
+                                                           f"Content-Length: {size}\r\n\r\n".encode() + deep),
                        # evhtp skips a bare LF after the request line and reads on for headers
                        ("bare LF after the request line", f"POST /v2/models/{ENCODER}/infer HTTP/1.1\r\n\n"
                                                           f"Content-Length: {size}\r\nHost: x\r\n\r\n".encode() + deep)):

@@ -1134,6 +1134,7 @@ static int http_scan_line(struct http_scan *h) {
     char *line = h->line;
     size_t n = h->line_used;
     if (n && line[n - 1] == '\r') n--;
+    while (n > h->value_at && h->in_value && (line[n - 1] == ' ' || line[n - 1] == '\t')) n--;  /* trailing OWS */
     line[n] = 0;
     /* Every line this scan reads ends in CRLF, but for blank lines before a request line. A bare LF is read
      * otherwise by evhtp: one straight after the request line it skips and reads on for headers, where this
@@ -1228,14 +1229,18 @@ static void http_scan_body_bytes(struct http_scan *h, unsigned char *bytes, size
     }
 }
 
-/* A byte of a header or chunk-size line: names kept, a value's spaces and leading zeros dropped (they
- * change nothing and could push the number past the room here). */
+/* A byte of a header or chunk-size line: names kept, a value's leading spaces and zeros dropped (they
+ * change nothing and could push the number past the room here); white space after the value's first
+ * character is kept (and trailing white space trimmed in http_scan_line). Until 2026-12-07 every space of
+ * a value was dropped, so "4011 0699577354" was 40110699577354 here (low 32 bits: 10 bytes of JSON) and
+ * 4011 to Triton's atoi, which stops at the space: a 5 MB body of '[' reached rapidjson (SIGSEGV; a third
+ * review). */
 static void http_scan_line_byte(struct http_scan *h, char c) {
     h->last_char = (unsigned char)c;
     if (!h->first_line && h->state == HS_LINE && !h->in_value) {
         if (c == ':') { h->in_value = 1; h->value_at = h->line_used + 1; }
     } else if (h->in_value && !h->first_line) {
-        if (c == ' ' || c == '\t') return;
+        if ((c == ' ' || c == '\t') && h->line_used <= h->value_at) return;
         if (h->line_used == h->value_at + 1 && h->line[h->value_at] == '0' && isxdigit((unsigned char)c)) {
             h->line[h->value_at] = c;
             return;
