@@ -16,10 +16,13 @@ import ast
 import hashlib
 from pathlib import Path
 
+from contracts.layout import SOURCE_DIRS
+
 PACKAGE_DIR = Path(__file__).parent
-_PROJECT_ROOT = PACKAGE_DIR.parents[1]
-#: The other project packages the build imports, and their folders (contracts.layout's SOURCE_DIRS).
-OTHER_PACKAGE_DIRS = {"serving": _PROJECT_ROOT / "scripts" / "serving", "contracts": _PROJECT_ROOT / "scripts" / "contracts"}
+#: The project's other packages and their folders, from contracts.layout's SOURCE_DIRS (the build imports
+#: `serving` and `contracts`; an import of another is followed alike).
+OTHER_PACKAGE_DIRS = {package.name: package for folder in SOURCE_DIRS if folder.is_dir() for package in sorted(folder.iterdir())
+                      if (package / "__init__.py").is_file() and package.resolve() != PACKAGE_DIR.resolve()}
 
 
 def _package_dir(top: str) -> Path | None:

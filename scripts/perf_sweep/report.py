@@ -108,7 +108,7 @@ def plot_latency_vs_throughput(records: Sequence[PerfRecord], path: Path, title:
         ax.set_ylabel("latency (ms)")
         ax.set_yscale("log")
         ax.yaxis.set_major_formatter(plain)
-        ax.yaxis.set_minor_formatter(FuncFormatter(lambda value, _: f"{value:g}" if str(f"{value:g}")[0] in "25" else ""))
+        ax.yaxis.set_minor_formatter(FuncFormatter(lambda value, _: f"{value:g}" if f"{value:g}"[0] in "25" else ""))
         ax.grid(True, which="both", alpha=0.3)
         # Outside the data: with many variants an inside legend hides the curves it names. One entry a
         # sweep (its colour) and one a percentile (its line): three a sweep made 33 entries for the A/B

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 import math
+import re
 import shlex
 import shutil
 import subprocess
@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 from perf_sweep.errors import SweepRunError
+from perf_sweep.peers.machine import busy_fraction_between, read_cpu_jiffies
 from perf_sweep.plan import (
     LoadMode,
     LoadWorkers,
@@ -200,18 +201,10 @@ def _run_perf_analyzer(argv: list[str], env: Mapping[str, str], limit: float, sw
 
 def _cpu_jiffies() -> tuple[int, int] | None:
     """(busy, total) jiffies of every CPU from /proc/stat; None where there is none."""
-    from perf_sweep.peers.machine import read_cpu_jiffies
-
     try:
         return read_cpu_jiffies()
     except OSError:
         return None
-
-
-def busy_fraction_between(before: tuple[int, int], after: tuple[int, int]) -> float:
-    """The share of the host's CPU time that was busy between two (busy, total) readings."""
-    total = after[1] - before[1]
-    return (after[0] - before[0]) / total if total > 0 else math.nan
 
 
 def _read_export(path: Path, batch_size: int, fixed_count: bool) -> tuple[list[float], float | None, int | None]:
@@ -358,7 +351,8 @@ def run_sweep(sweep: SweepSpec, folder: RunFolder, progress: Progress = print,
         if fixed_from is None:
             record, level_latencies = run_level(sweep, level, folder, binary, environment)
         else:  # this host is too noisy for this sweep: measure ~3 windows' worth directly, once
-            # the last measured throughput: under more load a window of that many requests only gets shorter
+            # sized for this level from the last measured one (fixed_count_sizing_rate); the time limit from
+            # the last measured rate itself, the slower side
             last = next(r for r in reversed(records) if r.status != "failed")
             rate = level if sweep.mode.value == "request_rate" else last.throughput
             count = fixed_request_count(fixed_count_sizing_rate(sweep.mode, level, last), sweep.measurement.interval_ms)

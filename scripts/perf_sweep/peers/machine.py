@@ -7,6 +7,7 @@ this host.
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import statistics
@@ -15,10 +16,9 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-
-from contracts.layout import PROJECT_ROOT
 from typing import Callable, Mapping, Sequence
 
+from contracts.layout import PROJECT_ROOT
 from contracts.processes import cpu_idle_and_total
 from perf_sweep.peers.plan import machine_settled
 
@@ -114,10 +114,16 @@ def cpu_jiffies(stat_text: str) -> tuple[int, int]:
     return total - idle, total
 
 
+def busy_fraction_between(before: tuple[int, int], after: tuple[int, int]) -> float:
+    """The share of all CPUs' time that was busy between two (busy, total) readings; NaN when none passed."""
+    total = after[1] - before[1]
+    return (after[0] - before[0]) / total if total > 0 else math.nan
+
+
 def busy_cores_between(before: tuple[int, int], after: tuple[int, int], cpus: int) -> float:
     """Cores busy on average between two (busy, total) readings of all `cpus`."""
-    total = after[1] - before[1]
-    return cpus * (after[0] - before[0]) / total if total > 0 else 0.0
+    fraction = busy_fraction_between(before, after)
+    return 0.0 if math.isnan(fraction) else cpus * fraction
 
 
 def read_cpu_jiffies() -> tuple[int, int]:
