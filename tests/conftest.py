@@ -199,7 +199,8 @@ def serving_spec():
 def triton_server(tmp_path_factory, serving_spec):
     """One real tritonserver serving every model in serving.toml, for the whole session."""
     server = start_test_server(tmp_path_factory.mktemp("triton"), tuple(m.name for m in serving_spec.models),
-                               latency_summary_quantiles=serving_spec.server.latency_summary_quantiles)
+                               latency_summary_quantiles=serving_spec.server.latency_summary_quantiles,
+                               max_input_bytes=serving_spec.server.max_input_bytes)
     yield server
     server.process.stop()
 

@@ -157,14 +157,15 @@ def termination_grace_s(settings: ServerSettings) -> int:
 def container_env(plan: PartitionPlan, part: PlannedPartition) -> list[dict[str, Any]]:
     """The partition's variables, the stub's PYTHONPATH, ONNX Runtime's telemetry opt-out, the
     preloaded helpers as the host's servers get them (the condition-wait cap that keeps Triton
-    2.51's batcher from stalling, the gzip level, the request guard), and the admin key from the
-    Secret for the guard to put in place of the arguments' decoy."""
+    2.51's batcher from stalling, the gzip level, the request guard and its per-input limit), and
+    the admin key from the Secret for the guard to put in place of the arguments' decoy."""
     env = [{"name": k, "value": v} for k, v in sorted(part.environment().items())]
     env.append({"name": "PYTHONPATH", "value": PYTHONPATH})
     # ONNX Runtime's telemetry off in every backend stub, as on a host (contracts.onnx_sessions)
     env += [{"name": k, "value": v} for k, v in keep_onnxruntime_offline({}).items()]
     helpers = preload_variables(wanted_helpers(plan.cond_wait_cap_us, plan.http_gzip_level),
-                                lambda helper: NATIVE_LIBRARY_DIR / helper.library.name)
+                                lambda helper: NATIVE_LIBRARY_DIR / helper.library.name,
+                                max_input_bytes=plan.max_input_bytes)
     env += [{"name": k, "value": v} for k, v in helpers.items()]
     env.append({"name": ARGV_DECOY_ENV, "value": ARGV_KEY_DECOY})
     env.append({"name": ARGV_SECRET_ENV, "valueFrom": {"secretKeyRef": {"name": ADMIN_SECRET, "key": ADMIN_SECRET_KEY}}})

@@ -18,7 +18,7 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as pb
 
 from contracts.errors import ConfigError
-from contracts.sequence_buckets import LENGTH_INPUT_PARAMETER, is_mask_input
+from contracts.sequence_buckets import LENGTH_INPUT_PARAMETER, MAX_LENGTH_PARAMETER, is_mask_input
 from contracts.serving_spec import Device, ModelSpec, ServingSpec, backend_parameter_strings
 
 #: ONNX TensorProto element type name -> Triton data type.
@@ -232,7 +232,68 @@ def _render_batched_model(backend: str, model: ModelSpec, serving: ServingSpec, 
         model_warmup=render_warmup(inputs, sorted({1, model.max_batch_size}), ones_inputs=masks),
     )
     set_parameters(config, parameters)
+    check_request_inputs_fit(config, serving.server.max_input_bytes)
     return config
+
+
+@dataclass(frozen=True)
+class RequestInputBound:
+    """The most bytes one input of a valid request can declare: `rows` batch rows (max_batch_size; 0
+    for a model without batching, whose requests have `dims` alone) of `dims`, a variable axis at the
+    config's max_sequence_length; `bytes` None when a variable axis has no such bound. Bytes as the
+    request guard counts them (request_guard.c `element_size`): a BYTES element as 8, the pointer
+    its backend stub holds."""
+
+    model: str
+    input: str
+    data_type: str
+    rows: int
+    dims: tuple[int, ...]
+    bytes: int | None
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return (self.rows, *self.dims) if self.rows else self.dims
+
+    @property
+    def described(self) -> str:
+        shape = ",".join(str(d) for d in self.shape)
+        return f"model '{self.model}' input '{self.input}': [{shape}] of {self.data_type.removeprefix('TYPE_')}"
+
+
+def element_bytes(data_type: str) -> int:
+    """Bytes per element of a Triton `TYPE_*`, as the request guard counts them (8 for a type this
+    project does not serve: the guard's own fallback)."""
+    dtype = TRITON_TO_NUMPY_DTYPE.get(data_type)
+    return np.dtype(dtype).itemsize if dtype else 8
+
+
+def request_input_bounds(config: pb.ModelConfig) -> tuple[RequestInputBound, ...]:
+    """Each input's largest valid request (RequestInputBound), from the config alone."""
+    rows = config.max_batch_size
+    max_length = config.parameters[MAX_LENGTH_PARAMETER].string_value if MAX_LENGTH_PARAMETER in config.parameters else ""
+    bound = int(max_length) if max_length.strip().isdigit() else None
+    bounds = []
+    for tensor in config.input:
+        type_name = pb.DataType.Name(tensor.data_type)
+        dims = tuple(bound if d < 0 and bound is not None else int(d) for d in tensor.dims)
+        size = None if any(d < 0 for d in dims) else max(1, rows) * element_bytes(type_name) * int(np.prod(dims, dtype=np.int64))
+        bounds.append(RequestInputBound(config.name, tensor.name, type_name, rows, dims, size))
+    return tuple(bounds)
+
+
+def check_request_inputs_fit(config: pb.ModelConfig, max_input_bytes: int) -> None:
+    """Refuse a config whose valid requests the server's request guard would refuse: an input's
+    largest request (request_input_bounds) over `[server] max_input_bytes` (0 = no limit). An input
+    with an unbounded variable axis cannot be checked here; the limit then bounds its requests."""
+    if max_input_bytes == 0:
+        return
+    for bound in request_input_bounds(config):
+        if bound.bytes is not None and bound.bytes > max_input_bytes:
+            raise ConfigError(
+                f"{bound.described} needs {bound.bytes:,} bytes in its largest valid request, more than `server."
+                f"max_input_bytes` = {max_input_bytes:,} (the request guard would refuse it): raise `max_input_bytes` "
+                f"in serving.toml's [server] to at least {bound.bytes}, or lower the model's max_batch_size.")
 
 
 def config_text(config: pb.ModelConfig) -> str:

@@ -27,7 +27,7 @@ from typing import Any, Sequence
 from contracts.devices import GpuProbe, detect_nvidia_gpu  # noqa: F401 (re-exported)
 from contracts.errors import ConfigError, find_named
 from contracts.serving_spec import (
-    DEFAULT_LATENCY_SUMMARY_QUANTILES, DEFAULT_RATE_LIMIT, GZIP_OFF, CpuPlacement, ServingSpec,
+    DEFAULT_LATENCY_SUMMARY_QUANTILES, DEFAULT_MAX_INPUT_BYTES, DEFAULT_RATE_LIMIT, GZIP_OFF, CpuPlacement, ServingSpec,
 )
 
 #: Environment variable that carries a partition's ONNX Runtime intra-op thread count to the
@@ -169,6 +169,8 @@ class PartitionPlan:
     #: `[server] rate_limit` and `latency_summary_quantiles`, for every partition's server.
     rate_limit: str = DEFAULT_RATE_LIMIT
     latency_summary_quantiles: tuple[tuple[float, float], ...] = DEFAULT_LATENCY_SUMMARY_QUANTILES
+    #: `[server] max_input_bytes`: the request guard's per-input limit in every partition's server.
+    max_input_bytes: int = DEFAULT_MAX_INPUT_BYTES
 
     def __post_init__(self) -> None:
         ports = [p for part in self.partitions for p in (part.http_port, part.grpc_port, part.metrics_port)]
@@ -286,7 +288,8 @@ def plan_partitions(
     _check_supervisor_port(planned, server.supervisor_metrics_port)
     return PartitionPlan(mechanism=mechanism, cpu_count=cpu_count, partitions=tuple(planned),
                          cond_wait_cap_us=server.cond_wait_cap_us, http_gzip_level=server.http_gzip_level,
-                         rate_limit=server.rate_limit, latency_summary_quantiles=server.latency_summary_quantiles)
+                         rate_limit=server.rate_limit, latency_summary_quantiles=server.latency_summary_quantiles,
+                         max_input_bytes=server.max_input_bytes)
 
 
 def plan_for_this_host(spec: ServingSpec, force_cpu: bool = False) -> tuple[PartitionPlan, GpuProbe]:

@@ -24,6 +24,10 @@ from contracts.errors import ConfigError
 BUCKETS_PARAMETER = "sequence_buckets"
 #: The config parameter naming the input whose non-zero entries mark real tokens (the mask).
 LENGTH_INPUT_PARAMETER = "sequence_length_input"
+#: The config parameter bounding every variable axis of a request (the length the model was exported
+#: and validated with): the backend refuses a longer one, and the request guard's per-input limit is
+#: checked against it (contracts.model_config.request_input_bounds).
+MAX_LENGTH_PARAMETER = "max_sequence_length"
 #: Integer inputs whose names end like this are 0/1 masks (Hugging Face naming); one rule for the
 #: backend's input contract (serving/backend/input_contract.py) and the warmup data that
 #: contracts.model_config renders.

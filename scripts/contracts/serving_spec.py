@@ -177,6 +177,13 @@ def latency_summary_quantiles(value: Any, where: str = "server.latency_summary_q
 RATE_LIMIT_MODES = ("execution_count", "off")
 DEFAULT_RATE_LIMIT = RATE_LIMIT_MODES[0]
 
+#: `[server] max_input_bytes` when serving.toml does not set it: 1 MiB, 32x what the largest served
+#: request needs (the text encoder: 32 x 128 INT64 = 32 KiB; digits 64 x [1,8,8] FP32 = 16 KiB).
+#: The request guard's own default (SERVING_REQUEST_GUARD_MAX_INPUT_BYTES unset) is 256 MiB.
+DEFAULT_MAX_INPUT_BYTES = 1 << 20
+#: The largest `[server] max_input_bytes` accepted (numpy's and Triton's byte sizes are 63-bit).
+MAX_INPUT_BYTES_CEILING = 1 << 40
+
 
 @dataclass(frozen=True)
 class ServerEndpoints:
@@ -209,6 +216,13 @@ class ServerEndpoints:
     rate_limit: str = DEFAULT_RATE_LIMIT
     #: Triton's latency summaries: DEFAULT_LATENCY_SUMMARY_QUANTILES says why these and what they cost.
     latency_summary_quantiles: tuple[tuple[float, float], ...] = DEFAULT_LATENCY_SUMMARY_QUANTILES
+    #: The request guard's per-input limit (serving/runtime/native/request_guard.c): an input whose
+    #: declared shape needs more bytes is refused (400 / INVALID_ARGUMENT) before Triton allocates them.
+    #: Why: Triton 2.51's HTTP frontend allocates a JSON input's shape before it reads the data, so a
+    #: 90-byte request with shape [1048576,1,8,8] made it allocate 256 MiB (80 of them, 16 at a time:
+    #: 1.97 GB peak). Each model's largest valid request (max_batch_size rows, a variable axis at its
+    #: max_sequence_length) must fit: rendering its config checks (contracts.model_config). 0 = no limit.
+    max_input_bytes: int = DEFAULT_MAX_INPUT_BYTES
 
     #: Binding anywhere but loopback is an explicit choice (here or `serve --allow-non-loopback`);
     #: the launcher logs a warning when it is made. Admin APIs stay locked by the key either way.
@@ -228,6 +242,10 @@ class ServerEndpoints:
             _check_int_range(f"server.{name}", getattr(self, name), 1, 65535)
         _check_int_range("server.partition_port_stride", self.partition_port_stride, 3, 1000)
         _check_int_range("server.cond_wait_cap_us", self.cond_wait_cap_us, 0, 100_000)
+        _check_int_range("server.max_input_bytes", self.max_input_bytes, 0, MAX_INPUT_BYTES_CEILING)
+        if 0 < self.max_input_bytes < 1024:
+            raise ConfigError(f"`server.max_input_bytes` = {self.max_input_bytes}: allowed 0 (no limit) or 1024 to "
+                              f"{MAX_INPUT_BYTES_CEILING} bytes (a limit in bytes per input, not in KiB or MiB).")
         object.__setattr__(self, "latency_summary_quantiles", latency_summary_quantiles(self.latency_summary_quantiles))
         if self.rate_limit not in RATE_LIMIT_MODES:
             raise ConfigError(f"`server.rate_limit` = {self.rate_limit!r}: allowed {list(RATE_LIMIT_MODES)}.")
@@ -607,7 +625,7 @@ def serving_spec_from_dict(data: Mapping[str, Any]) -> ServingSpec:
     server_table = data.get("server", {})
     _only_keys("server", server_table, {"host", "http_port", "grpc_port", "metrics_port", "partition_port_stride",
                                         "allow_non_loopback", "supervisor_metrics_port", "cond_wait_cap_us",
-                                        "http_gzip_level", "rate_limit", "latency_summary_quantiles"})
+                                        "http_gzip_level", "rate_limit", "latency_summary_quantiles", "max_input_bytes"})
     partitions = []
     for name, table in _tables("partitions", data).items():
         _only_keys(f"partitions.{name}", table, _PARTITION_KEYS)

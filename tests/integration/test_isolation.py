@@ -397,27 +397,63 @@ def test_a_request_of_no_rows_is_refused_at_once_not_left_unanswered(triton_serv
     assert isinstance(encode(url, "grpc", token_ids[0]), np.ndarray)
 
 
+def post_json_shape(server, shape: list[int], data: list[float]) -> tuple[int, str]:
+    """One HTTP JSON request to digit_classifier declaring `shape` with `data`: (status, body)."""
+    import http.client
+    import json
+
+    host, port = server.url("http").split(":")
+    body = json.dumps({"inputs": [{"name": "image", "datatype": "FP32", "shape": shape, "data": data}]})
+    connection = http.client.HTTPConnection(host, int(port), timeout=30)
+    try:
+        connection.request("POST", "/v2/models/digit_classifier/infer", body, {"Content-Type": "application/json"})
+        response = connection.getresponse()
+        return response.status, response.read().decode()
+    finally:
+        connection.close()
+
+
 def test_a_json_shape_larger_than_memory_is_refused_and_the_server_keeps_serving(triton_server, token_ids):
     """A ~400-byte HTTP JSON request with shape [2**40, 1, 8, 8]: Triton 2.51's HTTP frontend allocates
     the shape's bytes before it reads `data`, and std::bad_alloc aborted the whole server (every model
     of the partition; six in 10 minutes put it in a crash loop). The guard refuses the shape when the
     input is added, before that allocation."""
-    import http.client
-    import json
-
-    host, port = triton_server.url("http").split(":")
-    body = json.dumps({"inputs": [{"name": "image", "datatype": "FP32", "shape": [2**40, 1, 8, 8], "data": [0.0] * 64}]})
-    connection = http.client.HTTPConnection(host, int(port), timeout=30)
-    try:
-        connection.request("POST", "/v2/models/digit_classifier/infer", body, {"Content-Type": "application/json"})
-        response = connection.getresponse()
-        status, text = response.status, response.read().decode()
-    finally:
-        connection.close()
+    status, text = post_json_shape(triton_server, [2**40, 1, 8, 8], [0.0] * 64)
     assert status == 400, (status, text)
     assert re.search(r"input 'image' has shape \[1099511627776,1,8,8\] of FP32: 281474976710656 bytes, more than this "
                      r"server accepts per input", text), text
     assert isinstance(encode(triton_server.url("http"), "http", token_ids[0]), np.ndarray)  # same server, still up
+
+
+def peak_rss_bytes(pid: int) -> int:
+    """The process's peak resident memory since its last reset (VmHWM)."""
+    with open(f"/proc/{pid}/status") as status:
+        return next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmHWM:"))
+
+
+def test_a_tiny_json_request_cannot_make_the_server_allocate_what_no_model_takes(triton_server, token_ids):
+    """A ~300-byte JSON request with shape [1048576, 1, 8, 8] (256 MiB of FP32, within the guard's
+    built-in limit): Triton 2.51 allocated the 256 MiB before it refused the batch size, so 80 of them,
+    16 at a time, took a server's peak RSS from 51 MB to 1.97 GB. The served limit (`[server]
+    max_input_bytes`, 1 MiB: 32x the largest valid request) refuses each when its input is added, so
+    8 in a row leave the server's peak RSS (VmHWM, reset first) within 64 MiB of where it was."""
+    from contracts.serving_spec import DEFAULT_MAX_INPUT_BYTES
+
+    pid = triton_server.process.pid
+    with open(f"/proc/{pid}/clear_refs", "w") as clear:
+        clear.write("5")  # reset VmHWM to the current RSS
+    before = peak_rss_bytes(pid)
+    for _ in range(8):
+        status, text = post_json_shape(triton_server, [1048576, 1, 8, 8], [0.0] * 8)
+        assert status == 400, (status, text)
+        assert (f"input 'image' has shape [1048576,1,8,8] of FP32: 268435456 bytes, more than this server accepts per "
+                f"input ({DEFAULT_MAX_INPUT_BYTES}, SERVING_REQUEST_GUARD_MAX_INPUT_BYTES: serving.toml's [server] "
+                f"max_input_bytes)") in text, text
+    grown = peak_rss_bytes(pid) - before
+    assert grown < 64 << 20, f"the server's peak RSS grew by {grown >> 20} MiB over 8 refused requests"
+    status, text = post_json_shape(triton_server, [64, 1, 8, 8], [0.0] * 4096)  # the largest valid request
+    assert status == 200, (status, text)
+    assert isinstance(encode(triton_server.url("http"), "http", token_ids[0]), np.ndarray)
 
 
 def test_a_body_that_is_not_the_gzip_it_claims_is_refused_not_answered_as_empty(triton_server):

@@ -39,7 +39,8 @@ from contracts.model_config import (
     write_model_config,
 )
 from contracts.errors import ConfigError
-from contracts.sequence_buckets import BUCKETS_PARAMETER, LENGTH_INPUT_PARAMETER, default_bucket_boundaries, format_bucket_boundaries
+from contracts.sequence_buckets import (BUCKETS_PARAMETER, LENGTH_INPUT_PARAMETER, MAX_LENGTH_PARAMETER,
+                                       default_bucket_boundaries, format_bucket_boundaries)
 from contracts.serving_spec import ModelSpec, ServingSpec
 
 TOKENIZER_MODEL_CODE = "model.py"
@@ -57,7 +58,7 @@ def install_text_encoder(model: ModelSpec, serving: ServingSpec, record: dict[st
         LENGTH_INPUT_PARAMETER: ATTENTION_MASK,
         "pad_value": str(record["pad_token_id"]),
         # The length the encoder was exported and validated with: longer requests are refused (400).
-        "max_sequence_length": str(record["max_length"]),
+        MAX_LENGTH_PARAMETER: str(record["max_length"]),
     }
     write_model_config(model_dir, render_onnx_cpu_config(model, serving, inputs, outputs, extra_parameters=parameters, ragged_inputs=True))
     return [model.name]

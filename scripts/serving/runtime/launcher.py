@@ -57,7 +57,7 @@ def partition_server_settings(plan: PartitionPlan, partition: PlannedPartition, 
         # model-repository, shared-memory, logging and trace APIs need the admin key (serving.runtime.security)
         restricted=restricted_api_flags(admin_key or launcher_admin_key()), cond_wait_cap_us=plan.cond_wait_cap_us,
         http_gzip_level=plan.http_gzip_level, rate_limit=plan.rate_limit,
-        latency_summary_quantiles=plan.latency_summary_quantiles,
+        latency_summary_quantiles=plan.latency_summary_quantiles, max_input_bytes=plan.max_input_bytes,
     )
 
 

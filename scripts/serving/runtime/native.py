@@ -35,6 +35,8 @@ LIBRARY_DIR = Path(sys.prefix) / "lib" / "triton-serving"
 CAP_ENV = "SERVING_COND_WAIT_CAP_US"
 GZIP_LEVEL_ENV = "SERVING_HTTP_GZIP_LEVEL"
 REQUEST_GUARD_ENV = "SERVING_REQUEST_GUARD"
+#: The request guard's per-input limit in bytes (`[server] max_input_bytes`; 0 = none; unset: 256 MiB).
+REQUEST_GUARD_MAX_INPUT_ENV = "SERVING_REQUEST_GUARD_MAX_INPUT_BYTES"
 
 
 @dataclass(frozen=True)
@@ -127,21 +129,27 @@ def wanted_helpers(cap_us: int, gzip_level: int | str | None) -> dict[NativeHelp
 
 
 def preload_variables(wanted: Mapping[NativeHelper, int | str], library_of: Callable[[NativeHelper], PurePath],
-                      inherited_preload: str | None = None) -> dict[str, str]:
-    """LD_PRELOAD (the helpers first, then what was preloaded already) and each helper's variable.
+                      inherited_preload: str | None = None, max_input_bytes: int | None = None) -> dict[str, str]:
+    """LD_PRELOAD (the helpers first, then what was preloaded already), each helper's variable, and
+    the request guard's per-input limit when it is preloaded and `max_input_bytes` is given.
 
     Pure, so a host server (libraries in the environment) and a Kubernetes pod (libraries the image
     built, rendered by deploy/k8s_deploy) get their variables from the same code."""
     if not wanted:
         return {}
     preload = [str(library_of(helper)) for helper in wanted] + ([inherited_preload] if inherited_preload else [])
-    return {"LD_PRELOAD": ":".join(preload), **{helper.variable: str(value) for helper, value in wanted.items()}}
+    variables = {"LD_PRELOAD": ":".join(preload), **{helper.variable: str(value) for helper, value in wanted.items()}}
+    if REQUEST_GUARD in wanted and max_input_bytes is not None:
+        variables[REQUEST_GUARD_MAX_INPUT_ENV] = str(max_input_bytes)
+    return variables
 
 
 def preload_environment(cap_us: int, base: dict[str, str], library: Path = COND_WAIT_CAP.library,
                         gzip_level: int | str | None = None, gzip_library: Path = GZIP_LEVEL.library,
-                        guard_library: Path = REQUEST_GUARD.library) -> tuple[dict[str, str], str | None]:
-    """`base` plus `preload_variables` for the helpers that are asked for and built here.
+                        guard_library: Path = REQUEST_GUARD.library,
+                        max_input_bytes: int | None = None) -> tuple[dict[str, str], str | None]:
+    """`base` plus `preload_variables` for the helpers that are asked for and built here; a per-input
+    limit that `base` sets already is kept (an operator's, or a test's that turns it off).
     (environment, one line of warnings or None)."""
     libraries = {COND_WAIT_CAP: library, GZIP_LEVEL: gzip_library, REQUEST_GUARD: guard_library}
     wanted, warnings = wanted_helpers(cap_us, gzip_level), []
@@ -154,7 +162,8 @@ def preload_environment(cap_us: int, base: dict[str, str], library: Path = COND_
             warnings.append(f"{libraries[helper]} is older than {helper.source.name} (run `make setup`): the server "
                             f"preloads the {helper.name} as it was built, without the changes since")
     env = dict(base)
-    env.update(preload_variables(wanted, libraries.__getitem__, base.get("LD_PRELOAD")))
+    limit = None if REQUEST_GUARD_MAX_INPUT_ENV in base else max_input_bytes
+    env.update(preload_variables(wanted, libraries.__getitem__, base.get("LD_PRELOAD"), limit))
     return env, "; ".join(warnings) or None
 
 

@@ -25,7 +25,7 @@ from contracts.onnx_sessions import keep_onnxruntime_offline
 from contracts.shared_memory import (
     remove_server_shared_files, remove_triton_shm_regions, triton_shm_regions, with_mapped_regions,
 )
-from contracts.serving_spec import DEFAULT_LATENCY_SUMMARY_QUANTILES, DEFAULT_RATE_LIMIT
+from contracts.serving_spec import DEFAULT_LATENCY_SUMMARY_QUANTILES, DEFAULT_MAX_INPUT_BYTES, DEFAULT_RATE_LIMIT
 from contracts.processes import free_loopback_ports, http_ready, kill_process_group, log_tail, pid_alive, server_ready, stop_pid  # noqa: F401 (re-exported)
 from serving.runtime.security import ADMIN_KEY_ENV
 from serving.runtime.stub_watch import stop_server_group
@@ -185,6 +185,9 @@ class ServerSettings:
     #: Triton's `--rate-limit` ("execution_count" or "off"): with it, a model's instances are
     #: scheduled by the rate-limiter priorities of its config (contracts.model_config.render_instance_groups).
     rate_limit: str = DEFAULT_RATE_LIMIT
+    #: The request guard's per-input limit in bytes (`[server] max_input_bytes`; 0 = none), through
+    #: SERVING_REQUEST_GUARD_MAX_INPUT_BYTES; that variable set in the launcher's environment wins.
+    max_input_bytes: int = DEFAULT_MAX_INPUT_BYTES
 
     def to_args_list(self) -> list[str]:
         args = [
@@ -259,7 +262,8 @@ class TritonServerProcess:
         env.update(self.extra_env)
         for name in filter(None, env.pop("SERVING_UNSET_ENV", "").split(",")):  # e.g. CUDA_VISIBLE_DEVICES for MPS clients
             env.pop(name, None)
-        env, warning = preload_environment(self.settings.cond_wait_cap_us, env, gzip_level=self.settings.http_gzip_level)
+        env, warning = preload_environment(self.settings.cond_wait_cap_us, env, gzip_level=self.settings.http_gzip_level,
+                                           max_input_bytes=self.settings.max_input_bytes)
         if warning:
             print(f"[server] WARNING: {warning}", file=sys.stderr, flush=True)
         command = self.command

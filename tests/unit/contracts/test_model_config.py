@@ -149,3 +149,33 @@ def test_backend_parameters_on_a_model_another_backend_serves_are_refused_not_ig
     model = ModelSpec(name="tok", recipe="text_tokenizer", backend_parameters={"pinned_threads": False})
     with pytest.raises(ConfigError, match="served by Triton's Python backend"):
         render_python_model_config(model, SERVING, [TensorSpec("TEXT", "TYPE_STRING", (1,))], [TensorSpec("y", "TYPE_INT64", (-1,))])
+
+
+def test_each_inputs_largest_valid_request_is_read_from_the_config():
+    """Rows = max_batch_size (none without batching); a variable axis at max_sequence_length, else unbounded;
+    bytes as the request guard counts them (a BYTES element as 8)."""
+    from contracts.model_config import request_input_bounds
+
+    encoder = parse_config("""name: "enc" max_batch_size: 32
+        input { name: "input_ids" data_type: TYPE_INT64 dims: -1 }
+        input { name: "TEXT" data_type: TYPE_STRING dims: 1 }
+        parameters { key: "max_sequence_length" value { string_value: "128" } }""")
+    assert [(b.input, b.rows, b.dims, b.bytes) for b in request_input_bounds(encoder)] == [
+        ("input_ids", 32, (128,), 32 * 128 * 8), ("TEXT", 32, (1,), 32 * 8)]
+    unbounded = parse_config("""name: "u" input { name: "x" data_type: TYPE_FP16 dims: [-1, 4] }""")
+    (bound,) = request_input_bounds(unbounded)
+    assert (bound.rows, bound.shape, bound.bytes) == (0, (-1, 4), None)
+    assert bound.described == "model 'u' input 'x': [-1,4] of FP16"
+    (flag,) = request_input_bounds(parse_config("""name: "g" input { name: "stream" data_type: TYPE_BOOL dims: 1 }"""))
+    assert (flag.shape, flag.bytes) == ((1,), 1)
+
+
+def test_a_model_whose_valid_requests_the_guard_would_refuse_is_refused_when_its_config_is_rendered():
+    digits = [TensorSpec("image", "TYPE_FP32", (1, 8, 8))], [TensorSpec("p", "TYPE_FP32", (10,))]
+    model = SERVING.model("m")  # max_batch_size 16: 16 x 256 bytes = 4,096
+    tight = replace(SERVING, server=replace(SERVING.server, max_input_bytes=4095))
+    with pytest.raises(ConfigError, match=r"model 'm' input 'image': \[16,1,8,8\] of FP32 needs 4,096 bytes in its largest "
+                                          r"valid request, more than `server.max_input_bytes` = 4,095 .* at least 4096"):
+        render_onnx_cpu_config(model, tight, *digits)
+    render_onnx_cpu_config(model, replace(SERVING, server=replace(SERVING.server, max_input_bytes=4096)), *digits)
+    render_onnx_cpu_config(model, replace(SERVING, server=replace(SERVING.server, max_input_bytes=0)), *digits)  # no limit

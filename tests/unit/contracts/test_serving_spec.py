@@ -104,6 +104,23 @@ def test_the_http_gzip_level_reaches_the_partition_plan_and_is_bounded_to_zlibs_
             serving_spec_from_dict({**BASE, "server": {"http_gzip_level": bad}})
 
 
+def test_the_per_input_limit_reaches_the_plan_and_refuses_a_value_that_is_not_bytes():
+    from contracts.partition_plan import plan_partitions
+    from contracts.serving_spec import DEFAULT_MAX_INPUT_BYTES, MAX_INPUT_BYTES_CEILING
+
+    assert serving_spec_from_dict(BASE).server.max_input_bytes == DEFAULT_MAX_INPUT_BYTES == 1 << 20
+    for value in (0, 1024, 64 << 20, MAX_INPUT_BYTES_CEILING):
+        spec = serving_spec_from_dict({**BASE, "server": {"max_input_bytes": value}})
+        assert plan_partitions(spec, cpu_count=2, gpu_present=False).max_input_bytes == value
+    with pytest.raises(ConfigError, match=r"`server.max_input_bytes` = 64: allowed 0 \(no limit\) or 1024 to .* bytes "
+                                          r"\(a limit in bytes per input, not in KiB or MiB\)"):
+        serving_spec_from_dict({**BASE, "server": {"max_input_bytes": 64}})
+    for bad, message in ((-1, "is out of range"), (MAX_INPUT_BYTES_CEILING + 1, "is out of range"),
+                         ("1M", "must be an integer"), (True, "must be an integer")):
+        with pytest.raises(ConfigError, match=rf"`server.max_input_bytes` = .* {message}"):
+            serving_spec_from_dict({**BASE, "server": {"max_input_bytes": bad}})
+
+
 def test_latency_summary_quantiles_reach_the_plan_and_the_server_flags():
     from contracts.partition_plan import plan_partitions
     from contracts.serving_spec import DEFAULT_LATENCY_SUMMARY_QUANTILES

@@ -25,7 +25,8 @@
  * - An HTTP JSON input whose shape asks for more memory than the host has (e.g. [2^40, 1, 8, 8]):
  *   the HTTP frontend allocates the shape's bytes before it reads `data`, and std::bad_alloc aborted
  *   the whole server. Refused in TRITONSERVER_InferenceRequestAddInput, before that allocation, when
- *   the shape needs more than SERVING_REQUEST_GUARD_MAX_INPUT_BYTES (default 256 MiB; 0 = no limit).
+ *   the shape needs more than SERVING_REQUEST_GUARD_MAX_INPUT_BYTES (default 256 MiB; 0 = no limit;
+ *   a launched server gets serving.toml's `[server] max_input_bytes`, 1 MiB as served).
  * - An HTTP body sent with `Content-Encoding: gzip`/`deflate` that is not valid compressed data, or
  *   that inflates past SERVING_REQUEST_GUARD_MAX_INFLATED_BYTES (default 256 MiB): Triton 2.51 ignores
  *   zlib's Z_DATA_ERROR and uses whatever was inflated (nothing: an empty raw request, which
@@ -446,8 +447,9 @@ static int shape_over_limit(const char *name, int datatype, const int64_t *shape
         snprintf(message, room, "input '%s' has shape %s of %s: %s", name, text, type_name(datatype), problem);
     else
         snprintf(message, room, "input '%s' has shape %s of %s: %" PRIu64 " bytes, more than this server accepts "
-                 "per input (%" PRIu64 "); expected the shape of the data sent", name, text, type_name(datatype),
-                 bytes, max_input_bytes);
+                 "per input (%" PRIu64 ", SERVING_REQUEST_GUARD_MAX_INPUT_BYTES: serving.toml's [server] "
+                 "max_input_bytes); expected the shape of the data sent, within the model's max_batch_size",
+                 name, text, type_name(datatype), bytes, max_input_bytes);
     return 1;
 }
 

@@ -13,7 +13,7 @@ import pytest
 
 from contracts.layout import PROJECT_ROOT
 from serving.runtime.native import (CAP_ENV, COND_WAIT_CAP, GZIP_LEVEL, GZIP_LEVEL_ENV, HELPERS, REQUEST_GUARD,
-                                    REQUEST_GUARD_ENV, preload_environment,
+                                    REQUEST_GUARD_ENV, REQUEST_GUARD_MAX_INPUT_ENV, preload_environment,
                                     preload_variables, wanted_helpers)
 
 
@@ -57,6 +57,22 @@ def test_preload_variables_are_pure_and_put_the_helpers_before_an_inherited_prel
     variables = preload_variables(wanted, lambda h: PurePosixPath("/pod/lib") / h.library.name, "/x/other.so")
     assert variables == {"LD_PRELOAD": "/pod/lib/libcond_wait_cap.so:/pod/lib/libgzip_level.so:/pod/lib/librequest_guard.so:/x/other.so",
                          CAP_ENV: "2000", GZIP_LEVEL_ENV: "0", REQUEST_GUARD_ENV: "on"}
+
+
+def test_the_per_input_limit_goes_with_the_guard_and_an_operators_own_value_wins(tmp_path):
+    """`[server] max_input_bytes` reaches the guard as its variable (host and pod alike); a value the
+    launcher's environment sets already is kept (an operator's, or a test's 0 that lets a crash through)."""
+    cap, gzip, guard = libraries(tmp_path)
+    env, _ = preload_environment(0, {}, library=cap, gzip_library=gzip, guard_library=guard, max_input_bytes=1 << 20)
+    assert env == {"LD_PRELOAD": str(guard), REQUEST_GUARD_ENV: "on", REQUEST_GUARD_MAX_INPUT_ENV: "1048576"}
+    env, _ = preload_environment(0, {REQUEST_GUARD_MAX_INPUT_ENV: "0"}, library=cap, gzip_library=gzip,
+                                 guard_library=guard, max_input_bytes=1 << 20)
+    assert env[REQUEST_GUARD_MAX_INPUT_ENV] == "0"
+    guard.unlink()  # no guard preloaded: no limit for it either
+    env, _ = preload_environment(0, {}, library=cap, gzip_library=gzip, guard_library=guard, max_input_bytes=1 << 20)
+    assert REQUEST_GUARD_MAX_INPUT_ENV not in env
+    pod = preload_variables(wanted_helpers(0, None), lambda h: PurePosixPath("/pod/lib") / h.library.name, None, 4096)
+    assert pod == {"LD_PRELOAD": "/pod/lib/librequest_guard.so", REQUEST_GUARD_ENV: "on", REQUEST_GUARD_MAX_INPUT_ENV: "4096"}
 
 
 @pytest.mark.skipif(not (shutil.which("cc") or shutil.which("gcc")), reason="no C compiler on PATH")

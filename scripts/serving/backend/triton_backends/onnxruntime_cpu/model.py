@@ -83,6 +83,7 @@ from serving.backend.session_choice import Reason, Session, SessionChoice
 from contracts.sequence_buckets import (
     BUCKETS_PARAMETER,
     LENGTH_INPUT_PARAMETER,
+    MAX_LENGTH_PARAMETER,
     parse_bucket_boundaries,
 )
 from serving.backend.text_frontend import TextFrontEnd
@@ -229,7 +230,7 @@ class TritonPythonModel:
                     f"expected the shapes of the model's inputs with a batch dimension of at least 1 row.")
 
     def _input_contract(self, name, onnx_path, config, params):
-        max_length = params.get("max_sequence_length", "").strip()
+        max_length = params.get(MAX_LENGTH_PARAMETER, "").strip()
         try:
             return contract_from_onnx(
                 onnx.load(onnx_path, load_external_data=False),
