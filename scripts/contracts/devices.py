@@ -69,23 +69,39 @@ def detect_nvidia_gpu(environ: Mapping[str, str] | None = None) -> GpuProbe:
 
 
 # ------------------------------------------------------------------ the CPU
+#: The SIMD flags every figure is stated with (/proc/cpuinfo's names -> how reports print them): AVX2
+#: only, AVX-512, and the INT8 dot products (VNNI, AMX) that decide INT8 speed.
+SIMD_FLAGS = {"avx2": "AVX2", "avx512f": "AVX-512", "avx512_vnni": "AVX-512 VNNI", "avx_vnni": "AVX-VNNI",
+              "amx_int8": "AMX-INT8"}
+
+
 @dataclass(frozen=True)
 class CpuInfo:
-    """This host's CPU as every report states it beside a figure (model, CPUs, SIMD flags)."""
+    """This host's CPU as every report states it beside a figure (model, CPUs, SIMD flags): the one
+    description the build report, the perf suite and the peer comparison print."""
 
     model: str
     logical_cpus: int
     flags: frozenset[str]
+    #: Hardware threads per core (2 with SMT), where /proc/cpuinfo says (`siblings` / `cpu cores`).
+    threads_per_core: int = 1
 
     @property
     def int8_dot_product(self) -> bool:
         """VNNI/AMX: INT8 dot products in hardware (without them u8s8 products can saturate)."""
         return bool({"avx512_vnni", "avx_vnni", "amx_int8"} & self.flags)
 
-    def describe(self) -> str:
-        simd = [name for flag, name in (("avx2", "AVX2"), ("avx512f", "AVX-512"), ("avx512_vnni", "AVX-512 VNNI"),
-                                        ("avx_vnni", "AVX-VNNI"), ("amx_int8", "AMX-INT8")) if flag in self.flags]
-        return f"{self.model}, {self.logical_cpus} logical CPUs, SIMD: {', '.join(simd) or 'none of AVX2/AVX-512'}"
+    @property
+    def simd(self) -> tuple[str, ...]:
+        """The SIMD_FLAGS present, as reports print them."""
+        return tuple(name for flag, name in SIMD_FLAGS.items() if flag in self.flags)
+
+    def describe(self, usable_cpus: int | None = None) -> str:
+        """e.g. "AMD EPYC, 2 logical CPUs (2 usable), SIMD: AVX2, AVX-512"; `usable_cpus`: the CPUs
+        this process may run on (its affinity), where that matters to the figure."""
+        usable = "" if usable_cpus is None else f" ({usable_cpus} usable)"
+        return (f"{self.model}, {self.logical_cpus} logical CPUs{usable}, "
+                f"SIMD: {', '.join(self.simd) or 'none of AVX2/AVX-512'}")
 
 
 def cpu_info_from_text(cpuinfo: str, logical_cpus: int) -> CpuInfo:
@@ -95,7 +111,10 @@ def cpu_info_from_text(cpuinfo: str, logical_cpus: int) -> CpuInfo:
         key, sep, value = line.partition(":")
         if sep and key.strip() not in fields:
             fields[key.strip()] = value.strip()
-    return CpuInfo(fields.get("model name", "unknown CPU"), logical_cpus, frozenset(fields.get("flags", "").split()))
+    siblings, cores = fields.get("siblings", ""), fields.get("cpu cores", "")
+    threads = int(siblings) // int(cores) if siblings.isdigit() and cores.isdigit() and int(cores) > 0 else 1
+    return CpuInfo(fields.get("model name", "unknown CPU"), logical_cpus, frozenset(fields.get("flags", "").split()),
+                   max(1, threads))
 
 
 def read_cpu_info() -> CpuInfo:

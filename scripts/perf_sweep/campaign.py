@@ -332,7 +332,7 @@ def host_description() -> str:
     from perf_sweep.peers.machine import source_revision
 
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return (f"{read_cpu_info().describe()}, {platform.machine()}, {cpus} CPUs usable, kernel {platform.release()}; "
+    return (f"{read_cpu_info().describe(cpus)}, {platform.machine()}, kernel {platform.release()}; "
             f"commit {source_revision()}; load average {os.getloadavg()[0]:.2f} at start")
 
 

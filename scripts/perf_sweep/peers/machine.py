@@ -1,8 +1,8 @@
 """The machine and software every figure of a peer run belongs to: the CPU (model, cores, the
 SIMD flags that decide INT8 speed), the load the machine carried, and each environment's versions.
 
-`cpu_from_lscpu` and `busy_cores_between` are pure (tested on captured outputs); the rest reads
-this host.
+`cpu_record` and `busy_cores_between` are pure (tested on captured inputs); the rest reads this
+host. The CPU is read as everywhere else in the project (contracts.devices.read_cpu_info).
 """
 from __future__ import annotations
 
@@ -18,45 +18,28 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
+from contracts.devices import SIMD_FLAGS, CpuInfo, read_cpu_info
 from contracts.layout import PROJECT_ROOT
 from contracts.processes import cpu_idle_and_total
 from perf_sweep.peers.plan import machine_settled
 
-#: Flags reported with every figure: AVX2 only, AVX-512, and the VNNI INT8 dot products.
-SIMD_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8")
 #: Distributions whose versions are recorded for each interpreter.
 MAIN_PACKAGES = ("onnxruntime", "numpy", "tokenizers", "aiohttp", "nvidia-pytriton", "tritonclient")
 PEER_PACKAGES = ("onnxruntime", "numpy", "tokenizers", "fastapi", "uvicorn", "infinity-emb", "torch",
                  "sentence-transformers", "transformers")
 
 
-def cpu_from_lscpu(text: str) -> dict[str, object]:
-    """Model name, logical CPUs, threads per core and the SIMD flags present, from `lscpu` output."""
-    fields: dict[str, str] = {}
-    for line in text.splitlines():
-        key, sep, value = line.partition(":")
-        if sep:
-            fields.setdefault(key.strip(), value.strip())
-    flags = set(fields.get("Flags", "").split())
-    return {"model": fields.get("Model name", "unknown"), "cpus": int(fields.get("CPU(s)", "0") or 0),
-            "threads_per_core": int(fields.get("Thread(s) per core", "0") or 0),
-            "flags": {flag: flag in flags for flag in SIMD_FLAGS}}
-
-
-def describe_cpu(cpu: Mapping[str, object], usable: int) -> str:
-    flags = cpu.get("flags") or {}
-    present = [f for f, on in flags.items() if on] or ["none of " + "/".join(SIMD_FLAGS)]
-    return f"{cpu.get('model')}, {usable} CPUs usable ({cpu.get('cpus')} online), SIMD: {', '.join(present)}"
+def cpu_record(cpu: CpuInfo, usable_cpus: int) -> dict[str, object]:
+    """The run's `machine.cpu` (model, logical CPUs, threads per core, each SIMD flag present or not)
+    and its one-line description, from contracts.devices' reading of this host's CPU."""
+    return {"model": cpu.model, "cpus": cpu.logical_cpus, "threads_per_core": cpu.threads_per_core,
+            "flags": {flag: flag in cpu.flags for flag in SIMD_FLAGS}, "description": cpu.describe(usable_cpus)}
 
 
 def read_machine() -> dict[str, object]:
-    try:
-        lscpu = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
-    except (OSError, subprocess.SubprocessError):
-        lscpu = ""
-    cpu = cpu_from_lscpu(lscpu)
     usable = len(os.sched_getaffinity(0))
-    return {"cpu": cpu, "usable_cpus": usable, "description": describe_cpu(cpu, usable), "host": platform.node(),
+    cpu = cpu_record(read_cpu_info(), usable)
+    return {"cpu": cpu, "usable_cpus": usable, "description": cpu.pop("description"), "host": platform.node(),
             "kernel": platform.release(), "python": sys.version.split()[0], "load_average": os.getloadavg()[0],
             "commit": source_revision(),
             "memory_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)}

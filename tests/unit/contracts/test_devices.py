@@ -25,8 +25,9 @@ def test_cpu_info_from_proc_cpuinfo_text():
     cpu = cpu_info_from_text(text, 2)
     assert cpu.model == "AMD EPYC" and "avx2" in cpu.flags and not cpu.int8_dot_product
     assert cpu.describe() == "AMD EPYC, 2 logical CPUs, SIMD: AVX2"
-    vnni = cpu_info_from_text("model name: Xeon\nflags: avx2 avx512f avx512_vnni\n", 4)
-    assert vnni.int8_dot_product and "AVX-512 VNNI" in vnni.describe()
+    vnni = cpu_info_from_text("model name: Xeon\nsiblings: 4\ncpu cores: 2\nflags: avx2 avx512f avx512_vnni\n", 4)
+    assert vnni.int8_dot_product and vnni.threads_per_core == 2
+    assert vnni.describe(usable_cpus=3) == "Xeon, 4 logical CPUs (3 usable), SIMD: AVX2, AVX-512, AVX-512 VNNI"
 
 
 def test_tensorrt_detection_on_a_gpu_host_names_the_version_and_the_gpu(monkeypatch):

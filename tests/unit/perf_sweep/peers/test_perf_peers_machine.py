@@ -1,27 +1,22 @@
 """The machine every figure belongs to: CPU model, cores and the SIMD flags that decide INT8 speed."""
 import sys
 
-from perf_sweep.peers.machine import (busy_cores_between, cpu_from_lscpu, cpu_jiffies, describe_cpu, package_versions,
-                                     wait_until_quiet)
+from contracts.devices import cpu_info_from_text
+from perf_sweep.peers.machine import busy_cores_between, cpu_jiffies, cpu_record, package_versions, wait_until_quiet
 
-LSCPU = """Architecture:                            x86_64
-CPU(s):                                  2
-Thread(s) per core:                      1
-Model name:                              AMD EPYC
-Flags:                                   fpu sse sse2 avx avx2 fma
-"""
+CPUINFO = "processor\t: 0\nmodel name\t: AMD EPYC\nsiblings\t: 2\ncpu cores\t: 2\nflags\t\t: fpu sse avx avx2 fma\n"
 
 
-def test_cpu_from_lscpu_reads_model_cores_and_simd_flags():
-    cpu = cpu_from_lscpu(LSCPU)
+def test_a_runs_cpu_record_is_read_as_the_rest_of_the_project_reads_the_cpu():
+    cpu = cpu_record(cpu_info_from_text(CPUINFO, 2), usable_cpus=2)
     assert cpu["model"] == "AMD EPYC" and cpu["cpus"] == 2 and cpu["threads_per_core"] == 1
     assert cpu["flags"]["avx2"] and not cpu["flags"]["avx512f"] and not cpu["flags"]["avx512_vnni"]
-    assert describe_cpu(cpu, 2) == "AMD EPYC, 2 CPUs usable (2 online), SIMD: avx2"
+    assert cpu["description"] == "AMD EPYC, 2 logical CPUs (2 usable), SIMD: AVX2"
 
 
-def test_a_machine_without_lscpu_is_described_as_unknown_not_guessed():
-    cpu = cpu_from_lscpu("")
-    assert cpu["model"] == "unknown" and "none of avx2" in describe_cpu(cpu, 1)
+def test_a_cpu_without_simd_flags_is_described_as_such_not_guessed():
+    cpu = cpu_record(cpu_info_from_text("", 1), usable_cpus=1)
+    assert cpu["model"] == "unknown CPU" and "none of AVX2/AVX-512" in cpu["description"]
 
 
 def test_package_versions_are_read_by_the_interpreter_that_runs_them():
