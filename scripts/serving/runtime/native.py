@@ -21,6 +21,8 @@ stalls, and level-6 compression).
 """
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import os
 import shutil
 import subprocess
@@ -70,10 +72,28 @@ def _inputs(helper: NativeHelper) -> list[Path]:
     return [helper.source, *helper.source.parent.glob("*.h")]  # the helpers share a header
 
 
+def source_digest(helper: NativeHelper) -> str:
+    """sha256 of the helper's source and the header the helpers share (names and bytes)."""
+    digest = hashlib.sha256()
+    for path in sorted(_inputs(helper)):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def digest_file(library: Path) -> Path:
+    """Where a build records the source_digest it compiled, beside the library."""
+    return library.with_name(library.name + ".source-sha256")
+
+
 def is_stale(helper: NativeHelper, library: Path) -> bool:
-    """Whether `library` was built before the helper's sources last changed (False where the sources
-    are not here, e.g. a pod, or the library is missing)."""
+    """Whether `library` was built from other sources than the helper's here: the digest its build
+    recorded beside it, compared with these sources' (so a second checkout sharing the environment
+    does not look stale because its files are newer); a library without a recorded digest, by the
+    files' times. False where the sources are not here (e.g. a pod) or the library is missing."""
     try:
+        recorded = digest_file(library).read_text().strip() if digest_file(library).exists() else None
+        if recorded is not None:
+            return library.exists() and recorded != source_digest(helper)
         return library.stat().st_mtime < max(p.stat().st_mtime for p in _inputs(helper))
     except (OSError, ValueError):
         return False
@@ -97,18 +117,26 @@ def build_helper(helper: NativeHelper, dest: Path | None = None, compiler: str |
     dest = dest or helper.library
     cc = compiler or os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if dest.exists() and not is_stale(helper, dest):
+        if not digest_file(dest).exists():  # built before digests were recorded, newer than its sources
+            with contextlib.suppress(OSError):
+                digest_file(dest).write_text(source_digest(helper) + "\n")
         return dest, f"{dest} is up to date"
     kept = f"; the older {dest} stays preloaded until a build succeeds" if dest.exists() else ""
     if cc is None:
         return None, f"no C compiler (cc/gcc) on PATH: the {helper.name} is not built, so {helper.without_it}{kept}"
     dest.parent.mkdir(parents=True, exist_ok=True)
     partial = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
+    digest = source_digest(helper)  # before compiling: an edit during the build leaves the library stale
     done = subprocess.run([cc, "-O2", "-shared", "-fPIC", "-Wall", "-o", str(partial), str(helper.source), "-ldl"],
                           capture_output=True, text=True)
     if done.returncode != 0:
         partial.unlink(missing_ok=True)
         return None, f"{cc} failed to build {helper.source.name} ({done.returncode}): {done.stderr.strip()[:400]}{kept}"
+    digest_file(dest).unlink(missing_ok=True)  # never a new library beside an old digest
     os.replace(partial, dest)
+    recorded = digest_file(partial)
+    recorded.write_text(digest + "\n")
+    os.replace(recorded, digest_file(dest))
     return dest, f"built {dest}"
 
 
@@ -159,8 +187,8 @@ def preload_environment(cap_us: int, base: dict[str, str], library: Path = COND_
                             f"{helper.without_it}")
             del wanted[helper]
         elif is_stale(helper, libraries[helper]):
-            warnings.append(f"{libraries[helper]} is older than {helper.source.name} (run `make setup`): the server "
-                            f"preloads the {helper.name} as it was built, without the changes since")
+            warnings.append(f"{libraries[helper]} was built from another {helper.source.name} (run `make setup`): the "
+                            f"server preloads the {helper.name} as it was built, without the changes since")
     env = dict(base)
     limit = None if REQUEST_GUARD_MAX_INPUT_ENV in base else max_input_bytes
     env.update(preload_variables(wanted, libraries.__getitem__, base.get("LD_PRELOAD"), limit))

@@ -96,7 +96,34 @@ def test_a_library_older_than_its_source_is_preloaded_with_a_warning(tmp_path):
     os.utime(guard, (0, 0))
     env, warning = preload_environment(0, {}, library=cap, gzip_level=None, gzip_library=gzip, guard_library=guard)
     assert env["LD_PRELOAD"] == str(guard)
-    assert warning and str(guard) in warning and "older than request_guard.c" in warning and "make setup" in warning
+    assert warning and str(guard) in warning and "built from another request_guard.c" in warning and "make setup" in warning
+
+
+def test_staleness_is_the_source_digest_its_build_recorded_not_the_files_times(tmp_path):
+    """A second checkout sharing the environment has newer files with the same bytes: not stale; a
+    library whose recorded digest differs is stale whatever its time; one built before digests were
+    recorded is judged by time once, and `build_helper` records the digest when it finds it up to date."""
+    from dataclasses import replace
+
+    from serving.runtime.native import build_helper, digest_file, is_stale, source_digest
+
+    source = tmp_path / "helper.c"
+    source.write_text("int helper(void) { return 1; }\n")
+    helper = replace(REQUEST_GUARD, source=source, library=tmp_path / "lib" / "libhelper.so")
+    helper.library.parent.mkdir()
+    helper.library.write_bytes(b"a build")
+    os.utime(helper.library, (0, 0))
+    assert is_stale(helper, helper.library)  # no digest: older than its source
+    digest_file(helper.library).write_text(source_digest(helper) + "\n")
+    assert not is_stale(helper, helper.library)  # same bytes, however old
+    source.write_text("int helper(void) { return 2; }\n")
+    os.utime(source, (0, 0))
+    assert is_stale(helper, helper.library)  # other bytes, however new the library
+    digest_file(helper.library).unlink()
+    assert not is_stale(helper, helper.library)  # no digest, library newer than the source (by time)
+    path, what = build_helper(helper, compiler="false")  # up to date by time: no compiler needed
+    assert path == helper.library and "up to date" in what
+    assert digest_file(helper.library).read_text().strip() == source_digest(helper)
 
 
 def test_a_failed_rebuild_leaves_the_previous_library_untouched_and_says_it_stays(tmp_path):
