@@ -39,7 +39,7 @@ from serving.generation.engine import DecoderGraph, GenerationEngine, StepResult
 from serving.generation.errors import InvalidGenerationRequest, WaitQueueFull
 from serving.generation.kv_store import KvStore
 from serving.generation.requests import (FROM_REQUEST, build_request, check_prompt_size, parse_sampling_parameters,
-                                        prompt_bytes_limit, prompt_text_for)
+                                        prompt_bytes_limit, prompt_text_for, prompt_token_ids)
 from serving.generation.scheduler import FinishReason, Policy, Scheduler, SchedulerConfig
 from serving.generation.sizing import KvLayout
 
@@ -185,7 +185,7 @@ class TritonPythonModel:
         try:
             prompt_text, stream, prepend, fields = self._parse(request)
             check_prompt_size(prompt_text, self.prompt_bytes_limit, self.max_context)
-            ids = tuple(self.tokenizer.encode(prompt_text, add_special_tokens=False).ids)
+            ids = prompt_token_ids(self.tokenizer, prompt_text)  # without the GIL: the running streams go on
             request_id = f"r{next(self.ids)}"
             generation = build_request(request_id, ids, fields, self.max_context, self.default_priority, stream,
                                        queue_timeout_us=int(request.timeout() or 0))

@@ -189,6 +189,17 @@ def check_prompt_size(prompt_text: str, limit_bytes: int, max_context: int) -> N
             f"{limit_bytes // max_context} bytes, so a prompt of more than {limit_bytes} bytes cannot fit: shorten it.")
 
 
+def prompt_token_ids(tokenizer: Any, prompt_text: str) -> tuple[int, ...]:
+    """The prompt's token ids (no special tokens added: the chat template has its own), through
+    `encode_batch`, which lets go of the GIL while it tokenizes (`encode` holds it). Why: a request's
+    prompt is tokenized on Triton's thread while the scheduler loop runs the running streams on its
+    own; a 165,000-byte prompt of digits (within prompt_bytes_limit) took ~180 ms to tokenize and
+    stopped the loop for as long, so every running stream missed its next token by that much
+    (docs/measurements/2026-12-07-amd-epyc-zen5/prompt-tokenizing-gil/)."""
+    (encoding,) = tokenizer.encode_batch([prompt_text], add_special_tokens=False)
+    return tuple(encoding.ids)
+
+
 def build_request(request_id: str, prompt: tuple[int, ...], fields: Mapping[str, Any], max_context: int,
                   default_priority: int = 2, stream: bool = False, queue_timeout_us: int = 0) -> GenerationRequest:
     """Check the prompt and max_tokens against the context; the first error names the limit."""

@@ -252,3 +252,21 @@ def test_settings_the_generation_model_cannot_honour_are_refused_not_ignored(set
 
     with pytest.raises(ConfigError, match=named):
         render_generation_config(ModelSpec(name="llm", recipe="smollm2_gguf", **setting), {})
+
+
+def test_prompt_token_ids_are_encodes_without_special_tokens():
+    """Through `encode_batch` (which lets go of the GIL), the same ids as `encode` without the
+    tokenizer's own special tokens (the chat template writes its own)."""
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import Whitespace
+    from tokenizers.processors import TemplateProcessing
+
+    from serving.generation.requests import prompt_token_ids
+
+    tokenizer = Tokenizer(WordLevel({"<unk>": 0, "<s>": 1, "hello": 2, "world": 3}, unk_token="<unk>"))
+    tokenizer.pre_tokenizer = Whitespace()
+    tokenizer.post_processor = TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
+    assert tokenizer.encode("hello world").ids == [1, 2, 3]  # the template adds <s> by default
+    assert prompt_token_ids(tokenizer, "hello world again") == (2, 3, 0)
+    assert prompt_token_ids(tokenizer, "hello world again") == tuple(tokenizer.encode("hello world again", add_special_tokens=False).ids)
