@@ -99,20 +99,27 @@ def test_a_library_older_than_its_source_is_preloaded_with_a_warning(tmp_path):
     assert warning and str(guard) in warning and "built from another request_guard.c" in warning and "make setup" in warning
 
 
-def test_staleness_is_the_source_digest_its_build_recorded_not_the_files_times(tmp_path):
-    """A second checkout sharing the environment has newer files with the same bytes: not stale; a
-    library whose recorded digest differs is stale whatever its time; one built before digests were
-    recorded is judged by time once, and `build_helper` records the digest when it finds it up to date."""
+def old_build_of_a_helper(tmp_path):
+    """A helper with its own one-line source and a library file "previous build" dated 1970."""
     from dataclasses import replace
-
-    from serving.runtime.native import build_helper, digest_file, is_stale, source_digest
 
     source = tmp_path / "helper.c"
     source.write_text("int helper(void) { return 1; }\n")
     helper = replace(REQUEST_GUARD, source=source, library=tmp_path / "lib" / "libhelper.so")
     helper.library.parent.mkdir()
-    helper.library.write_bytes(b"a build")
+    helper.library.write_bytes(b"previous build")
     os.utime(helper.library, (0, 0))
+    return helper
+
+
+def test_staleness_is_the_source_digest_its_build_recorded_not_the_files_times(tmp_path):
+    """A second checkout sharing the environment has newer files with the same bytes: not stale; a
+    library whose recorded digest differs is stale whatever its time; one built before digests were
+    recorded is judged by time once, and `build_helper` records the digest when it finds it up to date."""
+    from serving.runtime.native import build_helper, digest_file, is_stale, source_digest
+
+    helper = old_build_of_a_helper(tmp_path)
+    source = helper.source
     assert is_stale(helper, helper.library)  # no digest: older than its source
     digest_file(helper.library).write_text(source_digest(helper) + "\n")
     assert not is_stale(helper, helper.library)  # same bytes, however old
@@ -127,16 +134,9 @@ def test_staleness_is_the_source_digest_its_build_recorded_not_the_files_times(t
 
 
 def test_a_failed_rebuild_leaves_the_previous_library_untouched_and_says_it_stays(tmp_path):
-    from dataclasses import replace
-
     from serving.runtime.native import build_helper, is_stale
 
-    source = tmp_path / "helper.c"
-    source.write_text("int helper(void) { return 1; }\n")
-    helper = replace(REQUEST_GUARD, source=source, library=tmp_path / "lib" / "libhelper.so")
-    helper.library.parent.mkdir()
-    helper.library.write_bytes(b"previous build")
-    os.utime(helper.library, (0, 0))
+    helper = old_build_of_a_helper(tmp_path)
     path, what = build_helper(helper, compiler="false")
     assert path is None and "stays preloaded" in what and is_stale(helper, helper.library)
     assert helper.library.read_bytes() == b"previous build" and sorted(p.name for p in helper.library.parent.iterdir()) == ["libhelper.so"]
