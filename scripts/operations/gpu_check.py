@@ -151,7 +151,8 @@ def _serve_gpu_model(repository: Path, serving_config: Path) -> StepResult:
         installation = find_tritonserver()
         http_port, grpc_port, metrics_port = free_loopback_ports(3)
         settings = ServerSettings(model_repository=repo, backend_dir=prepare_backend_dir(installation, Path(tmp) / "backends"),
-                                  http_port=http_port, grpc_port=grpc_port, metrics_port=metrics_port, models=(model.name,))
+                                  http_port=http_port, grpc_port=grpc_port, metrics_port=metrics_port, models=(model.name,),
+                                  max_input_bytes=spec.server.max_input_bytes)
         server = TritonServerProcess(installation, settings, Path(tmp) / "tritonserver.log").start()
         try:
             server.wait_ready(timeout=300)

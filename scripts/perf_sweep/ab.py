@@ -135,7 +135,8 @@ def run_ab_block(spec, endpoint, prepared, main_knee: Mapping[str, Any], opts, f
     progress(f"[perf] A/B: starting a temporary tritonserver with {len(variants)} variants of {model} ({pinning})")
     try:
         process, _http, grpc, metrics = start_variant_server(
-            repo, folder.root / "ab_server", [v.served_name for v in variants], endpoint.cpus, endpoint.intra_op_threads)
+            repo, folder.root / "ab_server", [v.served_name for v in variants], endpoint.cpus, endpoint.intra_op_threads,
+            max_input_bytes=spec.server.max_input_bytes)
     except SweepRunError as exc:
         out.skipped.append(f"A/B block: {exc}".splitlines()[0])
         progress(f"[perf] A/B block skipped: {exc}")

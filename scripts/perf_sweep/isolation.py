@@ -74,7 +74,7 @@ def run_isolation_ab(spec, main_ep: Endpoint, neighbour: Endpoint, prepared, rat
     setups = [("partitioned", main_ep.grpc_url, main_ep.metrics_url, neighbour.grpc_url, None)]
     try:
         process, _, grpc, metrics = start_variant_server(repo, folder.root / "shared_server", [main, neighbour.model],
-                                                         (), len(cpus))
+                                                         (), len(cpus), max_input_bytes=spec.server.max_input_bytes)
     except SweepRunError as exc:
         return {"skipped": f"partitioned vs shared: {exc}".splitlines()[0]}
     setups.append(("shared", grpc, "http://" + metrics, grpc, process))

@@ -22,7 +22,7 @@ from typing import Sequence
 
 from perf_sweep.errors import SweepPlanError, SweepRunError
 from contracts.layout import place_model_file
-from contracts.serving_spec import ModelSpec, ServingSpec, check_name
+from contracts.serving_spec import DEFAULT_MAX_INPUT_BYTES, ModelSpec, ServingSpec, check_name
 
 
 class VariantRole(Enum):
@@ -168,9 +168,11 @@ def write_variant_repository(spec: ServingSpec, model: str, variants: Sequence[S
 
 
 def start_variant_server(repository: Path, workdir: Path, models: Sequence[str], cpus: Sequence[int] = (),
-                         intra_op_threads: int = 0, timeout: float = 180.0):
+                         intra_op_threads: int = 0, timeout: float = 180.0,
+                         max_input_bytes: int = DEFAULT_MAX_INPUT_BYTES):
     """Start our own tritonserver on free loopback ports, pinned to `cpus` (the served model's
-    partition) with the same ONNX Runtime thread count; returns (process, http, grpc, metrics URL)."""
+    partition) with the same ONNX Runtime thread count and the request guard's per-input limit
+    (`[server] max_input_bytes`); returns (process, http, grpc, metrics URL)."""
     from contracts.partition_plan import INTRA_OP_THREADS_ENV
     from contracts.processes import free_loopback_ports
     from serving.runtime.server import ServerSettings, TritonServerProcess, find_tritonserver, prepare_backend_dir
@@ -179,7 +181,7 @@ def start_variant_server(repository: Path, workdir: Path, models: Sequence[str],
     backend_dir = prepare_backend_dir(installation, Path(workdir) / "backends")
     http, grpc, metrics = free_loopback_ports(3)
     settings = ServerSettings(model_repository=Path(repository), backend_dir=backend_dir, http_port=http,
-                              grpc_port=grpc, metrics_port=metrics, models=tuple(models))
+                              grpc_port=grpc, metrics_port=metrics, models=tuple(models), max_input_bytes=max_input_bytes)
     env = {INTRA_OP_THREADS_ENV: str(intra_op_threads)} if intra_op_threads else {}
     process = TritonServerProcess(installation, settings, Path(workdir) / "tritonserver-ab.log", extra_env=env,
                                   preexec_cpus=tuple(cpus) or None).start()

@@ -81,19 +81,37 @@ def source_digest(helper: NativeHelper) -> str:
 
 
 def digest_file(library: Path) -> Path:
-    """Where a build records the source_digest it compiled, beside the library."""
+    """Where a build records what it compiled, beside the library: `<source_digest> <library sha256>`."""
     return library.with_name(library.name + ".source-sha256")
+
+
+def file_digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def record_build(helper: NativeHelper, library: Path, sources: str | None = None) -> None:
+    """Write `library`'s digest file: the sources it was built from (`sources`, else the helper's
+    sources now) and the library's own sha256, so a library another checkout's older code rebuilt
+    in place (without recording) is not taken for this build."""
+    partial = library.with_name(f".{digest_file(library).name}.{os.getpid()}.tmp")
+    partial.write_text(f"{sources or source_digest(helper)} {file_digest(library)}\n")
+    os.replace(partial, digest_file(library))
 
 
 def is_stale(helper: NativeHelper, library: Path) -> bool:
     """Whether `library` was built from other sources than the helper's here: the digest its build
     recorded beside it, compared with these sources' (so a second checkout sharing the environment
-    does not look stale because its files are newer); a library without a recorded digest, by the
-    files' times. False where the sources are not here (e.g. a pod) or the library is missing."""
+    does not look stale because its files are newer), as long as the library is the one that build
+    wrote (a library replaced since is stale); a library without a recorded digest, by the files'
+    times. False where the sources are not here (e.g. a pod) or the library is missing."""
     try:
-        recorded = digest_file(library).read_text().strip() if digest_file(library).exists() else None
-        if recorded is not None:
-            return library.exists() and recorded != source_digest(helper)
+        if not library.exists():
+            return False
+        if digest_file(library).exists():
+            recorded = digest_file(library).read_text().split()
+            if len(recorded) != 2 or recorded[1] != file_digest(library):
+                return True
+            return recorded[0] != source_digest(helper)
         return library.stat().st_mtime < max(p.stat().st_mtime for p in _inputs(helper))
     except (OSError, ValueError):
         return False
@@ -119,7 +137,7 @@ def build_helper(helper: NativeHelper, dest: Path | None = None, compiler: str |
     if dest.exists() and not is_stale(helper, dest):
         if not digest_file(dest).exists():  # built before digests were recorded, newer than its sources
             with contextlib.suppress(OSError):
-                digest_file(dest).write_text(source_digest(helper) + "\n")
+                record_build(helper, dest)
         return dest, f"{dest} is up to date"
     kept = f"; the older {dest} stays preloaded until a build succeeds" if dest.exists() else ""
     if cc is None:
@@ -134,9 +152,7 @@ def build_helper(helper: NativeHelper, dest: Path | None = None, compiler: str |
         return None, f"{cc} failed to build {helper.source.name} ({done.returncode}): {done.stderr.strip()[:400]}{kept}"
     digest_file(dest).unlink(missing_ok=True)  # never a new library beside an old digest
     os.replace(partial, dest)
-    recorded = digest_file(partial)
-    recorded.write_text(digest + "\n")
-    os.replace(recorded, digest_file(dest))
+    record_build(helper, dest, digest)
     return dest, f"built {dest}"
 
 
@@ -177,7 +193,8 @@ def preload_environment(cap_us: int, base: dict[str, str], library: Path = COND_
                         guard_library: Path = REQUEST_GUARD.library,
                         max_input_bytes: int | None = None) -> tuple[dict[str, str], str | None]:
     """`base` plus `preload_variables` for the helpers that are asked for and built here; a per-input
-    limit that `base` sets already is kept (an operator's, or a test's that turns it off).
+    limit that `base` sets already is kept when it is a byte count (an operator's, or a test's 0 that
+    turns it off), and replaced by `max_input_bytes`, with a warning, when it is not.
     (environment, one line of warnings or None)."""
     libraries = {COND_WAIT_CAP: library, GZIP_LEVEL: gzip_library, REQUEST_GUARD: guard_library}
     wanted, warnings = wanted_helpers(cap_us, gzip_level), []
@@ -190,7 +207,13 @@ def preload_environment(cap_us: int, base: dict[str, str], library: Path = COND_
             warnings.append(f"{libraries[helper]} was built from another {helper.source.name} (run `make setup`): the "
                             f"server preloads the {helper.name} as it was built, without the changes since")
     env = dict(base)
-    limit = None if REQUEST_GUARD_MAX_INPUT_ENV in base else max_input_bytes
+    limit, own = max_input_bytes, base.get(REQUEST_GUARD_MAX_INPUT_ENV)
+    if own is not None and own.isascii() and own.isdigit():
+        limit = None  # the operator's value, kept
+    elif own is not None and max_input_bytes is not None:
+        # the guard would keep its built-in 256 MiB for it (and an empty value in silence)
+        warnings.append(f"{REQUEST_GUARD_MAX_INPUT_ENV}={own!r} is not a byte count (decimal digits; 0 = no limit): "
+                        f"the request guard gets serving.toml's [server] max_input_bytes = {max_input_bytes} instead")
     env.update(preload_variables(wanted, libraries.__getitem__, base.get("LD_PRELOAD"), limit))
     return env, "; ".join(warnings) or None
 

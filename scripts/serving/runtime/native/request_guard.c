@@ -448,7 +448,7 @@ static int shape_over_limit(const char *name, int datatype, const int64_t *shape
     else
         snprintf(message, room, "input '%s' has shape %s of %s: %" PRIu64 " bytes, more than this server accepts "
                  "per input (%" PRIu64 ", SERVING_REQUEST_GUARD_MAX_INPUT_BYTES: serving.toml's [server] "
-                 "max_input_bytes); expected the shape of the data sent, within the model's max_batch_size",
+                 "max_input_bytes); expected the shape of the data sent, within the model's max_batch_size and dims",
                  name, text, type_name(datatype), bytes, max_input_bytes);
     return 1;
 }

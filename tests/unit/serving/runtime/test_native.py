@@ -68,6 +68,11 @@ def test_the_per_input_limit_goes_with_the_guard_and_an_operators_own_value_wins
     env, _ = preload_environment(0, {REQUEST_GUARD_MAX_INPUT_ENV: "0"}, library=cap, gzip_library=gzip,
                                  guard_library=guard, max_input_bytes=1 << 20)
     assert env[REQUEST_GUARD_MAX_INPUT_ENV] == "0"
+    for typo in ("1MiB", "", " 4096", "-1", "４０９６"):  # the guard would keep its own 256 MiB for each
+        env, warning = preload_environment(0, {REQUEST_GUARD_MAX_INPUT_ENV: typo}, library=cap, gzip_library=gzip,
+                                           guard_library=guard, max_input_bytes=1 << 20)
+        assert env[REQUEST_GUARD_MAX_INPUT_ENV] == "1048576", typo
+        assert f"{REQUEST_GUARD_MAX_INPUT_ENV}={typo!r} is not a byte count" in warning and "= 1048576 instead" in warning
     guard.unlink()  # no guard preloaded: no limit for it either
     env, _ = preload_environment(0, {}, library=cap, gzip_library=gzip, guard_library=guard, max_input_bytes=1 << 20)
     assert REQUEST_GUARD_MAX_INPUT_ENV not in env
@@ -114,23 +119,27 @@ def old_build_of_a_helper(tmp_path):
 
 def test_staleness_is_the_source_digest_its_build_recorded_not_the_files_times(tmp_path):
     """A second checkout sharing the environment has newer files with the same bytes: not stale; a
-    library whose recorded digest differs is stale whatever its time; one built before digests were
-    recorded is judged by time once, and `build_helper` records the digest when it finds it up to date."""
-    from serving.runtime.native import build_helper, digest_file, is_stale, source_digest
+    library whose recorded digest differs, or that was replaced since (an older checkout rebuilt it
+    in place), is stale whatever its time; one built before digests were recorded is judged by time
+    once, and `build_helper` records the digest when it finds it up to date."""
+    from serving.runtime.native import build_helper, digest_file, file_digest, is_stale, record_build, source_digest
 
     helper = old_build_of_a_helper(tmp_path)
     source = helper.source
     assert is_stale(helper, helper.library)  # no digest: older than its source
-    digest_file(helper.library).write_text(source_digest(helper) + "\n")
+    record_build(helper, helper.library)
     assert not is_stale(helper, helper.library)  # same bytes, however old
     source.write_text("int helper(void) { return 2; }\n")
     os.utime(source, (0, 0))
     assert is_stale(helper, helper.library)  # other bytes, however new the library
+    record_build(helper, helper.library)
+    helper.library.write_bytes(b"rebuilt in place by an older checkout, which records nothing")
+    assert is_stale(helper, helper.library)  # the library is not the one the digest describes
     digest_file(helper.library).unlink()
     assert not is_stale(helper, helper.library)  # no digest, library newer than the source (by time)
     path, what = build_helper(helper, compiler="false")  # up to date by time: no compiler needed
     assert path == helper.library and "up to date" in what
-    assert digest_file(helper.library).read_text().strip() == source_digest(helper)
+    assert digest_file(helper.library).read_text().split() == [source_digest(helper), file_digest(helper.library)]
 
 
 def test_a_failed_rebuild_leaves_the_previous_library_untouched_and_says_it_stays(tmp_path):
