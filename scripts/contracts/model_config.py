@@ -96,6 +96,15 @@ def tensor_specs_from_onnx(onnx_path: str | Path) -> tuple[tuple[TensorSpec, ...
 ModelConfig = pb.ModelConfig
 
 
+def tensor_specs_from_config(config: pb.ModelConfig) -> tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...]]:
+    """(inputs, outputs) of a rendered config: what its clients send and get, which for a model that
+    tokenizes in its backend (text_embedder: TEXT in) is not its ONNX graph's inputs."""
+    def spec(tensor) -> TensorSpec:
+        return TensorSpec(tensor.name, pb.DataType.Name(tensor.data_type), tuple(int(d) for d in tensor.dims))
+
+    return tuple(spec(t) for t in config.input), tuple(spec(t) for t in config.output)
+
+
 def data_type(name: str) -> int:
     """Triton's DataType enum value of a `TYPE_*` name."""
     return pb.DataType.Value(name)

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from contracts.model_config import read_model_config
 from perf_sweep import loadgen
 from perf_sweep.errors import SweepRunError
 from perf_sweep.knee import DelayPoint, choose_max_queue_delay
@@ -130,8 +131,10 @@ def run_ab_block(spec, endpoint, prepared, main_knee: Mapping[str, Any], opts, f
     if not extra:
         out.skipped.append(f"INT8-mixed vs FP32: no other CPU precision of {model} in {opts.artifacts / model}/build.json.")
     candidates = getattr(opts, "batcher_candidates", DEFAULT_CANDIDATES)
-    variants = plan_variants(spec, model, onnx, opts.static_batch, opts.delays_ms, extra, candidates)
-    repo = write_variant_repository(spec, model, variants, folder.root / "ab_repository")
+    served_max_batch = read_model_config(onnx.parent.parent).max_batch_size
+    variants = plan_variants(spec, model, onnx, opts.static_batch, opts.delays_ms, extra, candidates,
+                             served_max_batch_size=served_max_batch)
+    repo = write_variant_repository(spec, model, variants, folder.root / "ab_repository", served_dir=onnx.parent.parent)
     progress(f"[perf] A/B: starting a temporary tritonserver with {len(variants)} variants of {model} ({pinning})")
     try:
         process, _http, grpc, metrics = start_variant_server(

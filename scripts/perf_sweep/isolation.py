@@ -67,7 +67,8 @@ def run_isolation_ab(spec, main_ep: Endpoint, neighbour: Endpoint, prepared, rat
         delay = base.max_queue_delay_microseconds
         delay = spec.batching.max_queue_delay_microseconds if delay is None else delay
         onnx = opts.config.parent / model / "1" / "model.onnx"
-        write_variant_repository(spec, model, [ServedVariant("shared", model, onnx, base.max_batch_size, delay)], repo)
+        write_variant_repository(spec, model, [ServedVariant("shared", model, onnx, base.max_batch_size, delay)], repo,
+                                 served_dir=onnx.parent.parent)
     cpus = sorted(os.sched_getaffinity(0))
     progress(f"[perf] partitioned vs shared: {main} at {rate:g} req/s, neighbour {neighbour.model} flooded "
              f"({flood_rate:g} req/s x {items} items); shared server on CPUs {cpus}")

@@ -97,10 +97,15 @@ class ServedVariant:
 def plan_variants(spec: ServingSpec, model: str, onnx_path: Path, static_batch: int = 8,
                   delays_ms: Sequence[float] = (0, 2, 5, 10, 20),
                   extra_onnx: dict[str, Path] | None = None,
-                  candidates: Sequence[BatcherCandidate] = ()) -> tuple[ServedVariant, ...]:
+                  candidates: Sequence[BatcherCandidate] = (),
+                  served_max_batch_size: int | None = None) -> tuple[ServedVariant, ...]:
     """The variants of `model` one A/B run needs (labels: dynamic, no_batching, static_b<B>,
-    delay_<ms>ms, <variant> for each extra ONNX file such as an INT8 build, candidate_*)."""
+    delay_<ms>ms, <variant> for each extra ONNX file such as an INT8 build, candidate_*).
+    `served_max_batch_size`: the served config's, where the build lowered serving.toml's to what it
+    measured (text_encoder: 32 of 64), so the `dynamic` variant is the served configuration."""
     base = spec.model(model)
+    if served_max_batch_size is not None:
+        base = dataclasses.replace(base, max_batch_size=served_max_batch_size)
     served_delay = base.max_queue_delay_microseconds
     if served_delay is None:
         served_delay = spec.batching.max_queue_delay_microseconds
@@ -147,23 +152,39 @@ def variant_model_spec(base: ModelSpec, variant: ServedVariant) -> ModelSpec:
                                preferred_batch_sizes=variant.preferred_batch_sizes)
 
 
-def write_variant_repository(spec: ServingSpec, model: str, variants: Sequence[ServedVariant], dest: Path) -> Path:
-    """dest/<served_name>/{config.pbtxt, 1/model.onnx (hard link or copy)} for every variant."""
-    from contracts.model_config import render_onnx_cpu_config, tensor_specs_from_onnx, write_model_config
+def write_variant_repository(spec: ServingSpec, model: str, variants: Sequence[ServedVariant], dest: Path,
+                             served_dir: Path | None = None) -> Path:
+    """dest/<served_name>/{config.pbtxt, 1/model.onnx (hard link or copy)} for every variant.
+
+    `served_dir`: the served model's folder in the model repository. Its config's backend parameters
+    (a text model's tokenizer file, sequence buckets, pad id, maximum length), its inputs and outputs
+    (text_embedder takes TEXT, not its ONNX graph's token ids) and ragged inputs go into every
+    variant's config, and the other files of its version folder (the tokenizer) beside each variant's
+    ONNX file: without them a text model's variants padded differently from the served model, batched
+    only requests of equal length, or did not load at all."""
+    from contracts.model_config import (config_parameters, read_model_config, render_onnx_cpu_config,
+                                        tensor_specs_from_config, tensor_specs_from_onnx, write_model_config)
 
     base = spec.model(model)
+    served = read_model_config(served_dir) if served_dir is not None else None
+    parameters = {k: v for k, v in config_parameters(served).items() if k != "onnx_file"} if served else {}
+    ragged = bool(served) and any(tensor.allow_ragged_batch for tensor in served.input)
+    companions = [] if served_dir is None else sorted(
+        f for f in (Path(served_dir) / "1").iterdir() if f.is_file() and f.suffix != ".onnx")
     for variant in variants:
         if not variant.onnx_path.exists():
             raise SweepPlanError(f"variant `{variant.label}`: ONNX file {variant.onnx_path} does not exist.")
         model_dir = Path(dest) / variant.served_name
         (model_dir / "1").mkdir(parents=True, exist_ok=True)
-        target = model_dir / "1" / "model.onnx"
-        if target.is_symlink() or target.exists():
-            target.unlink()
-        place_model_file(variant.onnx_path, target)
-        inputs, outputs = tensor_specs_from_onnx(variant.onnx_path)
+        for source, target in [(variant.onnx_path, model_dir / "1" / "model.onnx"),
+                               *((f, model_dir / "1" / f.name) for f in companions)]:
+            if target.is_symlink() or target.exists():
+                target.unlink()
+            place_model_file(source, target)
+        inputs, outputs = tensor_specs_from_config(served) if served else tensor_specs_from_onnx(variant.onnx_path)
         serving = spec if variant.queue_policies else dataclasses.replace(spec, priorities=())
-        write_model_config(model_dir, render_onnx_cpu_config(variant_model_spec(base, variant), serving, inputs, outputs))
+        write_model_config(model_dir, render_onnx_cpu_config(variant_model_spec(base, variant), serving, inputs, outputs,
+                                                             extra_parameters=parameters, ragged_inputs=ragged))
     return Path(dest)
 
 

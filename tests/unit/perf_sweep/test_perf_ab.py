@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from contracts.model_config import read_model_config
 from contracts.serving_spec import ModelSpec, PriorityLevel, QueuePolicy, ServingSpec
 from perf_sweep.ab import CANDIDATE_THROUGHPUT_FLOOR, candidate_rows
@@ -70,3 +72,42 @@ def test_report_renders_the_candidates_table():
                             "candidates": {"plain_c16": 1000.0, "table": "| a | b |", "requests_all_closed_loop": 50_000,
                                            "stalled_all_closed_loop": 0}}, {})
     assert "### Batcher candidates" in text and "50000 requests, 0 stalled" in text and "| a | b |" in text
+
+
+@pytest.mark.built
+@pytest.mark.parametrize("model", ["text_embedder", "text_encoder", "digit_classifier"])
+def test_a_served_variant_is_the_served_config_under_another_name(tmp_path, serving_spec, model):
+    """With the served model's folder and max_batch_size, the A/B's `dynamic` variant renders the served
+    config itself (a text model's tokenizer, buckets, pad id, maximum length, TEXT input, ragged batches
+    and the build's measured max_batch_size included, and the tokenizer file beside the ONNX file);
+    without them text_embedder's variants did not load and text_encoder's batched up to 64, not 32."""
+    from contracts.layout import MODEL_REPOSITORY
+
+    served_dir = MODEL_REPOSITORY / model
+    onnx = served_dir / "1" / "model.onnx"
+    served = read_model_config(served_dir)
+    variants = [v for v in plan_variants(serving_spec, model, onnx, static_batch=8, delays_ms=(),
+                                         served_max_batch_size=served.max_batch_size) if v.role is VariantRole.SERVED]
+    repo = write_variant_repository(serving_spec, model, variants, tmp_path / "repo", served_dir=served_dir)
+    (variant,) = variants
+    rendered = read_model_config(repo / variant.served_name)
+    rendered.name = served.name
+    assert rendered == served
+    assert sorted(f.name for f in (repo / variant.served_name / "1").iterdir()) == sorted(
+        f.name for f in (served_dir / "1").iterdir() if f.is_file())
+
+
+def test_the_ab_block_of_a_text_model_is_skipped_with_why_not_a_traceback():
+    """Its in-process limit fed the requests' TEXT to an ONNX graph that takes token ids (ValueError);
+    the block now says which model it measures and where text models are compared."""
+    from types import SimpleNamespace
+
+    from perf_sweep.campaign import PreparedInputs, _ab_and_isolation
+
+    text = PreparedInputs("TEXT", "text", "inputs/text.json", None, "BYTES", "sentences")
+    results = {"skipped": [], "knees": {}, "headlines": []}
+    opts = SimpleNamespace(ab_model="text_embedder", models=None)
+    records, samples = _ab_and_isolation(SPEC, [], {"text_embedder": text}, opts, None, results, print)
+    assert (records, samples) == ([], {})
+    (skipped,) = results["skipped"]
+    assert "A/B block: model 'text_embedder' takes text requests" in skipped and "make perf-peers" in skipped
