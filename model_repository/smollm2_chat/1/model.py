@@ -185,7 +185,8 @@ class TritonPythonModel:
         try:
             prompt_text, stream, prepend, fields = self._parse(request)
             check_prompt_size(prompt_text, self.prompt_bytes_limit, self.max_context)
-            ids = prompt_token_ids(self.tokenizer, prompt_text)  # without the GIL: the running streams go on
+            # without the GIL (the running streams go on); an over-long prompt refused from its head
+            ids = prompt_token_ids(self.tokenizer, prompt_text, self.max_context)
             request_id = f"r{next(self.ids)}"
             generation = build_request(request_id, ids, fields, self.max_context, self.default_priority, stream,
                                        queue_timeout_us=int(request.timeout() or 0))

@@ -189,13 +189,38 @@ def check_prompt_size(prompt_text: str, limit_bytes: int, max_context: int) -> N
             f"{limit_bytes // max_context} bytes, so a prompt of more than {limit_bytes} bytes cannot fit: shorten it.")
 
 
-def prompt_token_ids(tokenizer: Any, prompt_text: str) -> tuple[int, ...]:
+#: A prompt longer than max_context x this many characters has its head tokenized first: when the head
+#: alone holds more tokens than the context, the prompt is refused without tokenizing the rest.
+HEAD_CHARS_PER_TOKEN = 16
+#: Tokens the head may count above the whole prompt's share of it: where the head is cut inside a
+#: special token (`<|im_start|>`: one token whole, a few as pieces).
+HEAD_MARGIN_TOKENS = 16
+
+
+def prompt_token_ids(tokenizer: Any, prompt_text: str, max_context: int | None = None) -> tuple[int, ...]:
     """The prompt's token ids (no special tokens added: the chat template has its own), through
     `encode_batch`, which lets go of the GIL while it tokenizes (`encode` holds it). Why: a request's
     prompt is tokenized on Triton's thread while the scheduler loop runs the running streams on its
     own; a 165,000-byte prompt of digits (within prompt_bytes_limit) took ~180 ms to tokenize and
     stopped the loop for as long, so every running stream missed its next token by that much
-    (docs/measurements/2026-12-07-amd-epyc-zen5/prompt-tokenizing-gil/)."""
+    (docs/measurements/2026-12-07-amd-epyc-zen5/prompt-tokenizing-gil/).
+
+    With `max_context`, a prompt of more than max_context x HEAD_CHARS_PER_TOKEN characters has that
+    head tokenized first (without the GIL too); its tokens but those of its last two pre-tokens are the
+    whole prompt's there (BPE works within pre-tokens, `word_ids`), and if they alone are
+    max_context + HEAD_MARGIN_TOKENS the prompt cannot fit: refused after ~16 KB of work instead of up
+    to 165 KB."""
+    head_chars = max_context * HEAD_CHARS_PER_TOKEN if max_context else 0
+    if head_chars and len(prompt_text) > head_chars:
+        (head,) = tokenizer.encode_batch([prompt_text[:head_chars]], add_special_tokens=False)
+        words = [w for w in head.word_ids if w is not None]
+        # the tokens of the head's last two pre-tokens (words) may differ in the whole prompt: not counted
+        sure = sum(1 for w in words if w < words[-1] - 1) if words else 0
+        if sure >= max_context + HEAD_MARGIN_TOKENS:
+            raise InvalidGenerationRequest(
+                f"the prompt is at least {sure - HEAD_MARGIN_TOKENS} tokens (its first {head_chars} characters alone "
+                f"are about {len(head.ids)}); the model's context is {max_context} tokens, so at most "
+                f"{max_context - 1} prompt tokens (leaving room for one output token) are accepted.")
     (encoding,) = tokenizer.encode_batch([prompt_text], add_special_tokens=False)
     return tuple(encoding.ids)
 

@@ -270,3 +270,37 @@ def test_prompt_token_ids_are_encodes_without_special_tokens():
     assert tokenizer.encode("hello world").ids == [1, 2, 3]  # the template adds <s> by default
     assert prompt_token_ids(tokenizer, "hello world again") == (2, 3, 0)
     assert prompt_token_ids(tokenizer, "hello world again") == tuple(tokenizer.encode("hello world again", add_special_tokens=False).ids)
+
+
+@pytest.mark.built
+def test_an_over_long_prompt_is_refused_from_its_head_and_only_when_the_whole_cannot_fit():
+    """The head check refuses 165,000 digits after ~16 KB of tokenizing; on 2,000 random prompts of
+    mixed text (words, digits, white space runs, CJK, emoji, the chat template's special tokens) with
+    a context of 64 tokens it refuses only prompts whose whole tokenization is over the context, and
+    a prompt it lets through gets exactly the ids of a plain encode."""
+    import random
+
+    from tokenizers import Tokenizer
+
+    from contracts.layout import MODEL_REPOSITORY
+    from serving.generation.requests import prompt_token_ids
+
+    tokenizer = Tokenizer.from_file(str(MODEL_REPOSITORY / "smollm2_chat" / "1" / "tokenizer.json"))
+    with pytest.raises(InvalidGenerationRequest, match=r"the prompt is at least 16366 tokens \(its first 16384 characters "
+                                                       r"alone are about 16384\); the model's context is 1024 tokens"):
+        prompt_token_ids(tokenizer, "7" * 165_000, max_context=1024)
+    rng = random.Random(0)
+    parts = ["hello", " world", "  ", "\n\n", "1234567", " ", "中文字符", "🙂👍🏽", "<|im_start|>", "<|im_end|>", "user",
+             "supercalifragilistic", ".", ",", "\t", "aaaaaaaaaaaaaaaa", "Ġ", "é"]
+    refused = 0
+    for _ in range(2000):
+        text = "".join(rng.choice(parts) for _ in range(rng.randint(150, 700)))
+        whole = tokenizer.encode(text, add_special_tokens=False).ids
+        try:
+            ids = prompt_token_ids(tokenizer, text, max_context=64)
+        except InvalidGenerationRequest:
+            refused += 1
+            assert len(whole) >= 64, text
+        else:
+            assert list(ids) == whole
+    assert refused > 100  # the head check did refuse, soundly
