@@ -413,14 +413,15 @@ def _ab_and_isolation(spec, endpoints, prepared_by_model, opts, folder, results,
                else "had no inputs this run could send (see above)")
         results["skipped"].append(f"A/B block: model {opts.ab_model!r} {why}.")
         return [], {}
-    if prepared_by_model[opts.ab_model].kind != "image":
+    kind = prepared_by_model[opts.ab_model].kind
+    if kind != "image":
         # its in-process limit feeds the requests' samples to the ONNX graph, which for a text model
         # takes token ids, not the TEXT its requests carry (it raised ValueError from ONNX Runtime)
+        why = ("takes text requests, which its ONNX graph does not take as they are (it tokenizes in the backend)"
+               if kind == "text" else f"has only {kind} inputs here, which would not look like production")
         results["skipped"].append(
-            f"A/B block: model {opts.ab_model!r} takes {prepared_by_model[opts.ab_model].kind} requests, which its ONNX "
-            f"graph does not take as they are (it tokenizes in the backend); the A/B block measures a model whose "
-            f"requests are its graph's input (--ab-model digit_classifier); text models against the alternatives: "
-            f"`make perf-peers`.")
+            f"A/B block: model {opts.ab_model!r} {why}; the A/B block measures a model whose requests are its graph's "
+            f"input (--ab-model digit_classifier); text models against the alternatives: `make perf-peers`.")
         return [], {}
     from perf_sweep.ab import run_ab_block
 

@@ -13,6 +13,7 @@ import threading
 import time
 from typing import Any, Callable
 
+from contracts.model_config import read_model_config
 from perf_sweep import loadgen
 from perf_sweep.errors import SweepRunError
 from perf_sweep.plan import Endpoint, LoadMode, SweepSpec
@@ -67,7 +68,8 @@ def run_isolation_ab(spec, main_ep: Endpoint, neighbour: Endpoint, prepared, rat
         delay = base.max_queue_delay_microseconds
         delay = spec.batching.max_queue_delay_microseconds if delay is None else delay
         onnx = opts.config.parent / model / "1" / "model.onnx"
-        write_variant_repository(spec, model, [ServedVariant("shared", model, onnx, base.max_batch_size, delay)], repo,
+        served_max_batch = read_model_config(onnx.parent.parent).max_batch_size  # the build's, not serving.toml's
+        write_variant_repository(spec, model, [ServedVariant("shared", model, onnx, served_max_batch, delay)], repo,
                                  served_dir=onnx.parent.parent)
     cpus = sorted(os.sched_getaffinity(0))
     progress(f"[perf] partitioned vs shared: {main} at {rate:g} req/s, neighbour {neighbour.model} flooded "

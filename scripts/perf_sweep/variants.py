@@ -181,7 +181,9 @@ def write_variant_repository(spec: ServingSpec, model: str, variants: Sequence[S
             if target.is_symlink() or target.exists():
                 target.unlink()
             place_model_file(source, target)
-        inputs, outputs = tensor_specs_from_config(served) if served else tensor_specs_from_onnx(variant.onnx_path)
+        # a hand-written served config without inputs or outputs: the graph's (the backend does not fill them in)
+        inputs, outputs = (tensor_specs_from_config(served) if served and served.input and served.output
+                           else tensor_specs_from_onnx(variant.onnx_path))
         serving = spec if variant.queue_policies else dataclasses.replace(spec, priorities=())
         write_model_config(model_dir, render_onnx_cpu_config(variant_model_spec(base, variant), serving, inputs, outputs,
                                                              extra_parameters=parameters, ragged_inputs=ragged))

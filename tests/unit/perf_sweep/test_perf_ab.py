@@ -111,3 +111,32 @@ def test_the_ab_block_of_a_text_model_is_skipped_with_why_not_a_traceback():
     assert (records, samples) == ([], {})
     (skipped,) = results["skipped"]
     assert "A/B block: model 'text_embedder' takes text requests" in skipped and "make perf-peers" in skipped
+
+
+def test_a_served_config_without_inputs_leaves_the_variants_the_graphs_tensors(tmp_path):
+    """A hand-written served config without inputs/outputs: the variants take the ONNX graph's (the
+    backend has no auto-complete to fill them in), its parameters still."""
+    from contracts.model_config import parse_config, write_model_config
+
+    onnx_path = tiny_onnx(tmp_path / "m.onnx")
+    served = tmp_path / "served" / "digits"
+    (served / "1").mkdir(parents=True)
+    write_model_config(served, parse_config('name: "digits" parameters { key: "pad_value" value { string_value: "7" } }'))
+    variants = plan_variants(SPEC, "digits", onnx_path, static_batch=8, delays_ms=())
+    repo = write_variant_repository(SPEC, "digits", variants[:1], tmp_path / "repo", served_dir=served)
+    config = read_model_config(repo / variants[0].served_name)
+    assert [t.name for t in config.input] and [t.name for t in config.output]
+    assert config.parameters["pad_value"].string_value == "7"
+
+
+def test_the_ab_block_of_a_model_with_random_inputs_says_so():
+    from types import SimpleNamespace
+
+    from perf_sweep.campaign import PreparedInputs, _ab_and_isolation
+
+    results = {"skipped": [], "knees": {}, "headlines": []}
+    opts = SimpleNamespace(ab_model="text_encoder", models=None)
+    _ab_and_isolation(SPEC, [], {"text_encoder": PreparedInputs("", "random", "random", None, "INT64", "")}, opts, None,
+                      results, print)
+    (skipped,) = results["skipped"]
+    assert "has only random inputs here" in skipped and "tokenizes" not in skipped
