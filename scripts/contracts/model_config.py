@@ -280,7 +280,7 @@ def element_bytes(data_type: str) -> int:
 def request_input_bounds(config: pb.ModelConfig) -> tuple[RequestInputBound, ...]:
     """Each input's largest valid request (RequestInputBound), from the config alone."""
     rows = config.max_batch_size
-    max_length = config.parameters[MAX_LENGTH_PARAMETER].string_value if MAX_LENGTH_PARAMETER in config.parameters else ""
+    max_length = config_parameters(config).get(MAX_LENGTH_PARAMETER, "")
     bound = int(max_length) if max_length.strip().isdigit() else None
     bounds = []
     for tensor in config.input:

@@ -689,13 +689,20 @@ static int misread_shape(const struct input *in) {
 }
 
 /* The data sent is what the shape says: for fixed-size types its element count times the element size. */
+/* The bytes of data an input was given, over all its buffers. */
+static uint64_t data_bytes(const struct input *in) {
+    uint64_t total = 0;
+    for (const struct buffer *b = in->buffers; b; b = b->next) total += b->size;
+    return total;
+}
+
 static int check_data_size(const struct input *in, char *message, size_t room) {
     if (in->datatype < TYPE_BOOL || in->datatype > TYPE_BF16 || in->datatype == TYPE_BYTES || in->unreadable ||
         !misread_shape(in))
         return 0;
-    uint64_t bytes = 0, elements = 0, total = 0;
+    uint64_t bytes = 0, elements = 0;
     if (shape_bytes(in->datatype, in->shape, in->dims, &bytes, &elements)) return 0; /* check_shape's */
-    for (const struct buffer *b = in->buffers; b; b = b->next) total += b->size;
+    uint64_t total = data_bytes(in);
     if (total == bytes || (total == 0 && in->buffers == NULL)) return 0; /* no data at all: Triton names it */
     char shape[256];
     shape_text(in->shape, in->dims, shape, sizeof shape);
@@ -711,9 +718,7 @@ static int check_data_size(const struct input *in, char *message, size_t room) {
  * success, and each left ~26 KB of the server's memory behind (3,000 of them: +76 MB; a review, 2026-12-07). */
 static int check_rows(const struct input *in, char *message, size_t room) {
     if (in->dims == 0 || in->shape[0] != 0 || in->unreadable) return 0;
-    uint64_t total = 0;
-    for (const struct buffer *b = in->buffers; b; b = b->next) total += b->size;
-    if (total) return 0; /* data for another shape: check_data_size and check_bytes name it */
+    if (data_bytes(in)) return 0; /* data for another shape: check_data_size and check_bytes name it */
     char shape[256];
     shape_text(in->shape, in->dims, shape, sizeof shape);
     snprintf(message, room, "input '%s' has shape %s of %s: no rows in its first (batch) dimension; expected at "
@@ -725,8 +730,7 @@ static int check_rows(const struct input *in, char *message, size_t room) {
  * and there are as many elements as the shape says (checked when the data parses to its end). */
 static int check_bytes(const struct input *in, char *message, size_t room) {
     if (in->datatype != TYPE_BYTES || in->unreadable) return 0;
-    uint64_t total = 0;
-    for (const struct buffer *b = in->buffers; b; b = b->next) total += b->size;
+    uint64_t total = data_bytes(in);
     struct cursor at = { in->buffers, 0 };
     uint64_t position = 0, element = 0;
     while (position < total) {
