@@ -149,8 +149,9 @@ class AsyncResilientClient(ResilientClientBase):
         await self.close()
 
     async def infer(self, model: str, inputs: Mapping[str, np.ndarray], priority: int = 0,
-                    timeout_us: int | None = None) -> InferenceOutcome:
-        start = self._clock()
+                    timeout_us: int | None = None, started_s: float | None = None) -> InferenceOutcome:
+        """`ResilientClient.infer`, awaited (`started_s` likewise: an earlier step's start)."""
+        start = self._clock() if started_s is None else started_s
         plan = plan_call(model, inputs, priority, self.limits, self.fallback)
         # The parts of one call go concurrently (each is its own request in the server's queue), at most
         # `parts_in_flight` at a time, all within the call's one deadline; when one fails, the others
@@ -187,6 +188,7 @@ class AsyncResilientClient(ResilientClientBase):
 
     async def _with_retries(self, plan: CallPlan, timeout_us: int | None, call_start_s: float, send):
         """`ResilientClient._with_retries`, awaited: `send(client, step)` returns an awaitable."""
+        self._connect_primary(plan)
         planner = self._attempt_planner(plan, timeout_us, call_start_s)
         while True:
             step = planner.next_step(self._clock())  # raises the final error when it gives up

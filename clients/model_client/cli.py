@@ -21,6 +21,7 @@ from model_client.embed_cli import add_embed_command
 from model_client.generate_cli import add_generate_command
 from model_client.endpoints import add_endpoint_arguments, resolve_url
 from model_client.errors import ClientError
+from model_client.policies import RetryPolicy
 from model_client.images import image_array_from_png
 
 from contracts.command_line import run_subcommand
@@ -89,9 +90,10 @@ def classify_resilient(args: argparse.Namespace, protocol: Protocol, images: np.
     fallback = FallbackPolicy.of(DIGIT_FALLBACKS) if args.fallback else None
     with ResilientClient(protocol, url=args.url, manifest=args.manifest, retry=retry, fallback=fallback,
                          limits=PriorityLimits.from_serving_config()) as client:
+        started = client.now()  # --deadline-s covers the metadata and the inference together
         interface = client.interface(args.model, args.priority)  # retried, and from the fallback when it must
         outcome = client.infer(args.model, {interface.inputs[0].name: np.ascontiguousarray(images, np.float32)},
-                               priority=args.priority, timeout_us=args.timeout_us)
+                               priority=args.priority, timeout_us=args.timeout_us, started_s=started)
     if outcome.degraded:
         print(f"[degraded] overloaded: answered by {sorted(set(outcome.answered_by))} after {outcome.calls} call(s)",
               file=sys.stderr)
@@ -104,17 +106,19 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     cls = sub.add_parser("classify", help="classify digit images (PNG files or test-split samples)")
     add_endpoint_arguments(cls)
-    cls.add_argument("--model", default="digit_classifier")
+    cls.add_argument("--model", default="digit_classifier", help="the model to ask (default %(default)s)")
     cls.add_argument("--png", nargs="+", type=Path, help="PNG files to classify")
     cls.add_argument("--test-samples", help="indices into the held-out test split: N, A:B or N,M,...")
     cls.add_argument("--test-split", type=Path, default=DEFAULT_TEST_SPLIT)
-    cls.add_argument("--top-k", type=int, default=3)
+    cls.add_argument("--top-k", type=int, default=3, help="classes shown per image (default %(default)s)")
     cls.add_argument("--priority", type=int, default=0, help="1 = realtime, 2 = batch, 0 = the model's default")
     cls.add_argument("--summary", action="store_true", help="print a few predictions and the accuracy only")
     cls.add_argument("--timeout-us", type=int, help="queue timeout for these requests (may only shorten the model's)")
-    cls.add_argument("--max-attempts", type=int, default=3,
-                     help="retry HTTP 503 / gRPC UNAVAILABLE with jittered exponential backoff, up to this many attempts")
-    cls.add_argument("--deadline-s", type=float, default=10.0, help="total time budget of the call, retries included")
+    cls.add_argument("--max-attempts", type=int, default=RetryPolicy.max_attempts,
+                     help="retry HTTP 503 / gRPC UNAVAILABLE with jittered exponential backoff, up to this many attempts "
+                          "(default %(default)s, as RetryPolicy's)")
+    cls.add_argument("--deadline-s", type=float, default=RetryPolicy.deadline_s,
+                     help="total time budget of the call, metadata and retries included (default %(default)s)")
     cls.add_argument("--fallback", action="store_true",
                      help="realtime (--priority 1) only: degrade to digit_classifier_small when the model is overloaded")
     cls.set_defaults(func=cmd_classify)

@@ -9,6 +9,8 @@ Retries, backoff and fallback live in `model_client.resilient`; the asyncio clie
 """
 from __future__ import annotations
 
+import numbers
+
 import threading
 import time
 from dataclasses import dataclass
@@ -107,9 +109,9 @@ def classify_triton_error(exc: Exception, url: str, model: str | None = None) ->
     if "exceeds maximum queue size" in lowered or status in ("503", "StatusCode.UNAVAILABLE"):
         return OverloadedError(f"model {model!r} at {url} is overloaded ({wire}: {text}); retry later with backoff.")
     if status in GATEWAY_STATUSES:  # an ingress or sidecar between: the server's answer never came
-        return ServerUnavailableError(f"a gateway between this client and {url} answered HTTP {status} "
-                                      f"({GATEWAY_STATUSES[status]}) for {model!r}: the server behind it is down, "
-                                      f"restarting or slow; retry while your deadline allows.")
+        return gateway_error(status, url, model)
+    if status == RATE_LIMITED_STATUS:
+        return rate_limited_error(url, model)
     if not _from_triton(exc):  # this process's own failure (a closed event loop, a bug): not the server's verdict
         return ClientError(f"request to {model!r} at {url} failed in the client: {type(exc).__name__}: {text}")
     return RequestRejectedError(f"request to {model!r} at {url} was rejected: {text}")
@@ -118,6 +120,22 @@ def classify_triton_error(exc: Exception, url: str, model: str | None = None) ->
 #: HTTP statuses an intermediary (ingress, service mesh sidecar, load balancer) answers when the
 #: server behind it did not: transient, so retried, where they were "rejected" (bad input, never retried).
 GATEWAY_STATUSES = {"502": "bad gateway", "504": "gateway timeout"}
+#: HTTP 429 Too Many Requests: Triton never sends it (a full queue is 503), a rate limit in front of
+#: it does (an ingress's limit_req, a mesh's local rate limit). Overload, so retried with backoff, where
+#: it was "rejected" and never retried (a review, 2026-12-07).
+RATE_LIMITED_STATUS = "429"
+
+
+def gateway_error(status: str, url: str, model: str) -> ServerUnavailableError:
+    return ServerUnavailableError(f"a gateway between this client and {url} answered HTTP {status} "
+                                  f"({GATEWAY_STATUSES[status]}) for {model!r}: the server behind it is down, "
+                                  f"restarting or slow; retry while your deadline allows.")
+
+
+def rate_limited_error(url: str, model: str) -> OverloadedError:
+    return OverloadedError(f"something between this client and {url} answered HTTP 429 (too many requests) for "
+                           f"{model!r}: a rate limit in front of the server (Triton itself answers 503); retry later "
+                           f"with backoff.")
 
 
 def _from_triton(exc: Exception) -> bool:
@@ -134,6 +152,19 @@ def interface_from_metadata(model: str, meta: Mapping) -> ModelInterface:
         return tuple(TensorInfo(t["name"], t["datatype"], tuple(int(d) for d in t["shape"])) for t in items)
 
     return ModelInterface(model, tensors(meta["inputs"]), tensors(meta["outputs"]))
+
+
+def utf8_bytes(text: str, what: str) -> bytes:
+    """`text` as UTF-8, or a RequestRejectedError naming `what`. A str can hold what UTF-8 cannot
+    encode: lone surrogates, as Python makes of a command-line argument or file in another encoding
+    (Latin-1 `caf\\xe9`); `.encode` raised UnicodeEncodeError, a traceback from the CLIs, over gRPC
+    only (over HTTP the server refused it), per a review on 2026-12-07."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise RequestRejectedError(f"{what} is not valid UTF-8 text: character {exc.start} is {text[exc.start]!r}, "
+                                   f"a lone surrogate (bytes in another encoding, such as Latin-1, read as UTF-8); "
+                                   f"expected UTF-8 text.") from None
 
 
 def require_arrays(model: str, inputs: Mapping[str, np.ndarray]) -> None:
@@ -183,9 +214,11 @@ def prepare_infer_call(module, protocol: Protocol, interface: ModelInterface, in
                        priority: int = 0, timeout_us: int | None = None,
                        output_names: Sequence[str] | None = None, client_timeout_s: float | None = None) -> InferCall:
     """Wire inputs/outputs and the priority, queue-timeout and (gRPC) deadline arguments."""
-    if isinstance(priority, bool) or not isinstance(priority, int) or priority < 0:  # Triton's is unsigned
-        raise RequestRejectedError(f"priority {priority!r}: expected 0 (the model's default level) or a level 1, 2, ... "
-                                   f"(1 = realtime, the highest).")
+    if isinstance(priority, bool) or not isinstance(priority, numbers.Integral) or priority < 0:  # Triton's is unsigned
+        kind = "" if isinstance(priority, numbers.Integral) and not isinstance(priority, bool) else f" (a {type(priority).__name__})"
+        raise RequestRejectedError(f"priority {priority!r}{kind}: expected 0 (the model's default level) or a level 1, 2, ... "
+                                   f"(1 = realtime, the highest), an integer.")
+    priority = int(priority)  # numpy's integers too (a level read from an array): JSON and protobuf take int
     names = list(output_names or [t.name for t in interface.outputs])
     kwargs: dict = {"priority": priority}
     if timeout_us is not None:

@@ -24,8 +24,8 @@ def read_texts(text_args: list[str] | None, file: Path | None) -> list[str]:
     if file is not None:
         try:
             content = sys.stdin.read() if str(file) == "-" else Path(file).read_text(encoding="utf-8")
-        except (FileNotFoundError, UnicodeDecodeError) as exc:
-            raise ClientError(f"--file {file}: cannot read UTF-8 text ({exc}).") from None
+        except (OSError, UnicodeDecodeError) as exc:  # missing, a directory, unreadable; not UTF-8
+            raise ClientError(f"--file {file}: cannot read UTF-8 text ({exc}); expected a text file, one text per line.") from None
         texts += [line for line in content.splitlines() if line.strip()]
     if not texts:
         raise ClientError("nothing to embed: give --text TEXT (repeatable) or --file PATH (one text per line).")

@@ -12,7 +12,7 @@ from typing import Sequence
 
 import numpy as np
 
-from model_client.client import TritonModelClient
+from model_client.client import TritonModelClient, utf8_bytes
 from model_client.errors import RequestRejectedError
 
 DEFAULT_TEXT_MODEL = "text_embedder"
@@ -49,7 +49,7 @@ def text_request_array(texts: Sequence[str]) -> np.ndarray:
     bad = [i for i, t in enumerate(texts) if not isinstance(t, str)]
     if bad:
         raise RequestRejectedError(f"texts {bad[:5]} are not str; send text (it is encoded as UTF-8).")
-    return np.array([[t.encode("utf-8")] for t in texts], dtype=object)
+    return np.array([[utf8_bytes(t, f"text {i}")] for i, t in enumerate(texts)], dtype=object)
 
 
 def embed(

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from model_client.client import Protocol
+from model_client.errors import ClientError, ModelNotFoundError
 
 from contracts.layout import MANIFEST as DEFAULT_MANIFEST
 from contracts.manifest import ManifestError, ModelEndpoints, read_manifest
@@ -26,12 +27,24 @@ def model_endpoints(model: str, manifest: Path = DEFAULT_MANIFEST) -> ModelEndpo
 
 
 def resolve_url(model: str, protocol: Protocol, url: str | None = None, manifest: Path = DEFAULT_MANIFEST) -> str:
+    """`url` when given; else the manifest's server for `model`; Triton's default port only when there
+    is no manifest at all (a server started without `make serve`). A manifest that does not list the
+    model is an error, not a reason to try port 8000: a typo in the model's name was sent there and
+    retried for the whole deadline, and on a host where `make serve` holds 8000 another server than
+    the manifest's could have answered (a review, 2-core Intel Xeon, 2026-12-07)."""
     if url:
         return url
-    entry = model_endpoints(model, manifest)
-    if entry is not None:
-        return entry.url(protocol)
-    return TRITON_DEFAULT_URLS[Protocol(protocol)]
+    if not Path(manifest).exists():
+        return TRITON_DEFAULT_URLS[Protocol(protocol)]
+    try:
+        served = read_manifest(Path(manifest))
+    except ManifestError as exc:
+        raise ClientError(f"{exc} (or give --url HOST:PORT)") from None
+    entry = served.models.get(model)
+    if entry is None:
+        raise ModelNotFoundError(f"model {model!r} is not in {manifest}, which lists {sorted(served.models)}; expected one "
+                                 f"of those, or --url HOST:PORT for a server that manifest does not describe.")
+    return entry.url(protocol) or TRITON_DEFAULT_URLS[Protocol(protocol)]
 
 
 def add_endpoint_arguments(parser) -> None:

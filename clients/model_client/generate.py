@@ -20,7 +20,17 @@ from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Iterator
 
 from contracts.sampling import SamplingFields
-from model_client.client import CONNECTION_LOST_TEXTS, UNREACHABLE_TEXTS, check_url, grpc_channel_args
+from model_client.client import (
+    CONNECTION_LOST_TEXTS,
+    GATEWAY_STATUSES,
+    RATE_LIMITED_STATUS,
+    UNREACHABLE_TEXTS,
+    check_url,
+    gateway_error,
+    grpc_channel_args,
+    rate_limited_error,
+    utf8_bytes,
+)
 from model_client.errors import (
     ClientError, ModelNotFoundError, OverloadedError, RequestRejectedError, ServerUnavailableError,
 )
@@ -97,6 +107,10 @@ def _classify(message: str, status: str, url: str, model: str) -> ClientError:
         return ModelNotFoundError(f"model {model!r} is not served at {url}: {message}")
     if status in ("503", "StatusCode.UNAVAILABLE") or "wait queue" in lowered:
         return OverloadedError(f"model {model!r} at {url} is overloaded ({message}); retry later with backoff.")
+    if status in GATEWAY_STATUSES:  # an ingress or sidecar between (as the infer clients say it)
+        return gateway_error(status, url, model)
+    if status == RATE_LIMITED_STATUS:
+        return rate_limited_error(url, model)
     return RequestRejectedError(f"request to {model!r} at {url} was rejected: {message}")
 
 
@@ -139,13 +153,34 @@ def _error_text(body: str) -> str:
 def _chunk_from_sse_line(raw: bytes, url: str, model: str):
     """One server-sent-events line of /generate_stream: a chunk, None for other lines, or the
     server's error raised as this client's error type."""
-    line = raw.decode("utf-8").strip()
+    try:
+        line = raw.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        raise _not_an_event(raw, url, model) from None
     if not line.startswith("data:"):
         return None
-    event = json.loads(line[5:])
+    event = _json_object(line[5:], url, model)
     if "error" in event:
         raise _classify(event["error"], "", url, model)
     return _chunk_from_json(event)
+
+
+def _not_an_event(text: object, url: str, model: str) -> ClientError:
+    shown = text[:200] if isinstance(text, (str, bytes)) else text
+    return ClientError(f"the answer from {url} for {model!r} is not the JSON Triton sends ({shown!r}); expected "
+                       f"`{{\"text_output\": ...}}` (or, streaming, lines `data: {{...}}`): is a proxy in between rewriting it?")
+
+
+def _json_object(text: str | bytes, url: str, model: str) -> dict:
+    """A generate answer or stream event as a dict, or a ClientError saying what came instead (a
+    malformed event raised json.JSONDecodeError, a traceback from the CLI: a review, 2026-12-07)."""
+    try:
+        event = json.loads(text)
+    except ValueError:
+        raise _not_an_event(text, url, model) from None
+    if not isinstance(event, dict):
+        raise _not_an_event(text, url, model)
+    return event
 
 
 def _chunk_from_json(event: dict) -> GenerationChunk:
@@ -159,6 +194,7 @@ def _chunk_from_json(event: dict) -> GenerationChunk:
 
 
 def _http_body(prompt: str, settings: GenerationSettings, stream: bool) -> bytes:
+    _check_texts(prompt, settings)  # refused here as over gRPC (JSON would carry the surrogates)
     body: dict[str, Any] = {"text_input": prompt, "stream": stream, "sampling_parameters": settings.sampling_parameters(),
                             "exclude_input_in_output": True}
     if settings.chat:
@@ -188,7 +224,7 @@ def generate_http(url: str, prompt: str, settings: GenerationSettings = Generati
     with response:
         try:
             if not stream:
-                yield _chunk_from_json(json.loads(response.read()))
+                yield _chunk_from_json(_json_object(response.read(), url, model))
                 return
             for raw in response:  # server-sent events: "data: {...}" lines
                 chunk = _chunk_from_sse_line(raw, url, model)
@@ -204,8 +240,16 @@ def generate_http(url: str, prompt: str, settings: GenerationSettings = Generati
         raise _connection_lost(url, model, "the stream ended without a finish reason")
 
 
+def _check_texts(prompt: str, settings: GenerationSettings) -> None:
+    utf8_bytes(prompt, "the prompt")
+    if settings.system_prompt is not None:
+        utf8_bytes(settings.system_prompt, "the system prompt")
+
+
 def _grpc_inputs(module, prompt: str, settings: GenerationSettings, stream: bool) -> list:
     import numpy as np
+
+    _check_texts(prompt, settings)
 
     def tensor(name, value, dtype):
         wire = module.InferInput(name, [1], dtype)
@@ -284,7 +328,7 @@ async def generate_http_async(url: str, prompt: str, settings: GenerationSetting
                 if response.status != 200:
                     raise _classify(_error_text(await response.text()), str(response.status), url, model)
                 if not stream:
-                    yield _chunk_from_json(json.loads(await response.read()))
+                    yield _chunk_from_json(_json_object(await response.read(), url, model))
                     return
                 async for raw in response.content:
                     chunk = _chunk_from_sse_line(raw, url, model)

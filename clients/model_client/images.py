@@ -31,6 +31,10 @@ def image_array_from_png(path: str | Path) -> np.ndarray:
         raise ClientError(f"{path}: no such file.") from None
     except UnidentifiedImageError:
         raise ClientError(f"{path}: not a readable image (expected a PNG).") from None
+    except IsADirectoryError:
+        raise ClientError(f"{path}: is a directory; expected a PNG file.") from None
+    except OSError as exc:  # unreadable (permissions), or cut short ("image file is truncated")
+        raise ClientError(f"{path}: cannot be read as an image ({exc.strerror or exc}); expected a whole PNG file.") from None
     pixels = np.asarray(gray, dtype=np.float32) / 255.0
     if pixels.mean() > 0.5:  # light background: invert so the ink is bright, as in training
         pixels = 1.0 - pixels

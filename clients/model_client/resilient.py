@@ -73,6 +73,10 @@ class CallPlan:
 
 def item_count(inputs: Mapping[str, np.ndarray], model: str = "<model>") -> int:
     require_arrays(model, inputs)
+    for name, array in inputs.items():
+        if array.ndim == 0:  # a call is cut into requests along the first axis: a scalar has none
+            raise RequestRejectedError(f"input {name!r} of {model!r} is a 0-d array (a scalar); expected an array whose "
+                                       f"first axis is the batch, e.g. shape [1, ...] (np.atleast_1d, or [None] adds it).")
     sizes = {int(a.shape[0]) for a in inputs.values()} if inputs else set()
     if len(sizes) != 1:
         raise RequestRejectedError(f"inputs must share their first (batch) axis, got sizes {sorted(sizes)}.")
@@ -154,8 +158,26 @@ class ResilientClientBase:
             url = resolve_url(step.model, self.protocol, self.url, self.manifest)
             if url not in self._said_unreachable:  # once per server, not once per request of a long call
                 self._said_unreachable.add(url)
-                log.warning("%s Retrying until the call's deadline of %g s (RetryPolicy.deadline_s; "
-                            "--deadline-s on the command line).", error, self.retry.deadline_s)
+                # where a fallback follows it is asked at once, and its answer usually ends the call
+                following = planner.models[planner.models.index(step.model) + 1:]
+                then = f"Asking the fallback {following[0]!r} now; should it fail too, retrying" if following else "Retrying"
+                log.warning("%s %s until the call's deadline of %g s (RetryPolicy.deadline_s; --deadline-s on the "
+                            "command line).", error, then, self.retry.deadline_s)
+
+    def now(self) -> float:
+        """This client's clock (`time.monotonic` unless a test gave another): what `infer`'s
+        `started_s` is measured on."""
+        return self._clock()
+
+    def _connect_primary(self, plan: CallPlan) -> None:
+        """Make the primary model's connection before the first attempt is planned: a first call's
+        set-up (importing tritonclient, ~0.1-0.3 s) then counts against its deadline and its queue
+        timeout, where it overshot a 1 s deadline by 0.13-0.28 s (a review, 2026-12-07). A failure
+        here is the first attempt's to report, with its retries."""
+        try:
+            self.client_for(plan.models[0])
+        except ClientError:
+            pass
 
     def client_for(self, model: str):
         """The connection to the server that serves `model`. A `url` names the primary models' server;
@@ -201,8 +223,11 @@ class ResilientClient(ResilientClientBase):
         self.close()
 
     def infer(self, model: str, inputs: Mapping[str, np.ndarray], priority: int = 0,
-              timeout_us: int | None = None) -> InferenceOutcome:
-        start = self._clock()
+              timeout_us: int | None = None, started_s: float | None = None) -> InferenceOutcome:
+        """The items of `inputs`, answered within `retry.deadline_s`, counted from `started_s` (this
+        client's `now()`) when an earlier step of the same call, such as its `interface`, shares the
+        deadline, else from now."""
+        start = self._clock() if started_s is None else started_s
         plan = plan_call(model, inputs, priority, self.limits, self.fallback)
         parts, answered_by, calls = [], [], 0
         for lo, hi in plan.ranges:  # one after another, all within the call's deadline
@@ -231,6 +256,7 @@ class ResilientClient(ResilientClientBase):
                       send: Callable[[object, SendRequest], T]) -> tuple[T, str, int]:
         """`send(client, step)` for each step the planner asks for: (its answer, the model that gave
         it, server calls made)."""
+        self._connect_primary(plan)
         planner = self._attempt_planner(plan, timeout_us, call_start_s)
         while True:
             step = planner.next_step(self._clock())  # raises the final error when it gives up
