@@ -71,7 +71,7 @@ $(GPU_STAMP): requirements/gpu.txt | $(STAMP)
 build-engines: setup ## Build every model and variant that model_repository/serving.toml asks for (cached; FORCE=1 rebuilds)
 	$(PY) -m model_build build --config $(SERVING_CONFIG) $(if $(FORCE),--force)
 
-serve: setup ## Start one tritonserver per partition under a supervisor (run/); returns once all are ready (SERVE_ARGS: more options)
+serve: build-engines ## Build what serving.toml asks for (cached: seconds), then start one tritonserver per partition under a supervisor (run/); returns once all are ready (SERVE_ARGS: more options)
 	$(PY) -m serving serve --config $(SERVING_CONFIG) $(SERVE_ARGS)
 
 stop: ## Stop everything `make serve` started (supervisor first, then servers, MPS daemon)

@@ -11,6 +11,7 @@ from model_build.errors import BuildError
 from model_build.pipeline import BuildPaths, build_model
 from model_build.recipes.registry import recipe_for
 from model_build.reports.build_report import served_rows, write_build_report
+from contracts.rendered_configs import write_rendered_from
 from contracts.errors import ServingError
 from contracts.partition_plan import plan_for_this_host
 from contracts.serving_spec import ModelSpec, ServingSpec, load_serving_spec
@@ -110,6 +111,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         rebuilt = rebuilt or model.name in built_now
         model, serving = apply_measured_batch_size(model, serving, plan, record, paths)
         installed = recipe.install(model, serving, record, paths.workdir(model.name), paths.repository)
+        write_rendered_from(paths.workdir(model.name), args.config)  # what `serving serve` checks the config against
         state = "built" if rebuilt else "up to date (no work done)"
         print(f"[build] {model.name}: {state}; {served_variant(model, serving)}; installed {', '.join(installed)}")
         records.append(record)

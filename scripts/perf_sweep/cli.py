@@ -88,7 +88,8 @@ def _report(args: argparse.Namespace) -> int:
 def _write_back(args: argparse.Namespace) -> int:
     from perf_sweep.writeback import write_queue_delay
 
-    print(f"updated {write_queue_delay(Path(args.config), args.model, args.delay_us)}")
+    print(f"updated {write_queue_delay(Path(args.config), args.model, args.delay_us)}; served once the configs are "
+          f"rendered again: `make serve` does it (the build is cached), or `make build-engines` and restart the servers")
     return 0
 
 

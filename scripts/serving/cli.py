@@ -20,10 +20,11 @@ from contracts.errors import ServingError
 from serving.runtime.launcher import with_server_overrides
 from serving.runtime.model_readiness import check_models_loaded
 from serving.runtime.native import REQUEST_GUARD_MAX_INPUT_ENV, preload_environment
-from contracts.layout import PROJECT_ROOT, RUN_DIR, RunLayout
+from contracts.layout import ARTIFACTS_DIR, MODEL_REPOSITORY, PROJECT_ROOT, RUN_DIR, RunLayout
 from contracts.manifest import Manifest, PartitionEntry, read_manifest
 from contracts.partition_plan import Mechanism, plan_for_this_host
 from contracts.processes import http_ready, pid_alive, stop_pid
+from contracts.rendered_configs import stale_rendered_models
 from serving.runtime.security import RESTRICTED_APIS, check_bind_host, create_admin_key_file, load_admin_key
 from contracts.serving_spec import load_serving_spec
 from contracts.supervisor_state import PartitionStatus
@@ -78,6 +79,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
                                f"build-engines` installs every model into {built_there} whatever its config: pass "
                                f"--repository {built_there}.")
         raise ServingError(f"models {missing} are not built into {repository}; run `make build-engines` first.")
+    if repository == MODEL_REPOSITORY.resolve():  # where the build installs, and records what from
+        stale = stale_rendered_models(Path(args.config), [m.name for m in spec.models], ARTIFACTS_DIR)
+        if stale:
+            raise ServingError(f"{_short(Path(args.config))} changed since `make build-engines` rendered the served configs of "
+                               f"{list(stale)} from it: Triton would serve the old settings. Run `make build-engines` "
+                               f"(cached: it re-renders every config in seconds) and serve again.")
     plan, gpu = plan_for_this_host(spec, force_cpu=args.cpu_sets)
     bind_warning = check_bind_host(spec.server.host, spec.server.allow_non_loopback)
     if bind_warning:
