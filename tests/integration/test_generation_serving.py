@@ -206,6 +206,29 @@ def test_a_request_written_for_the_vllm_backend_is_answered_as_that_backend_woul
     assert answer["text_output"] == PROMPTS[0] + expected[0]
 
 
+def test_request_parameters_beside_the_sampling_parameters_input_are_applied_and_checked(triton_server):
+    """With the `sampling_parameters` input present, the request's parameters were never read:
+    max_tokens 3 and a typo beside it were ignored in silence (a review, 2026-12-07)."""
+    import json
+    import urllib.error
+
+    def post(parameters):
+        body = {"text_input": PROMPTS[0], "sampling_parameters": json.dumps({"temperature": 0, "ignore_eos": True}),
+                "parameters": parameters}
+        request = urllib.request.Request(f"http://{triton_server.http_url}/v2/models/{MODEL}/generate",
+                                         data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return json.loads(response.read())
+
+    answer = post({"max_tokens": 3})
+    assert len(answer["output_token_ids"]) == 3 and answer["finish_reason"] == "length", answer
+    for parameters, expected in (({"max_tokens": 3, "bogus_field": 1}, "unknown fields ['bogus_field']"),
+                                 ({"temperature": 0}, "['temperature'] set both in sampling_parameters")):
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            post(parameters)
+        assert refused.value.code == 400 and expected in refused.value.read().decode(), parameters
+
+
 def test_stream_true_at_the_one_response_endpoint_is_refused_400_and_the_same_body_streams_at_generate_stream(triton_server):
     """Triton 2.51's /generate sends its status with a decoupled model's first response and only then
     finds a second: `"stream": true` there was answered 200 {"error": "generate expects model to produce

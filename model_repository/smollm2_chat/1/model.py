@@ -38,7 +38,7 @@ from serving.generation.detokenize import IncrementalDetokenizer, StopStrings
 from serving.generation.engine import DecoderGraph, GenerationEngine, StepResult
 from serving.generation.errors import InvalidGenerationRequest, WaitQueueFull
 from serving.generation.kv_store import KvStore
-from serving.generation.requests import (FROM_REQUEST, build_request, check_prompt_size, parse_sampling_parameters,
+from serving.generation.requests import (FROM_REQUEST, build_request, check_prompt_size, merge_sampling_fields, parse_sampling_parameters,
                                         prompt_bytes_limit, prompt_text_for, prompt_token_ids)
 from serving.generation.scheduler import FinishReason, Policy, Scheduler, SchedulerConfig
 from serving.generation.sizing import KvLayout
@@ -156,6 +156,10 @@ class TritonPythonModel:
 
         self.engine.submit(GenerationRequest("warmup", (1, 2, 3), SamplingParams(max_tokens=2), self.default_priority))
         self.engine.run_until_idle()
+        # not a client's request: the prefix cache's counters start at 0 as the token counters do (a fresh
+        # server read 3 looked-up tokens before any request: a review, 2026-12-07)
+        cache = self.engine.scheduler.prefix_cache
+        cache.stats = type(cache.stats)()
 
     # ------------------------------------------------------------------ intake (Triton's threads)
     def execute(self, requests):
@@ -172,8 +176,9 @@ class TritonPythonModel:
         if prepend and stream:
             raise InvalidGenerationRequest("exclude_input_in_output = false is not allowed with stream = true.")
         sampling = _input(request, "sampling_parameters")
-        fields = (parse_sampling_parameters(_text(sampling, "sampling_parameters")) if sampling is not None
-                  else parse_sampling_parameters(request.parameters(), FROM_REQUEST))
+        fields = parse_sampling_parameters(request.parameters(), FROM_REQUEST)  # read, and checked, in either case
+        if sampling is not None:
+            fields = merge_sampling_fields(parse_sampling_parameters(_text(sampling, "sampling_parameters")), fields)
         chat = _input(request, "apply_chat_template")
         system = _input(request, "system_prompt")
         prompt_text = prompt_text_for(text, chat is not None and bool(chat[0]),
@@ -232,16 +237,23 @@ class TritonPythonModel:
                 self._fail_all(str(exc))
 
     def _fail_all(self, message):
-        for sequence in list(self.engine.scheduler.all_sequences()):
-            self.engine.cancel(sequence.request_id)
-        try:
-            self.engine.step()  # a step with everything cancelled computes nothing: it only frees the blocks
-        except Exception as exc:
-            pb_utils.Logger.log_error(f"generation: freeing after a failed step failed too: {exc!r}")
-        for request_id, pending in list(self.pending.items()):
-            self.pending.pop(request_id)
-            error = pb_utils.TritonError(f"generation failed: {message}", pb_utils.TritonError.INTERNAL)
-            self._send(pending, pb_utils.InferenceResponse(error=error), FINAL)
+        """Fail what the failed step was running or holding, and only that. Under `intake` (as
+        `finalize`): without it a request accepted meanwhile was answered "generation failed" for a
+        step it was not part of while its sequence went on generating for nobody, and an `_accept`
+        taking its own entry back at the same moment made `pending.pop` raise KeyError here, in the
+        loop's own exception handler: the one loop thread died (a review, 2026-12-07)."""
+        with self.intake:
+            for sequence in list(self.engine.scheduler.all_sequences()):
+                self.engine.cancel(sequence.request_id)
+            try:
+                self.engine.step()  # a step with everything cancelled computes nothing: it only frees the blocks
+            except Exception as exc:
+                pb_utils.Logger.log_error(f"generation: freeing after a failed step failed too: {exc!r}")
+            failed = [self.pending.pop(request_id, None) for request_id in list(self.pending)]
+        error = pb_utils.TritonError(f"generation failed: {message}", pb_utils.TritonError.INTERNAL)
+        for pending in failed:
+            if pending is not None:
+                self._send(pending, pb_utils.InferenceResponse(error=error), FINAL)
 
     def _respond(self, result):
         now = time.monotonic()

@@ -94,10 +94,31 @@ def _check(name: str, value: Any, source: str = FROM_INPUT, sent: Any = None) ->
             stops = stop_strings(value)
             ok = 1 <= len(stops) <= 4 and all(isinstance(s, str) and 1 <= len(s) <= 64 for s in stops)
     if not ok:
-        shown = repr(value if sent is None else sent)
-        shown = shown if len(shown) <= 40 else f"{shown[:20]}... ({len(shown)} characters)"
-        raise InvalidGenerationRequest(f"{source} `{name}` = {shown}: expected {allowed}.")
+        shown_value = value if sent is None else sent
+        shown = repr(shown_value)
+        if len(shown) > 40:  # a string's own length, not its repr's (quotes and escapes)
+            shown = f"{shown[:20]}... ({len(shown_value) if isinstance(shown_value, str) else len(shown)} characters)"
+        hint = ""
+        if (name == "seed" and source == FROM_REQUEST and isinstance(shown_value, float) and shown_value.is_integer()
+                and shown_value >= 2**53):
+            hint = (" (Triton hands the request's parameters to the model as JSON numbers, doubles: a seed of 2**53 or "
+                    "more loses its last digits there; send it in the sampling_parameters input, whose JSON keeps integers)")
+        raise InvalidGenerationRequest(f"{source} `{name}` = {shown}: expected {allowed}{hint}.")
     return value
+
+
+def merge_sampling_fields(from_input: Mapping[str, Any], from_request: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields of the `sampling_parameters` input and of the request's parameters (a generate
+    request's other JSON keys), each already checked. Why both: with the input present the request's
+    parameters were never read, so `"parameters": {"max_tokens": 3, "stop": "and"}` beside it was
+    ignored in silence, typos included (a review, 2026-12-07). A field in both is refused: which one
+    was meant cannot be told."""
+    both = sorted(set(from_input) & set(from_request))
+    if both:
+        raise InvalidGenerationRequest(f"{both} set both in {FROM_INPUT} and in {FROM_REQUEST}; expected each field in one "
+                                       f"of them ({FROM_INPUT}, as the vLLM backend's clients send it, or the request's "
+                                       f"parameters).")
+    return {**from_input, **from_request}
 
 
 def parse_sampling_parameters(text: str | bytes | None, source: str = FROM_INPUT) -> dict[str, Any]:

@@ -276,8 +276,14 @@ class Scheduler:
         return decode
 
     def _plan_prefill(self, decode: list[Sequence]) -> list[PrefillChunk]:
+        """This step's prefill chunks, within `prefill_chunk_tokens`: the prompts of the highest
+        priority first, then in the order they were admitted (as vLLM's priority policy orders its
+        running queue). Why: in admission order, a realtime prompt admitted behind two batch prompts of
+        1,000 tokens waited for both to be prefilled: its first token at step 31 instead of 2, 3.5 s
+        instead of 0.1 s on a live server (a review, 2026-12-07); the free slots it was admitted to
+        never triggered a preemption."""
         chunks: list[PrefillChunk] = []
-        for sequence in list(self.running):
+        for sequence in sorted(self.running, key=lambda s: (s.request.priority, s.admission_index or 0)):
             budget = self.config.prefill_chunk_tokens - sum(c.count for c in chunks)
             if budget <= 0:
                 break

@@ -304,3 +304,31 @@ def test_an_over_long_prompt_is_refused_from_its_head_and_only_when_the_whole_ca
         else:
             assert list(ids) == whole
     assert refused > 100  # the head check did refuse, soundly
+
+
+def test_the_request_parameters_beside_the_sampling_parameters_input_are_read_and_checked_not_ignored():
+    from serving.generation.requests import FROM_REQUEST, merge_sampling_fields, parse_sampling_parameters
+
+    from_input = parse_sampling_parameters('{"temperature": 0}')
+    from_request = parse_sampling_parameters('{"max_tokens": 3, "stop": "and"}', FROM_REQUEST)
+    assert merge_sampling_fields(from_input, from_request) == {"temperature": 0, "max_tokens": 3, "stop": "and"}
+    with pytest.raises(InvalidGenerationRequest, match=r"\['max_tokens'\] set both in sampling_parameters and in the "
+                                                       r"request's parameters; expected each field in one"):
+        merge_sampling_fields(parse_sampling_parameters('{"max_tokens": 5}'), from_request)
+    with pytest.raises(InvalidGenerationRequest, match=r"unknown fields \['bogus_field'\]"):
+        parse_sampling_parameters('{"max_tokens": 3, "bogus_field": 1}', FROM_REQUEST)
+
+
+def test_a_seed_that_triton_turned_into_a_double_is_refused_with_where_to_send_it_instead():
+    from serving.generation.requests import FROM_REQUEST, parse_sampling_parameters
+
+    with pytest.raises(InvalidGenerationRequest, match=r"send it in the sampling_parameters input"):
+        parse_sampling_parameters('{"seed": 1.8446744073709552e+19}', FROM_REQUEST)
+    assert parse_sampling_parameters('{"seed": 18446744073709551615}')["seed"] == 2**64 - 1
+
+
+def test_a_long_stop_string_is_reported_with_its_own_length():
+    from serving.generation.requests import parse_sampling_parameters
+
+    with pytest.raises(InvalidGenerationRequest, match=r"\(65 characters\)"):
+        parse_sampling_parameters('{"stop": "' + "x" * 65 + '"}')

@@ -335,3 +335,20 @@ def test_without_priority_preemption_or_continuous_batching_a_running_sequence_r
     realtime = scheduler.submit(request("realtime", max_tokens=3, priority=1), 1.0)
     step(scheduler, now=1.0)
     assert realtime not in scheduler.running and all(s.preemptions == 0 for s in batch)
+
+
+def test_a_realtime_prompt_is_prefilled_before_the_older_batch_prompts_beside_it():
+    """Free slots, so no preemption: the prefill budget itself goes to the highest priority first
+    (in admission order, a realtime prompt behind two long batch prompts got its first token at
+    step 31 of the served settings instead of step 2: a review, 2026-12-07)."""
+    scheduler = make(max_running=4, prefill_chunk_tokens=8, max_context=64)
+    scheduler.submit(request("batch-1", prompt_len=40), 0.0)
+    scheduler.submit(request("batch-2", prompt_len=40), 0.0)
+    step(scheduler, now=0.0)
+    scheduler.submit(request("realtime", priority=1, prompt=tuple(range(100, 106))), 1.0)
+    plan, emitted, _ = step(scheduler, now=1.0)
+    assert [(c.sequence.request_id, c.count) for c in plan.prefill] == [("realtime", 6), ("batch-1", 2)]
+    assert [s.request_id for s, _ in emitted] == ["realtime"]
+    finished = run_all(scheduler)  # the batch prompts still finish, and every block comes back
+    assert {s.request_id for s in finished} == {"batch-1", "batch-2", "realtime"}
+    assert scheduler.allocator.num_used == 0
