@@ -129,8 +129,10 @@ class PriorityLevel:
 class Batching:
     """Dynamic-batcher settings shared by every model unless a model overrides them."""
 
-    #: 5-20 ms: long enough to gather a batch at moderate load, short enough to keep P99 low.
-    max_queue_delay_microseconds: int = 10_000
+    #: 0, no fixed window, as served: an idle instance takes what is queued at once, and batches grow
+    #: by themselves behind busy instances (docs/performance.md). It was 10 ms, so a serving.toml
+    #: without the key silently put a 10 ms wait on every lone request (a review, 2026-12-07).
+    max_queue_delay_microseconds: int = 0
     default_priority: str = "batch"
 
     def __post_init__(self) -> None:

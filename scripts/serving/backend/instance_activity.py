@@ -64,6 +64,13 @@ def _private_shared_flags(path: Path) -> mmap.mmap:
         os.close(fd)
 
 
+def _is_tritonserver(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip().startswith("tritonserver")
+    except OSError:
+        return False
+
+
 class InstanceActivity:
     """This instance's busy flag and a look at its siblings', in a file shared by the model's
     instances of one server (named by model and server pid)."""
@@ -71,7 +78,13 @@ class InstanceActivity:
     def __init__(self, model: str, index: int, server_pid: int | None = None,
                  directory: Path = SHARED_MEMORY_DIR):
         self.index = index % SLOTS  # instance_index(): this instance's place among the model's
-        self.path = instance_activity_file(model, server_pid or os.getppid(), directory)
+        server_pid = server_pid or os.getppid()
+        self.path = instance_activity_file(model, server_pid, directory)
+        if server_pid == 1 and not _is_tritonserver(1):  # the server died while this stub started and init
+            # adopted it (in a pod, pid 1 IS the server): nobody would remove a file of "pid 1" (a serve
+            # stopped mid-load left serving-<model>-1-activity behind: a review, 2026-12-07)
+            self.flags, self.shared = mmap.mmap(-1, SLOTS), False
+            return
         # /dev/shm is writable by every local user and the name is predictable (model, server pid): a
         # symlink planted there made the stub truncate and write another file of the server's user
         # (O_NOFOLLOW), and a file someone else created would share these flags with them (owner check).

@@ -165,6 +165,11 @@ def load_admin_key(
     path = resolve_key_file(key_file, environ)
     check_key_file_location(path, repo_root)
     if not path.exists():
+        if not key_file and environ.get(ADMIN_KEY_FILE_ENV):  # named on purpose: a typo there locked the
+            # operator out in silence, every admin call a 403 (a review, 2026-12-07)
+            raise SecurityError(f"admin key file {path} ({ADMIN_KEY_FILE_ENV}) does not exist; expected the key file to use: create "
+                                f"it with `make admin-key` (which writes to {ADMIN_KEY_FILE_ENV} too), or unset "
+                                f"{ADMIN_KEY_FILE_ENV} to serve with the admin APIs locked by a one-off key.")
         return None
     check_key_file_permissions(path)
     return AdminKey(path.read_text().strip(), f"file {path}")
@@ -232,7 +237,12 @@ def launcher_admin_key(environ: Mapping[str, str] | None = None, key_file: str |
     every partition and every restart, so the launcher itself can still read the repository index;
     nobody else can use the admin APIs until a key is configured)."""
     global _one_off_key, _configured_key
-    key = load_admin_key(environ, key_file)
+    try:
+        key = load_admin_key(environ, key_file)
+    except SecurityError:
+        if _configured_key is None or resolve_key_file(key_file, environ).exists():
+            raise
+        key = None  # the named file is gone after a start that loaded it (being rotated): the loaded key, below
     if key is not None:
         _configured_key = key
         return key

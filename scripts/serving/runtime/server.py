@@ -23,7 +23,7 @@ from contracts.errors import ServerStartError
 from contracts.layout import SOURCE_DIRS
 from contracts.onnx_sessions import keep_onnxruntime_offline
 from contracts.shared_memory import (
-    remove_server_shared_files, remove_triton_shm_regions, triton_shm_regions, with_mapped_regions,
+    remove_server_shared_files, remove_triton_shm_regions, with_mapped_regions,
 )
 from contracts.serving_spec import DEFAULT_LATENCY_SUMMARY_QUANTILES, DEFAULT_MAX_INPUT_BYTES, DEFAULT_RATE_LIMIT
 from contracts.processes import free_loopback_ports, http_ready, kill_process_group, log_tail, pid_alive, server_ready, stop_pid  # noqa: F401 (re-exported)
@@ -305,8 +305,11 @@ class TritonServerProcess:
                     f"tritonserver exited with code {self.process.returncode} during start-up.\n"
                     f"Command: {' '.join(self.display_command)}\nLast lines of {self.log_path}:\n{log_tail(self.log_path)}"
                 )
+            # noted while it loads too: stopped or crashed before ready, it leaves them behind (3-11 regions
+            # of 1 MiB per `serve --timeout` that expired mid-load: a review, 2026-12-07)
+            self.shm_regions = with_mapped_regions(self.shm_regions, self.process.pid)
             if server_ready(self.settings.host, self.settings.http_port, self.settings.metrics_port):
-                self.shm_regions = triton_shm_regions(self.process.pid)
+                self.shm_regions = with_mapped_regions(self.shm_regions, self.process.pid)
                 return
             time.sleep(0.25)
         self.stop()
@@ -315,6 +318,9 @@ class TritonServerProcess:
             f"Last lines of {self.log_path}:\n{log_tail(self.log_path)}"
         )
 
+    def _note_mapped_regions(self) -> None:
+        self.shm_regions = with_mapped_regions(self.shm_regions, self.process.pid)
+
     def stop(self, timeout: float = 20.0, stubs_at_stop: int | None = None) -> None:
         """serving.runtime.stub_watch.stop_server_group: SIGTERM, then SIGKILL after `timeout` or
         once the server has outlived all its backend stubs."""
@@ -322,7 +328,8 @@ class TritonServerProcess:
             return
         if self.process.poll() is None:
             self.shm_regions = with_mapped_regions(self.shm_regions, self.process.pid)  # reloads map new ones
-            stop_server_group(self.process.pid, timeout, stubs_at_stop)  # its group's leftovers too
+            stop_server_group(self.process.pid, timeout, stubs_at_stop,  # its group's leftovers too
+                              while_waiting=self._note_mapped_regions)  # one still loading maps more
             self.process.wait(timeout=5)
         else:
             kill_process_group(self.process.pid)  # the stubs of a server that crashed live on otherwise

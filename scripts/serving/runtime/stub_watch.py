@@ -77,11 +77,14 @@ class StubDrainWatch:
         return self.had_stubs and not stubs_alive and now - self.last_stub_seen >= self.grace_s
 
 
-def stop_server_group(pid: int, timeout: float = 20.0, stubs_at_stop: int | None = None) -> None:
+def stop_server_group(pid: int, timeout: float = 20.0, stubs_at_stop: int | None = None,
+                      while_waiting: Callable[[], object] | None = None) -> None:
     """SIGTERM a tritonserver's process group, SIGKILL after `timeout`, or as soon as the server has
     outlived all its backend stubs (`StubDrainWatch`; a version that can no longer unload would
     otherwise hold it for its whole exit timeout). `stubs_at_stop`: its stub count when a caller
-    already sent SIGTERM (default: counted now)."""
+    already sent SIGTERM (default: counted now). `while_waiting`: called at each scan while it exits
+    (a server stopped while it loads models goes on making shared-memory regions: the caller notes
+    them, since SIGKILL leaves them behind)."""
     drain = StubDrainWatch(len(scan_stubs(pid)) if stubs_at_stop is None else stubs_at_stop, time.monotonic())
     next_scan = 0.0
 
@@ -91,6 +94,8 @@ def stop_server_group(pid: int, timeout: float = 20.0, stubs_at_stop: int | None
         if now < next_scan:
             return False
         next_scan = now + 0.5  # a /proc scan costs a few ms
+        if while_waiting is not None:
+            while_waiting()
         if not drain.nothing_left(len(scan_stubs(pid)), now):
             return False
         log.warning("tritonserver pid %d outlived its last backend stub by %.0f s after SIGTERM (a model version whose "

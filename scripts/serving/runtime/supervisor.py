@@ -58,7 +58,7 @@ from contracts.manifest import write_manifest
 from serving.runtime.model_readiness import model_ready
 from contracts.partition_plan import Mechanism, PartitionPlan, PlannedPartition, plan_for_this_host
 from contracts.shared_memory import (
-    remove_server_shared_files, remove_triton_shm_regions, triton_shm_regions, with_mapped_regions,
+    remove_server_shared_files, remove_triton_shm_regions, with_mapped_regions,
 )
 from contracts.processes import kill_process_group, log_tail, ports_in_use, server_ready
 from serving.runtime.server import TritonServerProcess, find_tritonserver, prepare_backend_dir
@@ -422,12 +422,15 @@ class Supervisor:
                     self._on_down(sp, now, describe_exit(code))
                     changed = True
                 elif sp.state is PartitionState.STARTING:
+                    # noted while it loads: one stopped before ready unmaps some as it exits, without
+                    # unlinking them (3-11 regions of 1 MiB per `serve --timeout` that expired mid-load)
+                    sp.shm_regions = with_mapped_regions(sp.shm_regions, sp.process.pid)
                     if server_ready(sp.partition.host, sp.partition.http_port, sp.partition.metrics_port, timeout=0.5):
                         sp.state, sp.ready_since = PartitionState.READY, now
                         sp.liveness, sp.probe = LivenessHistory(), None
                         part = sp.partition
                         sp.models_ready = {m: model_ready(part.host, part.http_port, m, timeout_s=2.0) for m in part.models}
-                        sp.shm_regions = triton_shm_regions(sp.process.pid)
+                        sp.shm_regions = with_mapped_regions(sp.shm_regions, sp.process.pid)
                         self._watch_stubs(sp)
                         not_ready = [m for m, ok in sp.models_ready.items() if not ok]
                         log.log(logging.WARNING if not_ready else logging.INFO, "partition %s: ready (pid %d)%s", part.name,
@@ -459,6 +462,8 @@ class Supervisor:
     def stop_all(self) -> None:
         running = [sp for sp in self.parts.values() if sp.process and sp.process.process and sp.process.process.poll() is None]
         stubs = {sp.partition.name: len(scan_stubs(sp.process.pid)) for sp in running}  # before they start exiting
+        for sp in running:  # what each maps before SIGTERM (an exit mid-load unmaps regions it never unlinks)
+            sp.process.shm_regions = with_mapped_regions((*sp.process.shm_regions, *sp.shm_regions), sp.process.pid)
         for sp in running:  # SIGTERM all first so they shut down in parallel
             try:
                 os.killpg(sp.process.pid, signal.SIGTERM)

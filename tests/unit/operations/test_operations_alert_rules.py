@@ -87,3 +87,13 @@ def test_every_latency_quantile_the_alerts_and_the_dashboard_read_is_one_the_ser
             read |= set(values.split("|"))
     published = {f"{q:g}" for q, _ in load_serving_spec(SERVING_CONFIG).server.latency_summary_quantiles}
     assert "0.99" in read and read <= published, (read, published)
+
+
+def test_the_backlog_thresholds_are_the_served_queue_cap_and_slot_count(serving_spec):
+    """Two thresholds restate serving.toml (the realtime queue's cap; the generation model's running
+    slots): a change there must come here too, or the alerts mean something else."""
+    thresholds = AlertThresholds()
+    realtime = min(serving_spec.priorities, key=lambda level: level.level)
+    assert thresholds.queue_backlog_depth == realtime.queue.max_queue_size, "set AlertThresholds.queue_backlog_depth"
+    slots = {int(m.options["max_running"]) for m in serving_spec.models if "max_running" in m.options}
+    assert slots == {thresholds.llm_backlog_depth}, "set AlertThresholds.llm_backlog_depth"

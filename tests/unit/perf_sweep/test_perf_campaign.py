@@ -7,7 +7,7 @@ from perf_sweep.errors import SweepPlanError
 from perf_sweep.plan import LoadMode
 from perf_sweep.results import PerfRecord
 from perf_sweep.variants import plan_variants, write_variant_repository
-from contracts.serving_spec import ModelSpec, PriorityLevel, QueuePolicy, ServingSpec
+from contracts.serving_spec import Batching, ModelSpec, PriorityLevel, QueuePolicy, ServingSpec
 
 MANIFEST = {
     "partitions": {"default": {"http": "127.0.0.1:8000", "grpc": "127.0.0.1:8001", "metrics": "http://127.0.0.1:8002/metrics"}},
@@ -86,7 +86,8 @@ def tiny_onnx(path):
 
 def test_variant_repository_renders_each_variant_with_only_batching_changed(tmp_path):
     spec = ServingSpec(models=(ModelSpec(name="digits", recipe="digit_cnn", max_batch_size=64),),
-                       priorities=(PriorityLevel("realtime", 1, QueuePolicy(4, 1000)), PriorityLevel("batch", 2, QueuePolicy(8, 1000))))
+                       priorities=(PriorityLevel("realtime", 1, QueuePolicy(4, 1000)), PriorityLevel("batch", 2, QueuePolicy(8, 1000))),
+                       batching=Batching(max_queue_delay_microseconds=10_000))  # "dynamic" keeps the served window
     onnx_path = tiny_onnx(tmp_path / "m.onnx")
     variants = plan_variants(spec, "digits", onnx_path, static_batch=8, delays_ms=(0, 2.5))
     assert [v.label for v in variants] == ["dynamic", "dynamic_no_queue_policy", "no_batching",

@@ -66,3 +66,16 @@ def test_a_file_with_group_or_other_access_is_not_shared(tmp_path):
     assert activity.shared is False
     private = InstanceActivity("m", 1, server_pid=4244, directory=tmp_path)
     assert private.shared is True and (os.stat(instance_activity_file("m", 4244, tmp_path)).st_mode & 0o777) == 0o600
+
+
+def test_a_stub_whose_server_died_as_it_started_leaves_no_file_of_pid_1(tmp_path, monkeypatch):
+    """Adopted by init (its server stopped mid-load), the stub named a file after "pid 1" that no stop
+    removes; in a pod, where pid 1 is tritonserver itself, the file is shared as usual."""
+    from serving.backend import instance_activity
+
+    monkeypatch.setattr(instance_activity, "_is_tritonserver", lambda pid: False)
+    orphan = instance_activity.InstanceActivity("m", 0, server_pid=1, directory=tmp_path)
+    assert not orphan.shared and list(tmp_path.iterdir()) == []
+    monkeypatch.setattr(instance_activity, "_is_tritonserver", lambda pid: pid == 1)
+    in_a_pod = instance_activity.InstanceActivity("m", 0, server_pid=1, directory=tmp_path)
+    assert in_a_pod.shared and [p.name for p in tmp_path.iterdir()] == ["serving-m-1-activity"]

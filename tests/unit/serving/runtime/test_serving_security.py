@@ -287,3 +287,26 @@ def test_the_key_leaves_the_command_line_for_a_decoy_and_the_environment_carries
     assert not [arg for arg in hidden_command if KEY in arg] and env[ARGV_SECRET_ENV] == KEY
     assert [arg.replace(env[ARGV_DECOY_ENV], KEY) for arg in hidden_command] == command
     assert keep_key_off_command_line(command, {}) == (command, {})
+
+
+def test_a_key_file_named_in_the_environment_that_does_not_exist_is_an_error_naming_it(tmp_path):
+    repo_root = tmp_path / "repo"
+    repo_root.mkdir()
+    typo = tmp_path / "keys" / "admin-kye"
+    with pytest.raises(SecurityError, match=rf"admin key file {typo} \(TRITON_ADMIN_KEY_FILE\) does not exist; expected "
+                                            r"the key file to use: create it with `make admin-key`"):
+        load_admin_key({ADMIN_KEY_FILE_ENV: str(typo)}, repo_root=repo_root)
+
+
+def test_a_key_file_named_in_the_environment_and_gone_after_start_still_keeps_the_key_loaded_at_start(tmp_path, monkeypatch):
+    """The refusal of a missing TRITON_ADMIN_KEY_FILE is for a start; a restart mid-rotation keeps
+    the key this process loaded (the test above, with the file named in the environment)."""
+    from serving.runtime import security
+
+    monkeypatch.setattr(security, "_configured_key", None)
+    path = tmp_path / "admin-key"
+    environ = {ADMIN_KEY_FILE_ENV: str(path)}
+    create_admin_key_file(None, environ, tmp_path / "repo")
+    first = security.launcher_admin_key(environ)
+    path.unlink()
+    assert security.launcher_admin_key(environ) is first
