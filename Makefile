@@ -38,6 +38,9 @@ SERVING_CONFIG ?= model_repository/serving.toml
 PEERS_ARGS  ?=
 #: more options for make serve, e.g. SERVE_ARGS="--supervise-arg=--max-restarts=3" (python -m serving serve --help)
 SERVE_ARGS  ?=
+#: the run folder of serve, stop and status (default run/), e.g. RUN_DIR=/tmp/run2 for a second server set
+RUN_DIR     ?=
+RUN_DIR_ARG := $(if $(RUN_DIR),--run-dir $(RUN_DIR))
 
 .PHONY: help setup build-engines serve stop status demo test test-unit clean setup-peers-minimal k8s-tools lint-imports gpu-check
 
@@ -72,13 +75,13 @@ build-engines: setup ## Build every model and variant that model_repository/serv
 	$(PY) -m model_build build --config $(SERVING_CONFIG) $(if $(FORCE),--force)
 
 serve: build-engines ## Build what serving.toml asks for (cached: seconds), then start one tritonserver per partition under a supervisor (run/); returns once all are ready (SERVE_ARGS: more options)
-	$(PY) -m serving serve --config $(SERVING_CONFIG) $(SERVE_ARGS)
+	$(PY) -m serving serve --config $(SERVING_CONFIG) $(RUN_DIR_ARG) $(SERVE_ARGS)
 
 stop: ## Stop everything `make serve` started (supervisor first, then servers, MPS daemon)
-	@if [ -x $(PY) ]; then $(PY) -m serving stop; else echo "nothing to stop (no .venv)"; fi
+	@if [ -x $(PY) ]; then $(PY) -m serving stop $(RUN_DIR_ARG); else echo "nothing to stop (no .venv)"; fi
 
 status: setup ## Show what is running and where (for scripts: `python -m serving status` exits 1 unless all is ready)
-	@$(PY) -m serving status || true
+	@$(PY) -m serving status $(RUN_DIR_ARG) || true
 
 demo: build-engines ## Set up, build, serve, classify test images and embed texts over HTTP and gRPC, stop
 	$(PY) -m serving serve --config $(SERVING_CONFIG)

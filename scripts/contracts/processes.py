@@ -78,11 +78,18 @@ def server_ready(host: str, http_port: int, metrics_port: int | None, timeout: f
         metrics_port is None or _answers_200(f"http://{host}:{metrics_port}/metrics", timeout))
 
 
-def log_tail(path: Path, lines: int = 40) -> str:
+def log_tail(path: Path, lines: int = 40, since_byte: int = 0) -> str:
+    """The last `lines` lines of a log, of what was written after its first `since_byte` bytes (a log
+    appended to by every run: this run's part only)."""
     try:
-        return "\n".join(Path(path).read_text(errors="replace").splitlines()[-lines:])
+        with open(path, "rb") as log:
+            log.seek(since_byte)
+            text = log.read().decode(errors="replace")
     except FileNotFoundError:
         return "(no log written)"
+    if not text.strip() and since_byte:
+        return "(nothing written in this run)"
+    return "\n".join(text.splitlines()[-lines:])
 
 
 def pid_alive(pid: int) -> bool:

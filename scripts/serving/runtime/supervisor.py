@@ -505,6 +505,9 @@ class Supervisor:
                 if self.tick(time.monotonic()) or self.state_unwritten:
                     self._save_state()
                 time.sleep(TICK_S)
+        except ServerStartError as exc:  # an operator's to fix (ports held, ...): the message says how, no traceback
+            self.status, self.error = "failed", f"{type(exc).__name__}: {exc}"
+            log.error("supervisor failed: %s", exc)
         except Exception as exc:  # anything unexpected: record it, then stop what was started
             self.status, self.error = "failed", f"{type(exc).__name__}: {exc}"
             log.exception("supervisor failed")

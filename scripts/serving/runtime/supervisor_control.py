@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 from contracts.errors import ServerStartError
 from contracts.layout import RunLayout
@@ -114,6 +114,9 @@ def _start_supervisor(config: Path, repository: Path, layout: RunLayout, timeout
     for line in clear_stale_run(layout):
         print(f"[serve] {line}", flush=True)
     layout.logs.mkdir(parents=True, exist_ok=True)
+    # the logs are appended to by every run: a failure shows this run's lines, not an earlier run's
+    # (a port held by another process was reported with the tails of the run before: a review, 2026-12-07)
+    offsets = {log.name: log.stat().st_size for log in layout.logs.glob("*.log")}
     command = [sys.executable, "-m", "serving", "supervise", "--config", str(config), "--repository", str(repository),
                "--run-dir", str(layout.run_dir), *extra_args]
     with open(layout.supervisor_log, "ab") as out:
@@ -127,10 +130,11 @@ def _start_supervisor(config: Path, repository: Path, layout: RunLayout, timeout
             return read_manifest_dict(layout.manifest)
         if process.poll() is not None or (state and state.status == "failed"):
             process.wait(timeout=60)
-            raise ServerStartError(_failure_report(layout, state))
+            raise ServerStartError(_failure_report(layout, state, offsets))
         time.sleep(0.25)
     stop_supervisor(layout)
-    raise ServerStartError(f"partitions were not ready within {timeout_s:.0f} s.\n" + _failure_report(layout, read_supervisor_state(layout)))
+    raise ServerStartError(f"partitions were not ready within {timeout_s:.0f} s.\n"
+                           + _failure_report(layout, read_supervisor_state(layout), offsets))
 
 
 def clear_stale_run(layout: RunLayout) -> list[str]:
@@ -143,11 +147,17 @@ def clear_stale_run(layout: RunLayout) -> list[str]:
     return done
 
 
-def _failure_report(layout: RunLayout, state: SupervisorState | None) -> str:
+def _failure_report(layout: RunLayout, state: SupervisorState | None, offsets: Mapping[str, int] | None = None) -> str:
+    """The supervisor's error and the tails of this run's logs (`offsets`: each log's size at its start)."""
+    offsets = offsets or {}
+
+    def tail(path: Path) -> str:
+        return log_tail(path, 15, offsets.get(Path(path).name, 0))
+
     lines = [f"supervisor: {(state.error if state else None) or 'exited'}", f"--- {layout.supervisor_log} (tail)",
-             log_tail(layout.supervisor_log, 15)]
+             tail(layout.supervisor_log)]
     for name in (state.partitions if state else {}):
-        lines += [f"--- {layout.partition_log(name)} (tail)", log_tail(layout.partition_log(name), 15)]
+        lines += [f"--- {layout.partition_log(name)} (tail)", tail(layout.partition_log(name))]
     return "\n".join(lines)
 
 

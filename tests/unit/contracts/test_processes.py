@@ -143,3 +143,18 @@ def test_ports_in_use_names_a_held_port_and_refuses_an_address_that_is_not_this_
     # 192.0.2.1 (TEST-NET-1) is no address of this machine: not "another process holds it"
     with pytest.raises(OSError, match=r"cannot listen on 192.0.2.1:\d+ .*expected an address of this machine"):
         ports_in_use("192.0.2.1", [held])
+
+
+def test_a_log_tail_can_start_where_this_run_began(tmp_path):
+    """Run logs are appended to: a failed start shows its own lines, not the run before's."""
+    from contracts.processes import log_tail
+
+    log = tmp_path / "run.log"
+    log.write_text("earlier run 1\nearlier run 2\n")
+    start = log.stat().st_size
+    assert log_tail(log, 5, start) == "(nothing written in this run)"
+    with open(log, "a") as out:
+        out.write("this run\n")
+    assert log_tail(log, 5, start) == "this run"
+    assert log_tail(log, 2) == "earlier run 2\nthis run"
+    assert log_tail(tmp_path / "none.log", 5, start) == "(no log written)"
