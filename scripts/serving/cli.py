@@ -243,7 +243,7 @@ def cmd_admin_key(args: argparse.Namespace) -> int:
 
 
 def _add_server_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", default=str(DEFAULT_CONFIG))
+    parser.add_argument("--config", default=str(DEFAULT_CONFIG), help="the serving.toml to serve (default: %(default)s)")
     parser.add_argument("--repository", help="model repository (default: the folder holding --config)")
     parser.add_argument("--run-dir", default=str(RUN_DIR), help="pids, logs, manifest (default: run/)")
     parser.add_argument("--host", help="override [server] host")
@@ -261,16 +261,19 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="start one tritonserver per partition under a supervisor; return once ready")
     _add_server_args(serve)
-    serve.add_argument("--timeout", type=float, default=180.0, help="seconds to wait for every partition to be ready")
+    serve.add_argument("--timeout", type=float, default=180.0, help="seconds to wait for every partition to be ready (default %(default)s)")
     serve.add_argument("--supervise-arg", action="append", default=[], metavar="ARG",
                        help="passed on to the supervisor's command line, e.g. --supervise-arg=--max-restarts=2 "
                             "(restart policy flags: see `python -m serving supervise --help`)")
     serve.set_defaults(func=cmd_serve)
     supervise = sub.add_parser("supervise", help="(internal) the supervisor process that `serve` starts")
     _add_server_args(supervise)
-    supervise.add_argument("--initial-backoff", type=float, default=RestartPolicy.initial_backoff_s)
-    supervise.add_argument("--max-restarts", type=int, default=RestartPolicy.max_restarts)
-    supervise.add_argument("--restart-window", type=float, default=RestartPolicy.window_s)
+    supervise.add_argument("--initial-backoff", type=float, default=RestartPolicy.initial_backoff_s,
+                           help="seconds before the first restart of a partition that went down, doubling after (default %(default)s)")
+    supervise.add_argument("--max-restarts", type=int, default=RestartPolicy.max_restarts,
+                           help="restarts within --restart-window before a partition is in a crash loop (default %(default)s)")
+    supervise.add_argument("--restart-window", type=float, default=RestartPolicy.window_s,
+                           help="seconds over which --max-restarts are counted (default %(default)s)")
     supervise.add_argument("--crash-loop-backoff", type=float, default=RestartPolicy.crash_loop_backoff_s,
                            help="seconds between attempts once the restart budget is spent")
     supervise.add_argument("--stable-after", type=float, default=RestartPolicy.stable_after_s,
