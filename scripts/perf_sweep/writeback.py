@@ -32,8 +32,10 @@ def set_model_queue_delay(toml_text: str, model: str, delay_us: int) -> str:
             break
     else:
         insert_at = end
-        while insert_at > start + 1 and not lines[insert_at - 1].strip():
-            insert_at -= 1  # keep the blank line(s) before the next table
+        # keep the blank lines and the comment block before the next table with that table (the line
+        # went in under the next model's comment, as if it were that model's: a review, 2026-12-07)
+        while insert_at > start + 1 and (not lines[insert_at - 1].strip() or lines[insert_at - 1].lstrip().startswith("#")):
+            insert_at -= 1
         lines.insert(insert_at, new_line)
     text = "".join(lines)
     from contracts.serving_spec import serving_spec_from_dict

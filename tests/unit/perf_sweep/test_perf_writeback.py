@@ -64,3 +64,11 @@ def test_a_write_back_cut_short_leaves_the_old_serving_toml(tmp_path, monkeypatc
     with pytest.raises(OSError):
         write_queue_delay(config, "digits", 2000)
     assert config.read_text() == TOML
+
+
+def test_the_key_goes_above_the_comment_block_of_the_next_table_not_under_it():
+    toml = TOML.replace("[models.other]", "# the other model: a comment about it\n[models.other]")
+    text = set_model_queue_delay(toml, "digits", 2000)
+    assert ('recipe = "digit_cnn"  # trailing comment kept\nmax_queue_delay_microseconds = 2000'
+            in text), text
+    assert "\n\n# the other model: a comment about it\n[models.other]" in text
