@@ -28,13 +28,17 @@ def model_endpoints(model: str, manifest: Path = DEFAULT_MANIFEST) -> ModelEndpo
 
 def resolve_url(model: str, protocol: Protocol, url: str | None = None, manifest: Path = DEFAULT_MANIFEST) -> str:
     """`url` when given; else the manifest's server for `model`; Triton's default port only when there
-    is no manifest at all (a server started without `make serve`). A manifest that does not list the
+    is no manifest at the default place (a server started without `make serve`; one named elsewhere
+    must exist). A manifest that does not list the
     model is an error, not a reason to try port 8000: a typo in the model's name was sent there and
     retried for the whole deadline, and on a host where `make serve` holds 8000 another server than
     the manifest's could have answered (a review, 2-core Intel Xeon, 2026-12-07)."""
     if url:
         return url
     if not Path(manifest).exists():
+        if Path(manifest).resolve() != Path(DEFAULT_MANIFEST).resolve():  # named on purpose, and not there
+            raise ClientError(f"no manifest at {manifest}; expected the manifest.json that `serving serve --run-dir DIR` "
+                              f"writes (DIR/manifest.json), or --url HOST:PORT.")
         return TRITON_DEFAULT_URLS[Protocol(protocol)]
     try:
         served = read_manifest(Path(manifest))

@@ -27,15 +27,20 @@ def _manifest(tmp_path, models=("digit_classifier",)):
     return path
 
 
-def test_a_model_the_manifest_does_not_list_is_not_sent_to_tritons_default_port(tmp_path):
+def test_a_model_the_manifest_does_not_list_is_not_sent_to_tritons_default_port(tmp_path, monkeypatch):
+    from model_client import endpoints
+
     manifest = _manifest(tmp_path)
     assert resolve_url("digit_classifier", Protocol.GRPC, None, manifest) == "127.0.0.1:18001"
     with pytest.raises(ModelNotFoundError, match=r"model 'digit_clasifier' is not in .*manifest.json, which lists "
                                                  r"\['digit_classifier'\]; expected one of those, or --url HOST:PORT"):
         resolve_url("digit_clasifier", Protocol.HTTP, None, manifest)
     assert resolve_url("anything", Protocol.HTTP, "elsewhere:9000", manifest) == "elsewhere:9000"
-    # no manifest at all: a server started without `make serve`, at Triton's default ports
-    assert resolve_url("anything", Protocol.HTTP, None, tmp_path / "none.json") == TRITON_DEFAULT_URLS[Protocol.HTTP]
+    # no manifest at the default place: a server started without `make serve`, at Triton's default ports
+    monkeypatch.setattr(endpoints, "DEFAULT_MANIFEST", tmp_path / "run" / "manifest.json")
+    assert resolve_url("anything", Protocol.HTTP, None, tmp_path / "run" / "manifest.json") == TRITON_DEFAULT_URLS[Protocol.HTTP]
+    with pytest.raises(ClientError, match=r"no manifest at .*none.json; expected the manifest.json that `serving serve"):
+        resolve_url("anything", Protocol.HTTP, None, tmp_path / "none.json")
     (tmp_path / "broken.json").write_text("{not json")
     with pytest.raises(ClientError, match=r"broken.json is not JSON .*\(or give --url HOST:PORT\)"):
         resolve_url("digit_classifier", Protocol.HTTP, None, tmp_path / "broken.json")
