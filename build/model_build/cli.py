@@ -11,7 +11,7 @@ from model_build.errors import BuildError
 from model_build.pipeline import BuildPaths, build_model
 from model_build.recipes.registry import recipe_for
 from model_build.reports.build_report import served_rows, write_build_report
-from contracts.rendered_configs import write_rendered_from
+from contracts.rendered_configs import settings_digest, write_rendered_from
 from contracts.errors import ServingError
 from contracts.partition_plan import plan_for_this_host
 from contracts.serving_spec import ModelSpec, ServingSpec, load_serving_spec
@@ -82,6 +82,8 @@ def kept_records(serving: ServingSpec, built: set[str], paths: BuildPaths) -> li
 
 def cmd_build(args: argparse.Namespace) -> int:
     serving = load_serving_spec(args.config)
+    # the settings read now, not at the end of a build of minutes (an edit meanwhile is not rendered)
+    rendered_settings = settings_digest(Path(args.config).read_text())
     paths = BuildPaths(PROJECT_ROOT)
     known = [m.name for m in serving.models]
     unknown = sorted(set(args.models or ()) - set(known))
@@ -111,7 +113,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         rebuilt = rebuilt or model.name in built_now
         model, serving = apply_measured_batch_size(model, serving, plan, record, paths)
         installed = recipe.install(model, serving, record, paths.workdir(model.name), paths.repository)
-        write_rendered_from(paths.workdir(model.name), args.config)  # what `serving serve` checks the config against
+        write_rendered_from(paths.workdir(model.name), args.config, rendered_settings)  # what `serving serve` checks the config against
         state = "built" if rebuilt else "up to date (no work done)"
         print(f"[build] {model.name}: {state}; {served_variant(model, serving)}; installed {', '.join(installed)}")
         records.append(record)

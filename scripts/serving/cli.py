@@ -24,7 +24,7 @@ from contracts.layout import ARTIFACTS_DIR, MODEL_REPOSITORY, PROJECT_ROOT, RUN_
 from contracts.manifest import Manifest, PartitionEntry, read_manifest
 from contracts.partition_plan import Mechanism, plan_for_this_host
 from contracts.processes import http_ready, pid_alive, stop_pid
-from contracts.rendered_configs import stale_rendered_models
+from contracts.rendered_configs import check_rendered_configs
 from serving.runtime.security import RESTRICTED_APIS, check_bind_host, create_admin_key_file, load_admin_key
 from contracts.serving_spec import load_serving_spec
 from contracts.supervisor_state import PartitionStatus
@@ -67,6 +67,23 @@ def _short(path: Path) -> str:
         return str(path)
 
 
+def _check_rendered_configs(config: Path, models: list[str]) -> None:
+    """Refuse configs rendered from an older version of `config`; warn about configs rendered from
+    another serving.toml with other settings (contracts.rendered_configs)."""
+    found = check_rendered_configs(config, models, ARTIFACTS_DIR)
+    render = ("`make build-engines`" if config.resolve() == DEFAULT_CONFIG.resolve()
+              else f"`python -m model_build build --config {_short(config)}`")
+    if found.stale:
+        raise ServingError(f"{_short(config)} changed since the served configs of {list(found.stale)} were rendered from it: "
+                           f"Triton would serve the old settings. Run {render} (cached: it re-renders every config in "
+                           f"seconds) and serve again.")
+    if found.other_settings:
+        sources = sorted({source for _, source in found.other_settings})
+        print(f"[serve] WARNING: the configs of {[m for m, _ in found.other_settings]} were rendered from {sources}, whose "
+              f"batching, priority, model or partition settings differ from {_short(config)}'s: Triton serves what those "
+              f"configs hold. To serve this file's, run {render}.", file=sys.stderr)
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     layout = RunLayout(Path(args.run_dir))
     spec = with_server_overrides(load_serving_spec(args.config, args.allow_non_loopback), **_overrides(args))
@@ -80,11 +97,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                                f"--repository {built_there}.")
         raise ServingError(f"models {missing} are not built into {repository}; run `make build-engines` first.")
     if repository == MODEL_REPOSITORY.resolve():  # where the build installs, and records what from
-        stale = stale_rendered_models(Path(args.config), [m.name for m in spec.models], ARTIFACTS_DIR)
-        if stale:
-            raise ServingError(f"{_short(Path(args.config))} changed since `make build-engines` rendered the served configs of "
-                               f"{list(stale)} from it: Triton would serve the old settings. Run `make build-engines` "
-                               f"(cached: it re-renders every config in seconds) and serve again.")
+        _check_rendered_configs(Path(args.config), [m.name for m in spec.models])
     plan, gpu = plan_for_this_host(spec, force_cpu=args.cpu_sets)
     bind_warning = check_bind_host(spec.server.host, spec.server.allow_non_loopback)
     if bind_warning:

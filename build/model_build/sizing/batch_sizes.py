@@ -7,11 +7,12 @@ max_batch_size. Measurements are cached in artifacts/<model>/batch_sizing.json.
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 from typing import Any, Mapping
 
 from model_build.pipeline import BuildPaths
 from model_build.sizing.batch_sizing import served_model_spec, size_model_batches, sizing_path
-from contracts.rendered_configs import write_rendered_from
+from contracts.rendered_configs import settings_digest, write_rendered_from
 from contracts.build_record import BuildRecordError, read_build_record
 from contracts.partition_plan import PartitionPlan
 from contracts.serving_spec import ModelSpec, ServingSpec
@@ -51,6 +52,8 @@ def cmd_size_batches(args) -> int:
     from contracts.serving_spec import load_serving_spec
 
     serving = load_serving_spec(args.config)
+    # the settings read now, not at the end of a build of minutes (an edit meanwhile is not rendered)
+    rendered_settings = settings_digest(Path(args.config).read_text())
     paths = BuildPaths(PROJECT_ROOT)
     plan, gpu = plan_for_this_host(serving)
     if not gpu.present:
@@ -65,5 +68,5 @@ def cmd_size_batches(args) -> int:
             raise BuildError(str(exc)) from None
         sized, sized_serving = apply_measured_batch_size(model, serving, plan, record, paths, force=args.force)
         recipe_for(model.recipe).install(sized, sized_serving, record, paths.workdir(model.name), paths.repository)
-        write_rendered_from(paths.workdir(model.name), args.config)
+        write_rendered_from(paths.workdir(model.name), args.config, rendered_settings)
     return 0

@@ -8,9 +8,11 @@ import pytest
 
 from contracts.rendered_configs import (
     RENDERED_FROM_FILE,
+    ConfigCheck,
+    check_rendered_configs,
+    config_name,
     read_rendered_from,
     settings_digest,
-    stale_rendered_models,
     write_rendered_from,
 )
 
@@ -22,13 +24,16 @@ max_queue_size = 24
 
 [server]
 http_port = 8000
+max_input_bytes = 1048576
 """
 
 
-def test_the_digest_is_of_the_settings_not_of_comments_layout_or_key_order():
-    reordered = "[server]\nhttp_port = 8000\n\n[priorities.realtime]\nmax_queue_size = 24  # changed comment\nlevel = 1\n"
+def test_the_digest_is_of_what_rendering_reads_not_of_comments_layout_key_order_or_ports():
+    reordered = ("[server]\nmax_input_bytes = 1048576\nhttp_port = 18000  # another port\n\n"
+                 "[priorities.realtime]\nmax_queue_size = 24  # changed comment\nlevel = 1\n")
     assert settings_digest(SETTINGS) == settings_digest(reordered)
     assert settings_digest(SETTINGS) != settings_digest(SETTINGS.replace("max_queue_size = 24", "max_queue_size = 20"))
+    assert settings_digest(SETTINGS) != settings_digest(SETTINGS.replace("1048576", "2097152"))  # checked per config
     assert settings_digest("not [ toml") != settings_digest("not [ toml either")  # the build refuses it; still a digest
 
 
@@ -37,34 +42,53 @@ def _built(tmp_path, models=("a", "b")):
     config.write_text(SETTINGS)
     artifacts = tmp_path / "artifacts"
     for model in models:
-        write_rendered_from(artifacts / model, config)
+        write_rendered_from(artifacts / model, config, settings_digest(config.read_text()))
     return config, artifacts
 
 
-def test_configs_rendered_from_this_serving_toml_are_current_until_a_setting_changes(tmp_path):
+def test_configs_rendered_from_this_serving_toml_are_current_until_a_rendered_setting_changes(tmp_path):
     config, artifacts = _built(tmp_path)
     record = read_rendered_from(artifacts / "a")
-    assert record is not None and record.serving_config == str(config.resolve())
-    assert stale_rendered_models(config, ["a", "b"], artifacts) == ()
-    config.write_text(SETTINGS.replace("# realtime first", "# a comment only"))
-    assert stale_rendered_models(config, ["a", "b"], artifacts) == ()
+    assert record is not None and record.serving_config == config_name(config)
+    assert check_rendered_configs(config, ["a", "b"], artifacts) == ConfigCheck()
+    config.write_text(SETTINGS.replace("# realtime first", "# a comment only").replace("8000", "18000"))
+    assert check_rendered_configs(config, ["a", "b"], artifacts) == ConfigCheck()
     config.write_text(SETTINGS.replace("max_queue_size = 24", "max_queue_size = 20"))
-    assert stale_rendered_models(config, ["a", "b"], artifacts) == ("a", "b")
-    write_rendered_from(artifacts / "b", config)  # b rendered again (`make build-engines --models b`)
-    assert stale_rendered_models(config, ["a", "b"], artifacts) == ("a",)
+    assert check_rendered_configs(config, ["a", "b"], artifacts).stale == ("a", "b")
+    write_rendered_from(artifacts / "b", config, settings_digest(config.read_text()))  # b rendered again
+    assert check_rendered_configs(config, ["a", "b"], artifacts).stale == ("a",)
 
 
-def test_configs_rendered_from_another_file_or_without_a_record_are_not_judged(tmp_path):
+def test_a_build_records_the_settings_it_parsed_not_an_edit_made_while_it_ran(tmp_path):
+    config = tmp_path / "serving.toml"
+    config.write_text(SETTINGS)
+    parsed = settings_digest(config.read_text())  # as the build does at its start
+    config.write_text(SETTINGS.replace("max_queue_size = 24", "max_queue_size = 20"))  # edited during the build
+    write_rendered_from(tmp_path / "artifacts" / "a", config, parsed)
+    assert check_rendered_configs(config, ["a"], tmp_path / "artifacts").stale == ("a",)
+
+
+def test_configs_rendered_from_another_file_with_other_settings_are_reported_and_none_without_a_record(tmp_path):
     config, artifacts = _built(tmp_path, models=("a",))
-    other = tmp_path / "test-ports.toml"  # a test's own serving.toml beside the built repository
-    other.write_text(SETTINGS.replace("8000", "18000"))
-    assert stale_rendered_models(other, ["a", "never_built"], artifacts) == ()
+    same_settings = tmp_path / "test-ports.toml"  # a test's own serving.toml beside the built repository
+    same_settings.write_text(SETTINGS.replace("8000", "18000"))
+    assert check_rendered_configs(same_settings, ["a", "never_built"], artifacts) == ConfigCheck()
+    other = tmp_path / "other.toml"
+    other.write_text(SETTINGS.replace("max_queue_size = 24", "max_queue_size = 20"))
+    assert check_rendered_configs(other, ["a"], artifacts) == ConfigCheck((), (("a", config_name(config)),))
     (artifacts / "a" / RENDERED_FROM_FILE).write_text(json.dumps({"unexpected": 1}))
     assert read_rendered_from(artifacts / "a") is None
-    config.write_text(SETTINGS.replace("max_queue_size = 24", "max_queue_size = 20"))
-    assert stale_rendered_models(config, ["a"], artifacts) == ()
+    assert check_rendered_configs(other, ["a"], artifacts) == ConfigCheck()
 
 
+def test_a_serving_toml_inside_the_checkout_is_named_relative_to_it():
+    from contracts.layout import PROJECT_ROOT, SERVING_CONFIG
+
+    assert config_name(SERVING_CONFIG) == "model_repository/serving.toml"
+    assert config_name(PROJECT_ROOT.parent / "elsewhere.toml") == str((PROJECT_ROOT.parent / "elsewhere.toml").resolve())
+
+
+@pytest.mark.built
 def test_the_build_recorded_the_committed_serving_toml_for_every_installed_model(serving_spec):
     """`make build-engines` (which `make test` runs first) leaves every installed config current:
     `serving serve` would otherwise refuse to start them."""
@@ -76,5 +100,5 @@ def test_the_build_recorded_the_committed_serving_toml_for_every_installed_model
     if not built:
         pytest.skip("no model is built yet (run `make build-engines`)")
     records = {name: read_rendered_from(ARTIFACTS_DIR / name) for name in built}
-    assert all(r is not None and r.serving_config == str(SERVING_CONFIG.resolve()) for r in records.values()), records
-    assert stale_rendered_models(SERVING_CONFIG, built, ARTIFACTS_DIR) == ()
+    assert all(r is not None and r.serving_config == "model_repository/serving.toml" for r in records.values()), records
+    assert check_rendered_configs(SERVING_CONFIG, built, ARTIFACTS_DIR) == ConfigCheck()

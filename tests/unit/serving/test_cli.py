@@ -184,3 +184,27 @@ def test_status_asks_the_partitions_port_when_the_state_file_names_a_pid_that_is
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_serve_refuses_configs_of_an_older_serving_toml_and_warns_about_another_files(tmp_path, monkeypatch, capsys):
+    """The build records which serving.toml each config was rendered from (contracts.rendered_configs):
+    an edit since is refused with the command that renders that very file; configs rendered from
+    another file with other settings are served with a warning."""
+    from contracts.errors import ServingError
+    from contracts.rendered_configs import settings_digest, write_rendered_from
+    from serving import cli
+
+    monkeypatch.setattr(cli, "ARTIFACTS_DIR", tmp_path / "artifacts")
+    mine = tmp_path / "mine.toml"
+    mine.write_text("[priorities.realtime]\nlevel = 1\nmax_queue_size = 24\n")
+    write_rendered_from(tmp_path / "artifacts" / "m", mine, settings_digest(mine.read_text()))
+    cli._check_rendered_configs(mine, ["m"])  # current: nothing said
+    assert capsys.readouterr().err == ""
+    mine.write_text(mine.read_text().replace("24", "20"))
+    with pytest.raises(ServingError, match=r"mine.toml changed since the served configs of \['m'\] were rendered from it: "
+                                           r"Triton would serve the old settings. Run `python -m model_build build --config "):
+        cli._check_rendered_configs(mine, ["m"])
+    other = tmp_path / "other.toml"
+    other.write_text("[priorities.realtime]\nlevel = 1\nmax_queue_size = 8\n")
+    cli._check_rendered_configs(other, ["m"])
+    assert "WARNING: the configs of ['m'] were rendered from" in capsys.readouterr().err
