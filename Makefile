@@ -38,9 +38,9 @@ SERVING_CONFIG ?= model_repository/serving.toml
 PEERS_ARGS  ?=
 #: more options for make serve, e.g. SERVE_ARGS="--supervise-arg=--max-restarts=3" (python -m serving serve --help)
 SERVE_ARGS  ?=
-#: the run folder of serve, stop and status (default run/), e.g. RUN_DIR=/tmp/run2 for a second server set
-RUN_DIR     ?=
-RUN_DIR_ARG := $(if $(RUN_DIR),--run-dir $(RUN_DIR))
+#: the run folder of serve, stop and status (default run/), e.g. SERVING_RUN_DIR=/tmp/run2 for a second server set
+SERVING_RUN_DIR ?=
+RUN_DIR_ARG := $(if $(SERVING_RUN_DIR),--run-dir $(SERVING_RUN_DIR))
 
 .PHONY: help setup build-engines serve stop status demo test test-unit clean setup-peers-minimal k8s-tools lint-imports gpu-check
 

@@ -18,7 +18,8 @@ TRITON_DEFAULT_URLS = {Protocol.HTTP: "127.0.0.1:8000", Protocol.GRPC: "127.0.0.
 
 def model_endpoints(model: str, manifest: Path = DEFAULT_MANIFEST) -> ModelEndpoints | None:
     """The manifest's entry for `model`, or None when there is no usable manifest or no such model
-    (the caller then falls back to Triton's default ports)."""
+    (for `ResilientClient.client_for`, which then asks the explicit url; `resolve_url` says why a
+    model cannot be found)."""
     try:
         entry = read_manifest(Path(manifest)).models.get(model)
     except ManifestError:
@@ -48,7 +49,11 @@ def resolve_url(model: str, protocol: Protocol, url: str | None = None, manifest
     if entry is None:
         raise ModelNotFoundError(f"model {model!r} is not in {manifest}, which lists {sorted(served.models)}; expected one "
                                  f"of those, or --url HOST:PORT for a server that manifest does not describe.")
-    return entry.url(protocol) or TRITON_DEFAULT_URLS[Protocol(protocol)]
+    address = entry.url(protocol)
+    if not address:
+        raise ClientError(f"{manifest} gives model {model!r} no {Protocol(protocol).value} endpoint; expected one per protocol, as "
+                          f"`serving serve` writes (an older run's manifest? serve again), or --url HOST:PORT.")
+    return address
 
 
 def add_endpoint_arguments(parser) -> None:

@@ -235,7 +235,8 @@ class AttemptPlanner:
             return gave_up(attempt_error(self._errors), self.attempts, elapsed_s, self.retry)
         return OverloadedError(
             f"the call's deadline of {self.retry.deadline_s:g} s had passed ({elapsed_s:.2f} s) before this request "
-            f"was sent: the call's earlier requests used it; allow a longer deadline or send fewer items per call.")
+            f"was sent: the call's earlier steps used it (its earlier requests, or fetching the model's metadata); allow a "
+            f"longer deadline or send fewer items per call.")
 
     def record_failure(self, error: ClientError) -> None:
         if not self._awaiting_result:

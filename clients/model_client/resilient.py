@@ -158,11 +158,21 @@ class ResilientClientBase:
             url = resolve_url(step.model, self.protocol, self.url, self.manifest)
             if url not in self._said_unreachable:  # once per server, not once per request of a long call
                 self._said_unreachable.add(url)
-                # where a fallback follows it is asked at once, and its answer usually ends the call
+                if not self.retry.retry_unreachable:
+                    return  # the call ends now, with this error: nothing more to announce
+                # where a fallback follows it is asked at once (the planner's `_may_send_next`), and its
+                # answer usually ends the call; retries only where the policy makes more than one attempt
                 following = planner.models[planner.models.index(step.model) + 1:]
-                then = f"Asking the fallback {following[0]!r} now; should it fail too, retrying" if following else "Retrying"
-                log.warning("%s %s until the call's deadline of %g s (RetryPolicy.deadline_s; --deadline-s on the "
-                            "command line).", error, then, self.retry.deadline_s)
+                fallback = f"Asking the fallback {following[0]!r} now" if following else ""
+                if self.retry.max_attempts > 1:
+                    retrying = (f"retrying until the call's deadline of {self.retry.deadline_s:g} s (RetryPolicy.deadline_s; "
+                                f"--deadline-s on the command line)")
+                    then = f"{fallback}; should it fail too, {retrying}" if fallback else retrying[0].upper() + retrying[1:]
+                elif fallback:
+                    then = f"{fallback} (no retries: max_attempts = 1)"
+                else:
+                    return
+                log.warning("%s %s.", error, then)
 
     def now(self) -> float:
         """This client's clock (`time.monotonic` unless a test gave another): what `infer`'s

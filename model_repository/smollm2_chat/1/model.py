@@ -237,11 +237,13 @@ class TritonPythonModel:
                 self._fail_all(str(exc))
 
     def _fail_all(self, message):
-        """Fail what the failed step was running or holding, and only that. Under `intake` (as
-        `finalize`): without it a request accepted meanwhile was answered "generation failed" for a
-        step it was not part of while its sequence went on generating for nobody, and an `_accept`
-        taking its own entry back at the same moment made `pending.pop` raise KeyError here, in the
-        loop's own exception handler: the one loop thread died (a review, 2026-12-07)."""
+        """After a failed step, fail every request the loop holds, running or waiting (a request
+        accepted between the failure and this lock is among them), with one error each. Under
+        `intake` (as `finalize`), so cancelling and answering see the same set: without it, a request
+        accepted during the sweep was answered "generation failed" while its sequence went on
+        generating for nobody, and an `_accept` taking its own entry back at the same moment made
+        `pending.pop` raise KeyError here, in the loop's own exception handler, and the one loop
+        thread died (a review, 2026-12-07)."""
         with self.intake:
             for sequence in list(self.engine.scheduler.all_sequences()):
                 self.engine.cancel(sequence.request_id)

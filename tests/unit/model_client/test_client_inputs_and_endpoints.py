@@ -193,3 +193,24 @@ def test_an_unreachable_primary_with_a_fallback_says_the_fallback_is_asked(caplo
         outcome = client.infer("big", {"x": np.zeros((1, 1), np.float32)}, priority=1)
     assert outcome.degraded
     assert "Asking the fallback 'small' now; should it fail too, retrying until the call's deadline" in caplog.text
+
+
+@pytest.mark.parametrize("retry, expected", [
+    (RetryPolicy(max_attempts=1, deadline_s=2.0), "Asking the fallback 'small' now (no retries: max_attempts = 1)."),
+    (RetryPolicy(deadline_s=2.0, retry_unreachable=False), None),
+])
+def test_the_unreachable_warning_says_only_what_the_policy_will_do(caplog, retry, expected):
+    clock = _Clock()
+    connection = _Connection(clock, answers=[ServerUnavailableError("server at h:1 is not reachable.")])
+    client = ResilientClient("http", url="h:1", retry=retry, clock=clock, sleep=clock.sleep,
+                             fallback=FallbackPolicy.of({"big": "small"}), client_factory=lambda *a: connection,
+                             rng=random.Random(0))
+    with caplog.at_level(logging.WARNING, logger="model_client"):
+        try:
+            client.infer("big", {"x": np.zeros((1, 1), np.float32)}, priority=1)
+        except ServerUnavailableError:
+            pass
+    if expected is None:
+        assert "not reachable" not in caplog.text and "retrying" not in caplog.text
+    else:
+        assert expected in caplog.text and "retrying" not in caplog.text
