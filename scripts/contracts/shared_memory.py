@@ -37,7 +37,19 @@ def triton_shm_regions(pid: int) -> tuple[str, ...]:
         maps = Path(f"/proc/{pid}/maps").read_text()
     except OSError:
         return ()
-    return tuple(sorted({line.split()[-1] for line in maps.splitlines() if f"{SHARED_MEMORY_DIR}/triton_" in line}))
+    return regions_in_maps(maps)
+
+
+def regions_in_maps(maps: str) -> tuple[str, ...]:
+    """The /dev/shm/triton_* paths of a /proc/<pid>/maps text, but those already unlinked."""
+    regions = set()
+    for line in maps.splitlines():
+        fields = line.split(None, 5)  # address perms offset dev inode [path]
+        path = fields[5] if len(fields) == 6 else ""
+        # " (deleted)": unlinked already, still mapped (seen while a server exits); not a name to remove
+        if path.startswith(f"{SHARED_MEMORY_DIR}/triton_") and not path.endswith(" (deleted)"):
+            regions.add(path)
+    return tuple(sorted(regions))
 
 
 def with_mapped_regions(known: "tuple[str, ...]", pid: int) -> tuple[str, ...]:
@@ -51,4 +63,9 @@ def remove_triton_shm_regions(regions: "tuple[str, ...] | list[str]") -> None:
     """Remove regions `triton_shm_regions` listed for a server that is gone (missing ones are fine:
     a server that exits cleanly removes its own)."""
     for region in regions:
-        Path(region).unlink(missing_ok=True)
+        if not str(region).startswith(f"{SHARED_MEMORY_DIR}/triton_"):
+            continue  # only Triton's regions, whatever a caller passed
+        try:
+            Path(region).unlink(missing_ok=True)
+        except OSError:  # best effort: a stop must not fail on what it tidies (a read-only mount, ...)
+            continue

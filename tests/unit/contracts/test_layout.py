@@ -60,3 +60,16 @@ def test_a_model_file_is_hard_linked_or_copied_across_file_systems(tmp_path, mon
     monkeypatch.setattr(os, "link", cross_device)
     place_model_file(source, tmp_path / "copied.onnx")
     assert (tmp_path / "copied.onnx").read_bytes() == b"onnx bytes"
+
+
+def test_the_regions_a_server_maps_are_read_whole_and_unlinked_ones_left_out():
+    """While a server exits its maps list regions it unlinked as "<path> (deleted)": the last word,
+    "(deleted)", was taken for a region name and a stop on a read-only root failed on it (CI, 2026-12-07)."""
+    from contracts.shared_memory import regions_in_maps, remove_triton_shm_regions
+
+    maps = ("7f00-7f10 rw-s 00000000 00:1a 12 /dev/shm/triton_python_backend_shm_region_a\n"
+            "7f10-7f20 rw-s 00000000 00:1a 13 /dev/shm/triton_python_backend_shm_region_b (deleted)\n"
+            "7f20-7f30 r-xp 00000000 08:01 14 /usr/lib/libc.so.6\n"
+            "7f30-7f40 rw-p 00000000 00:00 0 \n")
+    assert regions_in_maps(maps) == ("/dev/shm/triton_python_backend_shm_region_a",)
+    remove_triton_shm_regions(["(deleted)", "/etc/hostname"])  # not Triton's: left alone, no error
