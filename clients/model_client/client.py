@@ -214,8 +214,9 @@ def prepare_infer_call(module, protocol: Protocol, interface: ModelInterface, in
                        priority: int = 0, timeout_us: int | None = None,
                        output_names: Sequence[str] | None = None, client_timeout_s: float | None = None) -> InferCall:
     """Wire inputs/outputs and the priority, queue-timeout and (gRPC) deadline arguments."""
-    if isinstance(priority, bool) or not isinstance(priority, numbers.Integral) or priority < 0:  # Triton's is unsigned
-        kind = "" if isinstance(priority, numbers.Integral) and not isinstance(priority, bool) else f" (a {type(priority).__name__})"
+    is_integer = isinstance(priority, numbers.Integral) and not isinstance(priority, bool)
+    if not is_integer or priority < 0:  # Triton's is unsigned
+        kind = "" if is_integer else f" (a {type(priority).__name__})"
         raise RequestRejectedError(f"priority {priority!r}{kind}: expected 0 (the model's default level) or a level 1, 2, ... "
                                    f"(1 = realtime, the highest), an integer.")
     priority = int(priority)  # numpy's integers too (a level read from an array): JSON and protobuf take int

@@ -12,6 +12,8 @@ from pathlib import Path
 
 #: Linux shared memory (tmpfs): where backend stubs keep what the instances of a server share.
 SHARED_MEMORY_DIR = Path("/dev/shm")
+#: Where Triton's shared-memory regions (the Python backend's IPC, one per stub) are named.
+TRITON_REGION_PREFIX = f"{SHARED_MEMORY_DIR}/triton_"
 
 
 def instance_activity_file(model: str, server_pid: int, directory: Path = SHARED_MEMORY_DIR) -> Path:
@@ -47,7 +49,7 @@ def regions_in_maps(maps: str) -> tuple[str, ...]:
         fields = line.split(None, 5)  # address perms offset dev inode [path]
         path = fields[5] if len(fields) == 6 else ""
         # " (deleted)": unlinked already, still mapped (seen while a server exits); not a name to remove
-        if path.startswith(f"{SHARED_MEMORY_DIR}/triton_") and not path.endswith(" (deleted)"):
+        if path.startswith(TRITON_REGION_PREFIX) and not path.endswith(" (deleted)"):
             regions.add(path)
     return tuple(sorted(regions))
 
@@ -63,7 +65,7 @@ def remove_triton_shm_regions(regions: "tuple[str, ...] | list[str]") -> None:
     """Remove regions `triton_shm_regions` listed for a server that is gone (missing ones are fine:
     a server that exits cleanly removes its own)."""
     for region in regions:
-        if not str(region).startswith(f"{SHARED_MEMORY_DIR}/triton_"):
+        if not str(region).startswith(TRITON_REGION_PREFIX):
             continue  # only Triton's regions, whatever a caller passed
         try:
             Path(region).unlink(missing_ok=True)

@@ -19,7 +19,7 @@ from pathlib import Path
 from contracts.errors import ServingError
 from serving.runtime.launcher import with_server_overrides
 from serving.runtime.model_readiness import check_models_loaded
-from serving.runtime.native import REQUEST_GUARD_MAX_INPUT_ENV, preload_environment
+from serving.runtime.native import preload_environment
 from contracts.layout import ARTIFACTS_DIR, MODEL_REPOSITORY, PROJECT_ROOT, RUN_DIR, RunLayout
 from contracts.manifest import Manifest, PartitionEntry, read_manifest
 from contracts.partition_plan import Mechanism, plan_for_this_host
@@ -103,8 +103,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if bind_warning:
         print(f"[serve] {bind_warning}", file=sys.stderr)
     # the servers are started by the supervisor, whose own warning goes to its log only: say it here too
-    own_limit = {name: os.environ[name] for name in (REQUEST_GUARD_MAX_INPUT_ENV,) if name in os.environ}
-    _, native_warning = preload_environment(plan.cond_wait_cap_us, own_limit, gzip_level=plan.http_gzip_level,
+    _, native_warning = preload_environment(plan.cond_wait_cap_us, dict(os.environ), gzip_level=plan.http_gzip_level,
                                             max_input_bytes=plan.max_input_bytes)
     if native_warning:
         print(f"[serve] WARNING: {native_warning}", file=sys.stderr)

@@ -307,9 +307,9 @@ class TritonServerProcess:
                 )
             # noted while it loads too: stopped or crashed before ready, it leaves them behind (3-11 regions
             # of 1 MiB per `serve --timeout` that expired mid-load: a review, 2026-12-07)
-            self.shm_regions = with_mapped_regions(self.shm_regions, self.process.pid)
+            self._note_mapped_regions()
             if server_ready(self.settings.host, self.settings.http_port, self.settings.metrics_port):
-                self.shm_regions = with_mapped_regions(self.shm_regions, self.process.pid)
+                self._note_mapped_regions()
                 return
             time.sleep(0.25)
         self.stop()
@@ -327,7 +327,7 @@ class TritonServerProcess:
         if self.process is None:
             return
         if self.process.poll() is None:
-            self.shm_regions = with_mapped_regions(self.shm_regions, self.process.pid)  # reloads map new ones
+            self._note_mapped_regions()  # reloads map new ones
             stop_server_group(self.process.pid, timeout, stubs_at_stop,  # its group's leftovers too
                               while_waiting=self._note_mapped_regions)  # one still loading maps more
             self.process.wait(timeout=5)
