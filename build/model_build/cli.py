@@ -8,10 +8,11 @@ from pathlib import Path
 
 from model_build.sizing.batch_sizes import apply_measured_batch_size, cmd_size_batches
 from model_build.errors import BuildError
+from model_build.install import install_served
 from model_build.pipeline import BuildPaths, build_model
 from model_build.recipes.registry import recipe_for
 from model_build.reports.build_report import served_rows, write_build_report
-from contracts.rendered_configs import settings_digest, write_rendered_from
+from contracts.rendered_configs import settings_digest
 from contracts.errors import ServingError
 from contracts.partition_plan import plan_for_this_host
 from contracts.serving_spec import ModelSpec, ServingSpec, load_serving_spec
@@ -112,8 +113,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         record, rebuilt = build_model(recipe, model, paths, force=args.force and model.name not in built_now)
         rebuilt = rebuilt or model.name in built_now
         model, serving = apply_measured_batch_size(model, serving, plan, record, paths)
-        installed = recipe.install(model, serving, record, paths.workdir(model.name), paths.repository)
-        write_rendered_from(paths.workdir(model.name), args.config, rendered_settings)  # what `serving serve` checks the config against
+        installed = install_served(recipe, model, serving, record, paths, args.config, rendered_settings)
         state = "built" if rebuilt else "up to date (no work done)"
         print(f"[build] {model.name}: {state}; {served_variant(model, serving)}; installed {', '.join(installed)}")
         records.append(record)

@@ -193,10 +193,9 @@ class ResilientClientBase:
         """The connection to the server that serves `model`. A `url` names the primary models' server;
         a fallback may live elsewhere (its own partition), so the manifest is asked for it first (with
         `url` the fallback went to the primary's server, which did not serve it: never degraded)."""
-        url = self.url
-        if url and self._fallback_only(model) and model_endpoints(model, self.manifest) is not None:
-            url = None
-        url = resolve_url(model, self.protocol, url, self.manifest)
+        listed = model_endpoints(model, self.manifest) if self.url and self._fallback_only(model) else None
+        # resolve_url returns a url it is given without reading the manifest again
+        url = resolve_url(model, self.protocol, self.url if listed is None else listed.url(self.protocol), self.manifest)
         if url not in self._clients:
             self._clients[url] = self._client_factory(url, self.protocol, self._network_timeout_s)
         return self._clients[url]

@@ -10,9 +10,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping
 
+from model_build.install import install_served
 from model_build.pipeline import BuildPaths
 from model_build.sizing.batch_sizing import served_model_spec, size_model_batches, sizing_path
-from contracts.rendered_configs import settings_digest, write_rendered_from
+from contracts.rendered_configs import settings_digest
 from contracts.build_record import BuildRecordError, read_build_record
 from contracts.partition_plan import PartitionPlan
 from contracts.serving_spec import ModelSpec, ServingSpec
@@ -67,6 +68,5 @@ def cmd_size_batches(args) -> int:
         except BuildRecordError as exc:
             raise BuildError(str(exc)) from None
         sized, sized_serving = apply_measured_batch_size(model, serving, plan, record, paths, force=args.force)
-        recipe_for(model.recipe).install(sized, sized_serving, record, paths.workdir(model.name), paths.repository)
-        write_rendered_from(paths.workdir(model.name), args.config, rendered_settings)
+        install_served(recipe_for(model.recipe), sized, sized_serving, record, paths, args.config, rendered_settings)
     return 0

@@ -238,8 +238,8 @@ class TritonServerProcess:
         #: serving.runtime.cpu_shares: the cgroup to join or the niceness, applied before exec
         self.cpu_weight = cpu_weight
         self.process: subprocess.Popen | None = None
-        #: The Python backend's IPC regions, read once the server is ready: removed at `stop`, since a
-        #: server that crashed leaves them behind.
+        #: The Python backend's IPC regions, noted while it starts, when ready, after reloads and while
+        #: it stops (`note_mapped_regions`): removed at `stop`, since a server that crashed leaves them behind.
         self.shm_regions: tuple[str, ...] = ()
 
     @property
@@ -307,9 +307,9 @@ class TritonServerProcess:
                 )
             # noted while it loads too: stopped or crashed before ready, it leaves them behind (3-11 regions
             # of 1 MiB per `serve --timeout` that expired mid-load: a review, 2026-12-07)
-            self._note_mapped_regions()
+            self.note_mapped_regions()
             if server_ready(self.settings.host, self.settings.http_port, self.settings.metrics_port):
-                self._note_mapped_regions()
+                self.note_mapped_regions()
                 return
             time.sleep(0.25)
         self.stop()
@@ -318,7 +318,9 @@ class TritonServerProcess:
             f"Last lines of {self.log_path}:\n{log_tail(self.log_path)}"
         )
 
-    def _note_mapped_regions(self) -> None:
+    def note_mapped_regions(self) -> None:
+        """Add the /dev/shm regions the server maps now to those `stop` removes (a killed server, or one
+        that exits while loading, unmaps regions without unlinking them). Its supervisor calls this too."""
         self.shm_regions = with_mapped_regions(self.shm_regions, self.process.pid)
 
     def stop(self, timeout: float = 20.0, stubs_at_stop: int | None = None) -> None:
@@ -327,9 +329,9 @@ class TritonServerProcess:
         if self.process is None:
             return
         if self.process.poll() is None:
-            self._note_mapped_regions()  # reloads map new ones
+            self.note_mapped_regions()  # reloads map new ones
             stop_server_group(self.process.pid, timeout, stubs_at_stop,  # its group's leftovers too
-                              while_waiting=self._note_mapped_regions)  # one still loading maps more
+                              while_waiting=self.note_mapped_regions)  # one still loading maps more
             self.process.wait(timeout=5)
         else:
             kill_process_group(self.process.pid)  # the stubs of a server that crashed live on otherwise

@@ -57,9 +57,7 @@ from serving.runtime.liveness import LivenessHistory, probe_live, worst_case_det
 from contracts.manifest import write_manifest
 from serving.runtime.model_readiness import model_ready
 from contracts.partition_plan import Mechanism, PartitionPlan, PlannedPartition, plan_for_this_host
-from contracts.shared_memory import (
-    remove_server_shared_files, remove_triton_shm_regions, with_mapped_regions,
-)
+from contracts.shared_memory import remove_server_shared_files, remove_triton_shm_regions
 from contracts.processes import kill_process_group, log_tail, ports_in_use, server_ready
 from serving.runtime.server import TritonServerProcess, find_tritonserver, prepare_backend_dir
 from contracts.serving_spec import load_serving_spec
@@ -186,8 +184,6 @@ class SupervisedPartition:
     in_crash_loop: bool = False
     #: Per-model readiness seen when the server became ready (a model may fail to load alone).
     models_ready: dict[str, bool] = field(default_factory=dict)
-    #: /dev/shm regions the server mapped (Python-backend IPC): a killed server cannot unlink them.
-    shm_regions: tuple[str, ...] = ()
     #: Liveness probes since the server became ready, and the one in flight (a thread-pool future).
     liveness: LivenessHistory = field(default_factory=LivenessHistory)
     probe: Future | None = None
@@ -279,7 +275,7 @@ class Supervisor:
     def _on_down(self, sp: SupervisedPartition, now: float, why: str) -> None:
         pid = sp.process.pid
         if sp.process.process.poll() is None:  # taken down alive: what it maps now (a start-up that hung too)
-            sp.shm_regions = with_mapped_regions(sp.shm_regions, pid)
+            sp.process.note_mapped_regions()
         # The server's Python-backend stubs share its process group: remove them too. A server
         # taken down alive (hung, stopped, failed reload) dies as well: SIGKILL needs no SIGCONT.
         kill_process_group(pid)
@@ -287,8 +283,8 @@ class Supervisor:
             sp.process.process.wait(timeout=5)
         except subprocess.TimeoutExpired:  # uninterruptible sleep (D state): it dies when the I/O returns
             log.error("partition %s: pid %d not dead 5 s after SIGKILL", sp.partition.name, pid)
-        remove_triton_shm_regions(sp.shm_regions)  # a SIGKILLed server leaves its IPC regions behind
-        sp.shm_regions = ()
+        remove_triton_shm_regions(sp.process.shm_regions)  # a SIGKILLed server leaves its IPC regions behind
+        sp.process.shm_regions = ()
         remove_server_shared_files(pid)
         sp.last_exit = why
         sp.stubs.server_down()
@@ -363,7 +359,7 @@ class Supervisor:
         if restart_because:
             self._on_down(sp, now, restart_because)
         elif changed:  # a reload's new instances mapped new IPC regions: a later SIGKILL must free them too
-            sp.shm_regions = with_mapped_regions(sp.shm_regions, sp.process.pid)
+            sp.process.note_mapped_regions()
         return changed or bool(restart_because)
 
     def _check_stable(self, sp: SupervisedPartition, now: float) -> bool:
@@ -424,13 +420,13 @@ class Supervisor:
                 elif sp.state is PartitionState.STARTING:
                     # noted while it loads: one stopped before ready unmaps some as it exits, without
                     # unlinking them (3-11 regions of 1 MiB per `serve --timeout` that expired mid-load)
-                    sp.shm_regions = with_mapped_regions(sp.shm_regions, sp.process.pid)
+                    sp.process.note_mapped_regions()
                     if server_ready(sp.partition.host, sp.partition.http_port, sp.partition.metrics_port, timeout=0.5):
                         sp.state, sp.ready_since = PartitionState.READY, now
                         sp.liveness, sp.probe = LivenessHistory(), None
                         part = sp.partition
                         sp.models_ready = {m: model_ready(part.host, part.http_port, m, timeout_s=2.0) for m in part.models}
-                        sp.shm_regions = with_mapped_regions(sp.shm_regions, sp.process.pid)
+                        sp.process.note_mapped_regions()
                         self._watch_stubs(sp)
                         not_ready = [m for m, ok in sp.models_ready.items() if not ok]
                         log.log(logging.WARNING if not_ready else logging.INFO, "partition %s: ready (pid %d)%s", part.name,
@@ -463,7 +459,7 @@ class Supervisor:
         running = [sp for sp in self.parts.values() if sp.process and sp.process.process and sp.process.process.poll() is None]
         stubs = {sp.partition.name: len(scan_stubs(sp.process.pid)) for sp in running}  # before they start exiting
         for sp in running:  # what each maps before SIGTERM (an exit mid-load unmaps regions it never unlinks)
-            sp.process.shm_regions = with_mapped_regions((*sp.process.shm_regions, *sp.shm_regions), sp.process.pid)
+            sp.process.note_mapped_regions()
         for sp in running:  # SIGTERM all first so they shut down in parallel
             try:
                 os.killpg(sp.process.pid, signal.SIGTERM)
