@@ -68,3 +68,39 @@ def save(model, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     onnx.save(model, str(path))
     return path
+
+
+def dense_model(seed: int = 0, kind: str = "dense"):
+    """features FP32 [B, 3] -> scores FP32 [B, 2] = features @ W + b (W, b drawn from `seed`): a graph
+    anyone could bring (recipe `onnx_file`). Other `kind`s are what that recipe must refuse:
+    "fixed_batch" (batch axis 1, not dynamic), "variable_axis" (features [B, N], any N: N is summed
+    to scores [B, 2]), "rows_interact" (scores [B, 3] = each row minus the batch's mean row, so a row's
+    answer depends on its batch mates)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(seed)
+    weights, bias = rng.standard_normal((3, 2)).astype(np.float32), rng.standard_normal(2).astype(np.float32)
+    inits = [numpy_helper.from_array(weights, "W"), numpy_helper.from_array(bias, "b"),
+             numpy_helper.from_array(np.array([0], np.int64), "axis0"),
+             numpy_helper.from_array(np.array([1], np.int64), "axis1"), numpy_helper.from_array(np.ones((1, 2), np.float32), "twos")]
+    batch, features, width = ("batch", 3, 2)
+    if kind == "rows_interact":
+        nodes = [helper.make_node("ReduceMean", ["features", "axis0"], ["mean"], keepdims=1),
+                 helper.make_node("Sub", ["features", "mean"], ["scores"])]
+        width = 3
+    elif kind == "variable_axis":
+        nodes = [helper.make_node("ReduceSum", ["features", "axis1"], ["total"], keepdims=1),
+                 helper.make_node("Mul", ["total", "twos"], ["scores"])]
+        features = "n"
+    else:
+        nodes = [helper.make_node("MatMul", ["features", "W"], ["projected"]),
+                 helper.make_node("Add", ["projected", "b"], ["scores"])]
+        batch = 1 if kind == "fixed_batch" else batch
+    graph = helper.make_graph(
+        nodes, f"{kind}_model", [helper.make_tensor_value_info("features", TensorProto.FLOAT, [batch, features])],
+        [helper.make_tensor_value_info("scores", TensorProto.FLOAT, [batch, width])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model

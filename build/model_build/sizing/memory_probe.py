@@ -39,15 +39,24 @@ def _reset_peak_rss() -> bool:
         return False
 
 
+def numpy_dtype(onnx_type: str) -> str:
+    """The numpy dtype name of an ONNX Runtime input type such as "tensor(float)"."""
+    dtype = _ONNX_NUMPY.get(onnx_type)
+    if dtype is None:
+        raise ValueError(f"type {onnx_type}; supported {sorted(_ONNX_NUMPY)}")
+    return dtype
+
+
 def synthetic_feeds(session, batch: int, variable_dim: int):
     import numpy as np
 
     rng = np.random.default_rng(0)
     feeds = {}
     for arg in session.get_inputs():
-        dtype = _ONNX_NUMPY.get(arg.type)
-        if dtype is None:
-            raise SystemExit(f"memory_probe: input {arg.name} has type {arg.type}; supported {sorted(_ONNX_NUMPY)}")
+        try:
+            dtype = numpy_dtype(arg.type)
+        except ValueError as exc:
+            raise SystemExit(f"memory_probe: input {arg.name} has {exc}") from None
         dims = [batch] + [d if isinstance(d, int) and d > 0 else variable_dim for d in arg.shape[1:]]
         if dtype.startswith("float"):
             feeds[arg.name] = rng.standard_normal(dims).astype(dtype)

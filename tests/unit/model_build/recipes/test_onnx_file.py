@@ -1,0 +1,96 @@
+"""Recipe `onnx_file` (an ONNX file the user brings): the checks that keep a file the backend cannot
+serve, or whose answers batching would change, out of the repository; the config it renders.
+Real graphs (onnx.helper) in the real ONNX Runtime; no server."""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from contracts.model_config import read_model_config
+from contracts.serving_spec import ModelSpec, Variant, load_serving_spec
+from model_build.errors import BuildError
+from model_build.pipeline import build_fingerprint
+from model_build.recipes.digits import install_onnx_model
+from model_build.recipes.onnx_file import build_onnx_file, check_onnx_file_options
+from model_build.recipes.registry import recipe_for
+from tiny_onnx_models import dense_model, save
+
+PROJECT_ROOT = Path(__file__).resolve().parents[4]
+
+
+def _model(path: Path, **options) -> ModelSpec:
+    return ModelSpec("mine", "onnx_file", partition="main", max_batch_size=32, instance_count=2,
+                     options={"path": str(path), **options})
+
+
+def test_a_dense_graph_is_copied_checked_and_rendered_with_the_served_models_batching(tmp_path):
+    source = save(dense_model(), tmp_path / "mine.onnx")
+    model = _model(source)
+    record = build_onnx_file(model, tmp_path / "work")
+    assert (tmp_path / "work" / record["served_file"]).read_bytes() == source.read_bytes()
+    assert record["batching_check"]["max_abs_diff"] <= record["batching_check"]["tolerance"]
+    assert record["tensors"]["inputs"] == {"features": ["TYPE_FP32", -1, 3]}
+
+    serving = load_serving_spec(PROJECT_ROOT / "model_repository" / "serving.toml")
+    serving = dataclasses.replace(serving, models=(*serving.models, model))
+    install_onnx_model(model, serving, record, tmp_path / "work", tmp_path / "repo")
+    config = read_model_config(tmp_path / "repo" / "mine")
+    assert config.backend == "onnxruntime_cpu" and config.max_batch_size == 32
+    assert [(t.name, list(t.dims)) for t in config.input] == [("features", [3])]
+    assert [(t.name, list(t.dims)) for t in config.output] == [("scores", [2])]
+    assert config.dynamic_batching.priority_levels == len(serving.priorities)  # the served models' levels and policies
+    assert len(config.instance_group) == 2 and config.model_warmup
+
+
+def test_a_changed_file_under_the_same_name_is_a_new_build(tmp_path):
+    path = save(dense_model(seed=0), tmp_path / "mine.onnx")
+    recipe = recipe_for("onnx_file")
+    before = build_fingerprint(recipe, _model(path))
+    save(dense_model(seed=1), path)
+    assert build_fingerprint(recipe, _model(path)) != before
+
+
+@pytest.mark.parametrize("options, variant, expected", [
+    ({"path": "x.onnx", "bogus": 1}, Variant.FP32, "unknown keys ['bogus']"),
+    ({}, Variant.FP32, "options.path` = None: expected the path of an ONNX file"),
+    ({"path": "no/such/file.onnx"}, Variant.FP32, "is not a file; expected an ONNX file"),
+    ({"path": "SOURCE"}, Variant.INT8_MIXED, "serves the file as given; expected \"fp32\""),
+    ({"path": "SOURCE", "batch_tolerance": 0}, Variant.FP32, "batch_tolerance` = 0: expected a number > 0"),
+    ({"path": "SOURCE", "seed": -1}, Variant.FP32, "seed` = -1: expected an integer >= 0"),
+])
+def test_options_are_checked_before_anything_is_built(tmp_path, options, variant, expected):
+    source = save(dense_model(), tmp_path / "mine.onnx")
+    options = {k: (str(source) if v == "SOURCE" else v) for k, v in options.items()}
+    with pytest.raises(BuildError, match=expected.replace("[", r"\[").replace("]", r"\]")):
+        check_onnx_file_options(ModelSpec("mine", "onnx_file", variant=variant, options=options))
+
+
+def test_a_relative_path_is_read_from_the_checkout(tmp_path):
+    with pytest.raises(BuildError, match=str(PROJECT_ROOT / "models" / "absent.onnx")):
+        check_onnx_file_options(ModelSpec("mine", "onnx_file", options={"path": "models/absent.onnx"}))
+
+
+@pytest.mark.parametrize("kind, expected", [
+    ("fixed_batch", r"expected a dynamic first \(batch\) axis"),
+    ("variable_axis", "have a variable axis after the batch axis; expected fixed dims after it"),
+    ("rows_interact", r"answers differently inside a batch of 4 than alone"),
+])
+def test_graphs_the_backend_cannot_serve_as_they_are_fail_the_build_with_the_reason(tmp_path, kind, expected):
+    source = save(dense_model(kind=kind), tmp_path / f"{kind}.onnx")
+    with pytest.raises(BuildError, match=expected):
+        build_onnx_file(_model(source), tmp_path / "work")
+
+
+def test_the_batching_check_compares_every_row_alone_with_the_batch(tmp_path):
+    """A graph whose rows interact (each row minus the batch mean) answers a lone row with zeros."""
+    import onnxruntime as ort
+
+    from model_build.recipes.onnx_file import batching_error
+
+    session = ort.InferenceSession(str(save(dense_model(kind="rows_interact"), tmp_path / "m.onnx")))
+    rows = np.arange(12, dtype=np.float32).reshape(4, 3)
+    assert batching_error(session, {"features": rows}) == pytest.approx(4.5)
+    assert batching_error(session, {"features": rows[:1]}) == 0.0
