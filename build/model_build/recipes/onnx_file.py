@@ -18,8 +18,8 @@ What the build checks, so that a file the backend cannot serve fails here with a
 at load time or, worse, answering wrongly under load:
 - onnx.checker passes, and ONNX Runtime opens the graph;
 - every input and output has a dynamic first (batch) axis and fixed dims after it (the backend
-  concatenates requests along the batch axis; a variable axis would be padded to the batch's longest
-  request, which changes the answers of a model that does not mask its padding);
+  concatenates requests along the batch axis; it reads a variable axis as a token sequence, padded
+  with its mask, and the memory sizing, warm-up samples and request byte bound need a length);
 - batching does not change answers: synthetic rows run alone and as one batch agree within
   `batch_tolerance` (a graph whose rows interact, e.g. a batch-norm exported in training mode,
   would answer a request differently depending on its batch mates);
@@ -99,9 +99,10 @@ def servable_specs(model_name: str, onnx_path: Path):
     variable = {t.name: [-1, *t.dims] for t in (*inputs, *outputs) if any(d < 0 for d in t.dims)}
     if variable:
         raise BuildError(f"{model_name}: tensors {variable} have a variable axis after the batch axis; expected fixed "
-                         f"dims after it (export with static shapes). The backend would pad requests of different "
-                         f"lengths to the batch's longest, which changes the answers of a graph that does not mask "
-                         f"its padding (the text recipes serve token inputs with their masks).")
+                         f"dims after it (export with static shapes). The backend reads a variable axis as a token "
+                         f"sequence (every such input of a request the same length, padded with its mask inside a "
+                         f"batch), and the memory sizing, warm-up samples and request byte bound need a length: only "
+                         f"the text recipes, which know their tokens and masks, serve one.")
     return inputs, outputs
 
 
