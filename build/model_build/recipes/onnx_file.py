@@ -42,6 +42,7 @@ from contracts.model_config import tensor_specs_from_onnx
 from contracts.serving_spec import ModelSpec, Variant
 from model_build.errors import BuildError
 from model_build.onnx_export.export import check_onnx, onnxruntime_session
+from model_build.sizing.memory_probe import synthetic_feeds
 
 SERVED_ONNX = "fp32.onnx"
 #: Rows of synthetic input run alone and as one batch (`batching_error`).
@@ -106,24 +107,6 @@ def servable_specs(model_name: str, onnx_path: Path):
     return inputs, outputs
 
 
-def synthetic_rows(session, rows: int, seed: int) -> dict[str, np.ndarray]:
-    """Rows of every input: floats from a normal distribution, integers 0 (a valid index for any
-    lookup table), booleans False."""
-    from model_build.sizing.memory_probe import numpy_dtype
-
-    rng = np.random.default_rng(seed)
-    feeds = {}
-    for arg in session.get_inputs():
-        try:
-            dtype = numpy_dtype(arg.type)
-        except ValueError as exc:
-            raise BuildError(f"input '{arg.name}' has {exc}.") from None
-        dims = [rows, *arg.shape[1:]]
-        feeds[arg.name] = (rng.standard_normal(dims).astype(dtype) if np.issubdtype(dtype, np.floating)
-                           else np.zeros(dims, dtype=dtype))
-    return feeds
-
-
 def batching_error(session, feeds: dict[str, np.ndarray]) -> float:
     """Max |difference| over every output between each row run alone and all rows as one batch:
     what a request would see alone and inside a dynamic batch."""
@@ -146,7 +129,10 @@ def build_onnx_file(model: ModelSpec, workdir: Path) -> dict[str, Any]:
         session = onnxruntime_session(served)
     except Exception as exc:  # onnxruntime raises its own types
         raise BuildError(f"{model.name}: ONNX Runtime cannot open {source}: {str(exc).strip()[:400]}") from None
-    feeds = synthetic_rows(session, CHECK_ROWS, int(model.options.get("seed", 0)))
+    try:
+        feeds = synthetic_feeds(session, CHECK_ROWS, variable_dim=1, seed=int(model.options.get("seed", 0)))
+    except ValueError as exc:
+        raise BuildError(f"{model.name}: {exc}.") from None
     try:
         error = batching_error(session, feeds)
     except Exception as exc:  # a graph that needs other inputs than its declared shapes say

@@ -39,28 +39,23 @@ def _reset_peak_rss() -> bool:
         return False
 
 
-def numpy_dtype(onnx_type: str) -> str:
-    """The numpy dtype name of an ONNX Runtime input type such as "tensor(float)"."""
-    dtype = _ONNX_NUMPY.get(onnx_type)
-    if dtype is None:
-        raise ValueError(f"type {onnx_type}; supported {sorted(_ONNX_NUMPY)}")
-    return dtype
-
-
-def synthetic_feeds(session, batch: int, variable_dim: int):
+def synthetic_feeds(session, batch: int, variable_dim: int, seed: int = 0):
+    """`batch` rows of every input of an ONNX Runtime session: floats from a normal distribution,
+    integers and booleans 1 (valid token ids, all-ones masks, an index of any table of 2 rows or more),
+    a variable axis `variable_dim` long. Raises ValueError naming an input of a type it cannot fill.
+    Also the `onnx_file` recipe's inputs for its batching check."""
     import numpy as np
 
-    rng = np.random.default_rng(0)
+    rng = np.random.default_rng(seed)
     feeds = {}
     for arg in session.get_inputs():
-        try:
-            dtype = numpy_dtype(arg.type)
-        except ValueError as exc:
-            raise SystemExit(f"memory_probe: input {arg.name} has {exc}") from None
+        dtype = _ONNX_NUMPY.get(arg.type)
+        if dtype is None:
+            raise ValueError(f"input '{arg.name}' has type {arg.type}; supported {sorted(_ONNX_NUMPY)}")
         dims = [batch] + [d if isinstance(d, int) and d > 0 else variable_dim for d in arg.shape[1:]]
         if dtype.startswith("float"):
             feeds[arg.name] = rng.standard_normal(dims).astype(dtype)
-        else:  # token ids / masks: ones are valid everywhere
+        else:
             feeds[arg.name] = np.ones(dims, dtype=dtype)
     return feeds
 
@@ -95,7 +90,10 @@ def measure(onnx: str, batch: int, threads: int, variable_dim: int, device: str,
     peak_reset = _reset_peak_rss()
     started = time.perf_counter()
     session = served_session(onnx, threads, providers)  # what the backend opens, on the device it serves on
-    feeds = synthetic_feeds(session, batch, variable_dim)
+    try:
+        feeds = synthetic_feeds(session, batch, variable_dim)
+    except ValueError as exc:
+        raise SystemExit(f"memory_probe: {exc}") from None
     for _ in range(runs):
         session.run(None, feeds)
     seconds = (time.perf_counter() - started) / runs
