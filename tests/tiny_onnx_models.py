@@ -75,7 +75,9 @@ def dense_model(seed: int = 0, kind: str = "dense"):
     anyone could bring (recipe `onnx_file`). Other `kind`s are what that recipe must refuse:
     "fixed_batch" (batch axis 1, not dynamic), "variable_axis" (features [B, N], any N: N is summed
     to scores [B, 2]), "rows_interact" (scores [B, 3] = each row minus the batch's mean row, so a row's
-    answer depends on its batch mates)."""
+    answer depends on its batch mates), "flat_rows" (scores [B*3, 1]: the features flattened, declared
+    with a symbolic first axis that is not the batch), "batch_only" (scores [B]: the row sums),
+    "nan_at_zero" (scores = features / their L2 norm, no epsilon: NaN for the all-zero warm-up row)."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
@@ -85,9 +87,20 @@ def dense_model(seed: int = 0, kind: str = "dense"):
              numpy_helper.from_array(np.array([0], np.int64), "axis0"),
              numpy_helper.from_array(np.array([1], np.int64), "axis1"), numpy_helper.from_array(np.ones((1, 2), np.float32), "twos")]
     batch, features, width = ("batch", 3, 2)
+    batch_out = None
     if kind == "rows_interact":
         nodes = [helper.make_node("ReduceMean", ["features", "axis0"], ["mean"], keepdims=1),
                  helper.make_node("Sub", ["features", "mean"], ["scores"])]
+        width = 3
+    elif kind == "flat_rows":
+        inits.append(numpy_helper.from_array(np.array([-1, 1], np.int64), "column"))
+        nodes = [helper.make_node("Reshape", ["features", "column"], ["scores"])]
+        batch_out, width = "flat", 1
+    elif kind == "batch_only":
+        nodes = [helper.make_node("ReduceSum", ["features", "axis1"], ["scores"], keepdims=0)]
+    elif kind == "nan_at_zero":
+        nodes = [helper.make_node("ReduceL2", ["features", "axis1"], ["norm"], keepdims=1),
+                 helper.make_node("Div", ["features", "norm"], ["scores"])]
         width = 3
     elif kind == "variable_axis":
         nodes = [helper.make_node("ReduceSum", ["features", "axis1"], ["total"], keepdims=1),
@@ -99,7 +112,49 @@ def dense_model(seed: int = 0, kind: str = "dense"):
         batch = 1 if kind == "fixed_batch" else batch
     graph = helper.make_graph(
         nodes, f"{kind}_model", [helper.make_tensor_value_info("features", TensorProto.FLOAT, [batch, features])],
-        [helper.make_tensor_value_info("scores", TensorProto.FLOAT, [batch, width])], inits)
+        [helper.make_tensor_value_info("scores", TensorProto.FLOAT,
+                                       [batch] if kind == "batch_only" else [batch_out or batch, width])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
+def ids_interact_model():
+    """ids INT64 [B, 2] (table of 4 rows) -> scores FP32 [B, 2] = embedding(ids) summed over the ids,
+    minus the batch's mean: rows interact only through an integer input (what a recommender exported
+    with training-mode batch statistics does)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    table = np.arange(8, dtype=np.float32).reshape(4, 2)
+    inits = [numpy_helper.from_array(table, "table"), numpy_helper.from_array(np.array([0], np.int64), "axis0"),
+             numpy_helper.from_array(np.array([1], np.int64), "axis1")]
+    nodes = [helper.make_node("Gather", ["table", "ids"], ["rows"], axis=0),
+             helper.make_node("ReduceSum", ["rows", "axis1"], ["summed"], keepdims=0),
+             helper.make_node("ReduceMean", ["summed", "axis0"], ["mean"], keepdims=1),
+             helper.make_node("Sub", ["summed", "mean"], ["scores"])]
+    graph = helper.make_graph(nodes, "ids_interact", [helper.make_tensor_value_info("ids", TensorProto.INT64, ["batch", 2])],
+                              [helper.make_tensor_value_info("scores", TensorProto.FLOAT, ["batch", 2])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
+def mask_weighted_model(mask_name: str = "pixel_mask", mask_type: int | None = None):
+    """features FP32 [B, 3] and `mask_name` [B, 3] (INT64, or `mask_type`) -> scores FP32 [B, 3] =
+    features * mask: a `*mask` input that is a weight (any value), not a 0/1 token mask."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    mask_type = TensorProto.INT64 if mask_type is None else mask_type
+    nodes = [helper.make_node("Cast", [mask_name], ["weight"], to=TensorProto.FLOAT),
+             helper.make_node("Mul", ["features", "weight"], ["scores"])]
+    graph = helper.make_graph(nodes, "mask_weighted",
+                              [helper.make_tensor_value_info("features", TensorProto.FLOAT, ["batch", 3]),
+                               helper.make_tensor_value_info(mask_name, mask_type, ["batch", 3])],
+                              [helper.make_tensor_value_info("scores", TensorProto.FLOAT, ["batch", 3])])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
     model.ir_version = 8
     onnx.checker.check_model(model)

@@ -6,9 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
+from contracts.model_config import render_onnx_cpu_config, tensor_specs_from_onnx, write_model_config
 from contracts.rendered_configs import write_rendered_from
+from contracts.sequence_buckets import MASK_INPUTS_PARAMETER
 from contracts.serving_spec import ModelSpec, ServingSpec
-from model_build.pipeline import BuildPaths, Recipe
+from model_build.pipeline import BuildPaths, Recipe, install_file
+from model_build.recipes.onnx_file import mask_inputs
 
 
 def install_served(recipe: Recipe, model: ModelSpec, serving: ServingSpec, record: Mapping[str, Any], paths: BuildPaths,
@@ -22,3 +25,22 @@ def install_served(recipe: Recipe, model: ModelSpec, serving: ServingSpec, recor
     installed = recipe.install(model, serving, record, paths.workdir(model.name), paths.repository)
     write_rendered_from(paths.workdir(model.name), config, rendered_settings)
     return installed
+
+
+def install_onnx_model(model: ModelSpec, serving: ServingSpec, record: Mapping[str, Any], workdir: Path, repository: Path,
+                       extra_parameters: Mapping[str, str] | None = None) -> list[str]:
+    """Copy the served variant to <repo>/<model>/1/model.onnx and render its config from the graph."""
+    served = workdir / record["served_file"]
+    model_dir = repository / model.name
+    onnx_dest = model_dir / "1" / "model.onnx"
+    install_file(served, onnx_dest)
+    inputs, outputs = tensor_specs_from_onnx(onnx_dest)
+    write_model_config(model_dir, render_onnx_cpu_config(model, serving, inputs, outputs, extra_parameters=extra_parameters))
+    return [model.name]
+
+
+def install_onnx_file(model: ModelSpec, serving: ServingSpec, record: Mapping[str, Any], workdir: Path,
+                      repository: Path) -> list[str]:
+    """A brought ONNX file (recipe onnx_file), with the backend told exactly which inputs are 0/1 masks."""
+    return install_onnx_model(model, serving, record, workdir, repository,
+                              extra_parameters={MASK_INPUTS_PARAMETER: ",".join(mask_inputs(model))})

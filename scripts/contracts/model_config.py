@@ -18,7 +18,7 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as pb
 
 from contracts.errors import ConfigError
-from contracts.sequence_buckets import LENGTH_INPUT_PARAMETER, MAX_LENGTH_PARAMETER, is_mask_input
+from contracts.sequence_buckets import MAX_LENGTH_PARAMETER, mask_input_names
 from contracts.serving_spec import Device, ModelSpec, ServingSpec, backend_parameter_strings
 
 #: ONNX TensorProto element type name -> Triton data type.
@@ -157,7 +157,7 @@ def render_warmup(inputs: Sequence[TensorSpec], batch_sizes: Sequence[int], vari
     for batch in batch_sizes:
         sample = pb.ModelWarmup(name=f"warmup_batch_{batch}", batch_size=batch)
         for t in inputs:
-            dims = [variable_dim if d < 0 else d for d in t.dims]
+            dims = _warmup_dims(t, variable_dim)
             entry = sample.inputs[t.name]
             entry.data_type = data_type(t.data_type)
             entry.dims.extend(dims)
@@ -169,6 +169,27 @@ def render_warmup(inputs: Sequence[TensorSpec], batch_sizes: Sequence[int], vari
                 entry.zero_data = True
         samples.append(sample)
     return samples
+
+
+def _warmup_dims(tensor: TensorSpec, variable_dim: int) -> list[int]:
+    return [variable_dim if d < 0 else d for d in tensor.dims]
+
+
+def warmup_ones_inputs(inputs: Sequence[TensorSpec], parameters: Mapping[str, str]) -> list[str]:
+    """The inputs a warm-up sample fills with ones: the integer 0/1 masks (contracts.sequence_buckets.
+    mask_input_names, what the backend's contract checks); every other input gets zeros."""
+    masks = mask_input_names([t.name for t in inputs], parameters)
+    return [t.name for t in inputs if t.data_type in INTEGER_TYPES and t.name in masks]
+
+
+def warmup_feeds(inputs: Sequence[TensorSpec], batch: int, ones_inputs: Collection[str],
+                 variable_dim: int = 16) -> dict[str, np.ndarray]:
+    """What `render_warmup`'s sample of `batch` rows sends, as arrays (TYPE_STRING inputs, sent as
+    random data, are left out): for a build to run in process before Triton does at load, since a
+    warm-up answered with an error fails the load (and can crash Triton 2.51)."""
+    return {t.name: (np.ones if t.name in ones_inputs else np.zeros)([batch, *_warmup_dims(t, variable_dim)],
+                                                                     dtype=TRITON_TO_NUMPY_DTYPE[t.data_type])
+            for t in inputs if t.data_type != "TYPE_STRING"}
 
 
 def set_parameters(config: pb.ModelConfig, parameters: Mapping[str, str]) -> None:
@@ -231,8 +252,7 @@ def _render_batched_model(backend: str, model: ModelSpec, serving: ServingSpec, 
                           outputs: Sequence[TensorSpec], parameters: Mapping[str, str], ragged_inputs: bool = False) -> pb.ModelConfig:
     """What every batched model's config holds: the dynamic batcher with the priority levels and
     queue policies, the instances, the backend's parameters and warmup at batch 1 and the max."""
-    length_input = parameters.get(LENGTH_INPUT_PARAMETER, "")
-    masks = [t.name for t in inputs if t.data_type in INTEGER_TYPES and is_mask_input(t.name, [length_input])]
+    masks = warmup_ones_inputs(inputs, parameters)
     config = pb.ModelConfig(
         name=model.name, backend=backend, max_batch_size=model.max_batch_size,
         input=[model_input(t, ragged=ragged_inputs) for t in inputs], output=[model_output(t) for t in outputs],

@@ -35,6 +35,23 @@ MASK_SUFFIX = "mask"
 SMALLEST_BUCKET = 16
 
 
+#: The config parameter listing a model's 0/1 mask inputs exactly (comma-separated; may be empty). A
+#: model whose config sets it gets the mask rule on those inputs only, not by the naming rule: a model
+#: brought as an ONNX file (recipe `onnx_file`) may name a weight or a True-is-padding mask `*mask`.
+MASK_INPUTS_PARAMETER = "mask_inputs"
+
+
+def mask_input_names(input_names: Iterable[str], parameters: Mapping[str, str]) -> frozenset[str]:
+    """The 0/1 mask inputs of a model, from its config parameters: exactly `mask_inputs` where set,
+    else the naming rule (`is_mask_input`). One answer for the backend's input contract and for the
+    warm-up data the config renders (ones for masks), which must agree."""
+    explicit = parameters.get(MASK_INPUTS_PARAMETER)
+    if explicit is not None:
+        return frozenset(name.strip() for name in str(explicit).split(",") if name.strip())
+    length_input = parameters.get(LENGTH_INPUT_PARAMETER, "")
+    return frozenset(name for name in input_names if is_mask_input(name, [length_input] if length_input else []))
+
+
 def is_mask_input(name: str, mask_inputs: Iterable[str] = ()) -> bool:
     """The 0/1-mask naming rule: named by the backend's `sequence_length_input`, or ending in `mask`.
     Here, not beside the config rendering that also uses it, because the backend stub imports it and

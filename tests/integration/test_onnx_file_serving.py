@@ -16,28 +16,40 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def own_model_server(tmp_path_factory):
+    from contracts.model_config import TensorSpec, render_onnx_cpu_config, write_model_config
     from contracts.serving_spec import ModelSpec, load_serving_spec
-    from model_build.recipes.digits import install_onnx_model
+    from model_build.install import install_onnx_file
     from model_build.recipes.onnx_file import build_onnx_file
-    from tiny_onnx_models import dense_model, save
+    from tiny_onnx_models import dense_model, mask_weighted_model, save
 
     from conftest import start_test_server
 
     workdir = tmp_path_factory.mktemp("own_model")
     source = save(dense_model(seed=3), workdir / "brought" / "mine.onnx")
-    model = ModelSpec("mine", "onnx_file", partition="main", max_batch_size=32, instance_count=2,
-                      options={"path": str(source)})
+    brought = [ModelSpec("mine", "onnx_file", partition="main", max_batch_size=32, instance_count=2,
+                         options={"path": str(source)}),
+               ModelSpec("weighted", "onnx_file", partition="main", max_batch_size=32,
+                         options={"path": str(save(mask_weighted_model(), workdir / "brought" / "weighted.onnx"))})]
     serving = load_serving_spec(PROJECT_ROOT / "model_repository" / "serving.toml")
-    serving = dataclasses.replace(serving, models=(*serving.models, model))
-    record = build_onnx_file(model, workdir / "artifacts")
-    install_onnx_model(model, serving, record, workdir / "artifacts", workdir / "repository")
-    server = start_test_server(workdir, ("mine",), repository=workdir / "repository")
+    serving = dataclasses.replace(serving, models=(*serving.models, *brought))
+    for model in brought:
+        record = build_onnx_file(model, workdir / "artifacts" / model.name)
+        install_onnx_file(model, serving, record, workdir / "artifacts" / model.name, workdir / "repository")
+    # a graph the build refuses (flattened output rows), installed by hand: the backend's own guard
+    save(dense_model(kind="flat_rows"), workdir / "repository" / "flat" / "1" / "model.onnx")
+    flat = dataclasses.replace(brought[0], name="flat", instance_count=1, max_queue_delay_microseconds=20000)
+    inputs = (TensorSpec("features", "TYPE_FP32", (3,)),)
+    config = render_onnx_cpu_config(flat, dataclasses.replace(serving, models=(*serving.models, flat)), inputs,
+                                    (TensorSpec("scores", "TYPE_FP32", (1,)),))
+    config.ClearField("model_warmup")  # answered with the error below, a warm-up crashes Triton 2.51 at load
+    write_model_config(workdir / "repository" / "flat", config)
+    server = start_test_server(workdir, ("mine", "weighted", "flat"), repository=workdir / "repository")
     yield server, source
     server.process.stop()
 
 
-def _call(server, protocol: str, rows: np.ndarray, priority: int):
-    from tritonclient.utils import InferenceServerException
+def _call(server, protocol: str, rows: np.ndarray, priority: int, model: str = "mine", **more: np.ndarray):
+    from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
     if protocol == "http":
         import tritonclient.http as triton
@@ -45,10 +57,12 @@ def _call(server, protocol: str, rows: np.ndarray, priority: int):
     else:
         import tritonclient.grpc as triton
         client = triton.InferenceServerClient(server.grpc_url)
-    tensor = triton.InferInput("features", list(rows.shape), "FP32")
-    tensor.set_data_from_numpy(rows)
+    tensors = []
+    for name, array in {"features": rows, **more}.items():
+        tensors.append(triton.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype)))
+        tensors[-1].set_data_from_numpy(array)
     try:
-        return client.infer("mine", [tensor], priority=priority).as_numpy("scores")
+        return client.infer(model, tensors, priority=priority).as_numpy("scores")
     except InferenceServerException as exc:
         return exc
     finally:
@@ -82,4 +96,29 @@ def test_co_batched_requests_get_their_own_rows_answers_and_a_bad_one_is_refused
     stats = settled_model_stats(server.http_url, "mine", counted, counted(before) + 3 * len(calls))
     executions = int(stats["execution_count"]) - int(before["execution_count"])
     assert executions < 3 * len(calls), "no two requests were batched together: the test exercised no batching"
+    assert server.process.process.poll() is None
+
+
+def test_a_brought_models_mask_named_input_is_data_unless_declared_a_mask(own_model_server):
+    """`pixel_mask` of a brought graph is a weight (values 0-3): answered, not refused as a 0/1 mask."""
+    server, _ = own_model_server
+    features = np.ones((1, 3), np.float32)
+    weights = np.array([[0, 3, 1]], np.int64)
+    for protocol in ("http", "grpc"):
+        result = _call(server, protocol, features, 2, "weighted", pixel_mask=weights)
+        np.testing.assert_array_equal(result, [[0.0, 3.0, 1.0]])
+
+
+def test_a_model_whose_output_rows_are_not_the_batch_never_hands_one_request_anothers_rows(own_model_server):
+    """A flattened output ([B*3, 1]) split per request gave each request another's values (a review,
+    2026-12-07); served now, every request gets the model's error and nobody's rows."""
+    from tritonclient.utils import InferenceServerException
+
+    server, _ = own_model_server
+    calls = [(("http", "grpc")[i % 2], np.full((1, 3), float(i), np.float32), 2, "flat") for i in range(12)]
+    with ThreadPoolExecutor(len(calls)) as pool:
+        results = list(pool.map(lambda c: _call(server, *c), calls))
+    for result in results:
+        assert isinstance(result, InferenceServerException), result
+        assert "model cannot answer batched requests" in result.message() and "first axis is not the batch" in result.message()
     assert server.process.process.poll() is None

@@ -11,9 +11,7 @@ from model_build.data import digits
 from model_build.int8.calibration import calibration_set, feed_batches_from_rows
 from model_build.errors import BuildError
 from model_build.onnx_export.export import compare_with_framework, onnx_from_torch, onnxruntime_session, run_onnxruntime_batched
-from model_build.pipeline import install_file
-from contracts.model_config import render_onnx_cpu_config, tensor_specs_from_onnx, write_model_config
-from contracts.serving_spec import ModelSpec, ServingSpec, Variant
+from contracts.serving_spec import ModelSpec, Variant
 
 FP32_ONNX = "fp32.onnx"
 TEST_SPLIT = "test_split.npz"
@@ -138,17 +136,6 @@ def build_digits_int8_mixed(model: ModelSpec, workdir: Path, fp32_path: Path, sp
 
     settings = Int8Settings.from_options(model.options)
     return build_int8_mixed(digits_int8_inputs(model, workdir, fp32_path, settings, splits), settings)
-
-
-def install_onnx_model(model: ModelSpec, serving: ServingSpec, record: dict[str, Any], workdir: Path, repository: Path) -> list[str]:
-    """Copy the served variant to <repo>/<model>/1/model.onnx and render its config from the graph."""
-    served = workdir / record["served_file"]
-    model_dir = repository / model.name
-    onnx_dest = model_dir / "1" / "model.onnx"
-    install_file(served, onnx_dest)
-    inputs, outputs = tensor_specs_from_onnx(onnx_dest)
-    write_model_config(model_dir, render_onnx_cpu_config(model, serving, inputs, outputs))
-    return [model.name]
 
 
 def digits_test_accuracy(onnx_path: Path, test_split: Path) -> float:

@@ -9,36 +9,38 @@
 
 The model then gets what every served model gets: the dynamic batcher with the priority levels and
 queue policies of serving.toml, its partition's cores, warmup, the backend's per-request input
-checks and failure isolation, metrics, and a config rendered with Triton's schema (docs/operations.md,
-"Serving your own ONNX model"). Nothing is trained, quantized or downloaded: the file is served as
-given (variant "fp32"; an INT8 variant needs calibration data and an accuracy budget that only a
-recipe knowing the model has).
+checks and failure isolation, metrics, and a config rendered with Triton's schema (docs/own-model.md).
+Nothing is trained, quantized or downloaded: the file is served as given (variant "fp32"; an INT8
+variant needs calibration data and an accuracy budget that only a recipe knowing the model has).
 
 What the build checks, so that a file the backend cannot serve fails here with a message instead of
-at load time or, worse, answering wrongly under load:
-- onnx.checker passes, and ONNX Runtime opens the graph;
-- every input and output has a dynamic first (batch) axis and fixed dims after it (the backend
-  concatenates requests along the batch axis; it reads a variable axis as a token sequence, padded
-  with its mask, and the memory sizing, warm-up samples and request byte bound need a length);
-- batching does not change answers: synthetic rows run alone and as one batch agree within
-  `batch_tolerance` (a graph whose rows interact, e.g. a batch-norm exported in training mode,
-  would answer a request differently depending on its batch mates);
+at load time or, worse, answering wrongly under load (docs/own-model.md has the table):
+- onnx.checker passes on the file as given, and ONNX Runtime opens it;
+- every input and output has a dynamic first (batch) axis and one or more fixed dims after it;
+- Triton's warm-up request (zeros; ones for the `mask_inputs`) gets finite answers: a warm-up
+  answered with an error fails the model's load, and can crash Triton 2.51;
+- batching does not change answers: rows of synthetic input (floats from a normal distribution,
+  integers and booleans 0 or 1 drawn per row, masks all ones) run alone and as one batch give each
+  row the same answer, and as many output rows as input rows;
 - the answers are finite.
 
-The file's SHA-256 is part of the build fingerprint (`onnx_file_inputs`): a changed file rebuilds.
+The file's SHA-256, and its external data files', are part of the build fingerprint
+(`onnx_file_inputs`): a changed file rebuilds. External data is folded into the one served file.
 """
 from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
+from contracts.errors import ConfigError
 from contracts.file_digest import sha256_file
 from contracts.layout import PROJECT_ROOT
-from contracts.errors import ConfigError
-from contracts.model_config import tensor_specs_from_onnx
+from contracts.model_config import (INTEGER_TYPES, TensorSpec, tensor_specs_from_onnx, warmup_feeds,
+                                    warmup_ones_inputs)
+from contracts.sequence_buckets import MASK_INPUTS_PARAMETER
 from contracts.serving_spec import ModelSpec, Variant
 from model_build.errors import BuildError
 from model_build.onnx_export.export import check_onnx, onnxruntime_session
@@ -50,7 +52,9 @@ CHECK_ROWS = 4
 #: Largest |difference| between a row run alone and inside a batch, by default: float32 rounding of
 #: kernels that pick other blocking for other batch sizes stays far below it.
 DEFAULT_BATCH_TOLERANCE = 1e-4
-ONNX_FILE_OPTIONS = ("path", "batch_tolerance", "seed")
+#: protobuf's limit on one message: larger graphs need their weights in external files.
+SINGLE_FILE_LIMIT_BYTES = 2**31 - 1
+ONNX_FILE_OPTIONS = ("path", "batch_tolerance", "seed", "mask_inputs")
 
 
 def source_path(model: ModelSpec) -> Path:
@@ -61,6 +65,13 @@ def source_path(model: ModelSpec) -> Path:
                          f"(absolute, or relative to {PROJECT_ROOT}).")
     path = Path(path).expanduser()
     return path if path.is_absolute() else PROJECT_ROOT / path
+
+
+def mask_inputs(model: ModelSpec) -> tuple[str, ...]:
+    """`options.mask_inputs`: the inputs that are 0/1 masks (at least one 1 per row), which the backend
+    then checks as such and warm-up fills with ones. Default none: a brought graph's `*mask` input may
+    be a weight or a True-is-padding mask, so the naming rule of the text models does not apply."""
+    return tuple(model.options.get("mask_inputs", ()))
 
 
 def check_onnx_file_options(model: ModelSpec) -> None:
@@ -82,12 +93,48 @@ def check_onnx_file_options(model: ModelSpec) -> None:
     seed = model.options.get("seed", 0)
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise BuildError(f"`models.{model.name}.options.seed` = {seed!r}: expected an integer >= 0.")
+    masks = model.options.get("mask_inputs", [])
+    if not isinstance(masks, (list, tuple)) or not all(isinstance(m, str) and m and "," not in m for m in masks):
+        raise BuildError(f"`models.{model.name}.options.mask_inputs` = {masks!r}: expected a list of input names.")
+
+
+def external_data_files(path: Path) -> tuple[Path, ...]:
+    """The files a graph keeps its weights in beside itself (onnx's external data), by their locations."""
+    import onnx
+    from onnx.external_data_helper import ExternalDataInfo, uses_external_data
+
+    graph = onnx.load(str(path), load_external_data=False).graph
+    locations = {ExternalDataInfo(t).location for t in graph.initializer if uses_external_data(t)}
+    return tuple(path.parent / location for location in sorted(locations))
 
 
 def onnx_file_inputs(model: ModelSpec) -> dict[str, Any]:
-    """Fingerprinted with the options: the file's content, so a new file under the same name rebuilds."""
+    """Fingerprinted with the options: the file's content and its external data's, so a new file under
+    the same name rebuilds."""
     path = source_path(model)
-    return {"source_sha256": sha256_file(path) if path.is_file() else None}
+    if not path.is_file():
+        return {"source_sha256": None}
+    try:
+        external = external_data_files(path)
+    except Exception:  # noqa: BLE001 - not an ONNX file: the build says so, with the checker's words
+        external = ()
+    return {"source_sha256": sha256_file(path),
+            "external_data": {f.name: sha256_file(f) if f.is_file() else None for f in external}}
+
+
+def copy_served_file(model_name: str, source: Path, served: Path) -> None:
+    """The file as given, or, when its weights live in external data files, one file holding them."""
+    import onnx
+
+    served.parent.mkdir(parents=True, exist_ok=True)
+    if not external_data_files(source):
+        shutil.copyfile(source, served)
+        return
+    graph = onnx.load(str(source))  # reads the external data from beside the file
+    if graph.ByteSize() > SINGLE_FILE_LIMIT_BYTES:
+        raise BuildError(f"{model_name}: {source} keeps {graph.ByteSize() / 2**30:.1f} GiB of weights in external data, "
+                         f"over the 2 GiB of one served file; expected a graph under 2 GiB.")
+    onnx.save(graph, str(served))
 
 
 def servable_specs(model_name: str, onnx_path: Path):
@@ -95,8 +142,10 @@ def servable_specs(model_name: str, onnx_path: Path):
     try:
         inputs, outputs = tensor_specs_from_onnx(onnx_path)
     except ConfigError as exc:
-        raise BuildError(f"{model_name}: {exc} The onnxruntime_cpu backend concatenates requests along the first "
-                         f"axis; export the graph with a dynamic batch axis.") from None
+        batch_axis = "dynamic first (batch) axis" in str(exc)
+        raise BuildError(f"{model_name}: {exc}" + (" The onnxruntime_cpu backend concatenates requests along the first "
+                                                   "axis; export the graph with a dynamic batch axis." if batch_axis else "")
+                         ) from None
     variable = {t.name: [-1, *t.dims] for t in (*inputs, *outputs) if any(d < 0 for d in t.dims)}
     if variable:
         raise BuildError(f"{model_name}: tensors {variable} have a variable axis after the batch axis; expected fixed "
@@ -104,15 +153,72 @@ def servable_specs(model_name: str, onnx_path: Path):
                          f"sequence (every such input of a request the same length, padded with its mask inside a "
                          f"batch), and the memory sizing, warm-up samples and request byte bound need a length: only "
                          f"the text recipes, which know their tokens and masks, serve one.")
+    batch_only = [t.name for t in (*inputs, *outputs) if not t.dims]
+    if batch_only:
+        raise BuildError(f"{model_name}: tensors {batch_only} have the batch axis only (shape [batch]); Triton 2.51 needs "
+                         f"at least one dim after it in a batched model's config; expected shape [batch, 1] (export "
+                         f"with keepdims=1, or unsqueeze(-1)).")
     return inputs, outputs
+
+
+def _check_masks(model: ModelSpec, inputs: Sequence[TensorSpec]) -> None:
+    integer_inputs = {t.name for t in inputs if t.data_type in INTEGER_TYPES}
+    wrong = [m for m in mask_inputs(model) if m not in integer_inputs]
+    if wrong:
+        raise BuildError(f"`models.{model.name}.options.mask_inputs`: {wrong} are not integer or boolean inputs of the "
+                         f"graph; expected some of {sorted(integer_inputs)}.")
+
+
+def _outputs_problem(outputs: Sequence[np.ndarray], names: Sequence[str], rows: int) -> str | None:
+    """Why these answers to `rows` input rows cannot be served, or None."""
+    for name, out in zip(names, outputs):
+        if out.ndim == 0 or out.shape[0] != rows:
+            return (f"output '{name}' has shape {list(out.shape)} for {rows} input row(s): its first axis is not the "
+                    f"batch (the backend splits every output's first axis back into the requests)")
+        if out.dtype.kind in "fc" and not np.isfinite(out).all():
+            return f"output '{name}' holds NaN or Inf values"
+    return None
+
+
+def warmup_problem(session, inputs: Sequence[TensorSpec], masks: Sequence[str]) -> str | None:
+    """What goes wrong with the warm-up sample Triton sends at load (contracts.model_config.warmup_feeds):
+    it must be answered, or the load fails."""
+    ones = warmup_ones_inputs(inputs, {MASK_INPUTS_PARAMETER: ",".join(masks)})
+    feeds = warmup_feeds(inputs, 1, ones)
+    names = [o.name for o in session.get_outputs()]
+    problem = _outputs_problem(session.run(names, feeds), names, 1)
+    if problem is None:
+        return None
+    return (f"Triton's warm-up request at load (every input zeros{'; ones for ' + str(ones) if ones else ''}) gets an "
+            f"answer that cannot be served: {problem}. A warm-up answered with an error fails the model's load (and "
+            f"can crash Triton 2.51); expected finite answers for zero inputs (an epsilon in a normalisation), or "
+            f"`options.mask_inputs` naming the 0/1 masks that need ones")
+
+
+def check_rows(session, rows: int, seed: int, masks: Sequence[str]) -> dict[str, np.ndarray]:
+    """Synthetic rows for the batching check: the memory probe's (floats from a normal distribution),
+    with integers and booleans drawn 0 or 1 per element, so that rows differ in every input (a graph
+    whose rows interact only through its ids or flags shows it), and masks all ones."""
+    feeds = synthetic_feeds(session, rows, variable_dim=1, seed=seed)
+    rng = np.random.default_rng(seed + 1)
+    for name, value in feeds.items():
+        if value.dtype.kind in "biu" and name not in masks:
+            feeds[name] = rng.integers(0, 2, size=value.shape).astype(value.dtype)
+    return feeds
 
 
 def batching_error(session, feeds: dict[str, np.ndarray]) -> float:
     """Max |difference| over every output between each row run alone and all rows as one batch:
-    what a request would see alone and inside a dynamic batch."""
+    what a request would see alone and inside a dynamic batch. Raises ValueError when an answer has
+    not one output row per input row (its rows could not be split back into requests)."""
+    names = [o.name for o in session.get_outputs()]
     rows = len(next(iter(feeds.values())))
-    together = session.run(None, feeds)
-    alone = [session.run(None, {name: value[i:i + 1] for name, value in feeds.items()}) for i in range(rows)]
+    together = session.run(names, feeds)
+    alone = [session.run(names, {name: value[i:i + 1] for name, value in feeds.items()}) for i in range(rows)]
+    for count, answers in [(rows, together), *((1, a) for a in alone)]:
+        problem = _outputs_problem(answers, names, count)
+        if problem:
+            raise ValueError(problem)
     return max(float(np.abs(np.concatenate([a[k] for a in alone]).astype(np.float64) - together[k]).max())
                for k in range(len(together)))
 
@@ -120,27 +226,27 @@ def batching_error(session, feeds: dict[str, np.ndarray]) -> float:
 def build_onnx_file(model: ModelSpec, workdir: Path) -> dict[str, Any]:
     check_onnx_file_options(model)
     source = source_path(model)
+    check_onnx(source)  # the user's file, with its external data where it lies: messages name it
     served = Path(workdir) / SERVED_ONNX
-    served.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(source, served)
-    check_onnx(served)
+    copy_served_file(model.name, source, served)
     inputs, outputs = servable_specs(model.name, served)
+    _check_masks(model, inputs)
     try:
         session = onnxruntime_session(served)
     except Exception as exc:  # onnxruntime raises its own types
         raise BuildError(f"{model.name}: ONNX Runtime cannot open {source}: {str(exc).strip()[:400]}") from None
     try:
-        feeds = synthetic_feeds(session, CHECK_ROWS, variable_dim=1, seed=int(model.options.get("seed", 0)))
-    except ValueError as exc:
-        raise BuildError(f"{model.name}: {exc}.") from None
-    try:
+        warmup = warmup_problem(session, inputs, mask_inputs(model))
+        feeds = check_rows(session, CHECK_ROWS, int(model.options.get("seed", 0)), mask_inputs(model))
         error = batching_error(session, feeds)
-    except Exception as exc:  # a graph that needs other inputs than its declared shapes say
-        raise BuildError(f"{model.name}: ONNX Runtime failed on {CHECK_ROWS} synthetic rows of the declared shapes "
+    except ValueError as exc:
+        raise BuildError(f"{model.name}: {exc}; expected one output row per input row, finite.") from None
+    except Exception as exc:  # noqa: BLE001 - ONNX Runtime's own errors: a graph that needs other inputs than declared
+        raise BuildError(f"{model.name}: ONNX Runtime failed on synthetic rows of the declared shapes "
                          f"{ {t.name: [-1, *t.dims] for t in inputs} }: {str(exc).strip()[:400]}") from None
+    if warmup:
+        raise BuildError(f"{model.name}: {warmup}.")
     tolerance = float(model.options.get("batch_tolerance", DEFAULT_BATCH_TOLERANCE))
-    if not np.isfinite(error):
-        raise BuildError(f"{model.name}: the graph answers non-finite values for synthetic inputs; expected finite outputs.")
     if error > tolerance:
         raise BuildError(f"{model.name}: a row answers differently inside a batch of {CHECK_ROWS} than alone (max |diff| "
                          f"{error:.3g} > batch_tolerance {tolerance:g}): dynamic batching would change this model's "
@@ -150,11 +256,13 @@ def build_onnx_file(model: ModelSpec, workdir: Path) -> dict[str, Any]:
         "files": [SERVED_ONNX],
         "served_file": SERVED_ONNX,
         "report_sections": [],
-        "source": {"path": str(source), "sha256": sha256_file(source)},
+        "source": {"path": str(source), **onnx_file_inputs(model)},
         "tensors": {"inputs": {t.name: [t.data_type, -1, *t.dims] for t in inputs},
                     "outputs": {t.name: [t.data_type, -1, *t.dims] for t in outputs}},
+        "mask_inputs": list(mask_inputs(model)),
         "batching_check": {"rows": CHECK_ROWS, "max_abs_diff": error, "tolerance": tolerance},
         # the report's metric: how far a row's answer moves inside a batch (no labels to score against)
         "variants": {"fp32": {"file": SERVED_ONNX, "size_bytes": served.stat().st_size,
                               "metric": "max abs diff, alone vs batched", "value": error}},
     }
+

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from model_build.errors import BuildError
 from model_build.pipeline import Recipe
-from model_build.recipes.digits import build_digit_cnn, check_digit_options, install_onnx_model
+from model_build.install import install_onnx_file, install_onnx_model
+from model_build.recipes.digits import build_digit_cnn, check_digit_options
 from model_build.recipes.llm import build_smollm2, check_llm_options, install_smollm2
 from model_build.recipes.onnx_file import build_onnx_file, check_onnx_file_options, onnx_file_inputs
 from model_build.recipes.text import build_text_encoder, check_text_encoder_options, text_corpus_inputs
@@ -22,7 +23,7 @@ from model_build.recipes.text_serving import (
 RECIPES: dict[str, Recipe] = {
     "digit_cnn": Recipe(name="digit_cnn", build=build_digit_cnn, install=install_onnx_model, check=check_digit_options),
     # An ONNX file the user brings (options.path), served as given after the checks the backend needs.
-    "onnx_file": Recipe(name="onnx_file", build=build_onnx_file, install=install_onnx_model,
+    "onnx_file": Recipe(name="onnx_file", build=build_onnx_file, install=install_onnx_file,
                         machine_inputs=onnx_file_inputs, check=check_onnx_file_options),
     # The sentence embedder: encoder (ONNX, token ids in), tokenizer (Python), and TEXT -> embedding
     # as an ensemble or as one fused model.

@@ -10,11 +10,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping
 
+from model_build.errors import BuildError
 from model_build.install import install_served
 from model_build.pipeline import BuildPaths
 from model_build.sizing.batch_sizing import served_model_spec, size_model_batches, sizing_path
 from contracts.rendered_configs import settings_digest
 from contracts.build_record import BuildRecordError, read_build_record
+from contracts.errors import ConfigError
 from contracts.partition_plan import PartitionPlan
 from contracts.serving_spec import ModelSpec, ServingSpec
 
@@ -39,7 +41,16 @@ def apply_measured_batch_size(
         return model, serving
     decision = size_model_batches(model, serving, plan, onnx, sizing_path(paths.artifacts, model.name), force=force)
     sized = served_model_spec(model, decision)
-    return sized, replace(serving, models=tuple(sized if m.name == model.name else m for m in serving.models))
+    try:
+        return sized, replace(serving, models=tuple(sized if m.name == model.name else m for m in serving.models))
+    except ConfigError as exc:  # serving.toml's cap passed these checks; the measured size does not
+        if sized.max_batch_size == model.max_batch_size:
+            raise
+        raise BuildError(
+            f"{exc} Here max_batch_size is not serving.toml's {model.max_batch_size} but {sized.max_batch_size}, what the "
+            f"measured memory allows ({decision.budget_bytes / 2**20:.1f} MiB per instance in partition "
+            f"{decision.partition}; artifacts/{model.name}/batch_sizing.json): give partition {decision.partition} more "
+            f"memory_mb, fewer instances of this model, or a partition of its own.") from None
 
 
 def cmd_size_batches(args) -> int:
@@ -47,7 +58,6 @@ def cmd_size_batches(args) -> int:
     import json
 
     from model_build.cli import PROJECT_ROOT
-    from model_build.errors import BuildError
     from model_build.recipes.registry import recipe_for
     from contracts.partition_plan import plan_for_this_host
     from contracts.serving_spec import load_serving_spec

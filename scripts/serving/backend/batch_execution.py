@@ -39,6 +39,21 @@ RunFeeds = Callable[[dict[str, np.ndarray]], Sequence[np.ndarray]]
 T = TypeVar("T")
 
 
+class NotBatchAxisError(ValueError):
+    """The framework answered a number of output rows other than the input rows: the output's first
+    axis is not the batch, so its rows cannot be split back into requests (they would go to others)."""
+
+
+def check_output_rows(outputs: Sequence[np.ndarray], rows: int) -> None:
+    """Raise NotBatchAxisError unless every output has `rows` rows (one per input row of the call)."""
+    for index, out in enumerate(outputs):
+        if out.ndim == 0 or out.shape[0] != rows:
+            raise NotBatchAxisError(
+                f"the model's output #{index} has shape {list(out.shape)} for {rows} input row(s): its first axis is not "
+                f"the batch, so its rows cannot be split back into the requests; expected one output row per input row "
+                f"(re-export the graph with the batch as every output's first axis).")
+
+
 def run_isolating_failures(run_group: Callable[[Sequence[int]], Sequence[T]], indices: Sequence[int]) -> dict[int, T | Exception]:
     """{index: result, or the exception that index alone raised}: `run_group(indices)` runs those
     items as one call and returns one result per index; a failed group is re-run in halves."""
@@ -150,6 +165,7 @@ def execute_batch(run: RunFeeds, layout: BatchLayout, requests: Sequence[Mapping
             outputs = run_in_length_buckets(meter, feeds, layout.length_input, layout.buckets)
         else:
             outputs = meter(feeds)
+        check_output_rows(outputs, sum(sizes[i] for i in indices))  # never hand one request another's rows
         results, start = [], 0
         for i in indices:
             results.append([out[start:start + sizes[i]] for out in outputs])

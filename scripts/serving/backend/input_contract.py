@@ -15,8 +15,9 @@ Where each rule comes from (one source of truth: the graph, not a typed copy):
   ids in [0, rows - 1] of the smallest such table (the word-embedding table for `input_ids`: 30,522
   rows for MiniLM). Negative ids, which ONNX Runtime would silently read from the end, are refused.
 - 0/1 masks: the input named by the backend's `sequence_length_input` parameter and every integer
-  input whose name ends in `mask` (the Hugging Face convention) hold only 0 and 1, with at least one
-  1 per row (an all-zero mask has no token to pool: the "embedding" would be all zeros).
+  input whose name ends in `mask` (the Hugging Face convention), or exactly those the config's
+  `mask_inputs` parameter lists where it is set (a brought model), hold only 0 and 1, with at least
+  one 1 per row (an all-zero mask has no token to pool: the "embedding" would be all zeros).
 - variable-length agreement: all inputs with a variable (-1) axis must have the same shape within
   one request (one mask entry per token), and that axis must hold at least one element and at most
   `max_sequence_length` (the length the model was exported and validated with), when known.
@@ -196,23 +197,24 @@ def _gathered_tables(start: str, consumers, tables) -> Iterable[tuple[int, str]]
 
 
 def contract_from_onnx(
-    model, inputs: Sequence[tuple[str, Sequence[int]]], mask_inputs: Iterable[str] = (),
+    model, inputs: Sequence[tuple[str, Sequence[int]]], mask_inputs: Iterable[str] | None = None,
     max_sequence_length: int | None = None, reject_non_finite: bool = True,
 ) -> InputContract:
     """The contract for a served ONNX model.
 
-    `inputs` are the config's (name, dims) pairs (what Triton delivers); `mask_inputs` names inputs
-    known to be masks (e.g. the backend's `sequence_length_input`) on top of the `*mask` naming rule.
+    `inputs` are the config's (name, dims) pairs (what Triton delivers); `mask_inputs` names the
+    0/1 masks exactly (the backend passes contracts.sequence_buckets.mask_input_names of its config);
+    None: the `*mask` naming rule.
     """
     ranges = gather_id_ranges(model)
     elem_types = {v.name: v.type.tensor_type.elem_type for v in model.graph.input}
-    masks = set(mask_inputs)
+    masks = None if mask_inputs is None else frozenset(mask_inputs)
     rules = []
     for name, dims in inputs:
         integer = _is_integer_onnx_type(elem_types.get(name))
         rules.append(InputRule(
             name=name, dims=tuple(int(d) for d in dims), ids=ranges.get(name),
-            binary_mask=integer and is_mask_input(name, masks),
+            binary_mask=integer and (is_mask_input(name) if masks is None else name in masks),
         ))
     return InputContract(tuple(rules), max_sequence_length, reject_non_finite)
 

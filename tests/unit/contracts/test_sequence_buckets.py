@@ -132,3 +132,13 @@ def test_mixed_buckets_are_grouped_shortest_bucket_first_with_rows_in_order():
     lengths = [70, 5, 40, 9, 200, 17, 6]
     groups = assign_buckets(lengths, (16, 32, 64, 128))
     assert [g.tolist() for g in groups] == [[1, 3, 6], [5], [2], [0, 4]]
+
+
+def test_mask_inputs_come_from_the_config_parameter_exactly_or_else_from_the_naming_rule():
+    from contracts.sequence_buckets import LENGTH_INPUT_PARAMETER, MASK_INPUTS_PARAMETER, mask_input_names
+
+    names = ["input_ids", "attention_mask", "pixel_mask", "lengths"]
+    assert mask_input_names(names, {}) == {"attention_mask", "pixel_mask"}
+    assert mask_input_names(names, {LENGTH_INPUT_PARAMETER: "lengths"}) == {"attention_mask", "pixel_mask", "lengths"}
+    assert mask_input_names(names, {MASK_INPUTS_PARAMETER: ""}) == frozenset()  # a brought model: none unless named
+    assert mask_input_names(names, {MASK_INPUTS_PARAMETER: " attention_mask ,lengths"}) == {"attention_mask", "lengths"}

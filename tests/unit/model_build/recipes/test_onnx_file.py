@@ -13,10 +13,10 @@ from contracts.model_config import read_model_config
 from contracts.serving_spec import ModelSpec, Variant, load_serving_spec
 from model_build.errors import BuildError
 from model_build.pipeline import build_fingerprint
-from model_build.recipes.digits import install_onnx_model
+from model_build.install import install_onnx_file
 from model_build.recipes.onnx_file import build_onnx_file, check_onnx_file_options
 from model_build.recipes.registry import recipe_for
-from tiny_onnx_models import dense_model, save
+from tiny_onnx_models import dense_model, ids_interact_model, mask_weighted_model, save
 
 PROJECT_ROOT = Path(__file__).resolve().parents[4]
 
@@ -36,7 +36,7 @@ def test_a_dense_graph_is_copied_checked_and_rendered_with_the_served_models_bat
 
     serving = load_serving_spec(PROJECT_ROOT / "model_repository" / "serving.toml")
     serving = dataclasses.replace(serving, models=(*serving.models, model))
-    install_onnx_model(model, serving, record, tmp_path / "work", tmp_path / "repo")
+    install_onnx_file(model, serving, record, tmp_path / "work", tmp_path / "repo")
     config = read_model_config(tmp_path / "repo" / "mine")
     assert config.backend == "onnxruntime_cpu" and config.max_batch_size == 32
     assert [(t.name, list(t.dims)) for t in config.input] == [("features", [3])]
@@ -77,6 +77,13 @@ def test_a_relative_path_is_read_from_the_checkout(tmp_path):
     ("fixed_batch", r"expected a dynamic first \(batch\) axis"),
     ("variable_axis", "have a variable axis after the batch axis; expected fixed dims after it"),
     ("rows_interact", r"answers differently inside a batch of 4 than alone"),
+    # a flattened output under a symbolic first axis: split per request, each would get others' rows
+    ("flat_rows", r"output 'scores' has shape \[12, 1\] for 4 input row\(s\): its first axis is not the batch"),
+    # Triton refuses a batched config tensor without dims at load
+    ("batch_only", r"tensors \['scores'\] have the batch axis only \(shape \[batch\]\).*expected shape \[batch, 1\]"),
+    # the load's warm-up (zeros) would be answered with an error: the load fails (and can crash Triton)
+    ("nan_at_zero", r"Triton's warm-up request at load \(every input zeros\) gets an answer that cannot be served: "
+                    r"output 'scores' holds NaN or Inf values"),
 ])
 def test_graphs_the_backend_cannot_serve_as_they_are_fail_the_build_with_the_reason(tmp_path, kind, expected):
     source = save(dense_model(kind=kind), tmp_path / f"{kind}.onnx")
@@ -94,3 +101,55 @@ def test_the_batching_check_compares_every_row_alone_with_the_batch(tmp_path):
     rows = np.arange(12, dtype=np.float32).reshape(4, 3)
     assert batching_error(session, {"features": rows}) == pytest.approx(4.5)
     assert batching_error(session, {"features": rows[:1]}) == 0.0
+
+
+def test_rows_that_interact_only_through_their_ids_are_found(tmp_path):
+    """All-ones ids make every row alike, and batch statistics then change nothing: the check draws them."""
+    with pytest.raises(BuildError, match="answers differently inside a batch of 4 than alone"):
+        build_onnx_file(_model(save(ids_interact_model(), tmp_path / "ids.onnx")), tmp_path / "work")
+
+
+def test_mask_inputs_are_exactly_those_named_and_reach_the_config(tmp_path):
+    """A brought graph's `pixel_mask` is a weight (any value): not a 0/1 mask unless options.mask_inputs says
+    so; the backend reads the config's `mask_inputs` parameter, and warm-up fills only those with ones."""
+    from contracts.model_config import config_parameters
+    from contracts.sequence_buckets import mask_input_names
+
+    source = save(mask_weighted_model(), tmp_path / "weighted.onnx")
+    serving = load_serving_spec(PROJECT_ROOT / "model_repository" / "serving.toml")
+    for masks, expected in (([], frozenset()), (["pixel_mask"], frozenset({"pixel_mask"}))):
+        model = _model(source, **({"mask_inputs": masks} if masks else {}))
+        record = build_onnx_file(model, tmp_path / "work")
+        install_onnx_file(model, dataclasses.replace(serving, models=(*serving.models, model)), record,
+                          tmp_path / "work", tmp_path / "repo")
+        config = read_model_config(tmp_path / "repo" / "mine")
+        assert mask_input_names([t.name for t in config.input], config_parameters(config)) == expected
+        warm = config.model_warmup[0].inputs["pixel_mask"]
+        assert warm.zero_data != bool(masks) and bool(warm.input_data_file) == bool(masks)
+    with pytest.raises(BuildError, match=r"mask_inputs`: \['features'\] are not integer or boolean inputs"):
+        build_onnx_file(_model(source, mask_inputs=["features"]), tmp_path / "work")
+
+
+def test_a_graph_with_external_data_is_served_as_one_file_and_its_data_is_fingerprinted(tmp_path):
+    import onnx
+
+    source = tmp_path / "ext" / "model.onnx"
+    source.parent.mkdir()
+    onnx.save(dense_model(), str(source), save_as_external_data=True, all_tensors_to_one_file=True,
+              location="weights.bin", size_threshold=0)
+    model = _model(source)
+    record = build_onnx_file(model, tmp_path / "work")
+    assert record["source"]["external_data"] == {"weights.bin": record["source"]["external_data"]["weights.bin"]}
+    served = onnx.load(str(tmp_path / "work" / record["served_file"]), load_external_data=False)
+    assert not any(t.external_data for t in served.graph.initializer)  # self-contained
+    before = build_fingerprint(recipe_for("onnx_file"), model)
+    onnx.save(dense_model(seed=5), str(source), save_as_external_data=True, all_tensors_to_one_file=True,
+              location="weights.bin", size_threshold=0)
+    assert build_fingerprint(recipe_for("onnx_file"), model) != before
+
+
+def test_a_file_that_is_not_onnx_is_refused_with_its_own_path(tmp_path):
+    source = tmp_path / "weights.pt"
+    source.write_bytes(b"not a protobuf")
+    with pytest.raises(BuildError, match=str(source)):
+        build_onnx_file(_model(source), tmp_path / "work")

@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from serving.backend.batch_execution import BatchLayout, concat_padded, execute_batch, run_isolating_failures
-from tiny_onnx_models import masked_embedding_model, reference_embedding
+from serving.backend.batch_execution import (BatchLayout, NotBatchAxisError, concat_padded, execute_batch,
+                                             run_isolating_failures)
+from tiny_onnx_models import dense_model, masked_embedding_model, reference_embedding
 
 
 def session(ids_through_mul=False):
@@ -109,3 +110,17 @@ def test_masks_and_token_types_are_padded_with_zero_across_requests_whatever_the
     np.testing.assert_array_equal(feeds["input_ids"][0], [4, 5, 1, 1])       # ids: the [PAD] id
     np.testing.assert_array_equal(feeds["attention_mask"][0], [1, 1, 0, 0])  # mask: 0
     np.testing.assert_array_equal(feeds["token_type_ids"][0], [0, 0, 0, 0])  # token types: 0
+
+
+def test_an_output_whose_first_axis_is_not_the_batch_is_never_split_into_other_requests_answers():
+    """A graph that flattens [B, 3] to [B*3, 1]: split by rows, request 0 got request 1's values (a
+    review, 2026-12-07). Now every request gets the error naming the output; no answer is handed out."""
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(dense_model(kind="flat_rows").SerializeToString(), providers=["CPUExecutionProvider"])
+    layout = BatchLayout(("features",), pad_value=0)
+    requests = [{"features": np.full((1, 3), float(i), np.float32)} for i in range(4)]
+    answers, stats = execute_batch(lambda feeds: sess.run(None, feeds), layout, requests)
+    assert all(isinstance(a, NotBatchAxisError) for a in answers), answers
+    assert "output #0 has shape [3, 1] for 1 input row(s): its first axis is not the batch" in str(answers[0])
+    assert stats.failed_requests == 4

@@ -90,3 +90,10 @@ def test_an_array_without_the_batch_dimension_is_named_not_an_index_error(contra
     as [3]): the check used to raise IndexError inside `execute`, failing the request's whole batch."""
     problem = contract.problem({"input_ids": np.array([1, 2, 3], np.int64), "attention_mask": np.ones(3, np.int64)})
     assert problem and "received 1 dimensions [3]; expected 2" in problem, problem
+
+
+def test_named_mask_inputs_replace_the_naming_rule():
+    """With the config's mask inputs given (a brought model), an input named `*mask` is not a 0/1 mask."""
+    named = contract_from_onnx(masked_embedding_model(), TEXT_INPUTS, mask_inputs=(), max_sequence_length=8)
+    assert not {r.name: r for r in named.inputs}["attention_mask"].binary_mask
+    assert named.problem(request([[1, 2, 3]], [[0, 3, 1]])) is None

@@ -17,6 +17,9 @@ by the partition launcher from the cores it may run on; ONNX Runtime's default w
 per batch).
 `reject_non_finite` (default true): answer a request holding NaN/Inf with INVALID_ARG instead of
 computing it, and likewise a request whose finite inputs made the model answer NaN/Inf. `max_sequence_length` (default: none): the longest variable axis a request may have.
+`mask_inputs` (default: unset): the integer inputs that are 0/1 masks, comma-separated (may be
+empty); unset, the `sequence_length_input` and every integer input named `*mask` are
+(contracts.sequence_buckets.mask_input_names).
 `adaptive_threads` (default true): with several instances and more than one thread each, keep a
 1-thread session beside the wide one, run it while a sibling instance computes and, alone, run
 whichever of the two this instance measured faster on its own warm calls
@@ -74,7 +77,7 @@ import triton_python_backend_utils as pb_utils
 from serving.backend.checks import model_arguments, model_file_in_version_dir, non_finite_answer_errors
 from serving.backend.metrics import FAMILIES, batch_observations, choice_observations, initial_series
 from serving.backend.stub_metrics import StubMetrics
-from serving.backend.batch_execution import BatchLayout, execute_batch
+from serving.backend.batch_execution import BatchLayout, NotBatchAxisError, execute_batch
 from serving.backend.input_contract import contract_from_onnx
 from serving.backend.instance_activity import InstanceActivity, instance_index
 from serving.backend.thread_placement import ThreadPlacement, thread_ids
@@ -84,6 +87,7 @@ from contracts.sequence_buckets import (
     BUCKETS_PARAMETER,
     LENGTH_INPUT_PARAMETER,
     MAX_LENGTH_PARAMETER,
+    mask_input_names,
     parse_bucket_boundaries,
 )
 from serving.backend.text_frontend import TextFrontEnd
@@ -127,6 +131,8 @@ def error_response(message, code):
 
 def framework_error_response(exc):
     """The answer to a request that made ONNX Runtime fail on its own (after isolation)."""
+    if isinstance(exc, NotBatchAxisError):  # the model's fault, not the request's
+        return error_response(f"model cannot answer batched requests: {exc}", pb_utils.TritonError.INTERNAL)
     first_line = str(exc).strip().splitlines()[0][:400] if str(exc).strip() else type(exc).__name__
     invalid = type(exc).__name__ in ("InvalidArgument", "InvalidGraph") or "INVALID_ARGUMENT" in first_line
     code = pb_utils.TritonError.INVALID_ARG if invalid else pb_utils.TritonError.INTERNAL
@@ -235,7 +241,7 @@ class TritonPythonModel:
             return contract_from_onnx(
                 onnx.load(onnx_path, load_external_data=False),
                 [(t["name"], [int(d) for d in t.get("dims", [])]) for t in config["input"]],
-                mask_inputs=[self.layout.length_input] if self.layout.length_input else [],
+                mask_inputs=mask_input_names([t["name"] for t in config["input"]], params),
                 max_sequence_length=int(max_length) if max_length else None,
                 reject_non_finite=_flag(params, "reject_non_finite"),
             )
