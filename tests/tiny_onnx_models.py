@@ -13,6 +13,17 @@ def _table() -> np.ndarray:
     return np.arange(VOCAB * WIDTH, dtype=np.float32).reshape(VOCAB, WIDTH) / 10.0
 
 
+def checked_model(graph, opset: int = 17):
+    """A model of `graph` at `opset` (IR version 8, what ONNX Runtime 1.x reads), through onnx.checker."""
+    import onnx
+    from onnx import helper
+
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
 def masked_embedding_model(ids_through_mul: bool = False):
     """ids INT64 [B, S], attention_mask INT64 [B, S] -> pooled FP32 [B, WIDTH]:
     sum over tokens of table[ids] * mask / max(1, sum(mask)).
@@ -49,10 +60,7 @@ def masked_embedding_model(ids_through_mul: bool = False):
         [helper.make_tensor_value_info("embedding", TensorProto.FLOAT, ["batch", WIDTH])],
         inits,
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    return model
+    return checked_model(graph, opset=17)
 
 
 def reference_embedding(ids: np.ndarray, mask: np.ndarray, ids_through_mul: bool = False) -> np.ndarray:
@@ -114,10 +122,7 @@ def dense_model(seed: int = 0, kind: str = "dense"):
         nodes, f"{kind}_model", [helper.make_tensor_value_info("features", TensorProto.FLOAT, [batch, features])],
         [helper.make_tensor_value_info("scores", TensorProto.FLOAT,
                                        [batch] if kind == "batch_only" else [batch_out or batch, width])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    return model
+    return checked_model(graph, opset=18)
 
 
 def ids_interact_model():
@@ -136,10 +141,7 @@ def ids_interact_model():
              helper.make_node("Sub", ["summed", "mean"], ["scores"])]
     graph = helper.make_graph(nodes, "ids_interact", [helper.make_tensor_value_info("ids", TensorProto.INT64, ["batch", 2])],
                               [helper.make_tensor_value_info("scores", TensorProto.FLOAT, ["batch", 2])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    return model
+    return checked_model(graph, opset=18)
 
 
 def mask_weighted_model(mask_name: str = "pixel_mask", mask_type: int | None = None):
@@ -155,7 +157,4 @@ def mask_weighted_model(mask_name: str = "pixel_mask", mask_type: int | None = N
                               [helper.make_tensor_value_info("features", TensorProto.FLOAT, ["batch", 3]),
                                helper.make_tensor_value_info(mask_name, mask_type, ["batch", 3])],
                               [helper.make_tensor_value_info("scores", TensorProto.FLOAT, ["batch", 3])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    return model
+    return checked_model(graph, opset=18)

@@ -4,6 +4,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from tiny_onnx_models import checked_model
 from model_build.int8.qdq import activation_qparams, insert_qdq, qdq_summary, quantize_symmetric_per_channel
 from model_build.int8.quant_types import ActivationScheme, CalibrationMethod, LayerKind, find_quantizable_layers
 from model_build.int8.quantize import compute_activation_ranges, cpu_graph, cpu_session, gpu_graph, simulated_graph
@@ -27,10 +28,7 @@ def tiny_mlp():
     ]
     graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 16])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    return model
+    return checked_model(graph, opset=17)
 
 
 def tiny_embedder():

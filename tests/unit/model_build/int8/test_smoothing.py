@@ -5,6 +5,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from tiny_onnx_models import checked_model
 from model_build.errors import BuildError
 from model_build.int8.quant_types import ActivationScheme, CalibrationMethod, find_quantizable_layers
 from model_build.int8.quantize import compute_activation_ranges, cpu_graph, cpu_session
@@ -36,10 +37,7 @@ def ffn(outlier_gain: float = 30.0, share_out_weight: bool = False):
         outputs.append(helper.make_tensor_value_info("o2", TensorProto.FLOAT, ["N", 16]))
     graph = helper.make_graph(nodes, "ffn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 16])], outputs,
                               [numpy_helper.from_array(w_in, "W_in"), numpy_helper.from_array(w_out, "W_out")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    return model
+    return checked_model(graph, opset=17)
 
 
 def batches(n=6, rows=64, input_outlier: float = 1.0):
