@@ -158,3 +158,20 @@ def mask_weighted_model(mask_name: str = "pixel_mask", mask_type: int | None = N
                                helper.make_tensor_value_info(mask_name, mask_type, ["batch", 3])],
                               [helper.make_tensor_value_info("scores", TensorProto.FLOAT, ["batch", 3])])
     return checked_model(graph, opset=18)
+
+
+def one_row_table_model(rows: int = 1):
+    """features FP32 [B, 3] and token_type_ids INT32 [B, 1] into a table of `rows` rows (RoBERTa's
+    token types: 1 row, so 0 is the only valid id) -> scores FP32 [B, 3] = features + table[id]."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    inits = [numpy_helper.from_array(np.arange(rows * 3, dtype=np.float32).reshape(rows, 3), "type_table"),
+             numpy_helper.from_array(np.array([1], np.int64), "axis1")]
+    nodes = [helper.make_node("Gather", ["type_table", "token_type_ids"], ["typed"], axis=0),
+             helper.make_node("Squeeze", ["typed", "axis1"], ["type_rows"]),
+             helper.make_node("Add", ["features", "type_rows"], ["scores"])]
+    graph = helper.make_graph(nodes, "one_row_table",
+                              [helper.make_tensor_value_info("features", TensorProto.FLOAT, ["batch", 3]),
+                               helper.make_tensor_value_info("token_type_ids", TensorProto.INT32, ["batch", 1])],
+                              [helper.make_tensor_value_info("scores", TensorProto.FLOAT, ["batch", 3])], inits)
+    return checked_model(graph, opset=18)

@@ -19,9 +19,8 @@ at load time or, worse, answering wrongly under load (docs/own-model.md has the 
 - every input and output has a dynamic first (batch) axis and one or more fixed dims after it;
 - Triton's warm-up request (zeros; ones for the `mask_inputs`) gets finite answers: a warm-up
   answered with an error fails the model's load, and can crash Triton 2.51;
-- batching does not change answers: rows of synthetic input (floats from a normal distribution,
-  integers and booleans 0 or 1 drawn per row, masks all ones) run alone and as one batch give each
-  row the same answer, and as many output rows as input rows;
+- batching does not change answers: rows of synthetic input (`check_rows`) run alone and as one
+  batch give each row the same answer, and as many output rows as input rows;
 - the answers are finite.
 
 The file's SHA-256, and its external data files', are part of the build fingerprint
@@ -38,6 +37,7 @@ import numpy as np
 from contracts.errors import ConfigError
 from contracts.file_digest import sha256_file
 from contracts.layout import PROJECT_ROOT
+from contracts.onnx_graph import gather_id_ranges, zero_only_inputs
 from contracts.model_config import (INTEGER_TYPES, TensorSpec, tensor_specs_from_onnx, warmup_feeds,
                                     warmup_ones_inputs)
 from contracts.sequence_buckets import MASK_INPUTS_PARAMETER
@@ -137,13 +137,15 @@ def copy_served_file(model_name: str, source: Path, served: Path) -> None:
     onnx.save(graph, str(served))
 
 
-def servable_specs(model_name: str, onnx_path: Path):
-    """(inputs, outputs) as the config declares them, or BuildError saying what the backend needs."""
+def servable_specs(model_name: str, onnx_path: Path, source: Path | None = None):
+    """(inputs, outputs) as the config declares them, or BuildError saying what the backend needs
+    (naming `source`, the user's file, where `onnx_path` is the build's copy of it)."""
     try:
         inputs, outputs = tensor_specs_from_onnx(onnx_path)
     except ConfigError as exc:
         batch_axis = "dynamic first (batch) axis" in str(exc)
-        raise BuildError(f"{model_name}: {exc}" + (" The onnxruntime_cpu backend concatenates requests along the first "
+        message = str(exc).replace(str(onnx_path), str(source or onnx_path))
+        raise BuildError(f"{model_name}: {message}" + (" The onnxruntime_cpu backend concatenates requests along the first "
                                                    "axis; export the graph with a dynamic batch axis." if batch_axis else "")
                          ) from None
     variable = {t.name: [-1, *t.dims] for t in (*inputs, *outputs) if any(d < 0 for d in t.dims)}
@@ -195,15 +197,19 @@ def warmup_problem(session, inputs: Sequence[TensorSpec], masks: Sequence[str]) 
             f"`options.mask_inputs` naming the 0/1 masks that need ones")
 
 
-def check_rows(session, rows: int, seed: int, masks: Sequence[str]) -> dict[str, np.ndarray]:
+def check_rows(session, graph, rows: int, seed: int, masks: Sequence[str]) -> dict[str, np.ndarray]:
     """Synthetic rows for the batching check: the memory probe's (floats from a normal distribution),
-    with integers and booleans drawn 0 or 1 per element, so that rows differ in every input (a graph
-    whose rows interact only through its ids or flags shows it), and masks all ones."""
-    feeds = synthetic_feeds(session, rows, variable_dim=1, seed=seed)
+    with integers drawn per element over the ids their lookup table allows (contracts.onnx_graph; 0 or
+    1 for an integer no table bounds) and booleans 0 or 1, so that rows differ in every input (a graph
+    whose rows interact only through its ids or flags shows it), and masks all ones. `graph`: the
+    ModelProto (without external data)."""
+    ranges = gather_id_ranges(graph)
+    feeds = synthetic_feeds(session, rows, variable_dim=1, seed=seed, zero_inputs=zero_only_inputs(graph))
     rng = np.random.default_rng(seed + 1)
     for name, value in feeds.items():
         if value.dtype.kind in "biu" and name not in masks:
-            feeds[name] = rng.integers(0, 2, size=value.shape).astype(value.dtype)
+            high = ranges[name].high if name in ranges and value.dtype.kind != "b" else 1
+            feeds[name] = rng.integers(0, high + 1, size=value.shape).astype(value.dtype)
     return feeds
 
 
@@ -229,7 +235,7 @@ def build_onnx_file(model: ModelSpec, workdir: Path) -> dict[str, Any]:
     check_onnx(source)  # the user's file, with its external data where it lies: messages name it
     served = Path(workdir) / SERVED_ONNX
     copy_served_file(model.name, source, served)
-    inputs, outputs = servable_specs(model.name, served)
+    inputs, outputs = servable_specs(model.name, served, source)
     _check_masks(model, inputs)
     try:
         session = onnxruntime_session(served)
@@ -237,7 +243,10 @@ def build_onnx_file(model: ModelSpec, workdir: Path) -> dict[str, Any]:
         raise BuildError(f"{model.name}: ONNX Runtime cannot open {source}: {str(exc).strip()[:400]}") from None
     try:
         warmup = warmup_problem(session, inputs, mask_inputs(model))
-        feeds = check_rows(session, CHECK_ROWS, int(model.options.get("seed", 0)), mask_inputs(model))
+        import onnx
+
+        graph = onnx.load(str(served), load_external_data=False)
+        feeds = check_rows(session, graph, CHECK_ROWS, int(model.options.get("seed", 0)), mask_inputs(model))
         error = batching_error(session, feeds)
     except ValueError as exc:
         raise BuildError(f"{model.name}: {exc}; expected one output row per input row, finite.") from None

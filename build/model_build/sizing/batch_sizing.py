@@ -15,6 +15,7 @@ count and probe settings are unchanged.
 """
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import sys
@@ -125,10 +126,22 @@ def probe_batch_memory(onnx_path: Path, batch: int, threads: int, variable_dim: 
     """Run one measurement in a fresh interpreter (see model_build.sizing.memory_probe)."""
     command = [sys.executable, "-m", "model_build.sizing.memory_probe", "--onnx", str(onnx_path), "--batch", str(batch),
                "--threads", str(threads), "--variable-dim", str(variable_dim), "--device", device]
+    zero = _zero_only_inputs(str(onnx_path))
+    if zero:  # ids of a one-row table: the probe's default 1 is out of range there
+        command += ["--zero-inputs", ",".join(zero)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S)
     if done.returncode != 0:
         raise ServingError(f"memory probe failed for {onnx_path} at batch {batch}: {done.stderr.strip()[-400:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@functools.lru_cache(maxsize=8)
+def _zero_only_inputs(onnx_path: str) -> tuple[str, ...]:
+    import onnx
+
+    from contracts.onnx_graph import zero_only_inputs
+
+    return zero_only_inputs(onnx.load(onnx_path, load_external_data=False))
 
 
 def _probes_any(sizes, cached: dict[int, dict[str, Any]], budget: int) -> bool:

@@ -16,6 +16,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Collection
 
 #: ONNX tensor element type -> numpy dtype name, for synthetic inputs.
 _ONNX_NUMPY = {"tensor(float)": "float32", "tensor(float16)": "float16", "tensor(double)": "float64",
@@ -39,11 +40,12 @@ def _reset_peak_rss() -> bool:
         return False
 
 
-def synthetic_feeds(session, batch: int, variable_dim: int, seed: int = 0):
+def synthetic_feeds(session, batch: int, variable_dim: int, seed: int = 0, zero_inputs: Collection[str] = ()):
     """`batch` rows of every input of an ONNX Runtime session: floats from a normal distribution,
-    integers and booleans 1 (valid token ids, all-ones masks, an index of any table of 2 rows or more),
-    a variable axis `variable_dim` long. Raises ValueError naming an input of a type it cannot fill.
-    Also the `onnx_file` recipe's inputs for its batching check."""
+    integers and booleans 1 (valid token ids, all-ones masks), except 0 for `zero_inputs` (ids of a
+    one-row table: contracts.onnx_graph.zero_only_inputs), a variable axis `variable_dim` long. Raises
+    ValueError naming an input of a type it cannot fill. Also the `onnx_file` recipe's starting point
+    for its batching check."""
     import numpy as np
 
     rng = np.random.default_rng(seed)
@@ -56,7 +58,7 @@ def synthetic_feeds(session, batch: int, variable_dim: int, seed: int = 0):
         if dtype.startswith("float"):
             feeds[arg.name] = rng.standard_normal(dims).astype(dtype)
         else:
-            feeds[arg.name] = np.ones(dims, dtype=dtype)
+            feeds[arg.name] = (np.zeros if arg.name in zero_inputs else np.ones)(dims, dtype=dtype)
     return feeds
 
 
@@ -75,7 +77,8 @@ def _gpu_used_bytes() -> int | None:
     return int(lines[position]) * 1024 * 1024 if out.returncode == 0 and lines else None
 
 
-def measure(onnx: str, batch: int, threads: int, variable_dim: int, device: str, runs: int = 2) -> dict:
+def measure(onnx: str, batch: int, threads: int, variable_dim: int, device: str, runs: int = 2,
+            zero_inputs: Collection[str] = ()) -> dict:
     import onnxruntime as ort
 
     from contracts.onnx_sessions import served_session
@@ -91,7 +94,7 @@ def measure(onnx: str, batch: int, threads: int, variable_dim: int, device: str,
     started = time.perf_counter()
     session = served_session(onnx, threads, providers)  # what the backend opens, on the device it serves on
     try:
-        feeds = synthetic_feeds(session, batch, variable_dim)
+        feeds = synthetic_feeds(session, batch, variable_dim, zero_inputs=zero_inputs)
     except ValueError as exc:
         raise SystemExit(f"memory_probe: {exc}") from None
     for _ in range(runs):
@@ -115,8 +118,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--variable-dim", type=int, default=128)
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("--zero-inputs", default="", help="comma-separated integer inputs fed 0, not 1 (one-row tables)")
     args = parser.parse_args(argv)
-    print(json.dumps(measure(args.onnx, args.batch, args.threads, args.variable_dim, args.device)))
+    zero_inputs = [name for name in args.zero_inputs.split(",") if name]
+    print(json.dumps(measure(args.onnx, args.batch, args.threads, args.variable_dim, args.device, zero_inputs=zero_inputs)))
     return 0
 
 

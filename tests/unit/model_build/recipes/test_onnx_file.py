@@ -16,7 +16,7 @@ from model_build.pipeline import build_fingerprint
 from model_build.install import install_onnx_file
 from model_build.recipes.onnx_file import build_onnx_file, check_onnx_file_options
 from model_build.recipes.registry import recipe_for
-from tiny_onnx_models import dense_model, ids_interact_model, mask_weighted_model, save
+from tiny_onnx_models import dense_model, ids_interact_model, mask_weighted_model, one_row_table_model, save
 
 PROJECT_ROOT = Path(__file__).resolve().parents[4]
 
@@ -153,3 +153,30 @@ def test_a_file_that_is_not_onnx_is_refused_with_its_own_path(tmp_path):
     source.write_bytes(b"not a protobuf")
     with pytest.raises(BuildError, match=str(source)):
         build_onnx_file(_model(source), tmp_path / "work")
+
+
+def test_ids_of_a_one_row_table_are_drawn_as_0_by_the_checks_and_the_memory_probe(tmp_path):
+    """RoBERTa's token types index a table of 1 row: synthetic ids of 1 failed a valid model's build, and
+    would have failed its memory sizing (a review, 2026-12-07)."""
+    from model_build.sizing.batch_sizing import probe_batch_memory
+
+    source = save(one_row_table_model(), tmp_path / "types.onnx")
+    record = build_onnx_file(_model(source), tmp_path / "work")
+    assert record["batching_check"]["max_abs_diff"] <= record["batching_check"]["tolerance"]
+    measured = probe_batch_memory(source, batch=4, threads=1, variable_dim=1, device="cpu")
+    assert measured["batch_size"] == 4 and measured["peak_rss_growth_bytes"] > 0
+
+
+def test_a_type_the_config_cannot_declare_is_refused_naming_the_users_file(tmp_path):
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "int16",
+                              [helper.make_tensor_value_info("x", TensorProto.INT16, ["batch", 2])],
+                              [helper.make_tensor_value_info("y", TensorProto.INT16, ["batch", 2])])
+    source = tmp_path / "int16.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(source))
+    with pytest.raises(BuildError) as refused:
+        build_onnx_file(_model(source), tmp_path / "work")
+    assert f"{source}: tensor `x` has unsupported type INT16." in str(refused.value)
+    assert "fp32.onnx" not in str(refused.value) and "dynamic batch axis" not in str(refused.value)

@@ -1,0 +1,79 @@
+"""Facts read from an ONNX graph itself that the build and the serving backend both need.
+
+Integer id ranges: every integer graph input that reaches the indices of a `Gather` (directly or
+through Cast/Identity/Reshape/Squeeze/Unsqueeze/Flatten) whose data is a constant table accepts ids in
+[0, rows - 1] of the smallest such table (the word-embedding table for `input_ids`: 30,522 rows for
+MiniLM; RoBERTa's `token_type_ids`: 1 row). The backend refuses a request outside them
+(serving.backend.input_contract); the build draws its synthetic inputs inside them
+(model_build.sizing.memory_probe, recipe onnx_file), or a valid model failed its own build.
+
+Pure: reads an `onnx.ModelProto`'s fields; imports nothing of onnx itself.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable
+
+#: Ops that carry an index tensor on unchanged (values kept; shape or type may change).
+INDEX_PASSTHROUGH_OPS = frozenset({"Cast", "Identity", "Reshape", "Squeeze", "Unsqueeze", "Flatten"})
+
+
+@dataclass(frozen=True)
+class IdRange:
+    """Inclusive range of ids an integer input may hold, and the graph fact it was derived from."""
+
+    low: int
+    high: int
+    source: str
+
+    def __post_init__(self) -> None:
+        if self.low > self.high:
+            raise ValueError(f"empty id range [{self.low}, {self.high}] from {self.source}.")
+
+
+def gather_id_ranges(model) -> dict[str, IdRange]:
+    """{graph input: the ids its Gather tables allow}, for inputs that index a constant table.
+
+    `model` is an `onnx.ModelProto` (loaded without external data: only initializer dims are read).
+    """
+    graph = model.graph
+    tables = {init.name: tuple(init.dims) for init in graph.initializer}
+    for node in graph.node:
+        if node.op_type == "Constant" and node.attribute and node.attribute[0].HasField("t"):
+            tables[node.output[0]] = tuple(node.attribute[0].t.dims)
+    consumers: dict[str, list] = {}
+    for node in graph.node:
+        for slot, name in enumerate(node.input):
+            consumers.setdefault(name, []).append((node, slot))
+    ranges = {}
+    for graph_input in graph.input:
+        if graph_input.name in tables:
+            continue
+        rows = [(count, table) for count, table in _gathered_tables(graph_input.name, consumers, tables)]
+        if rows:
+            count, table = min(rows)
+            ranges[graph_input.name] = IdRange(0, count - 1, f"the model's lookup table '{table}' has {count} rows")
+    return ranges
+
+
+def _gathered_tables(start: str, consumers, tables) -> Iterable[tuple[int, str]]:
+    """(rows, table name) of every constant table that `start` indexes, following pass-through ops."""
+    frontier, seen = [start], {start}
+    while frontier:
+        name = frontier.pop()
+        for node, slot in consumers.get(name, ()):
+            if node.op_type == "Gather" and slot == 1 and node.input[0] in tables:
+                axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+                shape = tables[node.input[0]]
+                if shape and -len(shape) <= axis < len(shape) and shape[axis] > 0:
+                    yield shape[axis], node.input[0]
+            elif node.op_type in INDEX_PASSTHROUGH_OPS and slot == 0:
+                for out in node.output:
+                    if out not in seen:
+                        seen.add(out)
+                        frontier.append(out)
+
+
+def zero_only_inputs(model) -> tuple[str, ...]:
+    """Inputs whose only valid id is 0 (they index a one-row table): synthetic inputs must not hold 1."""
+    return tuple(sorted(name for name, ids in gather_id_ranges(model).items() if ids.high < 1))
