@@ -85,7 +85,8 @@ def dense_model(seed: int = 0, kind: str = "dense"):
     to scores [B, 2]), "rows_interact" (scores [B, 3] = each row minus the batch's mean row, so a row's
     answer depends on its batch mates), "flat_rows" (scores [B*3, 1]: the features flattened, declared
     with a symbolic first axis that is not the batch), "batch_only" (scores [B]: the row sums),
-    "nan_at_zero" (scores = features / their L2 norm, no epsilon: NaN for the all-zero warm-up row)."""
+    "nan_at_zero" (scores = features / their L2 norm, no epsilon: NaN for the all-zero warm-up row),
+    "scalar_rows" (features [B] -> scores [B] = 2 x features: tensors of the batch axis only)."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
@@ -106,6 +107,9 @@ def dense_model(seed: int = 0, kind: str = "dense"):
         batch_out, width = "flat", 1
     elif kind == "batch_only":
         nodes = [helper.make_node("ReduceSum", ["features", "axis1"], ["scores"], keepdims=0)]
+    elif kind == "scalar_rows":
+        inits.append(numpy_helper.from_array(np.array(2.0, np.float32), "two_f"))
+        nodes = [helper.make_node("Mul", ["features", "two_f"], ["scores"])]
     elif kind == "nan_at_zero":
         nodes = [helper.make_node("ReduceL2", ["features", "axis1"], ["norm"], keepdims=1),
                  helper.make_node("Div", ["features", "norm"], ["scores"])]
@@ -119,9 +123,11 @@ def dense_model(seed: int = 0, kind: str = "dense"):
                  helper.make_node("Add", ["projected", "b"], ["scores"])]
         batch = 1 if kind == "fixed_batch" else batch
     graph = helper.make_graph(
-        nodes, f"{kind}_model", [helper.make_tensor_value_info("features", TensorProto.FLOAT, [batch, features])],
+        nodes, f"{kind}_model", [helper.make_tensor_value_info("features", TensorProto.FLOAT,
+                                                              [batch] if kind == "scalar_rows" else [batch, features])],
         [helper.make_tensor_value_info("scores", TensorProto.FLOAT,
-                                       [batch] if kind == "batch_only" else [batch_out or batch, width])], inits)
+                                       [batch] if kind in ("batch_only", "scalar_rows") else [batch_out or batch, width])],
+        inits)
     return checked_model(graph, opset=18)
 
 

@@ -100,7 +100,8 @@ def tensor_specs_from_config(config: pb.ModelConfig) -> tuple[tuple[TensorSpec, 
     """(inputs, outputs) of a rendered config: what its clients send and get, which for a model that
     tokenizes in its backend (text_embedder: TEXT in) is not its ONNX graph's inputs."""
     def spec(tensor) -> TensorSpec:
-        return TensorSpec(tensor.name, pb.DataType.Name(tensor.data_type), tuple(int(d) for d in tensor.dims))
+        dims = tensor.reshape.shape if tensor.HasField("reshape") else tensor.dims  # what the backend sees
+        return TensorSpec(tensor.name, pb.DataType.Name(tensor.data_type), tuple(int(d) for d in dims))
 
     return tuple(spec(t) for t in config.input), tuple(spec(t) for t in config.output)
 
@@ -110,13 +111,26 @@ def data_type(name: str) -> int:
     return pb.DataType.Value(name)
 
 
+def declared_dims(t: TensorSpec) -> list[int]:
+    """The config's dims of a tensor: its own, or [1] for a tensor of the batch axis only (shape
+    [batch]), which Triton 2.51 refuses to declare without dims; `reshape { shape: [] }` beside them
+    (`batch_only_reshape`) hands the backend [batch] and clients [batch, 1]."""
+    return list(t.dims) or [1]
+
+
+def batch_only_reshape(t: TensorSpec) -> pb.ModelTensorReshape | None:
+    return pb.ModelTensorReshape(shape=[]) if not t.dims else None
+
+
 def model_input(t: TensorSpec, ragged: bool = False, optional: bool = False) -> pb.ModelInput:
-    return pb.ModelInput(name=t.name, data_type=data_type(t.data_type), dims=list(t.dims),
-                         allow_ragged_batch=ragged and any(d < 0 for d in t.dims), optional=optional)
+    return pb.ModelInput(name=t.name, data_type=data_type(t.data_type), dims=declared_dims(t),
+                         allow_ragged_batch=ragged and any(d < 0 for d in t.dims), optional=optional,
+                         reshape=batch_only_reshape(t))
 
 
 def model_output(t: TensorSpec) -> pb.ModelOutput:
-    return pb.ModelOutput(name=t.name, data_type=data_type(t.data_type), dims=list(t.dims))
+    return pb.ModelOutput(name=t.name, data_type=data_type(t.data_type), dims=declared_dims(t),
+                          reshape=batch_only_reshape(t))
 
 
 def _queue_policy(policy) -> pb.ModelQueuePolicy:
@@ -172,7 +186,8 @@ def render_warmup(inputs: Sequence[TensorSpec], batch_sizes: Sequence[int], vari
 
 
 def _warmup_dims(tensor: TensorSpec, variable_dim: int) -> list[int]:
-    return [variable_dim if d < 0 else d for d in tensor.dims]
+    """A warm-up sample's dims: the config's (declared_dims), a variable axis `variable_dim` long."""
+    return [variable_dim if d < 0 else d for d in declared_dims(tensor)]
 
 
 def warmup_ones_inputs(inputs: Sequence[TensorSpec], parameters: Mapping[str, str]) -> list[str]:
@@ -187,9 +202,9 @@ def warmup_feeds(inputs: Sequence[TensorSpec], batch: int, ones_inputs: Collecti
     """What `render_warmup`'s sample of `batch` rows sends, as arrays (TYPE_STRING inputs, sent as
     random data, are left out): for a build to run in process before Triton does at load, since a
     warm-up answered with an error fails the load (and can crash Triton 2.51)."""
-    return {t.name: (np.ones if t.name in ones_inputs else np.zeros)([batch, *_warmup_dims(t, variable_dim)],
+    return {t.name: (np.ones if t.name in ones_inputs else np.zeros)([batch, *(variable_dim if d < 0 else d for d in t.dims)],
                                                                      dtype=TRITON_TO_NUMPY_DTYPE[t.data_type])
-            for t in inputs if t.data_type != "TYPE_STRING"}
+            for t in inputs if t.data_type != "TYPE_STRING"}  # as the backend receives them: after any reshape
 
 
 def set_parameters(config: pb.ModelConfig, parameters: Mapping[str, str]) -> None:

@@ -29,7 +29,11 @@ def own_model_server(tmp_path_factory):
     brought = [ModelSpec("mine", "onnx_file", partition="main", max_batch_size=32, instance_count=2,
                          options={"path": str(source)}),
                ModelSpec("weighted", "onnx_file", partition="main", max_batch_size=32,
-                         options={"path": str(save(mask_weighted_model(), workdir / "brought" / "weighted.onnx"))})]
+                         options={"path": str(save(mask_weighted_model(), workdir / "brought" / "weighted.onnx"))}),
+               ModelSpec("sums", "onnx_file", partition="main", max_batch_size=32,
+                         options={"path": str(save(dense_model(kind="batch_only"), workdir / "brought" / "sums.onnx"))}),
+               ModelSpec("doubles", "onnx_file", partition="main", max_batch_size=32,
+                         options={"path": str(save(dense_model(kind="scalar_rows"), workdir / "brought" / "doubles.onnx"))})]
     serving = load_serving_spec(PROJECT_ROOT / "model_repository" / "serving.toml")
     serving = dataclasses.replace(serving, models=(*serving.models, *brought))
     for model in brought:
@@ -43,7 +47,7 @@ def own_model_server(tmp_path_factory):
                                     (TensorSpec("scores", "TYPE_FP32", (1,)),))
     config.ClearField("model_warmup")  # answered with the error below, a warm-up crashes Triton 2.51 at load
     write_model_config(workdir / "repository" / "flat", config)
-    server = start_test_server(workdir, ("mine", "weighted", "flat"), repository=workdir / "repository")
+    server = start_test_server(workdir, ("mine", "weighted", "sums", "doubles", "flat"), repository=workdir / "repository")
     yield server, source
     server.process.stop()
 
@@ -122,3 +126,30 @@ def test_a_model_whose_output_rows_are_not_the_batch_never_hands_one_request_ano
         assert isinstance(result, InferenceServerException), result
         assert "model cannot answer batched requests" in result.message() and "first axis is not the batch" in result.message()
     assert server.process.process.poll() is None
+
+
+def test_an_output_of_the_batch_axis_only_is_served_as_one_column(own_model_server):
+    """`sums` answers [batch] (row sums): declared [1] with a reshape, clients get [batch, 1], rows their own."""
+    server, _ = own_model_server
+    rows = np.arange(12, dtype=np.float32).reshape(4, 3)
+    calls = [(("http", "grpc")[i % 2], rows[i:i + 1 + (i % 2)], 2, "sums") for i in range(3)] * 4
+    with ThreadPoolExecutor(len(calls)) as pool:
+        results = list(pool.map(lambda c: _call(server, *c), calls))
+    for (_, sent, _, _), result in zip(calls, results):
+        np.testing.assert_allclose(result, sent.sum(axis=1, keepdims=True), rtol=1e-6)
+
+
+def test_an_input_of_the_batch_axis_only_is_sent_as_one_column(own_model_server):
+    """`doubles` takes [batch] and answers [batch]: clients send and get [batch, 1]; the backend's input
+    checks read the reshaped dims (it receives [batch])."""
+    from tritonclient.utils import InferenceServerException
+
+    server, _ = own_model_server
+    sent = [np.array([[1.5]], np.float32), np.array([[2.0], [-3.0]], np.float32)] * 6
+    calls = [(("http", "grpc")[i % 2], rows, 1 + i % 2, "doubles") for i, rows in enumerate(sent)]
+    with ThreadPoolExecutor(len(calls)) as pool:
+        results = list(pool.map(lambda c: _call(server, *c), calls))
+    for rows, result in zip(sent, results):
+        np.testing.assert_array_equal(result, rows * 2)
+    refused = _call(server, "grpc", np.array([[np.nan]], np.float32), 2, "doubles")
+    assert isinstance(refused, InferenceServerException) and "NaN" in refused.message()

@@ -16,7 +16,8 @@ variant needs calibration data and an accuracy budget that only a recipe knowing
 What the build checks, so that a file the backend cannot serve fails here with a message instead of
 at load time or, worse, answering wrongly under load (docs/own-model.md has the table):
 - onnx.checker passes on the file as given, and ONNX Runtime opens it;
-- every input and output has a dynamic first (batch) axis and one or more fixed dims after it;
+- every input and output has a dynamic first (batch) axis and fixed dims after it (none: a tensor of
+  shape [batch] is declared [1] with a reshape, so clients send and get [batch, 1]);
 - Triton's warm-up request (zeros; ones for the `mask_inputs`) gets finite answers: a warm-up
   answered with an error fails the model's load, and can crash Triton 2.51;
 - batching does not change answers: rows of synthetic input (`check_rows`) run alone and as one
@@ -155,11 +156,6 @@ def servable_specs(model_name: str, onnx_path: Path, source: Path | None = None)
                          f"sequence (every such input of a request the same length, padded with its mask inside a "
                          f"batch), and the memory sizing, warm-up samples and request byte bound need a length: only "
                          f"the text recipes, which know their tokens and masks, serve one.")
-    batch_only = [t.name for t in (*inputs, *outputs) if not t.dims]
-    if batch_only:
-        raise BuildError(f"{model_name}: tensors {batch_only} have the batch axis only (shape [batch]); Triton 2.51 needs "
-                         f"at least one dim after it in a batched model's config; expected shape [batch, 1] (export "
-                         f"with keepdims=1, or unsqueeze(-1)).")
     return inputs, outputs
 
 

@@ -79,8 +79,6 @@ def test_a_relative_path_is_read_from_the_checkout(tmp_path):
     ("rows_interact", r"answers differently inside a batch of 4 than alone"),
     # a flattened output under a symbolic first axis: split per request, each would get others' rows
     ("flat_rows", r"output 'scores' has shape \[12, 1\] for 4 input row\(s\): its first axis is not the batch"),
-    # Triton refuses a batched config tensor without dims at load
-    ("batch_only", r"tensors \['scores'\] have the batch axis only \(shape \[batch\]\).*expected shape \[batch, 1\]"),
     # the load's warm-up (zeros) would be answered with an error: the load fails (and can crash Triton)
     ("nan_at_zero", r"Triton's warm-up request at load \(every input zeros\) gets an answer that cannot be served: "
                     r"output 'scores' holds NaN or Inf values"),
@@ -180,3 +178,21 @@ def test_a_type_the_config_cannot_declare_is_refused_naming_the_users_file(tmp_p
         build_onnx_file(_model(source), tmp_path / "work")
     assert f"{source}: tensor `x` has unsupported type INT16." in str(refused.value)
     assert "fp32.onnx" not in str(refused.value) and "dynamic batch axis" not in str(refused.value)
+
+
+def test_tensors_of_the_batch_axis_only_are_declared_1_with_a_reshape(tmp_path):
+    """Triton 2.51 refuses a batched config tensor without dims (an argmax label of shape [batch]): it is
+    declared dims [1] with `reshape { shape: [] }`, so the backend gets [batch] and clients [batch, 1]."""
+    from contracts.model_config import tensor_specs_from_config
+
+    source = save(dense_model(kind="batch_only"), tmp_path / "sums.onnx")
+    model = _model(source)
+    record = build_onnx_file(model, tmp_path / "work")
+    serving = load_serving_spec(PROJECT_ROOT / "model_repository" / "serving.toml")
+    install_onnx_file(model, dataclasses.replace(serving, models=(*serving.models, model)), record,
+                      tmp_path / "work", tmp_path / "repo")
+    config = read_model_config(tmp_path / "repo" / "mine")
+    (scores,) = config.output
+    assert list(scores.dims) == [1] and scores.HasField("reshape") and list(scores.reshape.shape) == []
+    assert not config.input[0].HasField("reshape")  # features [batch, 3]: as it was
+    assert tensor_specs_from_config(config)[1][0].dims == ()  # read back as the backend sees it

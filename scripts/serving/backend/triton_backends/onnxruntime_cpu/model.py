@@ -104,6 +104,15 @@ def _flag(params, key: str) -> bool:
     return params.get(key, "true").strip().lower() != "false"
 
 
+def received_dims(tensor):
+    """A config tensor's dims as this backend receives it: after the config's `reshape`, where it has one
+    (Triton reshapes before the backend; a [batch]-only tensor is declared dims [1] with reshape shape [],
+    contracts.model_config.declared_dims), else its dims."""
+    if "reshape" in tensor:
+        return [int(d) for d in (tensor["reshape"] or {}).get("shape", [])]
+    return [int(d) for d in tensor.get("dims", [])]
+
+
 def instance_threads(config, params):
     """ONNX Runtime intra-op threads of ONE instance: the config's `intra_op_num_threads`, or the
     partition's per-instance count ($SERVING_INTRA_OP_THREADS: the cores it may run on; why one
@@ -160,7 +169,7 @@ class TritonPythonModel:
         # the framework's feeds: the config's inputs, or the graph's own when text is tokenized here
         self.input_names = [i.name for i in self.session.get_inputs()] if self.frontend else self.request_inputs
         self.output_names = [t["name"] for t in config["output"]]
-        variable = {t["name"]: [int(d) for d in t.get("dims", [])] for t in config["output"] if any(int(d) < 0 for d in t.get("dims", []))}
+        variable = {t["name"]: received_dims(t) for t in config["output"] if any(d < 0 for d in received_dims(t))}
         if variable:  # rows are split back per request, but a padded axis could not be trimmed to each one's own length
             raise pb_utils.TritonModelException(
                 f"model '{name}': outputs {variable} have a variable axis: the requests of a batch are padded to the "
@@ -171,7 +180,7 @@ class TritonPythonModel:
         if self.frontend:  # the graph's own inputs: symbolic axes are variable (-1)
             feed_dims = {i.name: [d if isinstance(d, int) else -1 for d in i.shape[1:]] for i in self.session.get_inputs()}
         else:
-            feed_dims = {t["name"]: [int(d) for d in t.get("dims", [])] for t in config["input"]}
+            feed_dims = {t["name"]: received_dims(t) for t in config["input"]}
         buckets, length_input = self._bucketing_settings(name, feed_dims, config, params)
         self.layout = BatchLayout(tuple(self.input_names), int(params.get("pad_value", "0") or 0), buckets,
                                   length_input or params.get(LENGTH_INPUT_PARAMETER) or None)
@@ -240,7 +249,7 @@ class TritonPythonModel:
         try:
             return contract_from_onnx(
                 onnx.load(onnx_path, load_external_data=False),
-                [(t["name"], [int(d) for d in t.get("dims", [])]) for t in config["input"]],
+                [(t["name"], received_dims(t)) for t in config["input"]],
                 mask_inputs=mask_input_names([t["name"] for t in config["input"]], params),
                 max_sequence_length=int(max_length) if max_length else None,
                 reject_non_finite=_flag(params, "reject_non_finite"),
