@@ -185,9 +185,14 @@ def render_warmup(inputs: Sequence[TensorSpec], batch_sizes: Sequence[int], vari
     return samples
 
 
+def _sample_dims(dims: Sequence[int], variable_dim: int) -> list[int]:
+    """A warm-up sample's `dims`, a variable axis `variable_dim` long."""
+    return [variable_dim if d < 0 else d for d in dims]
+
+
 def _warmup_dims(tensor: TensorSpec, variable_dim: int) -> list[int]:
-    """A warm-up sample's dims: the config's (declared_dims), a variable axis `variable_dim` long."""
-    return [variable_dim if d < 0 else d for d in declared_dims(tensor)]
+    """A warm-up sample's dims as the config declares them (declared_dims)."""
+    return _sample_dims(declared_dims(tensor), variable_dim)
 
 
 def warmup_ones_inputs(inputs: Sequence[TensorSpec], parameters: Mapping[str, str]) -> list[str]:
@@ -202,7 +207,7 @@ def warmup_feeds(inputs: Sequence[TensorSpec], batch: int, ones_inputs: Collecti
     """What `render_warmup`'s sample of `batch` rows sends, as arrays (TYPE_STRING inputs, sent as
     random data, are left out): for a build to run in process before Triton does at load, since a
     warm-up answered with an error fails the load (and can crash Triton 2.51)."""
-    return {t.name: (np.ones if t.name in ones_inputs else np.zeros)([batch, *(variable_dim if d < 0 else d for d in t.dims)],
+    return {t.name: (np.ones if t.name in ones_inputs else np.zeros)([batch, *_sample_dims(t.dims, variable_dim)],
                                                                      dtype=TRITON_TO_NUMPY_DTYPE[t.data_type])
             for t in inputs if t.data_type != "TYPE_STRING"}  # as the backend receives them: after any reshape
 

@@ -12,7 +12,7 @@ Pure: reads an `onnx.ModelProto`'s fields; imports nothing of onnx itself.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Iterable, Mapping
 
 #: Ops that carry an index tensor on unchanged (values kept; shape or type may change).
 INDEX_PASSTHROUGH_OPS = frozenset({"Cast", "Identity", "Reshape", "Squeeze", "Unsqueeze", "Flatten"})
@@ -74,6 +74,7 @@ def _gathered_tables(start: str, consumers, tables) -> Iterable[tuple[int, str]]
                         frontier.append(out)
 
 
-def zero_only_inputs(model) -> tuple[str, ...]:
-    """Inputs whose only valid id is 0 (they index a one-row table): synthetic inputs must not hold 1."""
-    return tuple(sorted(name for name, ids in gather_id_ranges(model).items() if ids.high < 1))
+def zero_only_inputs(ranges: Mapping[str, IdRange]) -> tuple[str, ...]:
+    """Of `gather_id_ranges`' inputs, those whose only valid id is 0 (they index a one-row table):
+    synthetic inputs must not hold 1 there."""
+    return tuple(sorted(name for name, ids in ranges.items() if ids.high < 1))

@@ -138,14 +138,14 @@ def copy_served_file(model_name: str, source: Path, served: Path) -> None:
     onnx.save(graph, str(served))
 
 
-def servable_specs(model_name: str, onnx_path: Path, source: Path | None = None):
+def servable_specs(model_name: str, onnx_path: Path, source: Path):
     """(inputs, outputs) as the config declares them, or BuildError saying what the backend needs
     (naming `source`, the user's file, where `onnx_path` is the build's copy of it)."""
     try:
         inputs, outputs = tensor_specs_from_onnx(onnx_path)
     except ConfigError as exc:
         batch_axis = "dynamic first (batch) axis" in str(exc)
-        message = str(exc).replace(str(onnx_path), str(source or onnx_path))
+        message = str(exc).replace(str(onnx_path), str(source))
         raise BuildError(f"{model_name}: {message}" + (" The onnxruntime_cpu backend concatenates requests along the first "
                                                    "axis; export the graph with a dynamic batch axis." if batch_axis else "")
                          ) from None
@@ -200,7 +200,7 @@ def check_rows(session, graph, rows: int, seed: int, masks: Sequence[str]) -> di
     whose rows interact only through its ids or flags shows it), and masks all ones. `graph`: the
     ModelProto (without external data)."""
     ranges = gather_id_ranges(graph)
-    feeds = synthetic_feeds(session, rows, variable_dim=1, seed=seed, zero_inputs=zero_only_inputs(graph))
+    feeds = synthetic_feeds(session, rows, variable_dim=1, seed=seed, zero_inputs=zero_only_inputs(ranges))
     rng = np.random.default_rng(seed + 1)
     for name, value in feeds.items():
         if value.dtype.kind in "biu" and name not in masks:
@@ -226,6 +226,8 @@ def batching_error(session, feeds: dict[str, np.ndarray]) -> float:
 
 
 def build_onnx_file(model: ModelSpec, workdir: Path) -> dict[str, Any]:
+    import onnx
+
     check_onnx_file_options(model)
     source = source_path(model)
     check_onnx(source)  # the user's file, with its external data where it lies: messages name it
@@ -237,11 +239,9 @@ def build_onnx_file(model: ModelSpec, workdir: Path) -> dict[str, Any]:
         session = onnxruntime_session(served)
     except Exception as exc:  # onnxruntime raises its own types
         raise BuildError(f"{model.name}: ONNX Runtime cannot open {source}: {str(exc).strip()[:400]}") from None
+    graph = onnx.load(str(served), load_external_data=False)
     try:
         warmup = warmup_problem(session, inputs, mask_inputs(model))
-        import onnx
-
-        graph = onnx.load(str(served), load_external_data=False)
         feeds = check_rows(session, graph, CHECK_ROWS, int(model.options.get("seed", 0)), mask_inputs(model))
         error = batching_error(session, feeds)
     except ValueError as exc:

@@ -139,9 +139,9 @@ def probe_batch_memory(onnx_path: Path, batch: int, threads: int, variable_dim: 
 def _zero_only_inputs(onnx_path: str) -> tuple[str, ...]:
     import onnx
 
-    from contracts.onnx_graph import zero_only_inputs
+    from contracts.onnx_graph import gather_id_ranges, zero_only_inputs
 
-    return zero_only_inputs(onnx.load(onnx_path, load_external_data=False))
+    return zero_only_inputs(gather_id_ranges(onnx.load(onnx_path, load_external_data=False)))
 
 
 def _probes_any(sizes, cached: dict[int, dict[str, Any]], budget: int) -> bool:
