@@ -131,6 +131,33 @@ def dense_model(seed: int = 0, kind: str = "dense"):
     return checked_model(graph, opset=18)
 
 
+def image_model(spatial_output: bool = False, seed: int = 0):
+    """x FP32 [B, 3, H, W], any H and W (an exported detector's or OCR model's input) -> a 3x3 convolution
+    (zero border) and ReLU, then either "pooled" FP32 [B, 4] (global average: fixed dims) or, with
+    `spatial_output`, "heat" FP32 [B, 1, H, W] (a 1x1 convolution and a sigmoid: variable dims, like a
+    text detector's probability map). Padding such an input with zeros to its batch mates' size would
+    change both answers: these models must be batched by equal shapes (recipe onnx_file's max_dims)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(seed)
+    inits = [numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "conv_w"),
+             numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "conv_b")]
+    nodes = [helper.make_node("Conv", ["x", "conv_w", "conv_b"], ["conv"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["conv"], ["features"])]
+    if spatial_output:
+        inits.append(numpy_helper.from_array(rng.standard_normal((1, 4, 1, 1)).astype(np.float32), "head_w"))
+        nodes += [helper.make_node("Conv", ["features", "head_w"], ["logits"]),
+                  helper.make_node("Sigmoid", ["logits"], ["heat"])]
+        output = helper.make_tensor_value_info("heat", TensorProto.FLOAT, ["batch", 1, "height", "width"])
+    else:
+        nodes += [helper.make_node("GlobalAveragePool", ["features"], ["pooled_4d"]),
+                  helper.make_node("Flatten", ["pooled_4d"], ["pooled"])]
+        output = helper.make_tensor_value_info("pooled", TensorProto.FLOAT, ["batch", 4])
+    graph = helper.make_graph(nodes, "image_model", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, ["batch", 3, "height", "width"])], [output], inits)
+    return checked_model(graph, opset=17)
+
+
 def ids_interact_model():
     """ids INT64 [B, 2] (table of 4 rows) -> scores FP32 [B, 2] = embedding(ids) summed over the ids,
     minus the batch's mean: rows interact only through an integer input (what a recommender exported

@@ -8,10 +8,10 @@ from typing import Any, Mapping
 
 from contracts.model_config import render_onnx_cpu_config, tensor_specs_from_onnx, write_model_config
 from contracts.rendered_configs import write_rendered_from
-from contracts.sequence_buckets import MASK_INPUTS_PARAMETER
+from contracts.sequence_buckets import MASK_INPUTS_PARAMETER, MAX_INPUT_DIMS_PARAMETER, max_input_dims_value
 from contracts.serving_spec import ModelSpec, ServingSpec
 from model_build.pipeline import BuildPaths, Recipe, install_file
-from model_build.recipes.onnx_file import mask_inputs
+from model_build.recipes.onnx_file import mask_inputs, max_dims
 
 
 def install_served(recipe: Recipe, model: ModelSpec, serving: ServingSpec, record: Mapping[str, Any], paths: BuildPaths,
@@ -41,6 +41,9 @@ def install_onnx_model(model: ModelSpec, serving: ServingSpec, record: Mapping[s
 
 def install_onnx_file(model: ModelSpec, serving: ServingSpec, record: Mapping[str, Any], workdir: Path,
                       repository: Path) -> list[str]:
-    """A brought ONNX file (recipe onnx_file), with the backend told exactly which inputs are 0/1 masks."""
-    return install_onnx_model(model, serving, record, workdir, repository,
-                              extra_parameters={MASK_INPUTS_PARAMETER: ",".join(mask_inputs(model))})
+    """A brought ONNX file (recipe onnx_file), with the backend told exactly which inputs are 0/1 masks and,
+    for inputs with variable axes, their largest dims (batched by equal shapes, never padded)."""
+    parameters = {MASK_INPUTS_PARAMETER: ",".join(mask_inputs(model))}
+    if max_dims(model):
+        parameters[MAX_INPUT_DIMS_PARAMETER] = max_input_dims_value(max_dims(model))
+    return install_onnx_model(model, serving, record, workdir, repository, extra_parameters=parameters)

@@ -18,7 +18,8 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as pb
 
 from contracts.errors import ConfigError
-from contracts.sequence_buckets import MAX_LENGTH_PARAMETER, mask_input_names
+from contracts.sequence_buckets import (MAX_INPUT_DIMS_PARAMETER, MAX_LENGTH_PARAMETER, mask_input_names,
+                                       parse_max_input_dims)
 from contracts.serving_spec import Device, ModelSpec, ServingSpec, backend_parameter_strings
 
 #: ONNX TensorProto element type name -> Triton data type.
@@ -162,16 +163,18 @@ ONES_PREFIX = "ones_"
 
 
 def render_warmup(inputs: Sequence[TensorSpec], batch_sizes: Sequence[int], variable_dim: int = 16,
-                  ones_inputs: Collection[str] = ()) -> list[pb.ModelWarmup]:
+                  ones_inputs: Collection[str] = (), sample_dims: Mapping[str, Sequence[int]] | None = None
+                  ) -> list[pb.ModelWarmup]:
     """`model_warmup` entries, so the first real request is not the slow one: zero data, except
     ones for 0/1 masks (`ones_inputs`). Why: warmup samples must be VALID requests; an all-zero
     mask is refused by the backend's input contract, and Triton 2.51 crashes (SIGSEGV) when a
-    warmup sample is answered with an error (docs/operations.md)."""
+    warmup sample is answered with an error (docs/operations.md). An input with `sample_dims`
+    (its max_input_dims) is warmed up at them, the largest request it takes."""
     samples = []
     for batch in batch_sizes:
         sample = pb.ModelWarmup(name=f"warmup_batch_{batch}", batch_size=batch)
         for t in inputs:
-            dims = _warmup_dims(t, variable_dim)
+            dims = _warmup_dims(t, variable_dim, sample_dims or {})
             entry = sample.inputs[t.name]
             entry.data_type = data_type(t.data_type)
             entry.dims.extend(dims)
@@ -190,8 +193,19 @@ def _sample_dims(dims: Sequence[int], variable_dim: int) -> list[int]:
     return [variable_dim if d < 0 else d for d in dims]
 
 
-def _warmup_dims(tensor: TensorSpec, variable_dim: int) -> list[int]:
-    """A warm-up sample's dims as the config declares them (declared_dims)."""
+def row_dims(tensor: TensorSpec, variable_dim: int, sample_dims: Mapping[str, Sequence[int]] | None = None) -> list[int]:
+    """One sample row's dims as the backend receives it (after any reshape): the input's `sample_dims`
+    (its max_input_dims) where given, else its own with each variable axis `variable_dim` long."""
+    if sample_dims and tensor.name in sample_dims:
+        return [int(d) for d in sample_dims[tensor.name]]
+    return _sample_dims(tensor.dims, variable_dim)
+
+
+def _warmup_dims(tensor: TensorSpec, variable_dim: int, sample_dims: Mapping[str, Sequence[int]]) -> list[int]:
+    """A warm-up sample's dims as the config declares them (declared_dims; an input with variable axes
+    has no reshape, so its sample dims are declared as they are received)."""
+    if tensor.name in sample_dims:
+        return row_dims(tensor, variable_dim, sample_dims)
     return _sample_dims(declared_dims(tensor), variable_dim)
 
 
@@ -203,11 +217,11 @@ def warmup_ones_inputs(inputs: Sequence[TensorSpec], parameters: Mapping[str, st
 
 
 def warmup_feeds(inputs: Sequence[TensorSpec], batch: int, ones_inputs: Collection[str],
-                 variable_dim: int = 16) -> dict[str, np.ndarray]:
+                 variable_dim: int = 16, sample_dims: Mapping[str, Sequence[int]] | None = None) -> dict[str, np.ndarray]:
     """What `render_warmup`'s sample of `batch` rows sends, as arrays (TYPE_STRING inputs, sent as
     random data, are left out): for a build to run in process before Triton does at load, since a
     warm-up answered with an error fails the load (and can crash Triton 2.51)."""
-    return {t.name: (np.ones if t.name in ones_inputs else np.zeros)([batch, *_sample_dims(t.dims, variable_dim)],
+    return {t.name: (np.ones if t.name in ones_inputs else np.zeros)([batch, *row_dims(t, variable_dim, sample_dims)],
                                                                      dtype=TRITON_TO_NUMPY_DTYPE[t.data_type])
             for t in inputs if t.data_type != "TYPE_STRING"}  # as the backend receives them: after any reshape
 
@@ -273,12 +287,13 @@ def _render_batched_model(backend: str, model: ModelSpec, serving: ServingSpec, 
     """What every batched model's config holds: the dynamic batcher with the priority levels and
     queue policies, the instances, the backend's parameters and warmup at batch 1 and the max."""
     masks = warmup_ones_inputs(inputs, parameters)
+    sample_dims = parse_max_input_dims(parameters.get(MAX_INPUT_DIMS_PARAMETER, ""))
     config = pb.ModelConfig(
         name=model.name, backend=backend, max_batch_size=model.max_batch_size,
         input=[model_input(t, ragged=ragged_inputs) for t in inputs], output=[model_output(t) for t in outputs],
         dynamic_batching=render_dynamic_batching(model, serving),
         instance_group=render_instance_groups(model),
-        model_warmup=render_warmup(inputs, sorted({1, model.max_batch_size}), ones_inputs=masks),
+        model_warmup=render_warmup(inputs, sorted({1, model.max_batch_size}), ones_inputs=masks, sample_dims=sample_dims),
     )
     set_parameters(config, parameters)
     check_request_inputs_fit(config, serving.server.max_input_bytes)
@@ -288,8 +303,9 @@ def _render_batched_model(backend: str, model: ModelSpec, serving: ServingSpec, 
 @dataclass(frozen=True)
 class RequestInputBound:
     """The most bytes one input of a valid request can declare: `rows` batch rows (max_batch_size; 0
-    for a model without batching, whose requests have `dims` alone) of `dims`, a variable axis at the
-    config's max_sequence_length; `bytes` None when a variable axis has no such bound. Bytes as the
+    for a model without batching, whose requests have `dims` alone) of `dims`: the input's
+    max_input_dims where the config gives them, else a variable axis at the config's
+    max_sequence_length; `bytes` None when a variable axis has no such bound. Bytes as the
     request guard counts them (request_guard.c `element_size`): a BYTES element as 8, the pointer
     its backend stub holds."""
 
@@ -320,12 +336,15 @@ def element_bytes(data_type: str) -> int:
 def request_input_bounds(config: pb.ModelConfig) -> tuple[RequestInputBound, ...]:
     """Each input's largest valid request (RequestInputBound), from the config alone."""
     rows = config.max_batch_size
-    max_length = config_parameters(config).get(MAX_LENGTH_PARAMETER, "")
+    parameters = config_parameters(config)
+    max_length = parameters.get(MAX_LENGTH_PARAMETER, "")
     bound = int(max_length) if max_length.strip().isdigit() else None
+    largest = parse_max_input_dims(parameters.get(MAX_INPUT_DIMS_PARAMETER, ""))
     bounds = []
     for tensor in config.input:
         type_name = pb.DataType.Name(tensor.data_type)
         dims = tuple(bound if d < 0 and bound is not None else int(d) for d in tensor.dims)
+        dims = tuple(largest[tensor.name]) if tensor.name in largest else dims
         size = None if any(d < 0 for d in dims) else max(1, rows) * element_bytes(type_name) * int(np.prod(dims, dtype=np.int64))
         bounds.append(RequestInputBound(config.name, tensor.name, type_name, rows, dims, size))
     return tuple(bounds)

@@ -40,6 +40,40 @@ SMALLEST_BUCKET = 16
 #: brought as an ONNX file (recipe `onnx_file`) may name a weight or a True-is-padding mask `*mask`.
 MASK_INPUTS_PARAMETER = "mask_inputs"
 
+#: The config parameter giving, per input with variable axes that are NOT token sequences (an image's
+#: height and width), the largest dims after the batch axis a request may send, as JSON
+#: (`{"x": [3, 960, 960]}`). Such inputs are batched by Triton's own rule, requests of EQUAL shapes only
+#: (no `allow_ragged_batch`, nothing padded), so their outputs may have variable axes too; the backend
+#: refuses a request over these dims, the request guard's limit is checked against them
+#: (contracts.model_config.request_input_bounds), and warm-up and the build's checks run at them.
+MAX_INPUT_DIMS_PARAMETER = "max_input_dims"
+
+
+def parse_max_input_dims(text: str) -> dict[str, tuple[int, ...]]:
+    """The `max_input_dims` parameter's value: {input: dims}; {} when empty. Raises ConfigError."""
+    import json
+
+    if not text.strip():
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise ConfigError(f"`{MAX_INPUT_DIMS_PARAMETER}` = {text!r} is not JSON ({exc}); expected e.g. "
+                          f'{{"x": [3, 960, 960]}}.') from None
+    if not isinstance(value, dict) or not all(
+            isinstance(dims, list) and dims and all(isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in dims)
+            for dims in value.values()):
+        raise ConfigError(f"`{MAX_INPUT_DIMS_PARAMETER}` = {text!r}: expected an object of input name -> list of dims "
+                          f'>= 1, e.g. {{"x": [3, 960, 960]}}.')
+    return {str(name): tuple(dims) for name, dims in value.items()}
+
+
+def max_input_dims_value(dims: Mapping[str, Sequence[int]]) -> str:
+    """The parameter's string for `dims` (parse_max_input_dims reads it back)."""
+    import json
+
+    return json.dumps({name: [int(d) for d in value] for name, value in sorted(dims.items())}, separators=(",", ":"))
+
 
 def mask_input_names(input_names: Iterable[str], parameters: Mapping[str, str]) -> frozenset[str]:
     """The 0/1 mask inputs of a model, from its config parameters: exactly `mask_inputs` where set,

@@ -122,7 +122,8 @@ def run_ab_block(spec, endpoint, prepared, main_knee: Mapping[str, Any], opts, f
     out = AbOutcome()
     model = endpoint.model
     if prepared.samples is None:
-        out.skipped.append(f"A/B block: {model}'s inputs are not recognised, nothing to compare.")
+        out.skipped.append(f"A/B block: {model} has no inputs the A/B's in-process limit and Python load can send "
+                           f"({prepared.description}), nothing to compare.")
         return out
     onnx = opts.config.parent / model / "1" / "model.onnx"
     pinning = describe_pinning(endpoint.cpus, endpoint.intra_op_threads, endpoint.server)

@@ -113,7 +113,7 @@ class PreparedInputs:
     """An input file for perf_analyzer, the same samples as an array for the Python client."""
 
     input_name: str
-    kind: str  # "image", "text" or "random"
+    kind: str  # "image", "text", "synthetic" (a brought model) or "random" (not swept)
     path: str  # a file, or "random"
     samples: Any  # np.ndarray [N, *dims] or None
     datatype: str
@@ -159,7 +159,9 @@ def text_max_tokens(spec, explicit: int | None = None) -> int:
 
 
 def prepare_inputs(model: str, model_config: Mapping[str, Any], out_dir: Path, opts: CampaignOptions,
-                   max_tokens: int = 128) -> PreparedInputs:
+                   max_tokens: int = 128, brought: bool = False) -> PreparedInputs:
+    """The model's inputs for the sweeps; `brought`: a model of recipe onnx_file, swept with synthetic
+    valid rows (gen.synthetic_input_data) when its inputs are not the project's kinds."""
     kind, name = input_kind(model_config)
     if kind == "image":
         split = opts.artifacts / "digit_classifier" / "test_split.npz"
@@ -178,6 +180,11 @@ def prepare_inputs(model: str, model_config: Mapping[str, Any], out_dir: Path, o
                 f"seed {opts.seed}, file `inputs/{path.name}`")
         samples = np.array([[t.encode()] for t in texts], dtype=object)
         return PreparedInputs(name, kind, str(path), samples, "BYTES", text)
+    onnx_path = opts.config.parent / model / "1" / "model.onnx"
+    if brought and onnx_path.is_file():
+        data, text = gen.synthetic_input_data(model_config, onnx_path, opts.seed)
+        path = gen.write_input_data(out_dir / f"{model}.json", data)
+        return PreparedInputs("", "synthetic", str(path), None, "", f"{text}, file `inputs/{path.name}`")
     return PreparedInputs("", "random", "random", None, "", "perf_analyzer random data (model inputs not recognised)")
 
 
@@ -379,7 +386,9 @@ def _text_limit_plan(endpoint, config, served, prepared, opts, results, progress
 
 def _sweep_model(endpoint, config, spec, served, opts, folder, results, progress) -> tuple[list[PerfRecord], Any]:
     """One served model: its inputs, its sweeps, and (text) its in-process limit before and after them."""
-    prepared = prepare_inputs(endpoint.model, config, folder.root / "inputs", opts, text_max_tokens(spec, opts.text_max_tokens))
+    brought = any(m.name == endpoint.model and m.recipe == "onnx_file" for m in spec.models)
+    prepared = prepare_inputs(endpoint.model, config, folder.root / "inputs", opts, text_max_tokens(spec, opts.text_max_tokens),
+                              brought)
     if prepared.kind == "random":
         results["skipped"].append(f"{endpoint.model}: inputs not recognised (neither digit images nor one string "
                                   "input); perf_analyzer's random data would not look like production.")

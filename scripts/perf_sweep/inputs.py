@@ -20,7 +20,7 @@ import re
 import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Protocol, Sequence
+from typing import Any, Iterable, Mapping, Protocol, Sequence
 
 import numpy as np
 
@@ -241,6 +241,41 @@ class LengthSummary:
             p95=float(np.percentile(values, 95)), longest=int(values.max()),
             near_max_fraction=float(np.mean(values >= threshold)), near_max_threshold=threshold,
         )
+
+
+# ------------------------------------------------------------------------ a model brought as a file
+#: Elements (all inputs of one row) the synthetic input file holds at most: perf_analyzer reads it whole.
+SYNTHETIC_ELEMENTS_BUDGET = 4_000_000
+SYNTHETIC_ROWS = 32
+
+
+def synthetic_input_data(model_config: Mapping[str, Any], onnx_path: Path, seed: int = 0) -> tuple[dict[str, Any], str]:
+    """(perf_analyzer JSON, a description) for a model brought as an ONNX file (recipe onnx_file), whose
+    inputs nothing here describes: contracts.synthetic_requests' valid rows (ids over their lookup
+    tables, masks ones, the config's max_input_dims for variable axes), as its clients send them
+    (declared dims). Not production data, and the report says so; but every request is one the backend
+    answers, where perf_analyzer's own random integers would be refused as out-of-range ids."""
+    import onnx
+
+    from contracts.model_config import TensorSpec
+    from contracts.onnx_graph import gather_id_ranges
+    from contracts.sequence_buckets import MAX_INPUT_DIMS_PARAMETER, mask_input_names, parse_max_input_dims
+    from contracts.synthetic_requests import synthetic_rows
+
+    parameters = {k: str((v or {}).get("string_value", "")) for k, v in (model_config.get("parameters") or {}).items()}
+    tensors = [TensorSpec(t["name"], t["data_type"], tuple(int(d) for d in t.get("dims", [])))
+               for t in model_config.get("input", [])]
+    largest = parse_max_input_dims(parameters.get(MAX_INPUT_DIMS_PARAMETER, ""))
+    masks = mask_input_names([t.name for t in tensors], parameters)
+    ranges = gather_id_ranges(onnx.load(str(onnx_path), load_external_data=False))
+    probe = synthetic_rows(tensors, 1, seed, ranges, masks, sample_dims=largest)
+    count = max(1, min(SYNTHETIC_ROWS, SYNTHETIC_ELEMENTS_BUDGET // max(1, sum(a.size for a in probe.values()))))
+    rows = synthetic_rows(tensors, count, seed, ranges, masks, sample_dims=largest)
+    data = {"data": [{name: {"content": array[i].ravel().tolist(), "shape": list(array.shape[1:])}
+                      for name, array in rows.items()} for i in range(count)]}
+    shapes = ", ".join(f"{name} {list(array.shape[1:])}" for name, array in rows.items())
+    return data, (f"{count} synthetic rows ({shapes}): standard-normal floats, ids drawn over their lookup tables, "
+                  f"masks all ones, seed {seed}; not production data (a brought model has none here)")
 
 
 def write_input_data(path: Path, data: dict[str, Any]) -> Path:

@@ -20,9 +20,6 @@ from typing import Mapping, Sequence
 from perf_sweep.errors import SweepPlanError
 from contracts.serving_spec import Protocol
 
-#: Inputs perf_analyzer generates itself (not production-like; the report says so).
-SYNTHETIC_INPUTS = ("random", "zero")
-
 
 class LoadMode(str, Enum):
     """Closed loop (N requests always in flight) or open loop (requests arrive at a rate)."""
@@ -130,10 +127,6 @@ class SweepSpec:
             raise SweepPlanError(
                 f"sweep `{self.name}`: request parameters (priority) are sent only over gRPC, not {self.protocol.value}."
             )
-
-    @property
-    def production_like_inputs(self) -> bool:
-        return self.input_data not in SYNTHETIC_INPUTS
 
 
 def concurrency_levels(max_concurrency: int, start: int = 1) -> tuple[int, ...]:

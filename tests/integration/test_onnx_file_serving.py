@@ -20,7 +20,7 @@ def own_model_server(tmp_path_factory):
     from contracts.serving_spec import ModelSpec, load_serving_spec
     from model_build.install import install_onnx_file
     from model_build.recipes.onnx_file import build_onnx_file
-    from tiny_onnx_models import dense_model, mask_weighted_model, save
+    from tiny_onnx_models import dense_model, image_model, mask_weighted_model, save
 
     from conftest import start_test_server
 
@@ -33,7 +33,12 @@ def own_model_server(tmp_path_factory):
                ModelSpec("sums", "onnx_file", partition="main", max_batch_size=32,
                          options={"path": str(save(dense_model(kind="batch_only"), workdir / "brought" / "sums.onnx"))}),
                ModelSpec("doubles", "onnx_file", partition="main", max_batch_size=32,
-                         options={"path": str(save(dense_model(kind="scalar_rows"), workdir / "brought" / "doubles.onnx"))})]
+                         options={"path": str(save(dense_model(kind="scalar_rows"), workdir / "brought" / "doubles.onnx"))}),
+               # images of any height and width up to max_dims, one answer per image or a map of its size
+               *(ModelSpec(name, "onnx_file", partition="main", max_batch_size=32, instance_count=2,
+                           options={"path": str(save(image_model(spatial), workdir / "brought" / f"{name}.onnx")),
+                                    "max_dims": {"x": [3, 24, 32]}})
+                 for name, spatial in (("pooled_image", False), ("heat_image", True)))]
     serving = load_serving_spec(PROJECT_ROOT / "model_repository" / "serving.toml")
     serving = dataclasses.replace(serving, models=(*serving.models, *brought))
     for model in brought:
@@ -47,12 +52,18 @@ def own_model_server(tmp_path_factory):
                                     (TensorSpec("scores", "TYPE_FP32", (1,)),))
     config.ClearField("model_warmup")  # answered with the error below, a warm-up crashes Triton 2.51 at load
     write_model_config(workdir / "repository" / "flat", config)
-    server = start_test_server(workdir, ("mine", "weighted", "sums", "doubles", "flat"), repository=workdir / "repository")
+    server = start_test_server(workdir, ("mine", "weighted", "sums", "doubles", "flat", "pooled_image", "heat_image"),
+                               repository=workdir / "repository")
     yield server, source
     server.process.stop()
 
 
 def _call(server, protocol: str, rows: np.ndarray, priority: int, model: str = "mine", **more: np.ndarray):
+    return _infer(server, protocol, model, {"features": rows, **more}, "scores", priority)
+
+
+def _infer(server, protocol: str, model: str, inputs: dict[str, np.ndarray], output: str, priority: int):
+    """The output's array, or the server's InferenceServerException."""
     from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
     if protocol == "http":
@@ -62,11 +73,11 @@ def _call(server, protocol: str, rows: np.ndarray, priority: int, model: str = "
         import tritonclient.grpc as triton
         client = triton.InferenceServerClient(server.grpc_url)
     tensors = []
-    for name, array in {"features": rows, **more}.items():
+    for name, array in inputs.items():
         tensors.append(triton.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype)))
         tensors[-1].set_data_from_numpy(array)
     try:
-        return client.infer(model, tensors, priority=priority).as_numpy("scores")
+        return client.infer(model, tensors, priority=priority).as_numpy(output)
     except InferenceServerException as exc:
         return exc
     finally:
@@ -153,3 +164,66 @@ def test_an_input_of_the_batch_axis_only_is_sent_as_one_column(own_model_server)
         np.testing.assert_array_equal(result, rows * 2)
     refused = _call(server, "grpc", np.array([[np.nan]], np.float32), 2, "doubles")
     assert isinstance(refused, InferenceServerException) and "NaN" in refused.message()
+
+
+@pytest.mark.parametrize("model, output", [("pooled_image", "pooled"), ("heat_image", "heat")])
+def test_images_of_any_size_up_to_max_dims_are_batched_by_equal_shapes_and_answered_as_alone(own_model_server, model, output):
+    """A graph of variable height and width (options.max_dims): Triton batches only requests of equal
+    shapes, nothing is padded (a zero border would change a convolution's answer), so every image gets
+    what ONNX Runtime computes for it alone, whatever it was sent beside; outputs of the image's own
+    size ("heat") come back at that size; an image over max_dims is refused alone, naming them."""
+    import onnxruntime as ort
+    from tritonclient.utils import InferenceServerException
+
+    from conftest import settled_model_stats
+
+    server, source = own_model_server
+    reference = ort.InferenceSession(str(source.parent / f"{model}.onnx"), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(1)
+    sizes = [(24, 32)] * 10 + [(8, 8)] * 7 + [(17, 5)] * 7  # runs of equal shapes, sent in this order
+    images = [rng.standard_normal((1 + i % 2, 3, h, w)).astype(np.float32) for i, (h, w) in enumerate(sizes)]
+    images[7] = rng.standard_normal((1, 3, 25, 32)).astype(np.float32)  # one row over max_dims [3, 24, 32]
+    calls = [(("http", "grpc")[i % 2], model, {"x": rows}, output, 1 + (i % 3 == 0)) for i, rows in enumerate(images)]
+    counted = lambda s: int(s["inference_stats"]["success"]["count"]) + int(s["inference_stats"]["fail"]["count"])  # noqa: E731
+    before = settled_model_stats(server.http_url, model, counted, 0)
+    expected = [np.concatenate([reference.run(None, {"x": row[None]})[0] for row in rows]) for rows in images]
+    for _ in range(3):
+        with ThreadPoolExecutor(len(calls)) as pool:
+            results = list(pool.map(lambda c: _infer(server, *c), calls))
+        for i, result in enumerate(results):
+            if i == 7:
+                assert isinstance(result, InferenceServerException), result
+                assert "'x'" in result.message() and "['rows', 3, 24, 32]" in result.message(), result.message()
+                continue
+            assert not isinstance(result, Exception), result
+            assert result.shape == expected[i].shape
+            np.testing.assert_allclose(result, expected[i], rtol=1e-4, atol=1e-5)
+    stats = settled_model_stats(server.http_url, model, counted, counted(before) + 3 * len(calls))
+    executions = int(stats["execution_count"]) - int(before["execution_count"])
+    assert executions < 3 * len(calls), "no two images were batched together: the test exercised no batching"
+    assert server.process.process.poll() is None
+
+
+def test_make_perf_sweeps_a_brought_model_with_synthetic_rows_it_answers(own_model_server, tmp_path):
+    """`make perf` has no data of a brought model: it sends contracts.synthetic_requests' rows (at max_dims,
+    masks ones, ids in range) through the real perf_analyzer, and every request is answered."""
+    from perf_sweep import inputs as gen
+    from perf_sweep.campaign import fetch_model_config
+    from perf_sweep.plan import Measurement, SweepSpec
+    from perf_sweep.runner import RunFolder, run_sweep
+
+    server, source = own_model_server
+    repository = source.parent.parent / "repository"  # the fixture's workdir: brought/ and repository/
+    quick = Measurement(interval_ms=500, stability_percentage=100, max_trials=3, warmup_requests=10)
+    for model in ("pooled_image", "weighted"):
+        config = fetch_model_config(server.http_url, model)
+        data, described = gen.synthetic_input_data(config, repository / model / "1" / "model.onnx", seed=0)
+        shapes = {name: entry["shape"] for name, entry in data["data"][0].items()}
+        assert shapes == ({"x": [3, 24, 32]} if model == "pooled_image" else {"features": [3], "pixel_mask": [3]})
+        assert "synthetic rows" in described and "not production data" in described
+        path = gen.write_input_data(tmp_path / f"{model}.synthetic.json", data)
+        (record,), _ = run_sweep(SweepSpec(name=f"{model}.concurrency", levels=(2,), model=model, url=server.grpc_url,
+                                           input_data=str(path), measurement=quick, metrics_url=server.metrics_url),
+                                 RunFolder(tmp_path / model), lambda line: None)
+        assert record.status in ("ok", "unstable"), record.note
+        assert record.requests > 0 and record.errors == 0 and record.server["requests_failed"] == 0

@@ -6,6 +6,9 @@
     instance_count = 2
     max_batch_size = 32                       # a cap: `make build-engines` sizes it from measured memory
     options = { path = "models/my_model.onnx" }   # absolute, or relative to the checkout
+    # a graph with variable axes after the batch (an image's height and width): the largest dims a
+    # request may send, per such input; requests of equal shapes are batched together (Triton's rule)
+    # options = { path = "models/ocr_rec.onnx", max_dims = { x = [3, 48, 320] } }
 
 The model then gets what every served model gets: the dynamic batcher with the priority levels and
 queue policies of serving.toml, its partition's cores, warmup, the backend's per-request input
@@ -16,12 +19,15 @@ variant needs calibration data and an accuracy budget that only a recipe knowing
 What the build checks, so that a file the backend cannot serve fails here with a message instead of
 at load time or, worse, answering wrongly under load (docs/own-model.md has the table):
 - onnx.checker passes on the file as given, and ONNX Runtime opens it;
-- every input and output has a dynamic first (batch) axis and fixed dims after it (none: a tensor of
-  shape [batch] is declared [1] with a reshape, so clients send and get [batch, 1]);
+- every input and output has a dynamic first (batch) axis (a tensor of shape [batch] is declared [1]
+  with a reshape, so clients send and get [batch, 1]); an input with variable axes after it has its
+  largest dims in `options.max_dims`, and then Triton batches only requests of equal shapes (nothing is
+  padded: a zero border changes a convolution's answer), so outputs may have variable axes too;
 - Triton's warm-up request (zeros; ones for the `mask_inputs`) gets finite answers: a warm-up
   answered with an error fails the model's load, and can crash Triton 2.51;
-- batching does not change answers: rows of synthetic input (`check_rows`) run alone and as one
-  batch give each row the same answer, and as many output rows as input rows;
+- batching does not change answers: rows of synthetic input (`check_rows`, contracts.synthetic_requests;
+  at `max_dims`) run alone and as one batch give each row the same answer, of the same shape, and as
+  many output rows as input rows;
 - the answers are finite.
 
 The file's SHA-256, and its external data files', are part of the build fingerprint
@@ -31,21 +37,21 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from contracts.errors import ConfigError
 from contracts.file_digest import sha256_file
 from contracts.layout import PROJECT_ROOT
-from contracts.onnx_graph import gather_id_ranges, zero_only_inputs
-from contracts.model_config import (INTEGER_TYPES, TensorSpec, tensor_specs_from_onnx, warmup_feeds,
+from contracts.onnx_graph import gather_id_ranges
+from contracts.model_config import (INTEGER_TYPES, TensorSpec, row_dims, tensor_specs_from_onnx, warmup_feeds,
                                     warmup_ones_inputs)
 from contracts.sequence_buckets import MASK_INPUTS_PARAMETER
 from contracts.serving_spec import ModelSpec, Variant
+from contracts.synthetic_requests import synthetic_rows
 from model_build.errors import BuildError
 from model_build.onnx_export.export import check_onnx, onnxruntime_session
-from model_build.sizing.memory_probe import synthetic_feeds
 
 SERVED_ONNX = "fp32.onnx"
 #: Rows of synthetic input run alone and as one batch (`batching_error`).
@@ -55,7 +61,7 @@ CHECK_ROWS = 4
 DEFAULT_BATCH_TOLERANCE = 1e-4
 #: protobuf's limit on one message: larger graphs need their weights in external files.
 SINGLE_FILE_LIMIT_BYTES = 2**31 - 1
-ONNX_FILE_OPTIONS = ("path", "batch_tolerance", "seed", "mask_inputs")
+ONNX_FILE_OPTIONS = ("path", "batch_tolerance", "seed", "mask_inputs", "max_dims")
 
 
 def source_path(model: ModelSpec) -> Path:
@@ -73,6 +79,12 @@ def mask_inputs(model: ModelSpec) -> tuple[str, ...]:
     then checks as such and warm-up fills with ones. Default none: a brought graph's `*mask` input may
     be a weight or a True-is-padding mask, so the naming rule of the text models does not apply."""
     return tuple(model.options.get("mask_inputs", ()))
+
+
+def max_dims(model: ModelSpec) -> dict[str, tuple[int, ...]]:
+    """`options.max_dims`: {input: the largest dims after the batch axis a request may send}, for the
+    inputs with variable axes ({} for a graph without). Checked against the graph by `servable_specs`."""
+    return {name: tuple(dims) for name, dims in (model.options.get("max_dims") or {}).items()}
 
 
 def check_onnx_file_options(model: ModelSpec) -> None:
@@ -97,6 +109,12 @@ def check_onnx_file_options(model: ModelSpec) -> None:
     masks = model.options.get("mask_inputs", [])
     if not isinstance(masks, (list, tuple)) or not all(isinstance(m, str) and m and "," not in m for m in masks):
         raise BuildError(f"`models.{model.name}.options.mask_inputs` = {masks!r}: expected a list of input names.")
+    largest = model.options.get("max_dims", {})
+    if not isinstance(largest, dict) or not all(
+            isinstance(dims, (list, tuple)) and dims and all(isinstance(d, int) and not isinstance(d, bool) and d >= 1
+                                                             for d in dims) for dims in largest.values()):
+        raise BuildError(f"`models.{model.name}.options.max_dims` = {largest!r}: expected a table of input name -> "
+                         f"the largest dims after the batch axis, each >= 1, e.g. {{ x = [3, 960, 960] }}.")
 
 
 def external_data_files(path: Path) -> tuple[Path, ...]:
@@ -138,9 +156,10 @@ def copy_served_file(model_name: str, source: Path, served: Path) -> None:
     onnx.save(graph, str(served))
 
 
-def servable_specs(model_name: str, onnx_path: Path, source: Path):
+def servable_specs(model_name: str, onnx_path: Path, source: Path, largest: Mapping[str, Sequence[int]]):
     """(inputs, outputs) as the config declares them, or BuildError saying what the backend needs
-    (naming `source`, the user's file, where `onnx_path` is the build's copy of it)."""
+    (naming `source`, the user's file, where `onnx_path` is the build's copy of it). `largest`: the
+    model's `options.max_dims`, which must cover exactly the inputs with variable axes."""
     try:
         inputs, outputs = tensor_specs_from_onnx(onnx_path)
     except ConfigError as exc:
@@ -149,14 +168,28 @@ def servable_specs(model_name: str, onnx_path: Path, source: Path):
         raise BuildError(f"{model_name}: {message}" + (" The onnxruntime_cpu backend concatenates requests along the first "
                                                    "axis; export the graph with a dynamic batch axis." if batch_axis else "")
                          ) from None
-    variable = {t.name: [-1, *t.dims] for t in (*inputs, *outputs) if any(d < 0 for d in t.dims)}
-    if variable:
-        raise BuildError(f"{model_name}: tensors {variable} have a variable axis after the batch axis; expected fixed "
-                         f"dims after it (export with static shapes). The backend reads a variable axis as a token "
-                         f"sequence (every such input of a request the same length, padded with its mask inside a "
-                         f"batch), and the memory sizing, warm-up samples and request byte bound need a length: only "
-                         f"the text recipes, which know their tokens and masks, serve one.")
+    problems = max_dims_problems(inputs, largest)
+    if problems:
+        raise BuildError(f"{model_name}: `options.max_dims` " + "; ".join(problems) + ". Requests of such an input are "
+                         f"batched with requests of the same shape only; its largest dims bound what a request may "
+                         f"send and size the warm-up, the batching check, max_batch_size and the request byte bound.")
     return inputs, outputs
+
+
+def max_dims_problems(inputs: Sequence[TensorSpec], largest: Mapping[str, Sequence[int]]) -> list[str]:
+    """What is wrong with `options.max_dims` for these graph inputs (empty: nothing)."""
+    variable = {t.name: t.dims for t in inputs if any(d < 0 for d in t.dims)}
+    problems = [f"has no entry for input '{name}' of dims {[-1, *dims]} (variable axes after the batch axis): expected "
+                f"its largest dims, e.g. {name} = {[d if d > 0 else 'N' for d in dims]}".replace("'N'", "N")
+                for name, dims in variable.items() if name not in largest]
+    problems += [f"names '{name}', which is not an input with variable axes; expected some of {sorted(variable)}"
+                 for name in largest if name not in variable]
+    for name, dims in variable.items():
+        given = list(largest.get(name, dims))
+        if name in largest and (len(given) != len(dims) or any(d > 0 and g != d for d, g in zip(dims, given))):
+            problems.append(f"gives '{name}' dims {given}; expected {len(dims)} dims agreeing with the graph's fixed ones "
+                            f"{[d if d > 0 else 'N' for d in dims]}".replace("'N'", "N"))
+    return problems
 
 
 def _check_masks(model: ModelSpec, inputs: Sequence[TensorSpec]) -> None:
@@ -178,11 +211,12 @@ def _outputs_problem(outputs: Sequence[np.ndarray], names: Sequence[str], rows: 
     return None
 
 
-def warmup_problem(session, inputs: Sequence[TensorSpec], masks: Sequence[str]) -> str | None:
-    """What goes wrong with the warm-up sample Triton sends at load (contracts.model_config.warmup_feeds):
-    it must be answered, or the load fails."""
+def warmup_problem(session, inputs: Sequence[TensorSpec], masks: Sequence[str],
+                   largest: Mapping[str, Sequence[int]] | None = None) -> str | None:
+    """What goes wrong with the warm-up sample Triton sends at load (contracts.model_config.warmup_feeds,
+    at `largest` dims where given): it must be answered, or the load fails."""
     ones = warmup_ones_inputs(inputs, {MASK_INPUTS_PARAMETER: ",".join(masks)})
-    feeds = warmup_feeds(inputs, 1, ones)
+    feeds = warmup_feeds(inputs, 1, ones, sample_dims=largest)
     names = [o.name for o in session.get_outputs()]
     problem = _outputs_problem(session.run(names, feeds), names, 1)
     if problem is None:
@@ -193,20 +227,14 @@ def warmup_problem(session, inputs: Sequence[TensorSpec], masks: Sequence[str]) 
             f"`options.mask_inputs` naming the 0/1 masks that need ones")
 
 
-def check_rows(session, graph, rows: int, seed: int, masks: Sequence[str]) -> dict[str, np.ndarray]:
-    """Synthetic rows for the batching check: the memory probe's (floats from a normal distribution),
-    with integers drawn per element over the ids their lookup table allows (contracts.onnx_graph; 0 or
-    1 for an integer no table bounds) and booleans 0 or 1, so that rows differ in every input (a graph
-    whose rows interact only through its ids or flags shows it), and masks all ones. `graph`: the
+def check_rows(inputs: Sequence[TensorSpec], graph, rows: int, seed: int, masks: Sequence[str],
+               largest: Mapping[str, Sequence[int]] | None = None) -> dict[str, np.ndarray]:
+    """Synthetic rows for the batching check (contracts.synthetic_requests: floats from a normal
+    distribution, integers drawn per element over the ids their lookup table allows, 0 or 1 where no
+    table bounds them, masks all ones), so that rows differ in every input and a graph whose rows
+    interact only through its ids or flags shows it; at the `largest` dims where given. `graph`: the
     ModelProto (without external data)."""
-    ranges = gather_id_ranges(graph)
-    feeds = synthetic_feeds(session, rows, variable_dim=1, seed=seed, zero_inputs=zero_only_inputs(ranges))
-    rng = np.random.default_rng(seed + 1)
-    for name, value in feeds.items():
-        if value.dtype.kind in "biu" and name not in masks:
-            high = ranges[name].high if name in ranges and value.dtype.kind != "b" else 1
-            feeds[name] = rng.integers(0, high + 1, size=value.shape).astype(value.dtype)
-    return feeds
+    return synthetic_rows(inputs, rows, seed, gather_id_ranges(graph), masks, sample_dims=largest)
 
 
 def batching_error(session, feeds: dict[str, np.ndarray]) -> float:
@@ -221,6 +249,12 @@ def batching_error(session, feeds: dict[str, np.ndarray]) -> float:
         problem = _outputs_problem(answers, names, count)
         if problem:
             raise ValueError(problem)
+    for k, name in enumerate(names):
+        shapes = {tuple(a[k].shape[1:]) for a in alone}
+        if shapes != {tuple(together[k].shape[1:])}:
+            raise ValueError(f"output '{name}' has row shape(s) {sorted(map(list, shapes))} alone but "
+                             f"{list(together[k].shape[1:])} inside a batch: its variable axes depend on the rows "
+                             f"batched together, so a row's answer could not be cut back out of the batch's")
     return max(float(np.abs(np.concatenate([a[k] for a in alone]).astype(np.float64) - together[k]).max())
                for k in range(len(together)))
 
@@ -233,7 +267,8 @@ def build_onnx_file(model: ModelSpec, workdir: Path) -> dict[str, Any]:
     check_onnx(source)  # the user's file, with its external data where it lies: messages name it
     served = Path(workdir) / SERVED_ONNX
     copy_served_file(model.name, source, served)
-    inputs, outputs = servable_specs(model.name, served, source)
+    largest = max_dims(model)
+    inputs, outputs = servable_specs(model.name, served, source, largest)
     _check_masks(model, inputs)
     try:
         session = onnxruntime_session(served)
@@ -241,14 +276,14 @@ def build_onnx_file(model: ModelSpec, workdir: Path) -> dict[str, Any]:
         raise BuildError(f"{model.name}: ONNX Runtime cannot open {source}: {str(exc).strip()[:400]}") from None
     graph = onnx.load(str(served), load_external_data=False)
     try:
-        warmup = warmup_problem(session, inputs, mask_inputs(model))
-        feeds = check_rows(session, graph, CHECK_ROWS, int(model.options.get("seed", 0)), mask_inputs(model))
+        warmup = warmup_problem(session, inputs, mask_inputs(model), largest)
+        feeds = check_rows(inputs, graph, CHECK_ROWS, int(model.options.get("seed", 0)), mask_inputs(model), largest)
         error = batching_error(session, feeds)
     except ValueError as exc:
         raise BuildError(f"{model.name}: {exc}; expected one output row per input row, finite.") from None
     except Exception as exc:  # noqa: BLE001 - ONNX Runtime's own errors: a graph that needs other inputs than declared
         raise BuildError(f"{model.name}: ONNX Runtime failed on synthetic rows of the declared shapes "
-                         f"{ {t.name: [-1, *t.dims] for t in inputs} }: {str(exc).strip()[:400]}") from None
+                         f"{ {t.name: [-1, *row_dims(t, 1, largest)] for t in inputs} }: {str(exc).strip()[:400]}") from None
     if warmup:
         raise BuildError(f"{model.name}: {warmup}.")
     tolerance = float(model.options.get("batch_tolerance", DEFAULT_BATCH_TOLERANCE))
@@ -265,6 +300,7 @@ def build_onnx_file(model: ModelSpec, workdir: Path) -> dict[str, Any]:
         "tensors": {"inputs": {t.name: [t.data_type, -1, *t.dims] for t in inputs},
                     "outputs": {t.name: [t.data_type, -1, *t.dims] for t in outputs}},
         "mask_inputs": list(mask_inputs(model)),
+        "max_dims": {name: list(dims) for name, dims in largest.items()},
         "batching_check": {"rows": CHECK_ROWS, "max_abs_diff": error, "tolerance": tolerance},
         # the report's metric: how far a row's answer moves inside a batch (no labels to score against)
         "variants": {"fp32": {"file": SERVED_ONNX, "size_bytes": served.stat().st_size,

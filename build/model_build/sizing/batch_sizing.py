@@ -22,11 +22,12 @@ import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from contracts.errors import ConfigError, ServingError
 from contracts.file_digest import sha256_file
 from contracts.partition_plan import Mechanism, PartitionPlan
+from contracts.sequence_buckets import max_input_dims_value
 from contracts.serving_spec import ModelSpec, ServingSpec
 
 #: Share of a model's memory budget one batch may use; the rest is headroom.
@@ -122,10 +123,14 @@ def read_sizing_decision(path: Path) -> BatchSizingDecision | None:
     )
 
 
-def probe_batch_memory(onnx_path: Path, batch: int, threads: int, variable_dim: int, device: str) -> dict[str, Any]:
-    """Run one measurement in a fresh interpreter (see model_build.sizing.memory_probe)."""
+def probe_batch_memory(onnx_path: Path, batch: int, threads: int, variable_dim: int, device: str,
+                       input_dims: Mapping[str, Sequence[int]] | None = None) -> dict[str, Any]:
+    """Run one measurement in a fresh interpreter (see model_build.sizing.memory_probe); `input_dims`:
+    whole rows of the inputs with variable axes that are not token sequences (a brought model's max_dims)."""
     command = [sys.executable, "-m", "model_build.sizing.memory_probe", "--onnx", str(onnx_path), "--batch", str(batch),
                "--threads", str(threads), "--variable-dim", str(variable_dim), "--device", device]
+    if input_dims:
+        command += ["--input-dims", max_input_dims_value(input_dims)]
     zero = _zero_only_inputs(str(onnx_path))
     if zero:  # ids of a one-row table: the probe's default 1 is out of range there
         command += ["--zero-inputs", ",".join(zero)]
@@ -155,6 +160,17 @@ def _probes_any(sizes, cached: dict[int, dict[str, Any]], budget: int) -> bool:
     return False
 
 
+def _probe_plan(model: ModelSpec, onnx_path: Path, threads: int, device: str, probe: Callable[..., dict[str, Any]]):
+    """(variable axis length, the key that says cached measurements still hold, the probe to call): token
+    models at their maximum length; recipe onnx_file's inputs with variable axes (an image's height and
+    width) at their `max_dims`, the largest request rows."""
+    variable_dim = int(model.options.get("max_sequence_length", model.options.get("max_length", DEFAULT_MEASURE_SEQUENCE_LENGTH)))
+    input_dims = {name: list(dims) for name, dims in (model.options.get("max_dims") or {}).items()}
+    probe_key = {"onnx_sha256": sha256_file(onnx_path), "threads": threads, "variable_dim": variable_dim, "device": device,
+                 **({"input_dims": input_dims} if input_dims else {})}
+    return variable_dim, probe_key, functools.partial(probe, input_dims=input_dims) if input_dims else probe
+
+
 def size_model_batches(
     model: ModelSpec, spec: ServingSpec, plan: PartitionPlan, onnx_path: Path, out_path: Path,
     force: bool = False, log: Callable[[str], None] = print,
@@ -165,9 +181,7 @@ def size_model_batches(
     budget = model_memory_budget_bytes(partition.memory_mb, len(partition.models), model.instance_count)
     # What is SERVED decides: a GPU model's instances hold CUDA memory, a CPU model's RSS, on any host.
     device = "cuda" if getattr(model.device, "value", "cpu") == "gpu" and partition.gpu else "cpu"
-    variable_dim = int(model.options.get("max_sequence_length", model.options.get("max_length", DEFAULT_MEASURE_SEQUENCE_LENGTH)))
-    probe_key = {"onnx_sha256": sha256_file(onnx_path), "threads": partition.intra_op_threads,
-                 "variable_dim": variable_dim, "device": device}
+    variable_dim, probe_key, measure = _probe_plan(model, onnx_path, partition.intra_op_threads, device, probe)
     cached: dict[int, dict[str, Any]] = {}
     if not force and out_path.exists():
         previous = json.loads(out_path.read_text())
@@ -183,10 +197,10 @@ def size_model_batches(
     for batch in shown:
         result = cached.get(batch)
         if result is None:
-            result = probe(onnx_path, batch, partition.intra_op_threads, variable_dim, device)
+            result = measure(onnx_path, batch, partition.intra_op_threads, variable_dim, device)
             if "skipped" in result and device == "cuda":  # the key keeps "cuda": the next build tries again, then matches
                 log(f"[size-batches] {model.name}: device memory not measured ({result['skipped']}); using CPU memory")
-                result = {**probe(onnx_path, batch, partition.intra_op_threads, variable_dim, "cpu"), "fell_back_to": "cpu"}
+                result = {**measure(onnx_path, batch, partition.intra_op_threads, variable_dim, "cpu"), "fell_back_to": "cpu"}
             measured_now += 1
             result = {"batch_size": batch,
                       "memory_bytes": result.get("device_memory_bytes", result.get("peak_rss_growth_bytes")),

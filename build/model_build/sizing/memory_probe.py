@@ -16,7 +16,9 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Collection
+from typing import Collection, Mapping, Sequence
+
+from contracts.sequence_buckets import parse_max_input_dims
 
 #: ONNX tensor element type -> numpy dtype name, for synthetic inputs.
 _ONNX_NUMPY = {"tensor(float)": "float32", "tensor(float16)": "float16", "tensor(double)": "float64",
@@ -40,12 +42,13 @@ def _reset_peak_rss() -> bool:
         return False
 
 
-def synthetic_feeds(session, batch: int, variable_dim: int, seed: int = 0, zero_inputs: Collection[str] = ()):
+def synthetic_feeds(session, batch: int, variable_dim: int, seed: int = 0, zero_inputs: Collection[str] = (),
+                    input_dims: Mapping[str, Sequence[int]] | None = None):
     """`batch` rows of every input of an ONNX Runtime session: floats from a normal distribution,
     integers and booleans 1 (valid token ids, all-ones masks), except 0 for `zero_inputs` (ids of a
-    one-row table: contracts.onnx_graph.zero_only_inputs), a variable axis `variable_dim` long. Raises
-    ValueError naming an input of a type it cannot fill. Also the `onnx_file` recipe's starting point
-    for its batching check."""
+    one-row table: contracts.onnx_graph.zero_only_inputs), a variable axis `variable_dim` long, or the
+    whole row `input_dims[name]` where given (a brought model's `max_dims`). Raises ValueError naming an
+    input of a type it cannot fill."""
     import numpy as np
 
     rng = np.random.default_rng(seed)
@@ -54,7 +57,8 @@ def synthetic_feeds(session, batch: int, variable_dim: int, seed: int = 0, zero_
         dtype = _ONNX_NUMPY.get(arg.type)
         if dtype is None:
             raise ValueError(f"input '{arg.name}' has type {arg.type}; supported {sorted(_ONNX_NUMPY)}")
-        dims = [batch] + [d if isinstance(d, int) and d > 0 else variable_dim for d in arg.shape[1:]]
+        dims = [batch] + ([int(d) for d in input_dims[arg.name]] if input_dims and arg.name in input_dims
+                          else [d if isinstance(d, int) and d > 0 else variable_dim for d in arg.shape[1:]])
         if dtype.startswith("float"):
             feeds[arg.name] = rng.standard_normal(dims).astype(dtype)
         else:
@@ -78,7 +82,7 @@ def _gpu_used_bytes() -> int | None:
 
 
 def measure(onnx: str, batch: int, threads: int, variable_dim: int, device: str, runs: int = 2,
-            zero_inputs: Collection[str] = ()) -> dict:
+            zero_inputs: Collection[str] = (), input_dims: Mapping[str, Sequence[int]] | None = None) -> dict:
     import onnxruntime as ort
 
     from contracts.onnx_sessions import served_session
@@ -94,7 +98,7 @@ def measure(onnx: str, batch: int, threads: int, variable_dim: int, device: str,
     started = time.perf_counter()
     session = served_session(onnx, threads, providers)  # what the backend opens, on the device it serves on
     try:
-        feeds = synthetic_feeds(session, batch, variable_dim, zero_inputs=zero_inputs)
+        feeds = synthetic_feeds(session, batch, variable_dim, zero_inputs=zero_inputs, input_dims=input_dims)
     except ValueError as exc:
         raise SystemExit(f"memory_probe: {exc}") from None
     for _ in range(runs):
@@ -119,9 +123,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variable-dim", type=int, default=128)
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--zero-inputs", default="", help="comma-separated integer inputs fed 0, not 1 (one-row tables)")
+    parser.add_argument("--input-dims", default="", help='JSON {input: row dims}, e.g. {"x": [3, 960, 960]} (max_input_dims)')
     args = parser.parse_args(argv)
     zero_inputs = [name for name in args.zero_inputs.split(",") if name]
-    print(json.dumps(measure(args.onnx, args.batch, args.threads, args.variable_dim, args.device, zero_inputs=zero_inputs)))
+    input_dims = parse_max_input_dims(args.input_dims)
+    print(json.dumps(measure(args.onnx, args.batch, args.threads, args.variable_dim, args.device, zero_inputs=zero_inputs,
+                             input_dims=input_dims)))
     return 0
 
 

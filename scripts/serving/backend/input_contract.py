@@ -18,9 +18,12 @@ Where each rule comes from (one source of truth: the graph, not a typed copy):
   input whose name ends in `mask` (the Hugging Face convention), or exactly those the config's
   `mask_inputs` parameter lists where it is set (a brought model), hold only 0 and 1, with at least
   one 1 per row (an all-zero mask has no token to pool: the "embedding" would be all zeros).
-- variable-length agreement: all inputs with a variable (-1) axis must have the same shape within
-  one request (one mask entry per token), and that axis must hold at least one element and at most
+- variable-length agreement: where the backend pads (inputs with `allow_ragged_batch`: token
+  sequences), all inputs with a variable (-1) axis must have the same shape within one request (one
+  mask entry per token), and that axis must hold at least one element and at most
   `max_sequence_length` (the length the model was exported and validated with), when known.
+- largest dims: an input of the config's `max_input_dims` (variable axes that Triton batches by equal
+  shapes, an image's height and width) may not exceed them in any axis.
 - floating-point inputs must be finite (serving.backend.checks).
 
 Pure: numpy and (lazily) onnx; nothing here touches Triton, so it is tested without a server.
@@ -44,6 +47,8 @@ class InputRule:
     dims: tuple[int, ...]
     ids: IdRange | None = None
     binary_mask: bool = False
+    #: The largest dims (without the batch axis) a request may send (`max_input_dims`), or None.
+    max_dims: tuple[int, ...] | None = None
 
     @property
     def variable(self) -> bool:
@@ -57,6 +62,10 @@ class InputContract:
     inputs: tuple[InputRule, ...]
     max_sequence_length: int | None = None
     reject_non_finite: bool = True
+    #: Whether the backend pads the variable axes of a batch's requests to the longest (ragged inputs:
+    #: token sequences), so a request's variable-length inputs must agree; False where Triton batches
+    #: equal shapes only and nothing is padded.
+    padded: bool = True
 
     def __post_init__(self) -> None:
         if self.max_sequence_length is not None and self.max_sequence_length < 1:
@@ -83,7 +92,11 @@ class InputContract:
             if empty:
                 return (f"{INVALID_INPUT_PREFIX} '{rule.name}': shape {list(shape)} has an empty sequence axis; "
                         f"expected at least 1 element (token) per row.")
-        variable = [r for r in self.inputs if r.variable]
+            if rule.max_dims is not None and any(n > m for n, m in zip(shape[1:], rule.max_dims)):
+                return (f"{INVALID_INPUT_PREFIX} '{rule.name}': shape {list(shape)} is over its largest dims "
+                        f"{['rows', *rule.max_dims]}; expected at most those per row (the model's max_input_dims, "
+                        f"which its memory and max_batch_size were sized for): resize or split the input.")
+        variable = [r for r in self.inputs if r.variable and self.padded]
         shapes = {r.name: tuple(arrays[r.name].shape) for r in variable}
         if len(set(shapes.values())) > 1:
             listed = ", ".join(f"'{n}' {list(s)}" for n, s in shapes.items())
@@ -140,12 +153,14 @@ def mask_problem(name: str, array: np.ndarray) -> str | None:
 def contract_from_onnx(
     model, inputs: Sequence[tuple[str, Sequence[int]]], mask_inputs: Iterable[str] | None = None,
     max_sequence_length: int | None = None, reject_non_finite: bool = True,
+    max_dims: Mapping[str, Sequence[int]] | None = None, padded: bool = True,
 ) -> InputContract:
     """The contract for a served ONNX model.
 
     `inputs` are the config's (name, dims) pairs (what Triton delivers); `mask_inputs` names the
     0/1 masks exactly (the backend passes contracts.sequence_buckets.mask_input_names of its config);
-    None: the `*mask` naming rule.
+    None: the `*mask` naming rule. `max_dims`: the config's max_input_dims; `padded`: whether the
+    config's inputs are ragged (the backend pads them), see InputContract.
     """
     ranges = gather_id_ranges(model)
     elem_types = {v.name: v.type.tensor_type.elem_type for v in model.graph.input}
@@ -156,8 +171,9 @@ def contract_from_onnx(
         rules.append(InputRule(
             name=name, dims=tuple(int(d) for d in dims), ids=ranges.get(name),
             binary_mask=integer and (is_mask_input(name) if masks is None else name in masks),
+            max_dims=tuple(int(d) for d in max_dims[name]) if max_dims and name in max_dims else None,
         ))
-    return InputContract(tuple(rules), max_sequence_length, reject_non_finite)
+    return InputContract(tuple(rules), max_sequence_length, reject_non_finite, padded)
 
 
 def _is_integer_onnx_type(elem_type: int | None) -> bool:

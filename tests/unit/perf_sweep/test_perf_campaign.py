@@ -212,3 +212,23 @@ def test_option_mistakes_are_named_before_anything_is_measured(tmp_path):
     assert campaign.unused_folder(first) == first
     first.mkdir(parents=True)
     assert campaign.unused_folder(first).name == "20261207-040000-2"
+
+
+def test_a_brought_models_inputs_are_synthetic_rows_and_others_unrecognised_ones_are_not_swept(tmp_path):
+    """recipe onnx_file: swept with valid synthetic rows, said to be synthetic; any other model whose
+    inputs are not the project's kinds stays unswept (perf_analyzer's random ids would be refused)."""
+    import json
+    from pathlib import Path
+
+    from perf_sweep import campaign
+    from tiny_onnx_models import ids_interact_model, save
+
+    save(ids_interact_model(), tmp_path / "repo" / "ids" / "1" / "model.onnx")
+    config = {"name": "ids", "input": [{"name": "ids", "data_type": "TYPE_INT64", "dims": [2]}],
+              "parameters": {"mask_inputs": {"string_value": ""}}}
+    opts = campaign.CampaignOptions(config=tmp_path / "repo" / "serving.toml")
+    brought = campaign.prepare_inputs("ids", config, tmp_path / "inputs", opts, brought=True)
+    assert brought.kind == "synthetic" and "not production data" in brought.description
+    rows = [entry["ids"]["content"] for entry in json.loads(Path(brought.path).read_text())["data"]]
+    assert len(rows) == 32 and all(0 <= i <= 3 for row in rows for i in row)  # the graph's table has 4 rows
+    assert campaign.prepare_inputs("ids", config, tmp_path / "inputs", opts).kind == "random"

@@ -16,7 +16,7 @@ from model_build.pipeline import build_fingerprint
 from model_build.install import install_onnx_file
 from model_build.recipes.onnx_file import build_onnx_file, check_onnx_file_options
 from model_build.recipes.registry import recipe_for
-from tiny_onnx_models import dense_model, ids_interact_model, mask_weighted_model, one_row_table_model, save
+from tiny_onnx_models import dense_model, ids_interact_model, image_model, mask_weighted_model, one_row_table_model, save
 
 PROJECT_ROOT = Path(__file__).resolve().parents[4]
 
@@ -75,7 +75,8 @@ def test_a_relative_path_is_read_from_the_checkout(tmp_path):
 
 @pytest.mark.parametrize("kind, expected", [
     ("fixed_batch", r"expected a dynamic first \(batch\) axis"),
-    ("variable_axis", "have a variable axis after the batch axis; expected fixed dims after it"),
+    ("variable_axis", r"`options.max_dims` has no entry for input 'features' of dims \[-1, -1\] \(variable axes after "
+                      r"the batch axis\): expected its largest dims, e.g. features = \[N\]"),
     ("rows_interact", r"answers differently inside a batch of 4 than alone"),
     # a flattened output under a symbolic first axis: split per request, each would get others' rows
     ("flat_rows", r"output 'scores' has shape \[12, 1\] for 4 input row\(s\): its first axis is not the batch"),
@@ -196,3 +197,49 @@ def test_tensors_of_the_batch_axis_only_are_declared_1_with_a_reshape(tmp_path):
     assert list(scores.dims) == [1] and scores.HasField("reshape") and list(scores.reshape.shape) == []
     assert not config.input[0].HasField("reshape")  # features [batch, 3]: as it was
     assert tensor_specs_from_config(config)[1][0].dims == ()  # read back as the backend sees it
+
+
+def test_variable_axes_with_max_dims_are_served_by_equal_shapes_checked_and_warmed_up_at_the_largest(tmp_path):
+    """An image graph of any height and width: the build runs its checks at max_dims; the config keeps the
+    variable axes without allow_ragged_batch (Triton then batches equal shapes only), tells the backend
+    the largest dims and warms up at them; the request guard's bound is checked at them too."""
+    from contracts.errors import ConfigError
+    from contracts.model_config import request_input_bounds
+
+    source = save(image_model(spatial_output=True), tmp_path / "heat.onnx")
+    model = _model(source, max_dims={"x": [3, 24, 32]})
+    record = build_onnx_file(model, tmp_path / "work")
+    assert record["max_dims"] == {"x": [3, 24, 32]}
+    assert record["tensors"]["outputs"] == {"heat": ["TYPE_FP32", -1, 1, -1, -1]}
+
+    serving = load_serving_spec(PROJECT_ROOT / "model_repository" / "serving.toml")
+    serving = dataclasses.replace(serving, models=(*serving.models, model))
+    install_onnx_file(model, serving, record, tmp_path / "work", tmp_path / "repo")
+    config = read_model_config(tmp_path / "repo" / "mine")
+    assert [list(t.dims) for t in config.input] == [[3, -1, -1]] and not config.input[0].allow_ragged_batch
+    assert [list(t.dims) for t in config.output] == [[1, -1, -1]]
+    assert config.parameters["max_input_dims"].string_value == '{"x":[3,24,32]}'
+    assert {tuple(w.inputs["x"].dims) for w in config.model_warmup} == {(3, 24, 32)}
+    assert [b.bytes for b in request_input_bounds(config)] == [32 * 3 * 24 * 32 * 4]
+
+    small = dataclasses.replace(serving, server=dataclasses.replace(serving.server, max_input_bytes=100_000))
+    with pytest.raises(ConfigError, match=r"input 'x': \[32,3,24,32\] of FP32 needs 294,912 bytes"):
+        install_onnx_file(model, small, record, tmp_path / "work", tmp_path / "repo2")
+
+
+@pytest.mark.parametrize("max_dims, expected", [
+    ({"x": [3, 24, 32], "y": [1]}, r"names 'y', which is not an input with variable axes; expected some of \['x'\]"),
+    ({"x": [4, 24, 32]}, r"gives 'x' dims \[4, 24, 32\]; expected 3 dims agreeing with the graph's fixed ones \[3, N, N\]"),
+    ({"x": [3, 24]}, r"gives 'x' dims \[3, 24\]; expected 3 dims"),
+])
+def test_max_dims_must_cover_exactly_the_variable_inputs_and_agree_with_the_fixed_dims(tmp_path, max_dims, expected):
+    source = save(image_model(), tmp_path / "pooled.onnx")
+    with pytest.raises(BuildError, match=expected):
+        build_onnx_file(_model(source, max_dims=max_dims), tmp_path / "work")
+
+
+@pytest.mark.parametrize("max_dims", [{"x": [3, 0, 4]}, {"x": "3x24x32"}, [3, 24, 32], {"x": [3, True, 4]}])
+def test_max_dims_of_the_wrong_form_are_refused_before_anything_is_built(tmp_path, max_dims):
+    source = save(image_model(), tmp_path / "pooled.onnx")
+    with pytest.raises(BuildError, match=r"options.max_dims` = .*expected a table of input name -> the largest dims"):
+        check_onnx_file_options(_model(source, max_dims=max_dims))

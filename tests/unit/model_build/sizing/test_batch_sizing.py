@@ -92,6 +92,18 @@ def test_the_probe_measures_more_memory_for_a_larger_batch_in_a_fresh_process(wi
     assert small["peak_rss_growth_bytes"] > 4 * MiB  # the 8 MiB of weights are counted
 
 
+def test_the_probe_measures_a_brought_models_rows_at_its_max_dims(tmp_path):
+    """A graph of variable height and width (recipe onnx_file's max_dims): measured at those dims, so a
+    larger image costs more memory than a small one at the same batch."""
+    from tiny_onnx_models import image_model, save
+
+    onnx_path = save(image_model(spatial_output=True), tmp_path / "heat.onnx")
+    small = probe_batch_memory(onnx_path, 8, 1, 16, "cpu", input_dims={"x": [3, 16, 16]})
+    large = probe_batch_memory(onnx_path, 8, 1, 16, "cpu", input_dims={"x": [3, 512, 512]})
+    # 8 x 3 x 512 x 512 float32 in (24 MiB) and 4 feature maps of that size on the way
+    assert large["peak_rss_growth_bytes"] - small["peak_rss_growth_bytes"] > 24 * MiB
+
+
 def test_sizing_writes_measurements_and_choice_and_reuses_them(wide_matmul_onnx, tmp_path):
     spec = serving_spec_from_dict({
         "partitions": {"p": {"compute_share": 50, "memory_mb": 512}},

@@ -97,3 +97,27 @@ def test_named_mask_inputs_replace_the_naming_rule():
     named = contract_from_onnx(masked_embedding_model(), TEXT_INPUTS, mask_inputs=(), max_sequence_length=8)
     assert not {r.name: r for r in named.inputs}["attention_mask"].binary_mask
     assert named.problem(request([[1, 2, 3]], [[0, 3, 1]])) is None
+
+
+def test_an_input_batched_by_equal_shapes_is_held_to_its_largest_dims_and_not_to_agreement():
+    """`max_input_dims` (an image of any height and width): a request over them in any axis is refused
+    naming them; nothing is padded (padded=False), so variable inputs of different shapes may meet."""
+    rules = (InputRule("x", (3, -1, -1), max_dims=(3, 24, 32)), InputRule("scale", (-1,)))
+    contract = InputContract(rules, padded=False)
+    fine = {"x": np.zeros((2, 3, 24, 8), np.float32), "scale": np.ones((2, 5), np.float32)}
+    assert contract.problem(fine) is None
+    over = contract.problem({**fine, "x": np.zeros((1, 3, 25, 8), np.float32)})
+    assert over and "'x': shape [1, 3, 25, 8] is over its largest dims ['rows', 3, 24, 32]" in over, over
+    assert "disagree in shape" in InputContract(rules).problem(fine)  # padded: the token rule holds
+
+
+def test_max_dims_reach_the_contract_from_the_config():
+    from onnx import TensorProto, helper
+
+    from tiny_onnx_models import checked_model
+
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 3, "h", "w"])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", 3, "h", "w"])])
+    contract = contract_from_onnx(checked_model(graph), [("x", [3, -1, -1])], max_dims={"x": [3, 8, 8]}, padded=False)
+    assert contract.inputs[0].max_dims == (3, 8, 8) and not contract.padded

@@ -20,6 +20,10 @@ computing it, and likewise a request whose finite inputs made the model answer N
 `mask_inputs` (default: unset): the integer inputs that are 0/1 masks, comma-separated (may be
 empty); unset, the `sequence_length_input` and every integer input named `*mask` are
 (contracts.sequence_buckets.mask_input_names).
+`max_input_dims` (default: none; JSON, e.g. {"x": [3, 960, 960]}): the largest dims of inputs whose
+variable axes Triton batches by equal shapes (no `allow_ragged_batch`: an image's height and width);
+a larger request is refused. Without ragged inputs nothing is padded, so outputs may have variable
+axes (every request of a batch has the same shapes, and so the same output shapes).
 `adaptive_threads` (default true): with several instances and more than one thread each, keep a
 1-thread session beside the wide one, run it while a sibling instance computes and, alone, run
 whichever of the two this instance measured faster on its own warm calls
@@ -86,9 +90,11 @@ from serving.backend.session_choice import Reason, Session, SessionChoice
 from contracts.sequence_buckets import (
     BUCKETS_PARAMETER,
     LENGTH_INPUT_PARAMETER,
+    MAX_INPUT_DIMS_PARAMETER,
     MAX_LENGTH_PARAMETER,
     mask_input_names,
     parse_bucket_boundaries,
+    parse_max_input_dims,
 )
 from serving.backend.text_frontend import TextFrontEnd
 from contracts.onnx_sessions import execution_providers, served_session
@@ -169,8 +175,10 @@ class TritonPythonModel:
         # the framework's feeds: the config's inputs, or the graph's own when text is tokenized here
         self.input_names = [i.name for i in self.session.get_inputs()] if self.frontend else self.request_inputs
         self.output_names = [t["name"] for t in config["output"]]
+        # ragged inputs are padded across a batch's requests (token sequences); otherwise Triton batches equal shapes only
+        self.padded = any(t.get("allow_ragged_batch", False) for t in config["input"])
         variable = {t["name"]: received_dims(t) for t in config["output"] if any(d < 0 for d in received_dims(t))}
-        if variable:  # rows are split back per request, but a padded axis could not be trimmed to each one's own length
+        if variable and self.padded:  # rows are split back per request, but a padded axis could not be trimmed to each one's own length
             raise pb_utils.TritonModelException(
                 f"model '{name}': outputs {variable} have a variable axis: the requests of a batch are padded to the "
                 f"longest and an output axis cannot be cut back per request; expected fixed output dims (pool in the graph).")
@@ -253,6 +261,8 @@ class TritonPythonModel:
                 mask_inputs=mask_input_names([t["name"] for t in config["input"]], params),
                 max_sequence_length=int(max_length) if max_length else None,
                 reject_non_finite=_flag(params, "reject_non_finite"),
+                max_dims=parse_max_input_dims(params.get(MAX_INPUT_DIMS_PARAMETER, "")),
+                padded=self.padded,
             )
         except ValueError as exc:
             raise pb_utils.TritonModelException(f"model '{name}': input contract: {exc}") from None
