@@ -176,19 +176,23 @@ def servable_specs(model_name: str, onnx_path: Path, source: Path, largest: Mapp
     return inputs, outputs
 
 
+def _dims_form(dims: Sequence[int]) -> str:
+    """A graph's dims after the batch axis as a user writes their largest: `[3, N, N]`."""
+    return "[" + ", ".join(str(d) if d > 0 else "N" for d in dims) + "]"
+
+
 def max_dims_problems(inputs: Sequence[TensorSpec], largest: Mapping[str, Sequence[int]]) -> list[str]:
     """What is wrong with `options.max_dims` for these graph inputs (empty: nothing)."""
     variable = {t.name: t.dims for t in inputs if any(d < 0 for d in t.dims)}
     problems = [f"has no entry for input '{name}' of dims {[-1, *dims]} (variable axes after the batch axis): expected "
-                f"its largest dims, e.g. {name} = {[d if d > 0 else 'N' for d in dims]}".replace("'N'", "N")
-                for name, dims in variable.items() if name not in largest]
+                f"its largest dims, e.g. {name} = {_dims_form(dims)}" for name, dims in variable.items() if name not in largest]
     problems += [f"names '{name}', which is not an input with variable axes; expected some of {sorted(variable)}"
                  for name in largest if name not in variable]
     for name, dims in variable.items():
         given = list(largest.get(name, dims))
         if name in largest and (len(given) != len(dims) or any(d > 0 and g != d for d, g in zip(dims, given))):
             problems.append(f"gives '{name}' dims {given}; expected {len(dims)} dims agreeing with the graph's fixed ones "
-                            f"{[d if d > 0 else 'N' for d in dims]}".replace("'N'", "N"))
+                            f"{_dims_form(dims)}")
     return problems
 
 

@@ -142,3 +142,14 @@ def test_mask_inputs_come_from_the_config_parameter_exactly_or_else_from_the_nam
     assert mask_input_names(names, {LENGTH_INPUT_PARAMETER: "lengths"}) == {"attention_mask", "pixel_mask", "lengths"}
     assert mask_input_names(names, {MASK_INPUTS_PARAMETER: ""}) == frozenset()  # a brought model: none unless named
     assert mask_input_names(names, {MASK_INPUTS_PARAMETER: " attention_mask ,lengths"}) == {"attention_mask", "lengths"}
+
+
+def test_max_input_dims_round_trip_and_refuse_what_is_not_dims():
+    from contracts.sequence_buckets import max_input_dims_value, parse_max_input_dims
+
+    value = max_input_dims_value({"x": (3, 48, 320), "a": [1]})
+    assert value == '{"a":[1],"x":[3,48,320]}' and parse_max_input_dims(value) == {"a": (1,), "x": (3, 48, 320)}
+    assert parse_max_input_dims("  ") == {}
+    for bad in ("3x48x320", '{"x": [3, 0]}', '{"x": []}', '{"x": [3, true]}', '[3, 48]'):
+        with pytest.raises(ConfigError, match="max_input_dims"):
+            parse_max_input_dims(bad)
