@@ -274,8 +274,10 @@ def synthetic_input_data(model_config: Mapping[str, Any], onnx_path: Path, seed:
     data = {"data": [{name: {"content": array[i].ravel().tolist(), "shape": list(array.shape[1:])}
                       for name, array in rows.items()} for i in range(count)]}
     shapes = ", ".join(f"{name} {list(array.shape[1:])}" for name, array in rows.items())
+    sized = (f"; every row at max_input_dims, so all requests share one shape: the dynamic batcher's best case "
+             f"(it batches equal shapes only)" if largest else "")
     return data, (f"{count} synthetic rows ({shapes}): standard-normal floats, ids drawn over their lookup tables, "
-                  f"masks all ones, seed {seed}; not production data (a brought model has none here)")
+                  f"masks all ones, seed {seed}; not production data (a brought model has none here){sized}")
 
 
 def write_input_data(path: Path, data: dict[str, Any]) -> Path:

@@ -13,7 +13,7 @@ from typing import Any, Mapping
 from model_build.errors import BuildError
 from model_build.install import install_served
 from model_build.pipeline import BuildPaths
-from model_build.sizing.batch_sizing import served_model_spec, size_model_batches, sizing_path
+from model_build.sizing.batch_sizing import MEMORY_BUDGET_FRACTION, served_model_spec, size_model_batches, sizing_path
 from contracts.rendered_configs import settings_digest
 from contracts.build_record import BuildRecordError, read_build_record
 from contracts.errors import ConfigError
@@ -46,10 +46,13 @@ def apply_measured_batch_size(
     except ConfigError as exc:  # serving.toml's cap passed these checks; the measured size does not
         if sized.max_batch_size == model.max_batch_size:
             raise
+        partition = plan.partition_of(model.name)
         raise BuildError(
             f"{exc} Here max_batch_size is not serving.toml's {model.max_batch_size} but {sized.max_batch_size}, what the "
-            f"measured memory allows ({decision.budget_bytes / 2**20:.1f} MiB per instance in partition "
-            f"{decision.partition}; artifacts/{model.name}/batch_sizing.json): give partition {decision.partition} more "
+            f"measured memory allows ({decision.budget_bytes / 2**20:.1f} MiB per instance: {MEMORY_BUDGET_FRACTION:.0%} of partition "
+            f"{decision.partition}'s {partition.memory_mb} MiB split evenly over its {len(partition.models)} models "
+            f"{list(partition.models)} and this model's {model.instance_count} instance(s), so a model added to the "
+            f"partition lowers it; artifacts/{model.name}/batch_sizing.json): give partition {decision.partition} more "
             f"memory_mb, fewer instances of this model, or a partition of its own.") from None
 
 

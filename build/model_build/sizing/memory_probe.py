@@ -105,6 +105,7 @@ def measure(onnx: str, batch: int, threads: int, variable_dim: int, device: str,
         session.run(None, feeds)
     seconds = (time.perf_counter() - started) / runs
     result = {"batch_size": batch, "threads": threads, "variable_dim": variable_dim, "device": device,
+              **({"input_dims": {name: list(dims) for name, dims in input_dims.items()}} if input_dims else {}),
               "peak_rss_growth_bytes": _status_kib("VmHWM") * 1024 - rss_before, "peak_reset": peak_reset,
               "seconds_per_run_incl_load": round(seconds, 4)}
     if device == "cuda":  # the session's weights, workspace and activations at this batch, as served

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -20,6 +21,7 @@ from contracts.errors import ConfigError
 from contracts.partition_plan import plan_partitions
 from contracts.serving_spec import serving_spec_from_dict
 
+PROJECT_ROOT = Path(__file__).resolve().parents[4]
 MiB = 1024 * 1024
 
 
@@ -137,3 +139,33 @@ def test_progress_is_shown_only_when_a_reached_batch_size_is_not_cached():
     over = {1: {"memory_bytes": 10}, 2: {"memory_bytes": 500}}                 # the loop stops at 2 (over budget)
     assert not _probes_any(sizes, over, budget)                                # so 4 and 8 are never measured
     assert _probes_any(sizes, {}, budget)
+
+
+def test_a_measured_size_that_breaks_the_starvation_bound_names_the_budget_and_its_even_split(tmp_path):
+    """32 images at max_dims do not fit a small partition: the measured max_batch_size (below the 24 + 8
+    the priorities need) fails the build, saying how the budget was split, so that a user who added a
+    model to the partition sees why another model's size fell."""
+    from model_build.errors import BuildError
+    from model_build.pipeline import BuildPaths
+    from model_build.sizing.batch_sizes import apply_measured_batch_size
+    from tiny_onnx_models import image_model, save
+
+    import tomllib
+
+    save(image_model(spatial_output=True), tmp_path / "artifacts" / "heat" / "fp32.onnx")
+    served = tomllib.loads((PROJECT_ROOT / "model_repository" / "serving.toml").read_text())  # its priorities
+    spec = serving_spec_from_dict({
+        **served,
+        "partitions": {"p": {"compute_share": 50, "memory_mb": 96}},
+        "models": {"heat": {"recipe": "onnx_file", "max_batch_size": 32, "partition": "p",
+                            "options": {"path": "heat.onnx", "max_dims": {"x": [3, 256, 256]}}},
+                   "other": {"recipe": "onnx_file", "max_batch_size": 32, "partition": "p",
+                             "options": {"path": "other.onnx"}}},
+    })
+    plan = plan_partitions(spec, cpu_count=2, gpu_present=False)
+    with pytest.raises(BuildError) as refused:
+        apply_measured_batch_size(spec.model("heat"), spec, plan, {"served_file": "fp32.onnx"}, BuildPaths(tmp_path))
+    message = str(refused.value)
+    assert "cannot guarantee progress for `priorities.batch`" in message
+    assert "Here max_batch_size is not serving.toml's 32 but " in message
+    assert "70% of partition p's 96 MiB split evenly over its 2 models ['heat', 'other']" in message
