@@ -24,9 +24,13 @@ def checked_model(graph, opset: int = 17):
     return model
 
 
-def masked_embedding_model(ids_through_mul: bool = False):
+def masked_embedding_model(ids_through_mul: bool = False, mean_over_padding: bool = False):
     """ids INT64 [B, S], attention_mask INT64 [B, S] -> pooled FP32 [B, WIDTH]:
     sum over tokens of table[ids] * mask / max(1, sum(mask)).
+
+    With `mean_over_padding`, the masked rows are averaged over all S positions (a mean pooling that
+    forgets to divide by the mask's count): right-padding a row to its batch mates' length then changes
+    its answer, so it must not be batched padded.
 
     With `ids_through_mul`, the ids are doubled before the lookup (Mul by 2): the input contract
     cannot see that range (it follows only pass-through ops), so ids >= VOCAB / 2 make ONNX
@@ -48,11 +52,14 @@ def masked_embedding_model(ids_through_mul: bool = False):
         helper.make_node("Cast", ["attention_mask"], ["maskf"], to=TensorProto.FLOAT),
         helper.make_node("Unsqueeze", ["maskf", "axis2"], ["mask3"]),
         helper.make_node("Mul", ["rows", "mask3"], ["masked"]),
-        helper.make_node("ReduceSum", ["masked", "axis1"], ["summed"], keepdims=0),
-        helper.make_node("ReduceSum", ["maskf", "axis1"], ["count"], keepdims=1),
-        helper.make_node("Max", ["count", "one"], ["safe_count"]),
-        helper.make_node("Div", ["summed", "safe_count"], ["embedding"]),
     ]
+    if mean_over_padding:
+        nodes.append(helper.make_node("ReduceMean", ["masked"], ["embedding"], axes=[1], keepdims=0))
+    else:
+        nodes += [helper.make_node("ReduceSum", ["masked", "axis1"], ["summed"], keepdims=0),
+                  helper.make_node("ReduceSum", ["maskf", "axis1"], ["count"], keepdims=1),
+                  helper.make_node("Max", ["count", "one"], ["safe_count"]),
+                  helper.make_node("Div", ["summed", "safe_count"], ["embedding"])]
     graph = helper.make_graph(
         nodes, "masked_embedding",
         [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "sequence"]),

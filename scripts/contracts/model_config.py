@@ -162,7 +162,18 @@ def render_dynamic_batching(model: ModelSpec, serving: ServingSpec) -> pb.ModelD
 ONES_PREFIX = "ones_"
 
 
-def render_warmup(inputs: Sequence[TensorSpec], batch_sizes: Sequence[int], variable_dim: int = 16,
+#: How long a warm-up sample's variable (token) axis is, unless the model's maximum is shorter.
+WARMUP_SEQUENCE_LENGTH = 16
+
+
+def warmup_sequence_length(parameters: Mapping[str, str]) -> int:
+    """A warm-up sample's token axis: WARMUP_SEQUENCE_LENGTH, or the config's `max_sequence_length` where
+    that is shorter (a longer sample would be refused by the backend, and the load with it)."""
+    longest = str(parameters.get(MAX_LENGTH_PARAMETER, "")).strip()
+    return min(WARMUP_SEQUENCE_LENGTH, int(longest)) if longest.isdigit() and int(longest) > 0 else WARMUP_SEQUENCE_LENGTH
+
+
+def render_warmup(inputs: Sequence[TensorSpec], batch_sizes: Sequence[int], variable_dim: int = WARMUP_SEQUENCE_LENGTH,
                   ones_inputs: Collection[str] = (), sample_dims: Mapping[str, Sequence[int]] | None = None
                   ) -> list[pb.ModelWarmup]:
     """`model_warmup` entries, so the first real request is not the slow one: zero data, except
@@ -217,7 +228,7 @@ def warmup_ones_inputs(inputs: Sequence[TensorSpec], parameters: Mapping[str, st
 
 
 def warmup_feeds(inputs: Sequence[TensorSpec], batch: int, ones_inputs: Collection[str],
-                 variable_dim: int = 16, sample_dims: Mapping[str, Sequence[int]] | None = None) -> dict[str, np.ndarray]:
+                 variable_dim: int = WARMUP_SEQUENCE_LENGTH, sample_dims: Mapping[str, Sequence[int]] | None = None) -> dict[str, np.ndarray]:
     """What `render_warmup`'s sample of `batch` rows sends, as arrays (TYPE_STRING inputs, sent as
     random data, are left out): for a build to run in process before Triton does at load, since a
     warm-up answered with an error fails the load (and can crash Triton 2.51)."""
@@ -293,7 +304,8 @@ def _render_batched_model(backend: str, model: ModelSpec, serving: ServingSpec, 
         input=[model_input(t, ragged=ragged_inputs) for t in inputs], output=[model_output(t) for t in outputs],
         dynamic_batching=render_dynamic_batching(model, serving),
         instance_group=render_instance_groups(model),
-        model_warmup=render_warmup(inputs, sorted({1, model.max_batch_size}), ones_inputs=masks, sample_dims=sample_dims),
+        model_warmup=render_warmup(inputs, sorted({1, model.max_batch_size}), warmup_sequence_length(parameters),
+                                   ones_inputs=masks, sample_dims=sample_dims),
     )
     set_parameters(config, parameters)
     check_request_inputs_fit(config, serving.server.max_input_bytes)

@@ -1,4 +1,5 @@
-"""Right-padding of token rows, one rule for the tokenizer models, the perf suite and the reports.
+"""Right-padding of token rows, one rule for the tokenizer models, the serving backend's batches, the
+build's padding check of a brought model, the perf suite and the reports.
 
 Rows are padded with the tokenizer's [PAD] id (not 0: an id that is a real token would change
 what a model without an attention mask computes), the mask with 0, token types with 0.
@@ -8,6 +9,8 @@ from __future__ import annotations
 from typing import Sequence
 
 import numpy as np
+
+from contracts.sequence_buckets import is_mask_input
 
 
 def pad_rows(rows: Sequence[Sequence[int]], pad_value: int = 0) -> np.ndarray:
@@ -24,6 +27,31 @@ def pad_rows(rows: Sequence[Sequence[int]], pad_value: int = 0) -> np.ndarray:
 
 #: The token-type input's name (Hugging Face's): padded with 0, like the mask.
 TOKEN_TYPES_INPUT = "token_type_ids"
+
+
+def sequence_pad_value(name: str, pad_value: int, length_input: str | None) -> int:
+    """What pads input `name` across the requests of a batch: token ids the [PAD] id (`pad_value`), the
+    0/1 mask (`length_input`, the model's sequence_length_input, or an input named `*mask`) and token
+    types 0 (a mask padded with a [PAD] id of 1 would let every row attend to its padding)."""
+    masks = [length_input] if length_input else []
+    return 0 if is_mask_input(name, masks) or name == TOKEN_TYPES_INPUT else pad_value
+
+
+def concat_padded(arrays: Sequence[np.ndarray], pad_value: int = 0) -> np.ndarray:
+    """Concatenate along axis 0, right-padding every other axis to the largest size seen: one
+    array filled with `pad_value` and each request's rows copied in (one numpy call per request,
+    not a padded copy of each and then a concatenation)."""
+    if len(arrays) == 1:
+        return arrays[0]
+    target = tuple(max(a.shape[axis] for a in arrays) for axis in range(1, arrays[0].ndim))
+    if all(a.shape[1:] == target for a in arrays):
+        return np.concatenate(arrays, axis=0)
+    out = np.full((sum(a.shape[0] for a in arrays), *target), pad_value, dtype=arrays[0].dtype)
+    start = 0
+    for a in arrays:
+        out[(slice(start, start + a.shape[0]), *(slice(0, n) for n in a.shape[1:]))] = a
+        start += a.shape[0]
+    return out
 
 
 def padded_token_tensors(encodings: Sequence, pad_id: int, names: Sequence[str] = ("input_ids", "attention_mask")) -> dict[str, np.ndarray]:

@@ -20,7 +20,7 @@ def own_model_server(tmp_path_factory):
     from contracts.serving_spec import ModelSpec, load_serving_spec
     from model_build.install import install_onnx_file
     from model_build.recipes.onnx_file import build_onnx_file
-    from tiny_onnx_models import dense_model, image_model, mask_weighted_model, save
+    from tiny_onnx_models import dense_model, image_model, mask_weighted_model, masked_embedding_model, save
 
     from conftest import start_test_server
 
@@ -38,7 +38,12 @@ def own_model_server(tmp_path_factory):
                *(ModelSpec(name, "onnx_file", partition="main", max_batch_size=32, instance_count=2,
                            options={"path": str(save(image_model(spatial), workdir / "brought" / f"{name}.onnx")),
                                     "max_dims": {"x": [3, 24, 32]}})
-                 for name, spatial in (("pooled_image", False), ("heat_image", True)))]
+                 for name, spatial in (("pooled_image", False), ("heat_image", True))),
+               # a text encoder of its own ([batch, N] ids and a declared mask): texts padded across a batch
+               ModelSpec("brought_encoder", "onnx_file", partition="main", max_batch_size=32, instance_count=2,
+                         options={"path": str(save(masked_embedding_model(), workdir / "brought" / "brought_encoder.onnx")),
+                                  "mask_inputs": ["attention_mask"],
+                                  "max_dims": {"input_ids": [12], "attention_mask": [12]}})]
     serving = load_serving_spec(PROJECT_ROOT / "model_repository" / "serving.toml")
     serving = dataclasses.replace(serving, models=(*serving.models, *brought))
     for model in brought:
@@ -52,7 +57,8 @@ def own_model_server(tmp_path_factory):
                                     (TensorSpec("scores", "TYPE_FP32", (1,)),))
     config.ClearField("model_warmup")  # answered with the error below, a warm-up crashes Triton 2.51 at load
     write_model_config(workdir / "repository" / "flat", config)
-    server = start_test_server(workdir, ("mine", "weighted", "sums", "doubles", "flat", "pooled_image", "heat_image"),
+    server = start_test_server(workdir, ("mine", "weighted", "sums", "doubles", "flat", "pooled_image", "heat_image",
+                                         "brought_encoder"),
                                repository=workdir / "repository")
     yield server, source
     server.process.stop()
@@ -84,11 +90,27 @@ def _infer(server, protocol: str, model: str, inputs: dict[str, np.ndarray], out
         client.close()
 
 
+def _sent_concurrently_and_batched(server, model: str, send, calls, check, rounds: int = 3) -> None:
+    """`send(server, *call)` for every call at once, `rounds` times, `check(index, answer)` each answer; then
+    Triton's statistics must show fewer executions than requests (the test exercised batching)."""
+    from conftest import settled_model_stats
+
+    counted = lambda s: int(s["inference_stats"]["success"]["count"]) + int(s["inference_stats"]["fail"]["count"])  # noqa: E731
+    before = settled_model_stats(server.http_url, model, counted, 0)
+    for _ in range(rounds):
+        with ThreadPoolExecutor(len(calls)) as pool:
+            answers = list(pool.map(lambda c: send(server, *c), calls))
+        for i, answer in enumerate(answers):
+            check(i, answer)
+    stats = settled_model_stats(server.http_url, model, counted, counted(before) + rounds * len(calls))
+    executions = int(stats["execution_count"]) - int(before["execution_count"])
+    assert executions < rounds * len(calls), f"no two requests to {model} were batched together: nothing was tested"
+
+
 def test_co_batched_requests_get_their_own_rows_answers_and_a_bad_one_is_refused_alone(own_model_server):
     import onnxruntime as ort
     from tritonclient.utils import InferenceServerException
 
-    from conftest import settled_model_stats
 
     server, source = own_model_server
     reference = ort.InferenceSession(str(source), providers=["CPUExecutionProvider"])
@@ -96,21 +118,16 @@ def test_co_batched_requests_get_their_own_rows_answers_and_a_bad_one_is_refused
     requests = [rng.standard_normal((int(rng.integers(1, 4)), 3)).astype(np.float32) for _ in range(24)]
     requests[5][0, 1] = np.nan  # refused alone: the backend checks every request before the batch is formed
     calls = [(("http", "grpc")[i % 2], rows, 1 + (i % 3 == 0)) for i, rows in enumerate(requests)]
-    counted = lambda s: int(s["inference_stats"]["success"]["count"]) + int(s["inference_stats"]["fail"]["count"])  # noqa: E731
-    before = settled_model_stats(server.http_url, "mine", counted, 0)
-    for _ in range(3):
-        with ThreadPoolExecutor(len(calls)) as pool:
-            results = list(pool.map(lambda c: _call(server, *c), calls))
-        for i, (rows, result) in enumerate(zip(requests, results)):
-            if i == 5:
-                assert isinstance(result, InferenceServerException), result
-                assert "features" in result.message() and "NaN" in result.message(), result.message()
-            else:
-                expected = np.concatenate([reference.run(None, {"features": row[None]})[0] for row in rows])
-                np.testing.assert_allclose(result, expected, rtol=1e-5, atol=1e-6)
-    stats = settled_model_stats(server.http_url, "mine", counted, counted(before) + 3 * len(calls))
-    executions = int(stats["execution_count"]) - int(before["execution_count"])
-    assert executions < 3 * len(calls), "no two requests were batched together: the test exercised no batching"
+
+    def check(i, result):
+        if i == 5:
+            assert isinstance(result, InferenceServerException), result
+            assert "features" in result.message() and "NaN" in result.message(), result.message()
+        else:
+            expected = np.concatenate([reference.run(None, {"features": row[None]})[0] for row in requests[i]])
+            np.testing.assert_allclose(result, expected, rtol=1e-5, atol=1e-6)
+
+    _sent_concurrently_and_batched(server, "mine", _call, calls, check)
     assert server.process.process.poll() is None
 
 
@@ -175,7 +192,6 @@ def test_images_of_any_size_up_to_max_dims_are_batched_by_equal_shapes_and_answe
     import onnxruntime as ort
     from tritonclient.utils import InferenceServerException
 
-    from conftest import settled_model_stats
 
     server, source = own_model_server
     reference = ort.InferenceSession(str(source.parent / f"{model}.onnx"), providers=["CPUExecutionProvider"])
@@ -184,23 +200,18 @@ def test_images_of_any_size_up_to_max_dims_are_batched_by_equal_shapes_and_answe
     images = [rng.standard_normal((1 + i % 2, 3, h, w)).astype(np.float32) for i, (h, w) in enumerate(sizes)]
     images[7] = rng.standard_normal((1, 3, 25, 32)).astype(np.float32)  # one row over max_dims [3, 24, 32]
     calls = [(("http", "grpc")[i % 2], model, {"x": rows}, output, 1 + (i % 3 == 0)) for i, rows in enumerate(images)]
-    counted = lambda s: int(s["inference_stats"]["success"]["count"]) + int(s["inference_stats"]["fail"]["count"])  # noqa: E731
-    before = settled_model_stats(server.http_url, model, counted, 0)
     expected = [np.concatenate([reference.run(None, {"x": row[None]})[0] for row in rows]) for rows in images]
-    for _ in range(3):
-        with ThreadPoolExecutor(len(calls)) as pool:
-            results = list(pool.map(lambda c: _infer(server, *c), calls))
-        for i, result in enumerate(results):
-            if i == 7:
-                assert isinstance(result, InferenceServerException), result
-                assert "'x'" in result.message() and "['rows', 3, 24, 32]" in result.message(), result.message()
-                continue
+
+    def check(i, result):
+        if i == 7:
+            assert isinstance(result, InferenceServerException), result
+            assert "'x'" in result.message() and "['rows', 3, 24, 32]" in result.message(), result.message()
+        else:
             assert not isinstance(result, Exception), result
             assert result.shape == expected[i].shape
             np.testing.assert_allclose(result, expected[i], rtol=1e-4, atol=1e-5)
-    stats = settled_model_stats(server.http_url, model, counted, counted(before) + 3 * len(calls))
-    executions = int(stats["execution_count"]) - int(before["execution_count"])
-    assert executions < 3 * len(calls), "no two images were batched together: the test exercised no batching"
+
+    _sent_concurrently_and_batched(server, model, _infer, calls, check)
     assert server.process.process.poll() is None
 
 
@@ -227,3 +238,32 @@ def test_make_perf_sweeps_a_brought_model_with_synthetic_rows_it_answers(own_mod
                                  RunFolder(tmp_path / model), lambda line: None)
         assert record.status in ("ok", "unstable"), record.note
         assert record.requests > 0 and record.errors == 0 and record.server["requests_failed"] == 0
+
+
+def test_a_brought_text_encoder_batches_texts_of_any_length_padded_each_answered_as_alone(own_model_server):
+    """Token sequences with a declared mask: requests of different lengths share a batch (padded to the
+    longest, the mask zero there), each answered as ONNX Runtime answers it alone; ids and mask of
+    different lengths, or past max_dims, are refused alone."""
+    from tritonclient.utils import InferenceServerException
+
+    from tiny_onnx_models import VOCAB, reference_embedding
+
+    server, _ = own_model_server
+    rng = np.random.default_rng(2)
+    lengths = [12, 3, 7, 1, 12, 5, 2, 9] * 3
+    sent = [rng.integers(0, VOCAB, size=(1 + i % 2, n)).astype(np.int64) for i, n in enumerate(lengths)]
+    calls = [(("http", "grpc")[i % 2], "brought_encoder", {"input_ids": ids, "attention_mask": np.ones_like(ids)},
+              "embedding", 1 + (i % 3 == 0)) for i, ids in enumerate(sent)]
+    calls[5][2]["attention_mask"] = np.ones((2, 6), np.int64)  # one mask entry more than the ids
+    calls[6][2].update(input_ids=np.zeros((1, 13), np.int64), attention_mask=np.ones((1, 13), np.int64))  # past 12
+
+    def check(i, result):
+        if i in (5, 6):
+            assert isinstance(result, InferenceServerException), result
+            assert ("disagree in shape" if i == 5 else "13 tokens per row; expected at most 12") in result.message()
+        else:
+            assert not isinstance(result, Exception), result
+            np.testing.assert_allclose(result, reference_embedding(sent[i], np.ones_like(sent[i])), rtol=1e-5, atol=1e-6)
+
+    _sent_concurrently_and_batched(server, "brought_encoder", _infer, calls, check)
+

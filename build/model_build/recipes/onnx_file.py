@@ -46,10 +46,11 @@ from contracts.file_digest import sha256_file
 from contracts.layout import PROJECT_ROOT
 from contracts.onnx_graph import gather_id_ranges
 from contracts.model_config import (INTEGER_TYPES, TensorSpec, row_dims, tensor_specs_from_onnx, warmup_feeds,
-                                    warmup_ones_inputs)
-from contracts.sequence_buckets import MASK_INPUTS_PARAMETER
+                                    warmup_ones_inputs, warmup_sequence_length)
+from contracts.sequence_buckets import MASK_INPUTS_PARAMETER, MAX_LENGTH_PARAMETER
 from contracts.serving_spec import ModelSpec, Variant
 from contracts.synthetic_requests import synthetic_rows
+from contracts.token_padding import concat_padded, sequence_pad_value
 from model_build.errors import BuildError
 from model_build.onnx_export.export import check_onnx, onnxruntime_session
 
@@ -216,11 +217,13 @@ def _outputs_problem(outputs: Sequence[np.ndarray], names: Sequence[str], rows: 
 
 
 def warmup_problem(session, inputs: Sequence[TensorSpec], masks: Sequence[str],
-                   largest: Mapping[str, Sequence[int]] | None = None) -> str | None:
+                   largest: Mapping[str, Sequence[int]] | None = None, longest_sequence: int | None = None) -> str | None:
     """What goes wrong with the warm-up sample Triton sends at load (contracts.model_config.warmup_feeds,
-    at `largest` dims where given): it must be answered, or the load fails."""
+    at `largest` dims where given, token sequences as long as the config's warm-up makes them for
+    `longest_sequence`): it must be answered, or the load fails."""
     ones = warmup_ones_inputs(inputs, {MASK_INPUTS_PARAMETER: ",".join(masks)})
-    feeds = warmup_feeds(inputs, 1, ones, sample_dims=largest)
+    length = warmup_sequence_length({MAX_LENGTH_PARAMETER: str(longest_sequence or "")})
+    feeds = warmup_feeds(inputs, 1, ones, variable_dim=length, sample_dims=largest)
     names = [o.name for o in session.get_outputs()]
     problem = _outputs_problem(session.run(names, feeds), names, 1)
     if problem is None:
@@ -241,15 +244,31 @@ def check_rows(inputs: Sequence[TensorSpec], graph, rows: int, seed: int, masks:
     return synthetic_rows(inputs, rows, seed, gather_id_ranges(graph), masks, sample_dims=largest)
 
 
-def batching_error(session, feeds: dict[str, np.ndarray]) -> float:
-    """Max |difference| over every output between each row run alone and all rows as one batch:
-    what a request would see alone and inside a dynamic batch. Raises ValueError when an answer has
-    not one output row per input row (its rows could not be split back into requests)."""
-    names = [o.name for o in session.get_outputs()]
+def split_rows(feeds: Mapping[str, np.ndarray]) -> list[dict[str, np.ndarray]]:
+    """One request per row of a batch of equal-shape feeds."""
     rows = len(next(iter(feeds.values())))
-    together = session.run(names, feeds)
-    alone = [session.run(names, {name: value[i:i + 1] for name, value in feeds.items()}) for i in range(rows)]
-    for count, answers in [(rows, together), *((1, a) for a in alone)]:
+    return [{name: value[i:i + 1] for name, value in feeds.items()} for i in range(rows)]
+
+
+def sequence_rows(inputs: Sequence[TensorSpec], graph, seed: int, masks: Sequence[str], longest: int) -> list[dict[str, np.ndarray]]:
+    """CHECK_ROWS requests of token sequences of different lengths (the longest, a half, a fifth, one token)
+    for the padded batching check, each drawn by contracts.synthetic_requests' rule."""
+    ranges = gather_id_ranges(graph)
+    lengths = [longest, max(1, longest // 2), max(1, longest // 5), 1][:CHECK_ROWS]
+    return [synthetic_rows(inputs, 1, seed + i, ranges, masks, variable_dim=n) for i, n in enumerate(lengths)]
+
+
+def batching_error(session, rows: Sequence[Mapping[str, np.ndarray]], pad_values: Mapping[str, int] | None = None) -> float:
+    """Max |difference| over every output between each request run alone and all of them as one batch:
+    what a request would see alone and inside a dynamic batch. `rows`: one request each; the batch is
+    them concatenated, token sequences right-padded to the longest with `pad_values` (the backend's rule,
+    contracts.token_padding). Raises ValueError when an answer has not one output row per input row (its
+    rows could not be split back into requests), or a row's output shape depends on its batch mates."""
+    names = [o.name for o in session.get_outputs()]
+    together = session.run(names, {name: concat_padded([r[name] for r in rows], (pad_values or {}).get(name, 0))
+                                   for name in rows[0]})
+    alone = [session.run(names, dict(r)) for r in rows]
+    for count, answers in [(sum(len(next(iter(r.values()))) for r in rows), together), *((1, a) for a in alone)]:
         problem = _outputs_problem(answers, names, count)
         if problem:
             raise ValueError(problem)
@@ -261,6 +280,28 @@ def batching_error(session, feeds: dict[str, np.ndarray]) -> float:
                              f"batched together, so a row's answer could not be cut back out of the batch's")
     return max(float(np.abs(np.concatenate([a[k] for a in alone]).astype(np.float64) - together[k]).max())
                for k in range(len(together)))
+
+
+def padded_sequences(model: ModelSpec, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]) -> tuple[str, int] | None:
+    """(the mask marking real tokens, the longest sequence) when the graph's variable inputs are token
+    sequences to pad across a batch, as the project's text encoder's are: every variable input is
+    [batch, N] and one of them is a declared 0/1 mask (`options.mask_inputs`; its zeros are what make the
+    padding harmless, which the batching check then verifies). Else None: batched by equal shapes only."""
+    variable = [t for t in inputs if any(d < 0 for d in t.dims)]
+    mask = next((t.name for t in variable if t.name in mask_inputs(model)), None)
+    if mask is None or any(t.dims != (-1,) for t in variable):
+        return None
+    lengths = {t.name: max_dims(model)[t.name][0] for t in variable}
+    if len(set(lengths.values())) > 1:
+        raise BuildError(f"{model.name}: `options.max_dims` gives the token sequences {lengths}: they are padded together "
+                         f"to one length per batch; expected one longest length for all of them.")
+    shaped = {t.name: [-1, *t.dims] for t in outputs if any(d < 0 for d in t.dims)}
+    if shaped:
+        raise BuildError(f"{model.name}: outputs {shaped} have variable axes, but the inputs are token sequences padded "
+                         f"to their batch's longest (mask '{mask}'), and a padded output axis cannot be cut back per "
+                         f"request; expected fixed output dims (pool in the graph), or no `mask_inputs`, to batch "
+                         f"sequences of equal lengths only.")
+    return mask, next(iter(lengths.values()))
 
 
 def build_onnx_file(model: ModelSpec, workdir: Path) -> dict[str, Any]:
@@ -279,10 +320,16 @@ def build_onnx_file(model: ModelSpec, workdir: Path) -> dict[str, Any]:
     except Exception as exc:  # onnxruntime raises its own types
         raise BuildError(f"{model.name}: ONNX Runtime cannot open {source}: {str(exc).strip()[:400]}") from None
     graph = onnx.load(str(served), load_external_data=False)
-    try:
-        warmup = warmup_problem(session, inputs, mask_inputs(model), largest)
-        feeds = check_rows(inputs, graph, CHECK_ROWS, int(model.options.get("seed", 0)), mask_inputs(model), largest)
-        error = batching_error(session, feeds)
+    sequences = padded_sequences(model, inputs, outputs)
+    seed = int(model.options.get("seed", 0))
+    try:  # the warm-up as Triton will send it (token sequences: 16 long, contracts.model_config.render_warmup)
+        warmup = (warmup_problem(session, inputs, mask_inputs(model), longest_sequence=sequences[1]) if sequences
+                  else warmup_problem(session, inputs, mask_inputs(model), largest))
+        if sequences:
+            pads = {t.name: sequence_pad_value(t.name, 0, sequences[0]) for t in inputs}
+            error = batching_error(session, sequence_rows(inputs, graph, seed, mask_inputs(model), sequences[1]), pads)
+        else:
+            error = batching_error(session, split_rows(check_rows(inputs, graph, CHECK_ROWS, seed, mask_inputs(model), largest)))
     except ValueError as exc:
         raise BuildError(f"{model.name}: {exc}; expected one output row per input row, finite.") from None
     except Exception as exc:  # noqa: BLE001 - ONNX Runtime's own errors: a graph that needs other inputs than declared
@@ -305,6 +352,8 @@ def build_onnx_file(model: ModelSpec, workdir: Path) -> dict[str, Any]:
                     "outputs": {t.name: [t.data_type, -1, *t.dims] for t in outputs}},
         "mask_inputs": list(mask_inputs(model)),
         "max_dims": {name: list(dims) for name, dims in largest.items()},
+        # token sequences padded across a batch (ragged inputs), or None: batched by equal shapes
+        "padded_sequences": {"mask": sequences[0], "max_length": sequences[1]} if sequences else None,
         "batching_check": {"rows": CHECK_ROWS, "max_abs_diff": error, "tolerance": tolerance},
         # the report's metric: how far a row's answer moves inside a batch (no labels to score against)
         "variants": {"fp32": {"file": SERVED_ONNX, "size_bytes": served.stat().st_size,

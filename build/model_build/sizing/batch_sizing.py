@@ -26,7 +26,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from contracts.errors import ConfigError, ServingError
 from contracts.file_digest import sha256_file
-from contracts.partition_plan import Mechanism, PartitionPlan
+from contracts.partition_plan import PartitionPlan
 from contracts.sequence_buckets import max_input_dims_value
 from contracts.serving_spec import ModelSpec, ServingSpec
 

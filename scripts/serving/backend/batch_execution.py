@@ -31,8 +31,8 @@ from typing import Callable, Mapping, Sequence, TypeVar
 
 import numpy as np
 
-from contracts.sequence_buckets import is_mask_input, run_in_length_buckets
-from contracts.token_padding import TOKEN_TYPES_INPUT
+from contracts.sequence_buckets import run_in_length_buckets
+from contracts.token_padding import concat_padded, sequence_pad_value
 
 #: A framework call: feeds by input name -> outputs (rows on axis 0), in the model's output order.
 RunFeeds = Callable[[dict[str, np.ndarray]], Sequence[np.ndarray]]
@@ -69,23 +69,6 @@ def run_isolating_failures(run_group: Callable[[Sequence[int]], Sequence[T]], in
         return {**run_isolating_failures(run_group, indices[:middle]), **run_isolating_failures(run_group, indices[middle:])}
 
 
-def concat_padded(arrays: Sequence[np.ndarray], pad_value: int = 0) -> np.ndarray:
-    """Concatenate along axis 0, right-padding every other axis to the largest size seen: one
-    array filled with `pad_value` and each request's rows copied in (one numpy call per request,
-    not a padded copy of each and then a concatenation)."""
-    if len(arrays) == 1:
-        return arrays[0]
-    target = tuple(max(a.shape[axis] for a in arrays) for axis in range(1, arrays[0].ndim))
-    if all(a.shape[1:] == target for a in arrays):
-        return np.concatenate(arrays, axis=0)
-    out = np.full((sum(a.shape[0] for a in arrays), *target), pad_value, dtype=arrays[0].dtype)
-    start = 0
-    for a in arrays:
-        out[(slice(start, start + a.shape[0]), *(slice(0, n) for n in a.shape[1:]))] = a
-        start += a.shape[0]
-    return out
-
-
 @dataclass(frozen=True)
 class BatchLayout:
     """How a batch's requests become framework feeds."""
@@ -102,11 +85,8 @@ class BatchLayout:
             raise ValueError(f"bucketing needs `length_input` among the inputs {list(self.input_names)}, got {self.length_input!r}.")
 
     def pad_for(self, name: str) -> int:
-        """What pads input `name` across the requests of a batch, by contracts.token_padding's rule:
-        token ids the [PAD] id (`pad_value`), a 0/1 mask and token types 0 (a mask padded with a
-        [PAD] id of 1 would let every row attend to its padding)."""
-        masks = [self.length_input] if self.length_input else []
-        return 0 if is_mask_input(name, masks) or name == TOKEN_TYPES_INPUT else self.pad_value
+        """What pads input `name` across the requests of a batch (contracts.token_padding.sequence_pad_value)."""
+        return sequence_pad_value(name, self.pad_value, self.length_input)
 
 
 @dataclass(frozen=True)

@@ -94,12 +94,12 @@ def test_the_batching_check_compares_every_row_alone_with_the_batch(tmp_path):
     """A graph whose rows interact (each row minus the batch mean) answers a lone row with zeros."""
     import onnxruntime as ort
 
-    from model_build.recipes.onnx_file import batching_error
+    from model_build.recipes.onnx_file import batching_error, split_rows
 
     session = ort.InferenceSession(str(save(dense_model(kind="rows_interact"), tmp_path / "m.onnx")))
     rows = np.arange(12, dtype=np.float32).reshape(4, 3)
-    assert batching_error(session, {"features": rows}) == pytest.approx(4.5)
-    assert batching_error(session, {"features": rows[:1]}) == 0.0
+    assert batching_error(session, split_rows({"features": rows})) == pytest.approx(4.5)
+    assert batching_error(session, split_rows({"features": rows[:1]})) == 0.0
 
 
 def test_rows_that_interact_only_through_their_ids_are_found(tmp_path):
@@ -243,3 +243,43 @@ def test_max_dims_of_the_wrong_form_are_refused_before_anything_is_built(tmp_pat
     source = save(image_model(), tmp_path / "pooled.onnx")
     with pytest.raises(BuildError, match=r"options.max_dims` = .*expected a table of input name -> the largest dims"):
         check_onnx_file_options(_model(source, max_dims=max_dims))
+
+
+def test_token_sequences_with_a_declared_mask_are_padded_across_a_batch_after_the_build_checked_it(tmp_path):
+    """A brought text encoder ([batch, N] ids and a 0/1 mask named in mask_inputs): served like the
+    project's own, texts of any length padded to their batch's longest (ragged inputs, the mask as the
+    sequence_length_input, max_dims as the longest length), once the build saw that padding rows of
+    different lengths leaves each row's answer as it is alone."""
+    from tiny_onnx_models import masked_embedding_model
+
+    source = save(masked_embedding_model(), tmp_path / "encoder.onnx")
+    model = _model(source, mask_inputs=["attention_mask"], max_dims={"input_ids": [12], "attention_mask": [12]})
+    record = build_onnx_file(model, tmp_path / "work")
+    assert record["padded_sequences"] == {"mask": "attention_mask", "max_length": 12}
+    assert record["batching_check"]["max_abs_diff"] < 1e-6
+
+    serving = load_serving_spec(PROJECT_ROOT / "model_repository" / "serving.toml")
+    serving = dataclasses.replace(serving, models=(*serving.models, model))
+    install_onnx_file(model, serving, record, tmp_path / "work", tmp_path / "repo")
+    config = read_model_config(tmp_path / "repo" / "mine")
+    assert [(list(t.dims), t.allow_ragged_batch) for t in config.input] == [([-1], True), ([-1], True)]
+    parameters = {k: v.string_value for k, v in config.parameters.items()}
+    assert parameters["sequence_length_input"] == "attention_mask" and parameters["max_sequence_length"] == "12"
+    assert "max_input_dims" not in parameters
+    # warmed up at 12 tokens: the default 16 would be refused by the backend, and the load with it
+    assert {tuple(w.inputs["input_ids"].dims) for w in config.model_warmup} == {(12,)}
+    # the same graph without a declared mask: equal lengths only, nothing padded
+    unmasked = build_onnx_file(_model(source, max_dims={"input_ids": [12], "attention_mask": [12]}), tmp_path / "w2")
+    assert unmasked["padded_sequences"] is None
+
+
+def test_a_sequence_model_whose_answer_moves_with_padding_is_refused_padded_batching(tmp_path):
+    from tiny_onnx_models import masked_embedding_model
+
+    source = save(masked_embedding_model(mean_over_padding=True), tmp_path / "encoder.onnx")
+    model = _model(source, mask_inputs=["attention_mask"], max_dims={"input_ids": [12], "attention_mask": [12]})
+    with pytest.raises(BuildError, match=r"a row answers differently inside a batch of 4 than alone"):
+        build_onnx_file(model, tmp_path / "work")
+    with pytest.raises(BuildError, match=r"the token sequences \{'input_ids': 12, 'attention_mask': 8\}.*one longest length"):
+        build_onnx_file(_model(source, mask_inputs=["attention_mask"], max_dims={"input_ids": [12], "attention_mask": [8]}),
+                        tmp_path / "w2")

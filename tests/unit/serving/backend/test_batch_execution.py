@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from serving.backend.batch_execution import (BatchLayout, NotBatchAxisError, concat_padded, execute_batch,
+from contracts.token_padding import concat_padded
+from serving.backend.batch_execution import (BatchLayout, NotBatchAxisError, execute_batch,
                                              run_isolating_failures)
 from tiny_onnx_models import dense_model, masked_embedding_model, reference_embedding
 
