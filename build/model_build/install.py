@@ -8,8 +8,9 @@ from typing import Any, Mapping
 
 from contracts.model_config import render_onnx_cpu_config, tensor_specs_from_onnx, write_model_config
 from contracts.rendered_configs import write_rendered_from
-from contracts.sequence_buckets import (LENGTH_INPUT_PARAMETER, MASK_INPUTS_PARAMETER, MAX_INPUT_DIMS_PARAMETER,
-                                       MAX_LENGTH_PARAMETER, max_input_dims_value)
+from contracts.sequence_buckets import (BUCKETS_PARAMETER, LENGTH_INPUT_PARAMETER, MASK_INPUTS_PARAMETER,
+                                       MAX_INPUT_DIMS_PARAMETER, MAX_LENGTH_PARAMETER, format_bucket_boundaries,
+                                       max_input_dims_value)
 from contracts.serving_spec import ModelSpec, ServingSpec
 from model_build.pipeline import BuildPaths, Recipe, install_file
 from model_build.recipes.onnx_file import mask_inputs, max_dims
@@ -52,6 +53,8 @@ def install_onnx_file(model: ModelSpec, serving: ServingSpec, record: Mapping[st
     if sequences:
         parameters[LENGTH_INPUT_PARAMETER] = sequences["mask"]
         parameters[MAX_LENGTH_PARAMETER] = str(sequences["max_length"])
+        if sequences.get("buckets"):
+            parameters[BUCKETS_PARAMETER] = format_bucket_boundaries(sequences["buckets"])
     elif max_dims(model):
         parameters[MAX_INPUT_DIMS_PARAMETER] = max_input_dims_value(max_dims(model))
     return install_onnx_model(model, serving, record, workdir, repository, extra_parameters=parameters,

@@ -43,7 +43,7 @@ def own_model_server(tmp_path_factory):
                ModelSpec("brought_encoder", "onnx_file", partition="main", max_batch_size=32, instance_count=2,
                          options={"path": str(save(masked_embedding_model(), workdir / "brought" / "brought_encoder.onnx")),
                                   "mask_inputs": ["attention_mask"],
-                                  "max_dims": {"input_ids": [12], "attention_mask": [12]}})]
+                                  "max_dims": {"input_ids": [40], "attention_mask": [40]}})]
     serving = load_serving_spec(PROJECT_ROOT / "model_repository" / "serving.toml")
     serving = dataclasses.replace(serving, models=(*serving.models, *brought))
     for model in brought:
@@ -250,17 +250,17 @@ def test_a_brought_text_encoder_batches_texts_of_any_length_padded_each_answered
 
     server, _ = own_model_server
     rng = np.random.default_rng(2)
-    lengths = [12, 3, 7, 1, 12, 5, 2, 9] * 3
+    lengths = [40, 3, 17, 1, 29, 5, 2, 9] * 3  # length buckets 16, 24, 32, 40: one call per bucket
     sent = [rng.integers(0, VOCAB, size=(1 + i % 2, n)).astype(np.int64) for i, n in enumerate(lengths)]
     calls = [(("http", "grpc")[i % 2], "brought_encoder", {"input_ids": ids, "attention_mask": np.ones_like(ids)},
               "embedding", 1 + (i % 3 == 0)) for i, ids in enumerate(sent)]
     calls[5][2]["attention_mask"] = np.ones((2, 6), np.int64)  # one mask entry more than the ids
-    calls[6][2].update(input_ids=np.zeros((1, 13), np.int64), attention_mask=np.ones((1, 13), np.int64))  # past 12
+    calls[6][2].update(input_ids=np.zeros((1, 41), np.int64), attention_mask=np.ones((1, 41), np.int64))  # past 40
 
     def check(i, result):
         if i in (5, 6):
             assert isinstance(result, InferenceServerException), result
-            assert ("disagree in shape" if i == 5 else "13 tokens per row; expected at most 12") in result.message()
+            assert ("disagree in shape" if i == 5 else "41 tokens per row; expected at most 40") in result.message()
         else:
             assert not isinstance(result, Exception), result
             np.testing.assert_allclose(result, reference_embedding(sent[i], np.ones_like(sent[i])), rtol=1e-5, atol=1e-6)

@@ -24,6 +24,9 @@ Where each rule comes from (one source of truth: the graph, not a typed copy):
   `max_sequence_length` (the length the model was exported and validated with), when known.
 - largest dims: an input of the config's `max_input_dims` (variable axes that Triton batches by equal
   shapes, an image's height and width) may not exceed them in any axis.
+- named axes: where nothing is padded, the axes the graph names alike (`sequence` of `input_ids` and of
+  `attention_mask`) must be as long in one request: ONNX Runtime would fail on it (a 500 naming its
+  broadcast) or, worse, broadcast a length-1 axis.
 - floating-point inputs must be finite (serving.backend.checks).
 
 Pure: numpy and (lazily) onnx; nothing here touches Triton, so it is tested without a server.
@@ -49,6 +52,8 @@ class InputRule:
     binary_mask: bool = False
     #: The largest dims (without the batch axis) a request may send (`max_input_dims`), or None.
     max_dims: tuple[int, ...] | None = None
+    #: The graph's symbolic name of each axis after the batch axis ("" where fixed or unnamed).
+    axis_names: tuple[str, ...] = ()
 
     @property
     def variable(self) -> bool:
@@ -96,7 +101,9 @@ class InputContract:
                 return (f"{INVALID_INPUT_PREFIX} '{rule.name}': shape {list(shape)} is over its largest dims "
                         f"{['rows', *rule.max_dims]}; expected at most those per row (the model's max_input_dims, "
                         f"which its memory and max_batch_size were sized for): resize or split the input.")
-        variable = [r for r in self.inputs if r.variable and self.padded]
+        if not self.padded:
+            return named_axes_problem(self.inputs, arrays)
+        variable = [r for r in self.inputs if r.variable]
         shapes = {r.name: tuple(arrays[r.name].shape) for r in variable}
         if len(set(shapes.values())) > 1:
             listed = ", ".join(f"'{n}' {list(s)}" for n, s in shapes.items())
@@ -120,6 +127,23 @@ class InputContract:
             if message:
                 return message
         return None
+
+
+def named_axes_problem(rules: Sequence[InputRule], arrays: Mapping[str, np.ndarray]) -> str | None:
+    """The first symbolic axis the graph gives several inputs that one request sends at different lengths."""
+    lengths: dict[str, dict[str, int]] = {}
+    for rule in rules:
+        if len(rule.axis_names) != len(rule.dims):
+            continue
+        for axis, axis_name in enumerate(rule.axis_names, start=1):
+            if axis_name:
+                lengths.setdefault(axis_name, {})[rule.name] = int(arrays[rule.name].shape[axis])
+    for axis_name, by_input in lengths.items():
+        if len(set(by_input.values())) > 1:
+            listed = ", ".join(f"'{n}' {list(arrays[n].shape)}" for n in by_input)
+            return (f"{INVALID_INPUT_PREFIX}: the inputs sharing the model's axis '{axis_name}' disagree in its length "
+                    f"({listed}); expected the same length for all of them.")
+    return None
 
 
 def id_range_problem(name: str, array: np.ndarray, ids: IdRange) -> str | None:
@@ -164,6 +188,7 @@ def contract_from_onnx(
     """
     ranges = gather_id_ranges(model)
     elem_types = {v.name: v.type.tensor_type.elem_type for v in model.graph.input}
+    axis_names = {v.name: tuple(d.dim_param for d in v.type.tensor_type.shape.dim[1:]) for v in model.graph.input}
     masks = None if mask_inputs is None else frozenset(mask_inputs)
     rules = []
     for name, dims in inputs:
@@ -172,6 +197,7 @@ def contract_from_onnx(
             name=name, dims=tuple(int(d) for d in dims), ids=ranges.get(name),
             binary_mask=integer and (is_mask_input(name) if masks is None else name in masks),
             max_dims=tuple(int(d) for d in max_dims[name]) if max_dims and name in max_dims else None,
+            axis_names=axis_names.get(name, ()),
         ))
     return InputContract(tuple(rules), max_sequence_length, reject_non_finite, padded)
 

@@ -199,7 +199,7 @@ def test_tensors_of_the_batch_axis_only_are_declared_1_with_a_reshape(tmp_path):
     assert tensor_specs_from_config(config)[1][0].dims == ()  # read back as the backend sees it
 
 
-def test_variable_axes_with_max_dims_are_served_by_equal_shapes_checked_and_warmed_up_at_the_largest(tmp_path):
+def test_variable_axes_with_max_dims_are_served_by_equal_shapes_checked_and_warmed_up_at_the_largest(tmp_path, capsys):
     """An image graph of any height and width: the build runs its checks at max_dims; the config keeps the
     variable axes without allow_ragged_batch (Triton then batches equal shapes only), tells the backend
     the largest dims and warms up at them; the request guard's bound is checked at them too."""
@@ -210,6 +210,8 @@ def test_variable_axes_with_max_dims_are_served_by_equal_shapes_checked_and_warm
     model = _model(source, max_dims={"x": [3, 24, 32]})
     record = build_onnx_file(model, tmp_path / "work")
     assert record["max_dims"] == {"x": [3, 24, 32]}
+    # equal shapes weaken the starvation bound: the build says so
+    assert "inputs ['x'] are batched by equal shapes" in capsys.readouterr().out
     assert record["tensors"]["outputs"] == {"heat": ["TYPE_FP32", -1, 1, -1, -1]}
 
     serving = load_serving_spec(PROJECT_ROOT / "model_repository" / "serving.toml")
@@ -228,7 +230,7 @@ def test_variable_axes_with_max_dims_are_served_by_equal_shapes_checked_and_warm
 
 
 @pytest.mark.parametrize("max_dims, expected", [
-    ({"x": [3, 24, 32], "y": [1]}, r"names 'y', which is not an input with variable axes; expected some of \['x'\]"),
+    ({"x": [3, 24, 32], "y": [1]}, r"names 'y', which is not an input of the graph; expected some of \['x'\]"),
     ({"x": [4, 24, 32]}, r"gives 'x' dims \[4, 24, 32\]; expected 3 dims agreeing with the graph's fixed ones \[3, N, N\]"),
     ({"x": [3, 24]}, r"gives 'x' dims \[3, 24\]; expected 3 dims"),
 ])
@@ -255,7 +257,7 @@ def test_token_sequences_with_a_declared_mask_are_padded_across_a_batch_after_th
     source = save(masked_embedding_model(), tmp_path / "encoder.onnx")
     model = _model(source, mask_inputs=["attention_mask"], max_dims={"input_ids": [12], "attention_mask": [12]})
     record = build_onnx_file(model, tmp_path / "work")
-    assert record["padded_sequences"] == {"mask": "attention_mask", "max_length": 12}
+    assert record["padded_sequences"] == {"mask": "attention_mask", "max_length": 12, "buckets": [12]}
     assert record["batching_check"]["max_abs_diff"] < 1e-6
 
     serving = load_serving_spec(PROJECT_ROOT / "model_repository" / "serving.toml")
@@ -265,6 +267,7 @@ def test_token_sequences_with_a_declared_mask_are_padded_across_a_batch_after_th
     assert [(list(t.dims), t.allow_ragged_batch) for t in config.input] == [([-1], True), ([-1], True)]
     parameters = {k: v.string_value for k, v in config.parameters.items()}
     assert parameters["sequence_length_input"] == "attention_mask" and parameters["max_sequence_length"] == "12"
+    assert parameters["sequence_buckets"] == "12"  # contracts.sequence_buckets' defaults: 16, 24, ... up to 128 for 128
     assert "max_input_dims" not in parameters
     # warmed up at 12 tokens: the default 16 would be refused by the backend, and the load with it
     assert {tuple(w.inputs["input_ids"].dims) for w in config.model_warmup} == {(12,)}

@@ -121,3 +121,13 @@ def test_max_dims_reach_the_contract_from_the_config():
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", 3, "h", "w"])])
     contract = contract_from_onnx(checked_model(graph), [("x", [3, -1, -1])], max_dims={"x": [3, 8, 8]}, padded=False)
     assert contract.inputs[0].max_dims == (3, 8, 8) and not contract.padded
+
+
+def test_where_nothing_is_padded_the_graphs_named_axes_must_agree_within_a_request():
+    """Equal-shape batching (no mask declared): ids and mask of one request at different lengths were a
+    500 carrying ONNX Runtime's broadcast error; the graph names both axes `sequence`, so it is a 400."""
+    contract = contract_from_onnx(masked_embedding_model(), TEXT_INPUTS, mask_inputs=(), padded=False)
+    assert {r.name: r.axis_names for r in contract.inputs} == {"input_ids": ("sequence",), "attention_mask": ("sequence",)}
+    assert contract.problem(request([[1, 2, 3]])) is None
+    problem = contract.problem(request([[1, 2, 3]], [[1, 1, 1, 1]]))
+    assert problem and "sharing the model's axis 'sequence' disagree in its length ('input_ids' [1, 3], 'attention_mask' [1, 4])" in problem
