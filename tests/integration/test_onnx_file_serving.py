@@ -27,7 +27,7 @@ def own_model_server(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("own_model")
     source = save(dense_model(seed=3), workdir / "brought" / "mine.onnx")
     brought = [ModelSpec("mine", "onnx_file", partition="main", max_batch_size=32, instance_count=2,
-                         options={"path": str(source)}),
+                         max_queue_delay_microseconds=20000, options={"path": str(source)}),
                ModelSpec("weighted", "onnx_file", partition="main", max_batch_size=32,
                          options={"path": str(save(mask_weighted_model(), workdir / "brought" / "weighted.onnx"))}),
                ModelSpec("sums", "onnx_file", partition="main", max_batch_size=32,
@@ -35,13 +35,15 @@ def own_model_server(tmp_path_factory):
                ModelSpec("doubles", "onnx_file", partition="main", max_batch_size=32,
                          options={"path": str(save(dense_model(kind="scalar_rows"), workdir / "brought" / "doubles.onnx"))}),
                # images of any height and width up to max_dims, one answer per image or a map of its size
+               # (a 20-ms window: these graphs compute in microseconds, and without one two instances
+               # sometimes take every request alone, which would test no batching)
                *(ModelSpec(name, "onnx_file", partition="main", max_batch_size=32, instance_count=2,
-                           options={"path": str(save(image_model(spatial), workdir / "brought" / f"{name}.onnx")),
+                           max_queue_delay_microseconds=20000, options={"path": str(save(image_model(spatial), workdir / "brought" / f"{name}.onnx")),
                                     "max_dims": {"x": [3, 24, 32]}})
                  for name, spatial in (("pooled_image", False), ("heat_image", True))),
                # a text encoder of its own ([batch, N] ids and a declared mask): texts padded across a batch
                ModelSpec("brought_encoder", "onnx_file", partition="main", max_batch_size=32, instance_count=2,
-                         options={"path": str(save(masked_embedding_model(), workdir / "brought" / "brought_encoder.onnx")),
+                         max_queue_delay_microseconds=20000, options={"path": str(save(masked_embedding_model(), workdir / "brought" / "brought_encoder.onnx")),
                                   "mask_inputs": ["attention_mask"],
                                   "max_dims": {"input_ids": [40], "attention_mask": [40]}})]
     serving = load_serving_spec(PROJECT_ROOT / "model_repository" / "serving.toml")
