@@ -35,6 +35,7 @@ from pathlib import Path
 
 from contracts.errors import ConfigError, ServingError
 from contracts.layout import SERVING_CONFIG
+from contracts.sequence_buckets import MAX_INPUT_DIMS_PARAMETER
 from contracts.serving_spec import ModelSpec, ServingSpec, load_serving_spec
 
 
@@ -127,6 +128,9 @@ class ServedModelFacts:
     queue_sizes: tuple[tuple[int, int], ...]
     #: A decoupled generation model: no Triton batcher; its own scheduler orders by priority.
     is_decoupled: bool = False
+    #: The equal-shape inputs are declared so (the config's `max_input_dims`: a brought ONNX file whose
+    #: variable axes are not padded token sequences, recipe onnx_file), not a config that forgot ragged batching.
+    equal_shapes_declared: bool = False
 
 
 def served_model_facts(config_path: str | Path) -> ServedModelFacts:
@@ -139,7 +143,7 @@ def served_model_facts(config_path: str | Path) -> ServedModelFacts:
     )
     queues = tuple(sorted((int(k), int(v.max_queue_size)) for k, v in config.dynamic_batching.priority_queue_policy.items()))
     return ServedModelFacts(int(config.max_batch_size), config.platform == "ensemble", equal_shape, queues,
-                            config.model_transaction_policy.decoupled)
+                            config.model_transaction_policy.decoupled, MAX_INPUT_DIMS_PARAMETER in config.parameters)
 
 
 def describe_bound(bound: ProgressBound, execution_ms: float | None, max_queue_delay_us: int) -> str:
@@ -168,8 +172,10 @@ def describe_served_model(spec: ServingSpec, model: ModelSpec, repository: Path,
             return (f"{model.name}: decoupled generation model (no Triton batcher): its own scheduler admits realtime "
                     "first into free slots (docs/generation.md)")
         if facts.equal_shape_inputs:
+            declared = (" (declared by its max_input_dims: the bound holds only among requests of one shape)"
+                        if facts.equal_shapes_declared else "")
             return (f"{model.name}: NO bound: inputs {list(facts.equal_shape_inputs)} have variable shapes without "
-                    "allow_ragged_batch, and Triton ends a batch at a shape change")
+                    f"allow_ragged_batch, and Triton ends a batch at a shape change{declared}")
         served = replace(model, max_batch_size=facts.max_batch_size)
     delay = model.max_queue_delay_microseconds
     delay = spec.batching.max_queue_delay_microseconds if delay is None else delay

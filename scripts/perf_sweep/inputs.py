@@ -257,7 +257,7 @@ def synthetic_input_data(model_config: Mapping[str, Any], onnx_path: Path, seed:
     answers, where perf_analyzer's own random integers would be refused as out-of-range ids."""
     import onnx
 
-    from contracts.model_config import TensorSpec
+    from contracts.model_config import TensorSpec, warmup_sequence_length
     from contracts.onnx_graph import gather_id_ranges
     from contracts.sequence_buckets import MAX_INPUT_DIMS_PARAMETER, mask_input_names, parse_max_input_dims
     from contracts.synthetic_requests import synthetic_rows
@@ -268,14 +268,18 @@ def synthetic_input_data(model_config: Mapping[str, Any], onnx_path: Path, seed:
     largest = parse_max_input_dims(parameters.get(MAX_INPUT_DIMS_PARAMETER, ""))
     masks = mask_input_names([t.name for t in tensors], parameters)
     ranges = gather_id_ranges(onnx.load(str(onnx_path), load_external_data=False))
-    probe = synthetic_rows(tensors, 1, seed, ranges, masks, sample_dims=largest)
+    # token sequences (padded models: no max_input_dims) as long as the warm-up's, within max_sequence_length
+    length = warmup_sequence_length(parameters)
+    probe = synthetic_rows(tensors, 1, seed, ranges, masks, sample_dims=largest, variable_dim=length)
     count = max(1, min(SYNTHETIC_ROWS, SYNTHETIC_ELEMENTS_BUDGET // max(1, sum(a.size for a in probe.values()))))
-    rows = synthetic_rows(tensors, count, seed, ranges, masks, sample_dims=largest)
+    rows = synthetic_rows(tensors, count, seed, ranges, masks, sample_dims=largest, variable_dim=length)
     data = {"data": [{name: {"content": array[i].ravel().tolist(), "shape": list(array.shape[1:])}
                       for name, array in rows.items()} for i in range(count)]}
     shapes = ", ".join(f"{name} {list(array.shape[1:])}" for name, array in rows.items())
+    sequences = [t.name for t in tensors if t.name not in largest and any(d < 0 for d in t.dims)]
     sized = (f"; every row at max_input_dims, so all requests share one shape: the dynamic batcher's best case "
              f"(it batches equal shapes only)" if largest else "")
+    sized += f"; token sequences {sequences} {length} long" if sequences else ""
     return data, (f"{count} synthetic rows ({shapes}): standard-normal floats, ids drawn over their lookup tables, "
                   f"masks all ones, seed {seed}; not production data (a brought model has none here){sized}")
 

@@ -127,7 +127,7 @@ BROKEN_RULES = {
     "all-zero mask": (np.array([[101, 2000, 102]]), np.zeros((1, 3)), r"'attention_mask': row 0 has no 1; expected at least one real token"),
     "mask not 0/1": (np.array([[101, 2000, 102]]), np.array([[1, 3, 1]]), r"'attention_mask': 1 values are neither 0 nor 1 \(first: 3"),
     "above the maximum length": (np.full((1, 129), 2000), None, r"'input_ids': 129 tokens per row; expected at most 128"),
-    "empty sequence": (np.zeros((1, 0)), None, r"'input_ids': shape \[1, 0\] has an empty sequence axis"),
+    "empty sequence": (np.zeros((1, 0)), None, r"'input_ids': shape \[1, 0\] has an empty variable axis"),
 }
 
 

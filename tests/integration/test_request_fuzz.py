@@ -159,7 +159,7 @@ def encoder_case(draw, ref):
         long = np.full((1, MAX_TOKENS + draw(st.integers(1, 400))), 2000, np.int64)
         return case(kind, long, np.ones_like(long), f"expected at most {MAX_TOKENS}")
     if kind == "empty sequence":
-        return case(kind, np.zeros((1, 0), np.int64), np.zeros((1, 0), np.int64), "empty sequence axis")
+        return case(kind, np.zeros((1, 0), np.int64), np.zeros((1, 0), np.int64), "empty variable axis")
     if kind == "wrong dtype":
         return case(kind, ids.astype(np.int32), mask, "data-type is 'INT32'", ids_type="INT32")
     return Case("text_encoder", "http", kind, raw_body=b"", pattern="Raw request must only have 1 input")

@@ -198,6 +198,21 @@ def max_dims_problems(inputs: Sequence[TensorSpec], largest: Mapping[str, Sequen
     return problems
 
 
+def named_axes_problems(graph, largest: Mapping[str, Sequence[int]]) -> list[str]:
+    """Axes the graph names alike (`seq` of two inputs) given different largest lengths by `max_dims`: the
+    backend refuses a request whose lengths there differ (serving.backend.input_contract), and Triton's
+    warm-up runs at `max_dims`, so such a model would refuse its own warm-up and fail to load."""
+    lengths: dict[str, dict[str, int]] = {}
+    for value in graph.graph.input:
+        if value.name in largest:
+            for axis, dim in enumerate(value.type.tensor_type.shape.dim[1:]):
+                if dim.dim_param and axis < len(largest[value.name]):
+                    lengths.setdefault(dim.dim_param, {})[value.name] = int(largest[value.name][axis])
+    return [f"gives the axis '{name}' that the graph shares between {sorted(by_input)} the lengths {by_input}; expected "
+            f"one length (a request must send them equally long)" for name, by_input in lengths.items()
+            if len(set(by_input.values())) > 1]
+
+
 def _check_masks(model: ModelSpec, inputs: Sequence[TensorSpec]) -> None:
     integer_inputs = {t.name for t in inputs if t.data_type in INTEGER_TYPES}
     wrong = [m for m in mask_inputs(model) if m not in integer_inputs]
@@ -255,8 +270,12 @@ def sequence_rows(inputs: Sequence[TensorSpec], graph, seed: int, masks: Sequenc
     """CHECK_ROWS requests of token sequences of different lengths (the longest, a half, a fifth, one token)
     for the padded batching check, each drawn by contracts.synthetic_requests' rule."""
     ranges = gather_id_ranges(graph)
-    lengths = [longest, max(1, longest // 2), max(1, longest // 5), 1][:CHECK_ROWS]
-    return [synthetic_rows(inputs, 1, seed + i, ranges, masks, variable_dim=n) for i, n in enumerate(lengths)]
+    return [synthetic_rows(inputs, 1, seed + i, ranges, masks, variable_dim=n) for i, n in enumerate(sequence_lengths(longest))]
+
+
+def sequence_lengths(longest: int) -> list[int]:
+    """The padded batching check's request lengths: the longest, a half, a fifth, one token."""
+    return [longest, max(1, longest // 2), max(1, longest // 5), 1][:CHECK_ROWS]
 
 
 def batching_error(session, rows: Sequence[Mapping[str, np.ndarray]], pad_values: Mapping[str, int] | None = None) -> float:
@@ -321,8 +340,10 @@ def answer_checks(model: ModelSpec, session, graph, inputs: Sequence[TensorSpec]
     except ValueError as exc:
         raise BuildError(f"{model.name}: {exc}; expected one output row per input row, finite.") from None
     except Exception as exc:  # noqa: BLE001 - ONNX Runtime's own errors: a graph that needs other inputs than declared
-        raise BuildError(f"{model.name}: ONNX Runtime failed on synthetic rows of the declared shapes "
-                         f"{ {t.name: [-1, *row_dims(t, 1, largest)] for t in inputs} }: {str(exc).strip()[:400]}") from None
+        ran = (f"token sequences {sequence_lengths(sequences[1])} long" if sequences
+               else f"rows of {({t.name: row_dims(t, 1, largest) for t in inputs})}")
+        raise BuildError(f"{model.name}: ONNX Runtime failed on synthetic inputs of the declared shapes "
+                         f"{ {t.name: [-1, *t.dims] for t in inputs} } ({ran}): {str(exc).strip()[:400]}") from None
     if warmup:
         raise BuildError(f"{model.name}: {warmup}.")
     tolerance = float(model.options.get("batch_tolerance", DEFAULT_BATCH_TOLERANCE))
@@ -351,6 +372,9 @@ def build_onnx_file(model: ModelSpec, workdir: Path) -> dict[str, Any]:
         raise BuildError(f"{model.name}: ONNX Runtime cannot open {source}: {str(exc).strip()[:400]}") from None
     graph = onnx.load(str(served), load_external_data=False)
     sequences = padded_sequences(model, inputs, outputs)
+    problems = [] if sequences else named_axes_problems(graph, largest)
+    if problems:
+        raise BuildError(f"{model.name}: `options.max_dims` " + "; ".join(problems) + ".")
     error, tolerance = answer_checks(model, session, graph, inputs, largest, sequences)
     if largest and not sequences:
         print(f"[build] {model.name}: inputs {sorted(largest)} are batched by equal shapes (Triton ends a batch at a shape "

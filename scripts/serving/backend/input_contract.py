@@ -95,8 +95,8 @@ class InputContract:
                         f"expected {len(expected)}: {expected} (a batch dimension of at least 1 row, and the shape of the data sent).")
             empty = [axis for axis, d in enumerate(rule.dims, start=1) if d < 0 and shape[axis] == 0]
             if empty:
-                return (f"{INVALID_INPUT_PREFIX} '{rule.name}': shape {list(shape)} has an empty sequence axis; "
-                        f"expected at least 1 element (token) per row.")
+                return (f"{INVALID_INPUT_PREFIX} '{rule.name}': shape {list(shape)} has an empty variable axis; "
+                        f"expected at least 1 element (a token, a pixel) along it per row.")
             if rule.max_dims is not None and any(n > m for n, m in zip(shape[1:], rule.max_dims)):
                 return (f"{INVALID_INPUT_PREFIX} '{rule.name}': shape {list(shape)} is over its largest dims "
                         f"{['rows', *rule.max_dims]}; expected at most those per row (the model's max_input_dims, "

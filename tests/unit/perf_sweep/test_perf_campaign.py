@@ -232,3 +232,19 @@ def test_a_brought_models_inputs_are_synthetic_rows_and_others_unrecognised_ones
     rows = [entry["ids"]["content"] for entry in json.loads(Path(brought.path).read_text())["data"]]
     assert len(rows) == 32 and all(0 <= i <= 3 for row in rows for i in row)  # the graph's table has 4 rows
     assert campaign.prepare_inputs("ids", config, tmp_path / "inputs", opts).kind == "random"
+
+
+def test_synthetic_rows_of_a_padded_text_model_are_as_long_as_it_takes(tmp_path):
+    """A brought encoder served padded (max_sequence_length 8, no max_input_dims): rows 8 tokens long, not
+    the 16 of the default, which the backend would refuse (every request of the sweep a 400)."""
+    from perf_sweep import inputs as gen
+    from tiny_onnx_models import masked_embedding_model, save
+
+    path = save(masked_embedding_model(), tmp_path / "encoder.onnx")
+    config = {"input": [{"name": "input_ids", "data_type": "TYPE_INT64", "dims": [-1]},
+                        {"name": "attention_mask", "data_type": "TYPE_INT64", "dims": [-1]}],
+              "parameters": {"mask_inputs": {"string_value": "attention_mask"}, "max_sequence_length": {"string_value": "8"}}}
+    data, described = gen.synthetic_input_data(config, path)
+    assert {name: entry["shape"] for name, entry in data["data"][0].items()} == {"input_ids": [8], "attention_mask": [8]}
+    assert all(v == 1 for entry in data["data"] for v in entry["attention_mask"]["content"])
+    assert "token sequences ['input_ids', 'attention_mask'] 8 long" in described

@@ -223,6 +223,9 @@ def test_variable_axes_with_max_dims_are_served_by_equal_shapes_checked_and_warm
     assert config.parameters["max_input_dims"].string_value == '{"x":[3,24,32]}'
     assert {tuple(w.inputs["x"].dims) for w in config.model_warmup} == {(3, 24, 32)}
     assert [b.bytes for b in request_input_bounds(config)] == [32 * 3 * 24 * 32 * 4]
+    from contracts.starvation import served_model_facts  # no starvation bound, declared so (docs/priorities.md)
+    facts = served_model_facts(tmp_path / "repo" / "mine" / "config.pbtxt")
+    assert facts.equal_shape_inputs == ("x",) and facts.equal_shapes_declared
 
     small = dataclasses.replace(serving, server=dataclasses.replace(serving.server, max_input_bytes=100_000))
     with pytest.raises(ConfigError, match=r"input 'x': \[32,3,24,32\] of FP32 needs 294,912 bytes"):
@@ -286,3 +289,23 @@ def test_a_sequence_model_whose_answer_moves_with_padding_is_refused_padded_batc
     with pytest.raises(BuildError, match=r"the token sequences \{'input_ids': 12, 'attention_mask': 8\}.*one longest length"):
         build_onnx_file(_model(source, mask_inputs=["attention_mask"], max_dims={"input_ids": [12], "attention_mask": [8]}),
                         tmp_path / "w2")
+
+
+def test_max_dims_give_an_axis_the_graph_shares_one_length(tmp_path):
+    """`a` and `b` share the graph's axis `seq`: the backend refuses a request whose lengths there differ, and
+    Triton's warm-up runs at max_dims, so max_dims of 4 and 8 would fail the model's own load (a review)."""
+    from onnx import TensorProto, helper
+
+    from tiny_onnx_models import checked_model
+
+    graph = helper.make_graph(
+        [helper.make_node("ReduceSum", ["a"], ["sa"], axes=[1], keepdims=1),
+         helper.make_node("ReduceSum", ["b"], ["sb"], axes=[1], keepdims=1),
+         helper.make_node("Concat", ["sa", "sb"], ["both"], axis=1)],
+        "shared_axis", [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["batch", "seq"]) for n in "ab"],
+        [helper.make_tensor_value_info("both", TensorProto.FLOAT, ["batch", 2])])
+    source = save(checked_model(graph, opset=12), tmp_path / "shared.onnx")
+    with pytest.raises(BuildError, match=r"gives the axis 'seq' that the graph shares between \['a', 'b'\] the lengths "
+                                         r"\{'a': 4, 'b': 8\}; expected one length"):
+        build_onnx_file(_model(source, max_dims={"a": [4], "b": [8]}), tmp_path / "work")
+    assert build_onnx_file(_model(source, max_dims={"a": [8], "b": [8]}), tmp_path / "ok")["max_dims"] == {"a": [8], "b": [8]}

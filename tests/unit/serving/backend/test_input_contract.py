@@ -62,7 +62,7 @@ def test_a_valid_request_has_no_problem(contract):
     ([[1, 2, 3]], [[0, 0, 0]], r"'attention_mask': row 0 has no 1; expected at least one real token"),
     ([[1, 2, 3]], [[1] * 8], r"disagree in shape \('input_ids' \[1, 3\], 'attention_mask' \[1, 8\]\); expected the same shape"),
     ([[1] * 9], None, r"'input_ids': 9 tokens per row; expected at most 8 \(the model's maximum sequence length"),
-    (np.zeros((1, 0), np.int64), None, r"'input_ids': shape \[1, 0\] has an empty sequence axis; expected at least 1"),
+    (np.zeros((1, 0), np.int64), None, r"'input_ids': shape \[1, 0\] has an empty variable axis; expected at least 1"),
     (np.zeros((0, 3), np.int64), None, r"'input_ids': shape \[0, 3\] carries no rows"),
 ])
 def test_each_broken_rule_is_named_with_the_expected_form(contract, ids, mask, pattern):

@@ -175,8 +175,9 @@ class TritonPythonModel:
         # the framework's feeds: the config's inputs, or the graph's own when text is tokenized here
         self.input_names = [i.name for i in self.session.get_inputs()] if self.frontend else self.request_inputs
         self.output_names = [t["name"] for t in config["output"]]
-        # ragged inputs are padded across a batch's requests (token sequences); otherwise Triton batches equal shapes only
-        self.padded = any(t.get("allow_ragged_batch", False) for t in config["input"])
+        # ragged inputs (and a tokenizing front-end's texts) are padded across a batch's requests; otherwise Triton
+        # batches equal shapes only
+        self.padded = bool(self.frontend) or any(t.get("allow_ragged_batch", False) for t in config["input"])
         variable = {t["name"]: received_dims(t) for t in config["output"] if any(d < 0 for d in received_dims(t))}
         if variable and self.padded:  # rows are split back per request, but a padded axis could not be trimmed to each one's own length
             raise pb_utils.TritonModelException(
