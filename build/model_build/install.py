@@ -49,13 +49,13 @@ def install_onnx_file(model: ModelSpec, serving: ServingSpec, record: Mapping[st
     sequences padded across a batch (ragged inputs, the mask and longest length the backend checks), or
     any other variable axes by equal shapes, never padded, within their largest dims."""
     parameters = {MASK_INPUTS_PARAMETER: ",".join(mask_inputs(model))}
-    sequences = record.get("padded_sequences")
+    sequences, largest = record.get("padded_sequences"), max_dims(model)
     if sequences:
         parameters[LENGTH_INPUT_PARAMETER] = sequences["mask"]
         parameters[MAX_LENGTH_PARAMETER] = str(sequences["max_length"])
         if sequences.get("buckets"):
             parameters[BUCKETS_PARAMETER] = format_bucket_boundaries(sequences["buckets"])
-    elif max_dims(model):
-        parameters[MAX_INPUT_DIMS_PARAMETER] = max_input_dims_value(max_dims(model))
+    elif largest:
+        parameters[MAX_INPUT_DIMS_PARAMETER] = max_input_dims_value(largest)
     return install_onnx_model(model, serving, record, workdir, repository, extra_parameters=parameters,
                               ragged_inputs=bool(sequences))

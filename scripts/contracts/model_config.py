@@ -166,11 +166,16 @@ ONES_PREFIX = "ones_"
 WARMUP_SEQUENCE_LENGTH = 16
 
 
-def warmup_sequence_length(parameters: Mapping[str, str]) -> int:
-    """A warm-up sample's token axis: WARMUP_SEQUENCE_LENGTH, or the config's `max_sequence_length` where
+def configured_max_sequence_length(parameters: Mapping[str, str]) -> int | None:
+    """The config's `max_sequence_length` parameter (the longest variable axis a request may send), or None."""
+    text = str(parameters.get(MAX_LENGTH_PARAMETER, "")).strip()
+    return int(text) if text.isdigit() else None
+
+
+def warmup_sequence_length(max_sequence_length: int | None) -> int:
+    """A warm-up sample's token axis: WARMUP_SEQUENCE_LENGTH, or the model's `max_sequence_length` where
     that is shorter (a longer sample would be refused by the backend, and the load with it)."""
-    longest = str(parameters.get(MAX_LENGTH_PARAMETER, "")).strip()
-    return min(WARMUP_SEQUENCE_LENGTH, int(longest)) if longest.isdigit() and int(longest) > 0 else WARMUP_SEQUENCE_LENGTH
+    return min(WARMUP_SEQUENCE_LENGTH, max_sequence_length) if max_sequence_length else WARMUP_SEQUENCE_LENGTH
 
 
 def render_warmup(inputs: Sequence[TensorSpec], batch_sizes: Sequence[int], variable_dim: int = WARMUP_SEQUENCE_LENGTH,
@@ -304,7 +309,8 @@ def _render_batched_model(backend: str, model: ModelSpec, serving: ServingSpec, 
         input=[model_input(t, ragged=ragged_inputs) for t in inputs], output=[model_output(t) for t in outputs],
         dynamic_batching=render_dynamic_batching(model, serving),
         instance_group=render_instance_groups(model),
-        model_warmup=render_warmup(inputs, sorted({1, model.max_batch_size}), warmup_sequence_length(parameters),
+        model_warmup=render_warmup(inputs, sorted({1, model.max_batch_size}),
+                                   warmup_sequence_length(configured_max_sequence_length(parameters)),
                                    ones_inputs=masks, sample_dims=sample_dims),
     )
     set_parameters(config, parameters)
@@ -349,8 +355,7 @@ def request_input_bounds(config: pb.ModelConfig) -> tuple[RequestInputBound, ...
     """Each input's largest valid request (RequestInputBound), from the config alone."""
     rows = config.max_batch_size
     parameters = config_parameters(config)
-    max_length = parameters.get(MAX_LENGTH_PARAMETER, "")
-    bound = int(max_length) if max_length.strip().isdigit() else None
+    bound = configured_max_sequence_length(parameters)
     largest = parse_max_input_dims(parameters.get(MAX_INPUT_DIMS_PARAMETER, ""))
     bounds = []
     for tensor in config.input:

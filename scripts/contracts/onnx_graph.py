@@ -7,6 +7,10 @@ MiniLM; RoBERTa's `token_type_ids`: 1 row). The backend refuses a request outsid
 (serving.backend.input_contract); the build draws its synthetic inputs inside them
 (model_build.sizing.memory_probe, recipe onnx_file), or a valid model failed its own build.
 
+Axis names: the symbolic name (`dim_param`) of each axis after the batch axis of every graph input
+("" where fixed or unnamed). Inputs whose axes the graph names alike must be as long within one request
+where nothing is padded: the backend checks requests by them, the build checks `max_dims` by them.
+
 Pure: reads an `onnx.ModelProto`'s fields; imports nothing of onnx itself.
 """
 from __future__ import annotations
@@ -72,6 +76,11 @@ def _gathered_tables(start: str, consumers, tables) -> Iterable[tuple[int, str]]
                     if out not in seen:
                         seen.add(out)
                         frontier.append(out)
+
+
+def input_axis_names(model) -> dict[str, tuple[str, ...]]:
+    """{graph input: the symbolic name of each axis after the batch axis, "" where fixed or unnamed}."""
+    return {v.name: tuple(d.dim_param for d in v.type.tensor_type.shape.dim[1:]) for v in model.graph.input}
 
 
 def zero_only_inputs(ranges: Mapping[str, IdRange]) -> tuple[str, ...]:

@@ -257,7 +257,7 @@ def synthetic_input_data(model_config: Mapping[str, Any], onnx_path: Path, seed:
     answers, where perf_analyzer's own random integers would be refused as out-of-range ids."""
     import onnx
 
-    from contracts.model_config import TensorSpec, warmup_sequence_length
+    from contracts.model_config import TensorSpec, configured_max_sequence_length, row_dims, warmup_sequence_length
     from contracts.onnx_graph import gather_id_ranges
     from contracts.sequence_buckets import MAX_INPUT_DIMS_PARAMETER, mask_input_names, parse_max_input_dims
     from contracts.synthetic_requests import synthetic_rows
@@ -269,9 +269,9 @@ def synthetic_input_data(model_config: Mapping[str, Any], onnx_path: Path, seed:
     masks = mask_input_names([t.name for t in tensors], parameters)
     ranges = gather_id_ranges(onnx.load(str(onnx_path), load_external_data=False))
     # token sequences (padded models: no max_input_dims) as long as the warm-up's, within max_sequence_length
-    length = warmup_sequence_length(parameters)
-    probe = synthetic_rows(tensors, 1, seed, ranges, masks, sample_dims=largest, variable_dim=length)
-    count = max(1, min(SYNTHETIC_ROWS, SYNTHETIC_ELEMENTS_BUDGET // max(1, sum(a.size for a in probe.values()))))
+    length = warmup_sequence_length(configured_max_sequence_length(parameters))
+    row_elements = sum(int(np.prod(row_dims(t, length, largest), dtype=np.int64)) for t in tensors)
+    count = max(1, min(SYNTHETIC_ROWS, SYNTHETIC_ELEMENTS_BUDGET // max(1, row_elements)))
     rows = synthetic_rows(tensors, count, seed, ranges, masks, sample_dims=largest, variable_dim=length)
     data = {"data": [{name: {"content": array[i].ravel().tolist(), "shape": list(array.shape[1:])}
                       for name, array in rows.items()} for i in range(count)]}

@@ -44,10 +44,10 @@ import numpy as np
 from contracts.errors import ConfigError
 from contracts.file_digest import sha256_file
 from contracts.layout import PROJECT_ROOT
-from contracts.onnx_graph import gather_id_ranges
+from contracts.onnx_graph import gather_id_ranges, input_axis_names
 from contracts.model_config import (INTEGER_TYPES, TensorSpec, row_dims, tensor_specs_from_onnx, warmup_feeds,
                                     warmup_ones_inputs, warmup_sequence_length)
-from contracts.sequence_buckets import MASK_INPUTS_PARAMETER, MAX_LENGTH_PARAMETER, default_bucket_boundaries
+from contracts.sequence_buckets import MASK_INPUTS_PARAMETER, default_bucket_boundaries
 from contracts.serving_spec import ModelSpec, Variant
 from contracts.synthetic_requests import synthetic_rows
 from contracts.token_padding import concat_padded, sequence_pad_value
@@ -203,11 +203,11 @@ def named_axes_problems(graph, largest: Mapping[str, Sequence[int]]) -> list[str
     backend refuses a request whose lengths there differ (serving.backend.input_contract), and Triton's
     warm-up runs at `max_dims`, so such a model would refuse its own warm-up and fail to load."""
     lengths: dict[str, dict[str, int]] = {}
-    for value in graph.graph.input:
-        if value.name in largest:
-            for axis, dim in enumerate(value.type.tensor_type.shape.dim[1:]):
-                if dim.dim_param and axis < len(largest[value.name]):
-                    lengths.setdefault(dim.dim_param, {})[value.name] = int(largest[value.name][axis])
+    for name, axis_names in input_axis_names(graph).items():
+        if name in largest:
+            for axis, axis_name in enumerate(axis_names[:len(largest[name])]):
+                if axis_name:
+                    lengths.setdefault(axis_name, {})[name] = int(largest[name][axis])
     return [f"gives the axis '{name}' that the graph shares between {sorted(by_input)} the lengths {by_input}; expected "
             f"one length (a request must send them equally long)" for name, by_input in lengths.items()
             if len(set(by_input.values())) > 1]
@@ -238,8 +238,7 @@ def warmup_problem(session, inputs: Sequence[TensorSpec], masks: Sequence[str],
     at `largest` dims where given, token sequences as long as the config's warm-up makes them for
     `longest_sequence`): it must be answered, or the load fails."""
     ones = warmup_ones_inputs(inputs, {MASK_INPUTS_PARAMETER: ",".join(masks)})
-    length = warmup_sequence_length({MAX_LENGTH_PARAMETER: str(longest_sequence or "")})
-    feeds = warmup_feeds(inputs, 1, ones, variable_dim=length, sample_dims=largest)
+    feeds = warmup_feeds(inputs, 1, ones, variable_dim=warmup_sequence_length(longest_sequence), sample_dims=largest)
     names = [o.name for o in session.get_outputs()]
     problem = _outputs_problem(session.run(names, feeds), names, 1)
     if problem is None:

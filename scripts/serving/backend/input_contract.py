@@ -33,12 +33,13 @@ Pure: numpy and (lazily) onnx; nothing here touches Triton, so it is tested with
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from contracts.onnx_graph import IdRange, gather_id_ranges
+from contracts.onnx_graph import IdRange, gather_id_ranges, input_axis_names
 from contracts.sequence_buckets import is_mask_input
 from serving.backend.checks import INVALID_INPUT_PREFIX, non_finite_error
 
@@ -76,6 +77,18 @@ class InputContract:
         if self.max_sequence_length is not None and self.max_sequence_length < 1:
             raise ValueError(f"max_sequence_length = {self.max_sequence_length}: allowed >= 1 or None.")
 
+    @functools.cached_property
+    def shared_axes(self) -> tuple[tuple[str, tuple[tuple[str, int], ...]], ...]:
+        """(axis name, its (input, axis) places) for each name the graph gives axes of two or more inputs: what
+        `named_axes_problem` compares, derived once (none for a model without such names: nothing per request)."""
+        places: dict[str, dict[str, int]] = {}  # per name, one axis of each input (its last so named)
+        for rule in self.inputs:
+            if len(rule.axis_names) == len(rule.dims):
+                for axis, axis_name in enumerate(rule.axis_names, start=1):
+                    if axis_name:
+                        places.setdefault(axis_name, {})[rule.name] = axis
+        return tuple((name, tuple(where.items())) for name, where in places.items() if len(where) > 1)
+
     def problem(self, arrays: Mapping[str, np.ndarray]) -> str | None:
         """None when the request may be batched; else a one-line message for the caller."""
         for check in (self._shape_problem, self._value_problem):
@@ -102,7 +115,7 @@ class InputContract:
                         f"{['rows', *rule.max_dims]}; expected at most those per row (the model's max_input_dims, "
                         f"which its memory and max_batch_size were sized for): resize or split the input.")
         if not self.padded:
-            return named_axes_problem(self.inputs, arrays)
+            return named_axes_problem(self.shared_axes, arrays)
         variable = [r for r in self.inputs if r.variable]
         shapes = {r.name: tuple(arrays[r.name].shape) for r in variable}
         if len(set(shapes.values())) > 1:
@@ -129,18 +142,13 @@ class InputContract:
         return None
 
 
-def named_axes_problem(rules: Sequence[InputRule], arrays: Mapping[str, np.ndarray]) -> str | None:
-    """The first symbolic axis the graph gives several inputs that one request sends at different lengths."""
-    lengths: dict[str, dict[str, int]] = {}
-    for rule in rules:
-        if len(rule.axis_names) != len(rule.dims):
-            continue
-        for axis, axis_name in enumerate(rule.axis_names, start=1):
-            if axis_name:
-                lengths.setdefault(axis_name, {})[rule.name] = int(arrays[rule.name].shape[axis])
-    for axis_name, by_input in lengths.items():
-        if len(set(by_input.values())) > 1:
-            listed = ", ".join(f"'{n}' {list(arrays[n].shape)}" for n in by_input)
+def named_axes_problem(shared_axes: Sequence[tuple[str, Sequence[tuple[str, int]]]],
+                       arrays: Mapping[str, np.ndarray]) -> str | None:
+    """The first symbolic axis the graph gives several inputs (InputContract.shared_axes) that one request
+    sends at different lengths."""
+    for axis_name, places in shared_axes:
+        if len({arrays[name].shape[axis] for name, axis in places}) > 1:
+            listed = ", ".join(f"'{n}' {list(arrays[n].shape)}" for n, _ in places)
             return (f"{INVALID_INPUT_PREFIX}: the inputs sharing the model's axis '{axis_name}' disagree in its length "
                     f"({listed}); expected the same length for all of them.")
     return None
@@ -188,7 +196,7 @@ def contract_from_onnx(
     """
     ranges = gather_id_ranges(model)
     elem_types = {v.name: v.type.tensor_type.elem_type for v in model.graph.input}
-    axis_names = {v.name: tuple(d.dim_param for d in v.type.tensor_type.shape.dim[1:]) for v in model.graph.input}
+    axis_names = input_axis_names(model)
     masks = None if mask_inputs is None else frozenset(mask_inputs)
     rules = []
     for name, dims in inputs:
