@@ -53,6 +53,16 @@ class RunningServer:
     def url(self, protocol: str) -> str:
         return self.http_url if protocol == "http" else self.grpc_url
 
+    def discard(self) -> None:
+        """A fixture's teardown: the server's process group killed at once, then what a killed server
+        leaves removed (Triton's shared-memory regions, the models' activity files), by the `stop` a
+        crashed server gets. Not a graceful stop, on purpose: Triton 2.51's Python backend sleeps 1 s
+        per model instance while it unloads (StubLauncher::UpdateHealth), one instance after another,
+        so a graceful stop takes 2.5-9 s a server (~40 s of `make test`). The graceful stops are tested
+        where stopping is the subject (test_generation_serving's stopping pod and cut stream, the
+        supervisor's tests, test_faults' kill and reload)."""
+        self.process.stop(timeout=0)
+
 
 def serve_loopback_http(handler: type, port: int = 0):
     """A ThreadingHTTPServer for `handler` on 127.0.0.1 (port 0: a free one), answering from a daemon
@@ -202,7 +212,7 @@ def triton_server(tmp_path_factory, serving_spec):
                                latency_summary_quantiles=serving_spec.server.latency_summary_quantiles,
                                max_input_bytes=serving_spec.server.max_input_bytes)
     yield server
-    server.process.stop()
+    server.discard()
 
 
 @pytest.fixture(scope="session")

@@ -67,12 +67,18 @@ def _short(path: Path) -> str:
         return str(path)
 
 
+def _build_command(config: Path) -> str:
+    """The command that builds what `config` serves: the Makefile's target for the project's own
+    serving.toml, the build's CLI for a user's file (make build-engines would build the default one)."""
+    return ("`make build-engines`" if Path(config).resolve() == DEFAULT_CONFIG.resolve()
+            else f"`python -m model_build build --config {_short(config)}`")
+
+
 def _check_rendered_configs(config: Path, models: list[str]) -> None:
     """Refuse configs rendered from an older version of `config`; warn about configs rendered from
     another serving.toml with other settings (contracts.rendered_configs)."""
     found = check_rendered_configs(config, models, ARTIFACTS_DIR)
-    render = ("`make build-engines`" if config.resolve() == DEFAULT_CONFIG.resolve()
-              else f"`python -m model_build build --config {_short(config)}`")
+    render = _build_command(config)
     if found.stale:
         raise ServingError(f"{_short(config)} changed since the served configs of {list(found.stale)} were rendered from it: "
                            f"Triton would serve the old settings. Run {render} (cached: it re-renders every config in "
@@ -95,7 +101,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             raise ServingError(f"models {missing} are not built into {repository} (the folder of --config); `make "
                                f"build-engines` installs every model into {built_there} whatever its config: pass "
                                f"--repository {built_there}.")
-        raise ServingError(f"models {missing} are not built into {repository}; run `make build-engines` first.")
+        raise ServingError(f"models {missing} are not built into {repository}; run {_build_command(args.config)} first.")
     if repository == MODEL_REPOSITORY.resolve():  # where the build installs, and records what from
         _check_rendered_configs(Path(args.config), [m.name for m in spec.models])
     plan, gpu = plan_for_this_host(spec, force_cpu=args.cpu_sets)

@@ -81,7 +81,7 @@ def two_core_digits_server(tmp_path_factory):
     cores runs it: each instance then has a wide and a narrow session to choose from."""
     server = start_test_server(tmp_path_factory.mktemp("two-core"), ("digit_classifier",), env={"SERVING_INTRA_OP_THREADS": "2"})
     yield server
-    server.process.stop()
+    server.discard()
 
 
 def test_calls_made_alone_try_both_sessions_and_every_call_is_counted_by_session(two_core_digits_server, digits_test_split):

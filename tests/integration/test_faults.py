@@ -77,7 +77,7 @@ def fault_server(tmp_path_factory, admin_key):
     server = start_test_server(workdir, (GOOD, BROKEN, MISSING, RAISING), repository=repo,
                                restricted=restricted_api_flags(admin_key))
     yield server
-    server.process.stop()
+    server.discard()
 
 
 def expected_probabilities(images: np.ndarray) -> np.ndarray:

@@ -39,14 +39,14 @@ def served_level_server(tmp_path_factory, serving_spec):
     server = start_test_server(tmp_path_factory.mktemp("gzip-served"), (MODEL,),
                                http_gzip_level=serving_spec.server.http_gzip_level)
     yield server
-    server.process.stop()
+    server.discard()
 
 
 @pytest.fixture(scope="module")
 def level_0_server(tmp_path_factory):
     server = start_test_server(tmp_path_factory.mktemp("gzip-level-0"), (MODEL,), http_gzip_level=0)
     yield server
-    server.process.stop()
+    server.discard()
 
 
 def digit_body(digits_test_split) -> bytes:

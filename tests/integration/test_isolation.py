@@ -180,7 +180,7 @@ def doubling_model_server(tmp_path_factory):
         spec.model("doubling"), spec, inputs, (TensorSpec("embedding", "TYPE_FP32", (WIDTH,)),), ragged_inputs=True))
     server = start_test_server(workdir, ("doubling",), repository=repository)
     yield server
-    server.process.stop()
+    server.discard()
 
 
 def test_a_request_that_makes_onnx_runtime_fail_is_found_and_fails_alone(doubling_model_server):

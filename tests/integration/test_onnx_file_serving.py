@@ -63,7 +63,7 @@ def own_model_server(tmp_path_factory):
                                          "brought_encoder"),
                                repository=workdir / "repository")
     yield server, source
-    server.process.stop()
+    server.discard()
 
 
 def _call(server, protocol: str, rows: np.ndarray, priority: int, model: str = "mine", **more: np.ndarray):

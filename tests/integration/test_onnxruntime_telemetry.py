@@ -91,4 +91,4 @@ def test_a_servers_backend_stubs_run_onnxruntime_without_telemetry(tmp_path, mon
             assert in_fresh_home, f"{stub} does not run with HOME={home}"
         assert not (home / TELEMETRY_CACHE).exists(), sorted(home.rglob("*"))
     finally:
-        server.process.stop()
+        server.discard()

@@ -44,7 +44,7 @@ def probe_server(tmp_path_factory):
     repository = write_probe_repository(workdir / "repository", PROBES)
     server = start_test_server(workdir, tuple(p.name for p in PROBES), repository=repository)
     yield server
-    server.process.stop()
+    server.discard()
 
 
 @dataclass(frozen=True)

@@ -13,12 +13,9 @@ short; the expression is otherwise the rendered one.
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import math
-import os
 import shutil
-import signal
 import subprocess
 import time
 
@@ -68,11 +65,8 @@ def replicas(tmp_path, serving_spec):
             servers.append(start_test_server(tmp_path / f"replica-{i}", models))
         yield servers
     finally:
-        for server in servers:  # SIGTERM every replica first, so they unload together (~3.5 s each)
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(server.process.pid, signal.SIGTERM)
         for server in servers:
-            server.process.stop()
+            server.discard()
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ def locked_server(tmp_path_factory, admin_key):
 
     server = start_test_server(tmp_path_factory.mktemp("locked"), (MODEL,), restricted=restricted_api_flags(admin_key))
     yield server
-    server.process.stop()
+    server.discard()
 
 
 def model_ready(server) -> bool:

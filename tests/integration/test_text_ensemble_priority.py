@@ -81,7 +81,7 @@ def server(tmp_path_factory, repository):
 
     running = start_test_server(tmp_path_factory.mktemp("priority_server"), (ENCODER, TOKENIZER, ENSEMBLE), repository=repository)
     yield running
-    running.process.stop()
+    running.discard()
 
 
 def concurrent_outcomes(url: str, protocol: str, model: str, priority: int) -> list[str]:
