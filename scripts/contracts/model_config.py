@@ -148,11 +148,13 @@ def render_dynamic_batching(model: ModelSpec, serving: ServingSpec) -> pb.ModelD
     batching = pb.ModelDynamicBatching(max_queue_delay_microseconds=delay,
                                        # sizes above a measured (lowered) max_batch_size are dropped: Triton refuses them
                                        preferred_batch_size=[b for b in model.preferred_batch_sizes if b <= model.max_batch_size])
-    if serving.priorities:
-        batching.priority_levels = len(serving.priorities)
+    priorities = serving.priorities_for(model)  # the model's own queue sizes where it sets them
+    if priorities:
+        batching.priority_levels = len(priorities)
         batching.default_priority_level = serving.default_priority_level
-        batching.default_queue_policy.CopyFrom(_queue_policy(serving.priority(serving.batching.default_priority).queue))
-        for level in serving.priorities:
+        default = next(p for p in priorities if p.name == serving.batching.default_priority)
+        batching.default_queue_policy.CopyFrom(_queue_policy(default.queue))
+        for level in priorities:
             batching.priority_queue_policy[level.level].CopyFrom(_queue_policy(level.queue))
     return batching
 

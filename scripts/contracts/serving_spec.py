@@ -12,10 +12,10 @@ import dataclasses
 import ipaddress
 import re
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from contracts.errors import ConfigError, find_named
 from contracts.scale_out_spec import Autoscaling, KubernetesSettings, autoscaling_from_table, kubernetes_from_table
@@ -356,10 +356,21 @@ class ModelSpec:
     backend_parameters: Mapping[str, Any] = field(default_factory=dict)
     #: Which `[partitions.<name>]` serves this model; None: the first partition declared.
     partition: str | None = None
+    #: This model's own `max_queue_size` for some priority levels, by level name (e.g. `{ realtime = 6 }`);
+    #: the other levels keep `[priorities.<name>]`'s. Why: the starvation invariant (docs/priorities.md)
+    #: asks max_batch_size >= the higher levels' queued items + one lowest-level request, which the
+    #: shared queue sizes (24 realtime + 8 batch) make 32; a model whose memory allows batches of 16 (a
+    #: large image model) keeps its priorities with shorter queues of its own (realtime 8).
+    max_queue_size: Mapping[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         check_name("models.<name>", self.name)
         check_name(f"models.{self.name}.recipe", self.recipe)
+        if not isinstance(self.max_queue_size, Mapping):
+            raise ConfigError(f"`models.{self.name}.max_queue_size` = {self.max_queue_size!r}: expected a table of "
+                              f"priority level name = queue size, e.g. {{ realtime = 6 }}.")
+        for level, size in dict(self.max_queue_size).items():
+            _check_int_range(f"models.{self.name}.max_queue_size.{level}", size, 1, 2**32 - 1)
         if not isinstance(self.options, Mapping):
             raise ConfigError(f"`models.{self.name}.options` = {self.options!r}: allowed a table of option = value.")
         for key, value in dict(self.options).items():
@@ -393,6 +404,20 @@ class ModelSpec:
         object.__setattr__(self, "preferred_batch_sizes", tuple(self.preferred_batch_sizes))
         for size in self.preferred_batch_sizes:
             _check_int_range(f"models.{self.name}.preferred_batch_sizes[]", size, 1, self.max_batch_size)
+
+
+def _queues_that_fit(model: ModelSpec, higher: Sequence[PriorityLevel], lowest: PriorityLevel) -> str:
+    """A `[models.<name>] max_queue_size` that would satisfy the invariant at this max_batch_size,
+    as advice: the higher levels' items scaled down alike (each queue at least 1), or '' if none fits."""
+    room = model.max_batch_size - lowest.max_request_batch_size
+    items = sum(p.queue.max_queue_size * p.max_request_batch_size for p in higher)
+    if room < sum(p.max_request_batch_size for p in higher) or items <= 0:
+        return ""
+    sizes = {p.name: max(1, p.queue.max_queue_size * room // items) for p in higher}
+    if sum(sizes[p.name] * p.max_request_batch_size for p in higher) > room:
+        return ""
+    table = ", ".join(f"{name} = {size}" for name, size in sizes.items())
+    return f", or give this model shorter queues of its own: `[models.{model.name}] max_queue_size = {{ {table} }}`"
 
 
 #: Memory budget of the implicit `default` partition when serving.toml declares none.
@@ -458,7 +483,13 @@ class ServingSpec:
                 f"`batching.default_priority` = {self.batching.default_priority!r} is not one of the "
                 f"priorities {[p.name for p in self.priorities]}."
             )
+        names = {p.name for p in self.priorities}
         for model in self.models:
+            unknown = sorted(set(model.max_queue_size) - names)
+            if unknown:
+                raise ConfigError(
+                    f"`models.{model.name}.max_queue_size` names {unknown}, not among the priority levels: allowed "
+                    f"{sorted(names) if names else 'none (serving.toml declares no [priorities.<name>])'}.")
             self.check_lowest_priority_progress(model)
 
     def check_autoscaling_targets(self) -> None:
@@ -486,9 +517,10 @@ class ServingSpec:
         request fits in `max_batch_size`, every batch formed under any higher-priority load still
         takes at least one lowest-level request: the lowest level keeps making progress.
         """
-        if len(self.priorities) < 2:
+        priorities = self.priorities_for(model)
+        if len(priorities) < 2:
             return
-        *higher, lowest = sorted(self.priorities, key=lambda p: p.level)
+        *higher, lowest = sorted(priorities, key=lambda p: p.level)
         higher_items = sum(p.queue.max_queue_size * p.max_request_batch_size for p in higher)
         needed = higher_items + lowest.max_request_batch_size
         if needed > model.max_batch_size:
@@ -498,9 +530,16 @@ class ServingSpec:
                 f"`priorities.{lowest.name}`: the higher levels may queue {terms} = {higher_items} items "
                 f"(max_queue_size x max_request_batch_size) and a {lowest.name} request carries up to "
                 f"{lowest.max_request_batch_size}; allowed: {higher_items} + {lowest.max_request_batch_size} = "
-                f"{needed} <= max_batch_size. Lower those queue or request sizes, or raise max_batch_size "
-                f"(see docs/priorities.md)."
+                f"{needed} <= max_batch_size. Lower those queue or request sizes, or raise max_batch_size"
+                f"{_queues_that_fit(model, higher, lowest)} (see docs/priorities.md)."
             )
+
+    def priorities_for(self, model: ModelSpec) -> tuple[PriorityLevel, ...]:
+        """The priority levels as `model` is served: `[priorities.<name>]` with the model's own
+        `max_queue_size` where it sets one (names, levels, timeouts and request sizes are shared: they
+        are the clients' contract)."""
+        return tuple(replace(p, queue=replace(p.queue, max_queue_size=model.max_queue_size[p.name]))
+                     if p.name in model.max_queue_size else p for p in self.priorities)
 
     def _check_partitions(self) -> None:
         names = [p.name for p in self.partitions]

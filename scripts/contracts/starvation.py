@@ -98,9 +98,10 @@ def lowest_priority_progress_bound(
     """The bound for `model` (a name in `spec`, or a ModelSpec as served, e.g. with the measured
     max_batch_size). `requests_ahead` defaults to the worst case, a full lowest-level queue."""
     model_spec = spec.model(model) if isinstance(model, str) else model
-    if len(spec.priorities) < 2:
+    priorities = spec.priorities_for(model_spec)  # with the model's own queue sizes
+    if len(priorities) < 2:
         raise ConfigError("a single priority level cannot be starved by another: no bound to compute.")
-    *higher, lowest = sorted(spec.priorities, key=lambda p: p.level)
+    *higher, lowest = sorted(priorities, key=lambda p: p.level)
     worst_ahead = lowest.queue.max_queue_size - 1
     if requests_ahead is not None and not 0 <= requests_ahead <= worst_ahead:
         raise ConfigError(f"requests_ahead = {requests_ahead}: allowed 0..{worst_ahead} (the queue holds {worst_ahead + 1}).")

@@ -187,7 +187,7 @@ def install_smollm2(model, serving, record: dict[str, Any], workdir: Path, repos
     text = json.dumps(spec, indent=1, sort_keys=True)
     if not (version_dir / SPEC_FILE).exists() or (version_dir / SPEC_FILE).read_text() != text:
         (version_dir / SPEC_FILE).write_text(text)
-    levels = {p.level: p.queue.max_queue_size for p in serving.priorities} or {1: 24, 2: 256}
+    levels = {p.level: p.queue.max_queue_size for p in serving.priorities_for(model)} or {1: 24, 2: 256}
     parameters = {key: str(options[key]).lower() if isinstance(options[key], bool) else str(options[key])
                   for key in ("max_context", "block_size", "max_running", "prefill_chunk_tokens", "kv_dtype", "policy", "prefix_sharing",
                               "priority_preemption")}

@@ -55,6 +55,56 @@ def test_the_invariant_can_be_checked_for_the_served_max_batch_size():
         spec.check_lowest_priority_progress(smaller)
 
 
+def test_a_model_with_smaller_batches_keeps_its_priorities_with_shorter_queues_of_its_own():
+    """The shared queue sizes make the invariant ask max_batch_size >= 4 + 2 here; a model whose memory
+    allows 5 is refused with the queue sizes that would fit it, and is served with them: rendered into
+    its config, counted by its bound, while the other model keeps the shared ones."""
+    from dataclasses import replace
+
+    from contracts.model_config import render_dynamic_batching
+
+    spec = spec_with(realtime_queue=4, realtime_items=1, batch_items=2, max_batch_size=8)
+    small = ModelSpec(name="m", recipe="digit_cnn", max_batch_size=5)
+    with pytest.raises(ConfigError) as info:
+        spec.check_lowest_priority_progress(small)
+    assert "or give this model shorter queues of its own: `[models.m] max_queue_size = { realtime = 3 }`" in str(info.value)
+    small = replace(small, max_queue_size={"realtime": 3})
+    spec.check_lowest_priority_progress(small)  # 3 x 1 + 2 = 5: fits
+    assert [p.queue.max_queue_size for p in spec.priorities_for(small)] == [3, 16]
+    assert [p.queue.max_queue_size for p in spec.priorities] == [4, 16]  # the shared levels are unchanged
+    bound = lowest_priority_progress_bound(spec, small)
+    assert bound.higher_items == 3 and bound.reserved_items == 2  # 5 - 3: one batch request fits beside them
+    batching = render_dynamic_batching(small, spec)
+    assert {level: policy.max_queue_size for level, policy in batching.priority_queue_policy.items()} == {1: 3, 2: 16}
+    assert batching.default_queue_policy.max_queue_size == 16  # the default level (batch) as this model serves it
+    other = render_dynamic_batching(spec.model("m"), spec)
+    assert other.priority_queue_policy[1].max_queue_size == 4
+
+
+def test_a_models_own_queue_sizes_are_checked_and_name_real_levels():
+    def with_queues(queues, priorities=True):
+        table = {"models": {"m": {"recipe": "digit_cnn", "max_batch_size": 8, "max_queue_size": queues}}}
+        if priorities:
+            table |= {"priorities": {
+                "realtime": {"level": 1, "max_queue_size": 4, "default_timeout_microseconds": 1000},
+                "batch": {"level": 2, "max_queue_size": 16, "max_request_batch_size": 2, "default_timeout_microseconds": 5000}},
+                "batching": {"default_priority": "batch"}}
+        return serving_spec_from_dict(table)
+
+    assert with_queues({"realtime": 6}).model("m").max_queue_size == {"realtime": 6}  # 6 + 2 = 8
+    with pytest.raises(ConfigError, match=r"`models.m.max_queue_size` names \['urgent'\], not among the priority levels: "
+                                          r"allowed \['batch', 'realtime'\]"):
+        with_queues({"urgent": 2})
+    with pytest.raises(ConfigError, match=r"`models.m.max_queue_size.realtime` = 0 is out of range"):
+        with_queues({"realtime": 0})
+    with pytest.raises(ConfigError, match=r"expected a table of priority level name = queue size"):
+        with_queues(6)
+    with pytest.raises(ConfigError, match=r"allowed none \(serving.toml declares no \[priorities.<name>\]\)"):
+        with_queues({"realtime": 2}, priorities=False)
+    with pytest.raises(ConfigError, match=r"allowed: 7 \+ 2 = 9 <= max_batch_size"):
+        with_queues({"realtime": 7})
+
+
 def test_bound_counts_batches_from_the_reserved_share():
     # B=8, realtime holds <= 4, batch requests of <= 2 items: every batch without X takes >= 3 items
     # (and >= 1 request) queued ahead of X; 15 requests (30 items) ahead -> 10 batches, X in the 11th.
@@ -90,7 +140,8 @@ def test_committed_configuration_gives_every_model_a_finite_bound(serving_spec):
 
 def test_every_built_config_keeps_the_invariant_with_its_served_max_batch_size(serving_spec):
     """The memory rule may serve a smaller max_batch_size than serving.toml's cap: the invariant
-    must still hold for what was rendered, and the rendered queue sizes must be serving.toml's."""
+    must still hold for what was rendered, and the rendered queue sizes must be serving.toml's (the
+    model's own where it sets them)."""
     from dataclasses import replace
 
     from conftest import REPOSITORY
@@ -98,11 +149,11 @@ def test_every_built_config_keeps_the_invariant_with_its_served_max_batch_size(s
     built = [m for m in serving_spec.models if (REPOSITORY / m.name / "config.pbtxt").exists()]
     if not built:
         pytest.skip("no model is built yet (run `make build-engines`)")
-    expected_queues = tuple((p.level, p.queue.max_queue_size) for p in serving_spec.priorities)
     for model in built:
         facts = served_model_facts(REPOSITORY / model.name / "config.pbtxt")
         if facts.is_ensemble or facts.is_decoupled:
             continue  # no batcher of its own: an ensemble's steps are checked; a generation model schedules itself
+        expected_queues = tuple((p.level, p.queue.max_queue_size) for p in serving_spec.priorities_for(model))
         assert facts.queue_sizes == expected_queues, f"{model.name}: config.pbtxt is stale; run `make build-engines`"
         # a brought model batched by equal shapes on purpose (max_input_dims) has no bound, and says so
         assert not facts.equal_shape_inputs or facts.equal_shapes_declared, \
