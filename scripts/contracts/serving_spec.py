@@ -412,10 +412,12 @@ def _queues_that_fit(model: ModelSpec, higher: Sequence[PriorityLevel], lowest: 
     room = model.max_batch_size - lowest.max_request_batch_size
     items = sum(p.queue.max_queue_size * p.max_request_batch_size for p in higher)
     if room < sum(p.max_request_batch_size for p in higher) or items <= 0:
-        return ""
+        return ""  # not even one request of each higher level fits beside a lowest-level one
     sizes = {p.name: max(1, p.queue.max_queue_size * room // items) for p in higher}
-    if sum(sizes[p.name] * p.max_request_batch_size for p in higher) > room:
-        return ""
+    size_of = {p.name: p.max_request_batch_size for p in higher}
+    while sum(sizes[name] * size_of[name] for name in sizes) > room:  # raising a queue to 1 overshot: shorten the longest
+        name = max((n for n in sizes if sizes[n] > 1), key=lambda n: sizes[n] * size_of[n])
+        sizes[name] -= 1
     table = ", ".join(f"{name} = {size}" for name, size in sizes.items())
     return f", or give this model shorter queues of its own: `[models.{model.name}] max_queue_size = {{ {table} }}`"
 
@@ -524,7 +526,9 @@ class ServingSpec:
         higher_items = sum(p.queue.max_queue_size * p.max_request_batch_size for p in higher)
         needed = higher_items + lowest.max_request_batch_size
         if needed > model.max_batch_size:
-            terms = " + ".join(f"{p.queue.max_queue_size} x {p.max_request_batch_size} ({p.name})" for p in higher)
+            own = set(model.max_queue_size)  # a queue size the model sets itself is named where it is set
+            terms = " + ".join(f"{p.queue.max_queue_size} x {p.max_request_batch_size} "
+                               f"({p.name}{f', models.{model.name}.max_queue_size' if p.name in own else ''})" for p in higher)
             raise ConfigError(
                 f"`models.{model.name}.max_batch_size` = {model.max_batch_size} cannot guarantee progress for "
                 f"`priorities.{lowest.name}`: the higher levels may queue {terms} = {higher_items} items "

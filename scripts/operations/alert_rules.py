@@ -55,7 +55,8 @@ class AlertThresholds:
     #: "growing": a queue stops growing once it is full (its max_queue_size) or once closed-loop
     #: clients plateau, so "growing" never fired for a queue that filled within a minute and stayed
     #: full, nor for one that stays deep.
-    #: 24 = the realtime queue's cap (serving.toml): a full realtime queue alone fires it.
+    #: 24 = the shared realtime queue's cap (serving.toml): a full realtime queue alone fires it; for a
+    #: model with a shorter realtime queue of its own (`[models.<name>] max_queue_size`) only with batch work waiting too.
     queue_backlog_depth: int = 24
     queue_backlog_for: str = "5m"
     target_down_for: str = "1m"

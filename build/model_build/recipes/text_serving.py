@@ -98,6 +98,10 @@ def check_text_ensemble_options(model: ModelSpec) -> None:
     _only_options(model, {"encoder", "tokenizer"})
     _option(model, "encoder")
     _option(model, "tokenizer")
+    if model.max_queue_size:  # rendered nowhere: an ensemble's config has no dynamic batcher
+        raise BuildError(f"`models.{model.name}.max_queue_size` = {dict(model.max_queue_size)}: an ensemble has no queue of "
+                         f"its own (Triton queues its requests at its steps); set it on the steps' [models.<name>] tables, "
+                         f"models.{_option(model, 'tokenizer')} and models.{_option(model, 'encoder')}.")
 
 
 def _named_model(model: ModelSpec, serving: ServingSpec, key: str, recipe: str) -> ModelSpec:

@@ -101,8 +101,33 @@ def test_a_models_own_queue_sizes_are_checked_and_name_real_levels():
         with_queues(6)
     with pytest.raises(ConfigError, match=r"allowed none \(serving.toml declares no \[priorities.<name>\]\)"):
         with_queues({"realtime": 2}, priorities=False)
-    with pytest.raises(ConfigError, match=r"allowed: 7 \+ 2 = 9 <= max_batch_size"):
+    with pytest.raises(ConfigError, match=r"7 x 1 \(realtime, models.m.max_queue_size\) = 7 items .* allowed: 7 \+ 2 = 9 "
+                                          r"<= max_batch_size"):  # names where the 7 was set
         with_queues({"realtime": 7})
+
+
+def test_the_proposed_queue_sizes_fit_when_raising_a_queue_to_one_overshoots():
+    """Scaled alike, a (100 x 1) gets 0 -> 1 and b (1 x 4) 1 at max_batch_size 13 with c's requests of 8:
+    1 + 4 + 8 = 13 fits, and is what is proposed (the scaling alone gave up there)."""
+    spec = serving_spec_from_dict({
+        "priorities": {
+            "a": {"level": 1, "max_queue_size": 100, "default_timeout_microseconds": 1000},
+            "b": {"level": 2, "max_queue_size": 1, "max_request_batch_size": 4, "default_timeout_microseconds": 1000},
+            "c": {"level": 3, "max_queue_size": 16, "max_request_batch_size": 8, "default_timeout_microseconds": 5000},
+        },
+        "batching": {"default_priority": "c"},
+        "models": {"m": {"recipe": "digit_cnn", "max_batch_size": 128}},
+    })
+    with pytest.raises(ConfigError, match=r"`\[models.m\] max_queue_size = \{ a = 1, b = 1 \}`"):
+        spec.check_lowest_priority_progress(ModelSpec(name="m", recipe="digit_cnn", max_batch_size=13))
+    spec.check_lowest_priority_progress(ModelSpec(name="m", recipe="digit_cnn", max_batch_size=13,
+                                                  max_queue_size={"a": 1, "b": 1}))
+    for size in (14, 20, 40, 100):  # whatever is proposed fits
+        with pytest.raises(ConfigError) as refused:
+            spec.check_lowest_priority_progress(ModelSpec(name="m", recipe="digit_cnn", max_batch_size=size))
+        table = str(refused.value).split("max_queue_size = { ")[1].split(" }")[0]
+        queues = {k: int(v) for k, v in (item.split(" = ") for item in table.split(", "))}
+        spec.check_lowest_priority_progress(ModelSpec(name="m", recipe="digit_cnn", max_batch_size=size, max_queue_size=queues))
 
 
 def test_bound_counts_batches_from_the_reserved_share():

@@ -96,6 +96,10 @@ def test_tokenizer_and_ensemble_recipes_name_the_models_they_use():
         build_text_ensemble(ModelSpec("emb", "text_ensemble", options={"encoder": "enc"}), None)
     with pytest.raises(BuildError, match="unknown keys"):
         build_text_ensemble(ModelSpec("emb", "text_ensemble", options={"encoder": "e", "tokenizer": "t", "x": 1}), None)
+    # an ensemble's config has no batcher: its own queue sizes would be rendered nowhere
+    with pytest.raises(BuildError, match=r"an ensemble has no queue of its own .* models.t and models.e"):
+        build_text_ensemble(ModelSpec("emb", "text_ensemble", options={"encoder": "e", "tokenizer": "t"},
+                                      max_queue_size={"realtime": 4}), None)
 
 
 def test_ensemble_and_its_steps_must_share_a_partition(tmp_path):
