@@ -3,6 +3,7 @@ started on free loopback ports against the built model repository; a failing ser
 server log's tail attached to its report."""
 from __future__ import annotations
 
+import contextlib
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -49,19 +50,26 @@ class RunningServer:
     metrics_url: str
     log_path: Path
     process: object  # serving.runtime.server.TritonServerProcess
+    #: The empty /tmp/python_env_* folders that appeared while this server started: its Python-based
+    #: backends' (each makes one at a fixed place and removes it only when it shuts down cleanly).
+    python_env_dirs: tuple[Path, ...] = ()
 
     def url(self, protocol: str) -> str:
         return self.http_url if protocol == "http" else self.grpc_url
 
     def discard(self) -> None:
-        """A fixture's teardown: the server's process group killed at once, then what a killed server
-        leaves removed (Triton's shared-memory regions, the models' activity files), by the `stop` a
-        crashed server gets. Not a graceful stop, on purpose: Triton 2.51's Python backend sleeps 1 s
+        """A fixture's teardown: SIGTERM and, at once, SIGKILL to the server's process group
+        (`TritonServerProcess.stop(timeout=0)`), which still removes what a killed server leaves
+        (Triton's shared-memory regions, the models' activity files), then its backends' empty
+        python_env folders. Not a graceful stop, on purpose: Triton 2.51's Python backend sleeps 1 s
         per model instance while it unloads (StubLauncher::UpdateHealth), one instance after another,
         so a graceful stop takes 2.5-9 s a server (~40 s of `make test`). The graceful stops are tested
         where stopping is the subject (test_generation_serving's stopping pod and cut stream, the
         supervisor's tests, test_faults' kill and reload)."""
         self.process.stop(timeout=0)
+        for folder in self.python_env_dirs:
+            with contextlib.suppress(OSError):  # not empty (an execution environment), or already gone
+                folder.rmdir()
 
 
 def serve_loopback_http(handler: type, port: int = 0):
@@ -90,10 +98,17 @@ def start_test_server(workdir: Path, models: tuple[str, ...], repository: Path =
         model_repository=repository, backend_dir=backend_dir, http_port=http, grpc_port=grpc,
         metrics_port=metrics, models=models, **settings,
     )
+    python_envs_before = set(PYTHON_ENV_DIRS.parent.glob(PYTHON_ENV_DIRS.name))  # servers start one at a time here
     process = TritonServerProcess(installation, server_settings, workdir / "tritonserver.log", extra_env=env).start()
     process.wait_ready(timeout=120)
+    own_python_envs = tuple(sorted(set(PYTHON_ENV_DIRS.parent.glob(PYTHON_ENV_DIRS.name)) - python_envs_before))
     return RunningServer(f"127.0.0.1:{http}", f"127.0.0.1:{grpc}", f"http://127.0.0.1:{metrics}/metrics",
-                         workdir / "tritonserver.log", process)
+                         workdir / "tritonserver.log", process, own_python_envs)
+
+
+#: Where Triton 2.51's Python backend makes its folder for execution environments (mkdtemp, a fixed
+#: template in its EnvironmentManager), one per Python-based backend a server loads.
+PYTHON_ENV_DIRS = Path("/tmp/python_env_*")
 
 
 def scrape_text(metrics_url: str) -> str:

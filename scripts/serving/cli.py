@@ -101,7 +101,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
             raise ServingError(f"models {missing} are not built into {repository} (the folder of --config); `make "
                                f"build-engines` installs every model into {built_there} whatever its config: pass "
                                f"--repository {built_there}.")
-        raise ServingError(f"models {missing} are not built into {repository}; run {_build_command(args.config)} first.")
+        where = "" if repository == built_there else (
+            f" (it installs into {built_there} whatever the config's folder), then serve with --repository {built_there}")
+        raise ServingError(f"models {missing} are not built into {repository}; run {_build_command(args.config)} first{where}.")
     if repository == MODEL_REPOSITORY.resolve():  # where the build installs, and records what from
         _check_rendered_configs(Path(args.config), [m.name for m in spec.models])
     plan, gpu = plan_for_this_host(spec, force_cpu=args.cpu_sets)

@@ -185,6 +185,18 @@ def install_text_tokenizer(model: ModelSpec, serving: ServingSpec, record: dict[
     return [model.name]
 
 
+def check_follower_keeps_priorities(served: ModelSpec, serving: ServingSpec, encoder: str) -> None:
+    """A model whose max_batch_size follows the encoder's measured size (the fused text pipeline) is
+    not measured itself, so the starvation invariant (docs/priorities.md) is checked here at the size
+    it is served with: an encoder given shorter queues of its own for its smaller batches does not give
+    them to the models that follow it."""
+    try:
+        serving.check_lowest_priority_progress(served)
+    except ConfigError as exc:
+        raise BuildError(f"{exc} Here max_batch_size is not serving.toml's cap but {served.max_batch_size}, the size "
+                         f"the build measured for `{encoder}`, which `{served.name}` follows.") from None
+
+
 def build_text_pipeline(model: ModelSpec, workdir: Path) -> dict[str, Any]:
     """Nothing to build: the served encoder graph and its tokenizer.json, installed together."""
     check_text_front_end_options(model)
@@ -204,6 +216,7 @@ def install_text_pipeline(model: ModelSpec, serving: ServingSpec, record: dict[s
     if served.max_batch_size < model.max_batch_size:
         print(f"[build] {model.name}: max_batch_size {served.max_batch_size} (cap {model.max_batch_size}; "
               f"the encoder's measured size is {encoder_size})")
+        check_follower_keeps_priorities(served, serving, encoder_record["model"])
     max_length = int(encoder_record["max_length"])
     parameters = {
         "tokenizer_file": TOKENIZER_JSON,

@@ -32,7 +32,8 @@ def test_allow_non_loopback_on_the_command_line_admits_a_non_loopback_host_from_
     err = capsys.readouterr().err
     assert "not a loopback address" not in err and "models ['digits'] are not built into" in err
     # a user's serving.toml is built by the build's CLI (`make build-engines` builds the project's own)
-    assert f"run `python -m model_build build --config {config}` first" in err, err
+    assert f"run `python -m model_build build --config {config}` first (it installs into " in err, err
+    assert "then serve with --repository " in err, err  # the build does not install beside the user's file
 
 
 def test_a_config_outside_the_model_repository_is_told_where_the_build_installed(tmp_path, capsys):

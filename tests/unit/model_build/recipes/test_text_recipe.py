@@ -189,3 +189,22 @@ def test_llm_flags_must_be_booleans():
     assert llm_options(SimpleNamespace(name="llm", options={}))["priority_preemption"] is True
     with pytest.raises(BuildError, match=r"priority_preemption = 'no': expected true or false"):
         llm_options(SimpleNamespace(name="llm", options={"priority_preemption": "no"}))
+
+
+def test_the_text_pipeline_following_a_smaller_encoder_is_refused_without_queues_that_fit_its_size():
+    """text_embedder takes the encoder's measured max_batch_size without being measured itself: the
+    starvation invariant is checked at that size, so an encoder given shorter queues of its own for
+    batches of 16 does not leave the pipeline at 16 with the shared realtime queue of 24."""
+    from dataclasses import replace
+
+    from contracts.serving_spec import load_serving_spec
+    from model_build.recipes.text_serving import check_follower_keeps_priorities
+    from conftest import SERVING_CONFIG
+
+    serving = load_serving_spec(SERVING_CONFIG)
+    at_16 = replace(serving.model("text_embedder"), max_batch_size=16)
+    with pytest.raises(BuildError, match=r"max_queue_size = \{ realtime = 8 \}.* but 16, the size the build measured "
+                                         r"for `text_encoder`, which `text_embedder` follows"):
+        check_follower_keeps_priorities(at_16, serving, "text_encoder")
+    check_follower_keeps_priorities(replace(at_16, max_queue_size={"realtime": 8}), serving, "text_encoder")
+    check_follower_keeps_priorities(replace(at_16, max_batch_size=32), serving, "text_encoder")  # as served: 24 + 8
