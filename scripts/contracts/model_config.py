@@ -17,7 +17,7 @@ import numpy as np
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as pb
 
-from contracts.errors import ConfigError
+from contracts.errors import ConfigError, find_named
 from contracts.sequence_buckets import (MAX_INPUT_DIMS_PARAMETER, MAX_LENGTH_PARAMETER, mask_input_names,
                                        parse_max_input_dims)
 from contracts.serving_spec import Device, ModelSpec, ServingSpec, backend_parameter_strings
@@ -152,8 +152,8 @@ def render_dynamic_batching(model: ModelSpec, serving: ServingSpec) -> pb.ModelD
     if priorities:
         batching.priority_levels = len(priorities)
         batching.default_priority_level = serving.default_priority_level
-        default = next(p for p in priorities if p.name == serving.batching.default_priority)
-        batching.default_queue_policy.CopyFrom(_queue_policy(default.queue))
+        batching.default_queue_policy.CopyFrom(_queue_policy(find_named(priorities, serving.batching.default_priority,
+                                                                         "priority").queue))
         for level in priorities:
             batching.priority_queue_policy[level.level].CopyFrom(_queue_policy(level.queue))
     return batching

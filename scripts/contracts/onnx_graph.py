@@ -16,7 +16,7 @@ Pure: reads an `onnx.ModelProto`'s fields; imports nothing of onnx itself.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, Sequence
 
 #: Ops that carry an index tensor on unchanged (values kept; shape or type may change).
 INDEX_PASSTHROUGH_OPS = frozenset({"Cast", "Identity", "Reshape", "Squeeze", "Unsqueeze", "Flatten"})
@@ -81,6 +81,18 @@ def _gathered_tables(start: str, consumers, tables) -> Iterable[tuple[int, str]]
 def input_axis_names(model) -> dict[str, tuple[str, ...]]:
     """{graph input: the symbolic name of each axis after the batch axis, "" where fixed or unnamed}."""
     return {v.name: tuple(d.dim_param for d in v.type.tensor_type.shape.dim[1:]) for v in model.graph.input}
+
+
+def shared_axis_places(axis_names: Mapping[str, Sequence[str]]) -> tuple[tuple[str, tuple[tuple[str, int], ...]], ...]:
+    """(axis name, its (input, axis index after the batch axis) places) for each name that `axis_names`
+    (as `input_axis_names` gives them) holds for two or more inputs: the axes one request must send
+    equally long. One place per input, its last axis so named."""
+    places: dict[str, dict[str, int]] = {}
+    for name, names in axis_names.items():
+        for axis, axis_name in enumerate(names):
+            if axis_name:
+                places.setdefault(axis_name, {})[name] = axis
+    return tuple((axis_name, tuple(where.items())) for axis_name, where in places.items() if len(where) > 1)
 
 
 def zero_only_inputs(ranges: Mapping[str, IdRange]) -> tuple[str, ...]:

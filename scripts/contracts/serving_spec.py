@@ -119,6 +119,12 @@ class PriorityLevel:
     #: (it splits lowest-level work into requests of this size and refuses larger ones above it).
     max_request_batch_size: int = 1
 
+    @property
+    def queued_items(self) -> int:
+        """Items this level can hold queued at once (max_queue_size x max_request_batch_size): what it
+        can take of one batch in the starvation invariant (docs/priorities.md)."""
+        return self.queue.max_queue_size * self.max_request_batch_size
+
     def __post_init__(self) -> None:
         check_name("priorities.<name>", self.name)
         _check_int_range(f"priorities.{self.name}.level", self.level, 1, 16)
@@ -406,14 +412,13 @@ class ModelSpec:
             _check_int_range(f"models.{self.name}.preferred_batch_sizes[]", size, 1, self.max_batch_size)
 
 
-def _queues_that_fit(model: ModelSpec, higher: Sequence[PriorityLevel], lowest: PriorityLevel) -> str:
+def _queues_that_fit(model: ModelSpec, higher: Sequence[PriorityLevel], lowest: PriorityLevel, higher_items: int) -> str:
     """A `[models.<name>] max_queue_size` that would satisfy the invariant at this max_batch_size,
-    as advice: the higher levels' items scaled down alike (each queue at least 1), or '' if none fits."""
+    as advice: the higher levels' `higher_items` scaled down alike (each queue at least 1), or '' if none fits."""
     room = model.max_batch_size - lowest.max_request_batch_size
-    items = sum(p.queue.max_queue_size * p.max_request_batch_size for p in higher)
-    if room < sum(p.max_request_batch_size for p in higher) or items <= 0:
+    if room < sum(p.max_request_batch_size for p in higher) or higher_items <= 0:
         return ""  # not even one request of each higher level fits beside a lowest-level one
-    sizes = {p.name: max(1, p.queue.max_queue_size * room // items) for p in higher}
+    sizes = {p.name: max(1, p.queue.max_queue_size * room // higher_items) for p in higher}
     size_of = {p.name: p.max_request_batch_size for p in higher}
     while sum(sizes[name] * size_of[name] for name in sizes) > room:  # raising a queue to 1 overshot: shorten the longest
         name = max((n for n in sizes if sizes[n] > 1), key=lambda n: sizes[n] * size_of[n])
@@ -523,7 +528,7 @@ class ServingSpec:
         if len(priorities) < 2:
             return
         *higher, lowest = sorted(priorities, key=lambda p: p.level)
-        higher_items = sum(p.queue.max_queue_size * p.max_request_batch_size for p in higher)
+        higher_items = sum(p.queued_items for p in higher)
         needed = higher_items + lowest.max_request_batch_size
         if needed > model.max_batch_size:
             own = set(model.max_queue_size)  # a queue size the model sets itself is named where it is set
@@ -535,7 +540,7 @@ class ServingSpec:
                 f"(max_queue_size x max_request_batch_size) and a {lowest.name} request carries up to "
                 f"{lowest.max_request_batch_size}; allowed: {higher_items} + {lowest.max_request_batch_size} = "
                 f"{needed} <= max_batch_size. Lower those queue or request sizes, or raise max_batch_size"
-                f"{_queues_that_fit(model, higher, lowest)} (see docs/priorities.md)."
+                f"{_queues_that_fit(model, higher, lowest, higher_items)} (see docs/priorities.md)."
             )
 
     def priorities_for(self, model: ModelSpec) -> tuple[PriorityLevel, ...]:

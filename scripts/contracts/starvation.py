@@ -110,7 +110,7 @@ def lowest_priority_progress_bound(
         level=lowest.name,
         max_batch_size=model_spec.max_batch_size,
         instances=model_spec.instance_count,
-        higher_items=sum(p.queue.max_queue_size * p.max_request_batch_size for p in higher),
+        higher_items=sum(p.queued_items for p in higher),
         request_items=lowest.max_request_batch_size,
         requests_ahead=worst_ahead if requests_ahead is None else requests_ahead,
     )

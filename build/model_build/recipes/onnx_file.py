@@ -44,7 +44,7 @@ import numpy as np
 from contracts.errors import ConfigError
 from contracts.file_digest import sha256_file
 from contracts.layout import PROJECT_ROOT
-from contracts.onnx_graph import gather_id_ranges, input_axis_names
+from contracts.onnx_graph import gather_id_ranges, input_axis_names, shared_axis_places
 from contracts.model_config import (INTEGER_TYPES, TensorSpec, row_dims, tensor_specs_from_onnx, warmup_feeds,
                                     warmup_ones_inputs, warmup_sequence_length)
 from contracts.sequence_buckets import MASK_INPUTS_PARAMETER, default_bucket_boundaries
@@ -202,12 +202,9 @@ def named_axes_problems(graph, largest: Mapping[str, Sequence[int]]) -> list[str
     """Axes the graph names alike (`seq` of two inputs) given different largest lengths by `max_dims`: the
     backend refuses a request whose lengths there differ (serving.backend.input_contract), and Triton's
     warm-up runs at `max_dims`, so such a model would refuse its own warm-up and fail to load."""
-    lengths: dict[str, dict[str, int]] = {}
-    for name, axis_names in input_axis_names(graph).items():
-        if name in largest:
-            for axis, axis_name in enumerate(axis_names[:len(largest[name])]):
-                if axis_name:
-                    lengths.setdefault(axis_name, {})[name] = int(largest[name][axis])
+    named = {name: axis_names[:len(largest[name])] for name, axis_names in input_axis_names(graph).items() if name in largest}
+    lengths = {axis_name: {name: int(largest[name][axis]) for name, axis in places}
+               for axis_name, places in shared_axis_places(named)}
     return [f"gives the axis '{name}' that the graph shares between {sorted(by_input)} the lengths {by_input}; expected "
             f"one length (a request must send them equally long)" for name, by_input in lengths.items()
             if len(set(by_input.values())) > 1]

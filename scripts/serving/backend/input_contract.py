@@ -39,7 +39,7 @@ from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from contracts.onnx_graph import IdRange, gather_id_ranges, input_axis_names
+from contracts.onnx_graph import IdRange, gather_id_ranges, input_axis_names, shared_axis_places
 from contracts.sequence_buckets import is_mask_input
 from serving.backend.checks import INVALID_INPUT_PREFIX, non_finite_error
 
@@ -79,15 +79,12 @@ class InputContract:
 
     @functools.cached_property
     def shared_axes(self) -> tuple[tuple[str, tuple[tuple[str, int], ...]], ...]:
-        """(axis name, its (input, axis) places) for each name the graph gives axes of two or more inputs: what
-        `named_axes_problem` compares, derived once (none for a model without such names: nothing per request)."""
-        places: dict[str, dict[str, int]] = {}  # per name, one axis of each input (its last so named)
-        for rule in self.inputs:
-            if len(rule.axis_names) == len(rule.dims):
-                for axis, axis_name in enumerate(rule.axis_names, start=1):
-                    if axis_name:
-                        places.setdefault(axis_name, {})[rule.name] = axis
-        return tuple((name, tuple(where.items())) for name, where in places.items() if len(where) > 1)
+        """(axis name, its (input, array axis) places) for each name the graph gives axes of two or more inputs
+        (contracts.onnx_graph.shared_axis_places): what `named_axes_problem` compares, derived once (none for a
+        model without such names: nothing per request)."""
+        named = {r.name: r.axis_names for r in self.inputs if len(r.axis_names) == len(r.dims)}
+        return tuple((name, tuple((input_name, axis + 1) for input_name, axis in places))  # + 1: the batch axis
+                     for name, places in shared_axis_places(named))
 
     def problem(self, arrays: Mapping[str, np.ndarray]) -> str | None:
         """None when the request may be batched; else a one-line message for the caller."""

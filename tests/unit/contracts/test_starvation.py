@@ -8,7 +8,9 @@ from contracts.serving_spec import ModelSpec, serving_spec_from_dict
 from contracts.starvation import ProgressBound, lowest_priority_progress_bound, served_model_facts
 
 
-def spec_with(realtime_queue=4, realtime_items=1, batch_queue=16, batch_items=2, max_batch_size=8):
+def spec_with(realtime_queue=4, realtime_items=1, batch_queue=16, batch_items=2, max_batch_size=8, max_queue_size=None):
+    """Two levels and model `m`; `max_queue_size`: the model's own queue sizes, by level name."""
+    own = {} if max_queue_size is None else {"max_queue_size": max_queue_size}
     return serving_spec_from_dict({
         "priorities": {
             "realtime": {"level": 1, "max_queue_size": realtime_queue, "max_request_batch_size": realtime_items,
@@ -17,7 +19,7 @@ def spec_with(realtime_queue=4, realtime_items=1, batch_queue=16, batch_items=2,
                       "default_timeout_microseconds": 5000},
         },
         "batching": {"default_priority": "batch"},
-        "models": {"m": {"recipe": "digit_cnn", "max_batch_size": max_batch_size}},
+        "models": {"m": {"recipe": "digit_cnn", "max_batch_size": max_batch_size, **own}},
     })
 
 
@@ -82,28 +84,19 @@ def test_a_model_with_smaller_batches_keeps_its_priorities_with_shorter_queues_o
 
 
 def test_a_models_own_queue_sizes_are_checked_and_name_real_levels():
-    def with_queues(queues, priorities=True):
-        table = {"models": {"m": {"recipe": "digit_cnn", "max_batch_size": 8, "max_queue_size": queues}}}
-        if priorities:
-            table |= {"priorities": {
-                "realtime": {"level": 1, "max_queue_size": 4, "default_timeout_microseconds": 1000},
-                "batch": {"level": 2, "max_queue_size": 16, "max_request_batch_size": 2, "default_timeout_microseconds": 5000}},
-                "batching": {"default_priority": "batch"}}
-        return serving_spec_from_dict(table)
-
-    assert with_queues({"realtime": 6}).model("m").max_queue_size == {"realtime": 6}  # 6 + 2 = 8
+    assert spec_with(max_queue_size={"realtime": 6}).model("m").max_queue_size == {"realtime": 6}  # 6 + 2 = 8
     with pytest.raises(ConfigError, match=r"`models.m.max_queue_size` names \['urgent'\], not among the priority levels: "
                                           r"allowed \['batch', 'realtime'\]"):
-        with_queues({"urgent": 2})
+        spec_with(max_queue_size={"urgent": 2})
     with pytest.raises(ConfigError, match=r"`models.m.max_queue_size.realtime` = 0 is out of range"):
-        with_queues({"realtime": 0})
+        spec_with(max_queue_size={"realtime": 0})
     with pytest.raises(ConfigError, match=r"expected a table of priority level name = queue size"):
-        with_queues(6)
+        spec_with(max_queue_size=6)
     with pytest.raises(ConfigError, match=r"allowed none \(serving.toml declares no \[priorities.<name>\]\)"):
-        with_queues({"realtime": 2}, priorities=False)
+        serving_spec_from_dict({"models": {"m": {"recipe": "digit_cnn", "max_queue_size": {"realtime": 2}}}})
     with pytest.raises(ConfigError, match=r"7 x 1 \(realtime, models.m.max_queue_size\) = 7 items .* allowed: 7 \+ 2 = 9 "
                                           r"<= max_batch_size"):  # names where the 7 was set
-        with_queues({"realtime": 7})
+        spec_with(max_queue_size={"realtime": 7})
 
 
 def test_the_proposed_queue_sizes_fit_when_raising_a_queue_to_one_overshoots():
