@@ -118,8 +118,8 @@ clean: stop monitor-stop ## Stop the servers and Prometheus, then remove generat
 # --- Monitoring: Prometheus + alert rules + Grafana dashboard (scripts/operations/) ---
 .PHONY: monitor-start monitor-stop test-alerts
 
-monitor-start: setup ## Start Prometheus on loopback scraping every partition in run/manifest.json (SLA_MS=... sets the P99 SLA)
-	$(PY) -m operations.monitor start $(if $(SLA_MS),--sla-ms $(SLA_MS))
+monitor-start: setup ## Start Prometheus on loopback scraping every partition in run/manifest.json, with alert rules for SERVING_CONFIG's queue caps (SLA_MS=... sets the P99 SLA)
+	$(PY) -m operations.monitor start --config $(SERVING_CONFIG) $(if $(SLA_MS),--sla-ms $(SLA_MS))
 
 monitor-stop: ## Stop the Prometheus that monitor-start started
 	@if [ -x $(PY) ]; then $(PY) -m operations.monitor stop; else echo "nothing to stop (no .venv)"; fi

@@ -15,12 +15,14 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
+from contracts.layout import SERVING_CONFIG
+from contracts.serving_spec import NAME_PATTERN, ServingSpec, load_serving_spec
 from operations.errors import MonitorConfigError
-from serving.generation.metrics import SEQUENCES_RUNNING
+from serving.generation.metrics import RUNNING_SLOTS, SEQUENCES_RUNNING, SEQUENCES_WAITING
 
 RULES_PATH = Path(__file__).with_name("alert_rules.yml")
 RULES_TEST_PATH = Path(__file__).with_name("alert_rules_test.yml")
@@ -55,17 +57,19 @@ class AlertThresholds:
     #: "growing": a queue stops growing once it is full (its max_queue_size) or once closed-loop
     #: clients plateau, so "growing" never fired for a queue that filled within a minute and stayed
     #: full, nor for one that stays deep.
-    #: 24 = the shared realtime queue's cap (serving.toml): a full realtime queue alone fires it; for a
-    #: model with a shorter realtime queue of its own (`[models.<name>] max_queue_size`) only with batch work waiting too.
+    #: The depth is the highest priority level's queue cap, so a full realtime queue alone fires it:
+    #: `AlertThresholds.for_serving` reads it from serving.toml (the shared `[priorities.*]` cap, and
+    #: a model's own `[models.<name>] max_queue_size` in `queue_backlog_depth_by_model`). The default
+    #: stands for a model no serving config names (thresholds made without one).
     queue_backlog_depth: int = 24
+    queue_backlog_depth_by_model: Mapping[str, int] = field(default_factory=dict)
     queue_backlog_for: str = "5m"
     target_down_for: str = "1m"
     #: Generation models (serving/generation/metrics.py): KV blocks in use above this share of all blocks.
     kv_usage_fraction: float = 0.90
     kv_usage_for: str = "2m"
-    #: ... and their wait queue backlogged (for `queue_backlog_for`) at this many sequences: 8 = the
-    #: served model's running slots (serving.toml `max_running`), a whole batch's worth waiting.
-    llm_backlog_depth: int = 8
+    #: (Their wait queue is backlogged, for `queue_backlog_for`, at a whole running batch's worth of
+    #: sequences: the depth is each model's own `llm_running_slots` gauge, its `options.max_running`.)
     job: str = "triton"
     #: The supervisor's own endpoint (serving.runtime.supervisor_metrics): restarts and crash loops.
     supervisor_job: str = "serving_supervisor"
@@ -99,15 +103,36 @@ class AlertThresholds:
             value = getattr(self, name)
             if not isinstance(value, str) or not _DURATION.fullmatch(value):
                 raise MonitorConfigError(f"{name} = {value!r}: expected a Prometheus duration such as '30s', '5m' or '1h'.")
-        for name in ("queue_min_depth", "queue_backlog_depth", "llm_backlog_depth"):
-            value = getattr(self, name)
+        depths = {"queue_min_depth": self.queue_min_depth, "queue_backlog_depth": self.queue_backlog_depth,
+                  **{f"queue_backlog_depth_by_model[{model!r}]": depth for model, depth in dict(self.queue_backlog_depth_by_model).items()}}
+        for name, value in depths.items():
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise MonitorConfigError(f"{name} = {value!r}: expected an integer >= 1.")
+        odd = sorted(str(model) for model in self.queue_backlog_depth_by_model if not NAME_PATTERN.fullmatch(str(model)))
+        if odd:
+            raise MonitorConfigError(f"queue_backlog_depth_by_model names {odd}: expected model names as serving.toml allows "
+                                     f"(pattern {NAME_PATTERN.pattern}).")
         for name in ("job", "supervisor_job"):
             if not re.fullmatch(r"^[a-zA-Z_][a-zA-Z0-9_-]*$", getattr(self, name)):
                 raise MonitorConfigError(f"{name} = {getattr(self, name)!r}: expected a Prometheus job name (letters, digits, _ and -).")
         if isinstance(self.restart_warning_count, bool) or not isinstance(self.restart_warning_count, int) or self.restart_warning_count < 1:
             raise MonitorConfigError(f"restart_warning_count = {self.restart_warning_count!r}: expected an integer >= 1.")
+
+    @classmethod
+    def for_serving(cls, spec: ServingSpec, **settings: Any) -> "AlertThresholds":
+        """The thresholds for what `spec` serves: each model's backlog depth is its own highest
+        priority level's queue cap (`ServingSpec.priorities_for`), named per model where it differs
+        from the shared one. Without priority levels the queues have no cap and the default stands."""
+        if not spec.priorities:
+            return cls(**settings)
+
+        def realtime_cap(levels) -> int:
+            return min(levels, key=lambda level: level.level).queue.max_queue_size
+
+        shared = realtime_cap(spec.priorities)
+        own = {model.name: realtime_cap(spec.priorities_for(model)) for model in spec.models}
+        return cls(queue_backlog_depth=shared, queue_backlog_depth_by_model={m: d for m, d in own.items() if d != shared},
+                   **settings)
 
     @property
     def p99_warning_seconds(self) -> float:
@@ -231,8 +256,21 @@ def render_alert_rules(t: AlertThresholds, pod_container: str | None = None) -> 
     return {"groups": groups}
 
 
+def queue_backlog_selectors(t: AlertThresholds) -> list[tuple[str, int]]:
+    """(label matcher, depth) pairs: the models of each own depth together, the rest at the shared
+    depth ("" matches every model when none has its own)."""
+    own = dict(t.queue_backlog_depth_by_model)
+    by_depth: dict[int, list[str]] = {}
+    for model, depth in sorted(own.items()):
+        by_depth.setdefault(depth, []).append(model)
+    rest = f'{{model!~"{"|".join(sorted(own))}"}}' if own else ""
+    return [*((f'{{model=~"{"|".join(models)}"}}', depth) for depth, models in sorted(by_depth.items())), (rest, t.queue_backlog_depth)]
+
+
 def queue_rules(t: AlertThresholds) -> list[dict[str, Any]]:
-    """A model's queue: growing (arrivals exceed capacity) and backlogged (full, or deep and flat)."""
+    """A model's queue: growing (arrivals exceed capacity) and backlogged (full, or deep and flat). The
+    backlog rule comes once per depth (one alert name): each model is held to its own realtime cap,
+    and the alert's text names that number."""
     pending = "nv_inference_pending_request_count"
     return [
         _rule("TritonQueueDepthGrowing",
@@ -240,11 +278,12 @@ def queue_rules(t: AlertThresholds) -> list[dict[str, Any]]:
               t.queue_growth_for, "critical", "queue", "Request queue keeps growing",
               "{{ $labels.model }} on {{ $labels.instance }}: the queue grows by {{ printf \"%.2f\" $value }} "
               "requests/s: arrivals exceed capacity, overload is near."),
-        _rule("TritonQueueBacklogged", f"{pending} >= {t.queue_backlog_depth}",
-              t.queue_backlog_for, "warning", "queue", f"Request queue at {t.queue_backlog_depth} or more for {t.queue_backlog_for}",
-              "{{ $labels.model }} on {{ $labels.instance }}: {{ $value }} requests waiting, never fewer than "
-              f"{t.queue_backlog_depth} for {t.queue_backlog_for}: the model is saturated (a full queue answers 503); "
-              "add capacity or shed load."),
+        *(_rule("TritonQueueBacklogged", f"{pending}{selector} >= {depth}",
+                t.queue_backlog_for, "warning", "queue", f"Request queue at {depth} or more for {t.queue_backlog_for}",
+                "{{ $labels.model }} on {{ $labels.instance }}: {{ $value }} requests waiting, never fewer than "
+                f"{depth} for {t.queue_backlog_for}: the model is saturated (a full queue answers 503); "
+                "add capacity or shed load.")
+          for selector, depth in queue_backlog_selectors(t)),
     ]
 
 
@@ -301,7 +340,7 @@ def supervisor_rules(t: AlertThresholds) -> list[dict[str, Any]]:
 def generation_rules(t: AlertThresholds) -> list[dict[str, Any]]:
     """The generation model's own pressure signals: its KV cache and its wait queue live inside the
     model (Triton's pending-request count stays 0 for a decoupled model that accepts at once)."""
-    used, free, waiting = "llm_kv_blocks_used", "llm_kv_blocks_free", "llm_sequences_waiting"
+    used, free, waiting, slots = "llm_kv_blocks_used", "llm_kv_blocks_free", SEQUENCES_WAITING.name, RUNNING_SLOTS.name
     return [
         _rule("LlmKvCacheNearlyFull", f"{used} / ({used} + {free}) > {t.kv_usage_fraction}", t.kv_usage_for, "warning", "kv_cache",
               f"KV cache above {t.kv_usage_fraction:.0%} of its blocks",
@@ -311,27 +350,41 @@ def generation_rules(t: AlertThresholds) -> list[dict[str, Any]]:
               t.queue_growth_for, "critical", "queue", "Generation wait queue keeps growing",
               "{{ $labels.model }} on {{ $labels.instance }}: waiting sequences grow by {{ printf \"%.2f\" $value }}/s: "
               "arrivals exceed decode capacity; a full queue answers 503 next."),
-        _rule("LlmWaitQueueBacklogged", f"{waiting} >= {t.llm_backlog_depth}", t.queue_backlog_for, "warning", "queue",
-              f"Generation wait queue at {t.llm_backlog_depth} or more for {t.queue_backlog_for}",
-              "{{ $labels.model }} on {{ $labels.instance }}: {{ $value }} sequences waiting, never fewer than "
-              f"{t.llm_backlog_depth} for {t.queue_backlog_for}: decode capacity is saturated; add replicas or shed load."),
+        _rule("LlmWaitQueueBacklogged", f"{waiting} >= on ({MODEL_LABELS}) {slots}", t.queue_backlog_for, "warning", "queue",
+              f"Generation wait queue at a running batch's worth or more for {t.queue_backlog_for}",
+              "{{ $labels.model }} on {{ $labels.instance }}: {{ $value }} sequences waiting, never fewer than its "
+              f"running slots (max_running) for {t.queue_backlog_for}: decode capacity is saturated; add replicas or shed load."),
     ]
 
 
 def alert_rules_yaml(thresholds: AlertThresholds) -> str:
     import yaml
 
-    header = "# Generated by `python -m operations.alert_rules`: edit operations/alert_rules.py, not this file.\n"
+    header = ("# Generated by `python -m operations.alert_rules` from serving.toml's queue caps: edit "
+              "operations/alert_rules.py or serving.toml, not this file.\n")
     return header + yaml.safe_dump(render_alert_rules(thresholds), sort_keys=False, width=1000)
+
+
+def thresholds_for_config(serving_config: Path = SERVING_CONFIG, sla_ms: float | None = None) -> AlertThresholds:
+    """`AlertThresholds.for_serving` of a serving.toml, its errors as MonitorConfigError (the CLIs' one kind)."""
+    from contracts.errors import ConfigError
+
+    try:
+        spec = load_serving_spec(serving_config)
+    except (ConfigError, OSError) as exc:
+        raise MonitorConfigError(f"the alert rules' serving config {serving_config}: {exc}") from None
+    return AlertThresholds.for_serving(spec, **({} if sla_ms is None else {"p99_sla_ms": sla_ms}))
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="operations.alert_rules", description=__doc__.split("\n\n")[0])
     parser.add_argument("--sla-ms", type=float, default=AlertThresholds.p99_sla_ms, help="P99 SLA in milliseconds")
+    parser.add_argument("--config", type=Path, default=SERVING_CONFIG,
+                        help="the serving.toml whose queue caps the backlog alert holds each model to (default: %(default)s)")
     parser.add_argument("--output", type=Path, default=RULES_PATH)
     args = parser.parse_args(argv)
     try:
-        text = alert_rules_yaml(AlertThresholds(p99_sla_ms=args.sla_ms))
+        text = alert_rules_yaml(thresholds_for_config(args.config, args.sla_ms))
     except MonitorConfigError as exc:
         print(f"operations.alert_rules: error: {exc}", file=sys.stderr)
         return 2

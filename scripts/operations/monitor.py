@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from operations.alert_rules import RULES_PATH, AlertThresholds, alert_rules_yaml
+from contracts.layout import SERVING_CONFIG
+from operations.alert_rules import AlertThresholds, alert_rules_yaml, thresholds_for_config
 from operations.errors import MonitorConfigError, MonitorStartError, OperationsError
 from contracts.manifest import MANIFEST_PATH, RUN_DIR as SERVING_RUN_DIR, ManifestError, as_manifest, read_manifest
 from contracts.processes import free_loopback_ports
@@ -158,8 +159,11 @@ def start_prometheus(settings: PrometheusSettings, log_path: Path, timeout: floa
 
 
 def start_monitoring(manifest_path: Path = MANIFEST_PATH, run_dir: Path = RUN_DIR, port: int | None = None,
-                     scrape_interval: str = "5s", sla_ms: float | None = None, timeout: float = 30.0) -> dict[str, Any]:
-    """Write prometheus.yml for the manifest's partitions, start Prometheus, record its pid and URL."""
+                     scrape_interval: str = "5s", sla_ms: float | None = None, timeout: float = 30.0,
+                     serving_config: Path = SERVING_CONFIG) -> dict[str, Any]:
+    """Write prometheus.yml for the manifest's partitions and the alert rules for `serving_config`
+    (each model's backlog depth is its own queue cap: the served file's, not the committed rules'
+    model_repository/serving.toml), start Prometheus, record its pid and URL."""
     from contracts.processes import pid_alive
 
     run_dir = Path(run_dir).resolve()
@@ -172,10 +176,8 @@ def start_monitoring(manifest_path: Path = MANIFEST_PATH, run_dir: Path = RUN_DI
         raise MonitorConfigError(str(exc)) from None
     targets = scrape_targets_from_manifest(manifest)
     (run_dir / "data").mkdir(parents=True, exist_ok=True)
-    rules = RULES_PATH
-    if sla_ms is not None:
-        rules = run_dir / "alert_rules.yml"
-        rules.write_text(alert_rules_yaml(AlertThresholds(p99_sla_ms=sla_ms)))
+    rules = run_dir / "alert_rules.yml"
+    rules.write_text(alert_rules_yaml(thresholds_for_config(Path(serving_config), sla_ms)))
     import yaml
 
     config_path = run_dir / "prometheus.yml"
@@ -219,7 +221,9 @@ def main(argv: list[str] | None = None) -> int:
     start.add_argument("--manifest", type=Path, default=MANIFEST_PATH)
     start.add_argument("--port", type=int, help="loopback port (default: a free one)")
     start.add_argument("--scrape-interval", default="5s")
-    start.add_argument("--sla-ms", type=float, help="P99 SLA for the latency alert (default: the committed rules)")
+    start.add_argument("--sla-ms", type=float, help=f"P99 SLA for the latency alert (default: {AlertThresholds.p99_sla_ms:g})")
+    start.add_argument("--config", type=Path, default=SERVING_CONFIG,
+                       help="the serving.toml the servers serve: each model's queue cap for the backlog alert (default: %(default)s)")
     sub.add_parser("stop", help="stop the Prometheus `start` started")
     sub.add_parser("status", help="show Prometheus's targets and firing alerts")
     names = sub.add_parser("metric-names", help="print the metric names one scrape of a Triton endpoint shows")
@@ -227,7 +231,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "start":
-            state = start_monitoring(args.manifest, args.run_dir, args.port, args.scrape_interval, args.sla_ms)
+            state = start_monitoring(args.manifest, args.run_dir, args.port, args.scrape_interval, args.sla_ms,
+                                     serving_config=args.config)
             print(f"[monitor] Prometheus {state['url']} (pid {state['pid']}) scraping {', '.join(state['targets'])}; rules {state['rules']}")
         elif args.command == "stop":
             print("[monitor] stopped Prometheus" if stop_monitoring(args.run_dir) else "[monitor] nothing to stop")

@@ -301,6 +301,10 @@ def test_a_full_realtime_queue_answers_unavailable_and_realtime_is_admitted_firs
 
     from conftest import poll_until
 
+    # the depth LlmWaitQueueBacklogged holds the wait queue to (operations.alert_rules) is the model's own
+    # (sent once a second: a server that just started may still show the series' initial 0)
+    slots = poll_until(lambda: metric(triton_server, "llm_running_slots"), lambda n: n == MAX_RUNNING, 5 * METRICS_FLUSH_S, 0.1)
+    assert slots == MAX_RUNNING, f"the model publishes its running slots: {slots}"
     stop = threading.Event()
     # realtime holders: a waiting realtime request cannot preempt them (same priority), so its queue fills
     holders = _hold_slots(triton_server, MAX_RUNNING, stop, priority=1)

@@ -323,6 +323,7 @@ class TritonPythonModel:
         scheduler = self.engine.scheduler
         self.metrics.set(gm.SEQUENCES_RUNNING, len(scheduler.running))
         self.metrics.set(gm.SEQUENCES_WAITING, scheduler.num_waiting)
+        self.metrics.set(gm.RUNNING_SLOTS, scheduler.config.max_running)
         self.metrics.set(gm.KV_BLOCKS_USED, scheduler.allocator.num_used)
         self.metrics.set(gm.KV_BLOCKS_FREE, scheduler.allocator.num_free)
         stats = scheduler.prefix_cache.stats

@@ -21,6 +21,9 @@ class MetricDef:
 
 SEQUENCES_RUNNING = MetricDef("llm_sequences_running", "gauge", "Sequences in the running batch (prefilling or decoding)")
 SEQUENCES_WAITING = MetricDef("llm_sequences_waiting", "gauge", "Requests in the wait queue (all priority levels)")
+#: What the backlog alert holds the wait queue against (operations.alert_rules): published by the
+#: model itself, so the alert follows each model's own setting instead of a copy of it.
+RUNNING_SLOTS = MetricDef("llm_running_slots", "gauge", "Sequences the running batch holds at most (options.max_running)")
 KV_BLOCKS_USED = MetricDef("llm_kv_blocks_used", "gauge", "KV cache blocks referenced by sequences")
 KV_BLOCKS_FREE = MetricDef("llm_kv_blocks_free", "gauge", "KV cache blocks free or evictable (cached prefix, unreferenced)")
 PREFIX_LOOKUP_TOKENS = MetricDef("llm_prefix_cache_lookup_tokens_total", "counter", "Prompt tokens looked up in the prefix cache")
@@ -38,7 +41,7 @@ TIME_TO_FIRST_TOKEN = MetricDef("llm_time_to_first_token_seconds", "histogram", 
 INTER_TOKEN_LATENCY = MetricDef("llm_inter_token_latency_seconds", "histogram", "Time between consecutive output tokens of a sequence",
                                 (0.01, 0.025, 0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2))
 
-ALL_METRICS = (SEQUENCES_RUNNING, SEQUENCES_WAITING, KV_BLOCKS_USED, KV_BLOCKS_FREE, PREFIX_LOOKUP_TOKENS, PREFIX_HIT_TOKENS,
+ALL_METRICS = (SEQUENCES_RUNNING, SEQUENCES_WAITING, RUNNING_SLOTS, KV_BLOCKS_USED, KV_BLOCKS_FREE, PREFIX_LOOKUP_TOKENS, PREFIX_HIT_TOKENS,
                TOKENS_GENERATED, REQUESTS_FINISHED, REQUESTS_REJECTED, PREEMPTIONS, TIME_TO_FIRST_TOKEN, INTER_TOKEN_LATENCY)
 
 

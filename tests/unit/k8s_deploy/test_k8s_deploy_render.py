@@ -203,7 +203,7 @@ def test_a_pods_idle_models_do_not_dilute_its_queue_time(serving_spec, tmp_path)
 
 def test_prometheus_rule_is_the_alert_rule_generators_output_and_the_scrape_matches_its_labels(serving_spec):
     service_monitor, rule = render_documents(serving_spec)["kustomize/base/monitoring.yaml"]
-    assert rule["spec"] == render_alert_rules(AlertThresholds(), pod_container="tritonserver")
+    assert rule["spec"] == render_alert_rules(AlertThresholds.for_serving(serving_spec), pod_container="tritonserver")
     rules = {r["alert"]: r["expr"] for g in rule["spec"]["groups"] for r in g["rules"]}
     # in a container nv_cpu_* describe the node: the pod's usage against its own limits instead
     assert "container_memory_working_set_bytes" in rules["TritonCpuMemoryHigh"] and "nv_cpu" not in rules["TritonCpuMemoryHigh"]

@@ -7,7 +7,8 @@ import subprocess
 import pytest
 import yaml
 
-from operations.alert_rules import RULES_PATH, RULES_TEST_PATH, AlertThresholds, alert_rules_yaml, render_alert_rules
+from operations.alert_rules import (RULES_PATH, RULES_TEST_PATH, AlertThresholds, alert_rules_yaml, render_alert_rules,
+                                    thresholds_for_config)
 from operations.dashboard import promql_metric_names, triton_metric_names
 from operations.errors import MonitorConfigError
 
@@ -17,7 +18,7 @@ def rules_by_name(thresholds: AlertThresholds = AlertThresholds()) -> dict[str, 
 
 
 def test_committed_rule_file_is_the_generated_one():
-    assert RULES_PATH.read_text() == alert_rules_yaml(AlertThresholds()), "run `python -m operations.alert_rules`"
+    assert RULES_PATH.read_text() == alert_rules_yaml(thresholds_for_config()), "run `python -m operations.alert_rules`"
 
 
 def test_default_thresholds_are_the_field_reports():
@@ -89,11 +90,70 @@ def test_every_latency_quantile_the_alerts_and_the_dashboard_read_is_one_the_ser
     assert "0.99" in read and read <= published, (read, published)
 
 
-def test_the_backlog_thresholds_are_the_served_queue_cap_and_slot_count(serving_spec):
-    """Two thresholds restate serving.toml (the realtime queue's cap; the generation model's running
-    slots): a change there must come here too, or the alerts mean something else."""
-    thresholds = AlertThresholds()
+def with_own_realtime_queue(spec, sizes: dict[str, int]):
+    """`spec` with some models given their own realtime queue size (`[models.<name>] max_queue_size`)."""
+    from dataclasses import replace
+
+    return replace(spec, models=tuple(replace(m, max_queue_size={"realtime": sizes[m.name]}) if m.name in sizes else m
+                                      for m in spec.models))
+
+
+def backlog_exprs(thresholds: AlertThresholds) -> list[str]:
+    """The TritonQueueBacklogged rules' expressions (one rule per depth)."""
+    return [r["expr"] for g in render_alert_rules(thresholds)["groups"] for r in g["rules"] if r["alert"] == "TritonQueueBacklogged"]
+
+
+def test_the_backlog_depth_is_the_served_realtime_queue_cap(serving_spec):
+    """Derived from serving.toml, not restated: the shared realtime cap, and a model's own cap where
+    it sets one (it was one copied number, 24, that a model with a queue of 8 never reached)."""
     realtime = min(serving_spec.priorities, key=lambda level: level.level)
-    assert thresholds.queue_backlog_depth == realtime.queue.max_queue_size, "set AlertThresholds.queue_backlog_depth"
-    slots = {int(m.options["max_running"]) for m in serving_spec.models if "max_running" in m.options}
-    assert slots == {thresholds.llm_backlog_depth}, "set AlertThresholds.llm_backlog_depth"
+    shared = AlertThresholds.for_serving(serving_spec)
+    assert shared.queue_backlog_depth == realtime.queue.max_queue_size and shared.queue_backlog_depth_by_model == {}
+    assert backlog_exprs(shared) == [f"nv_inference_pending_request_count >= {realtime.queue.max_queue_size}"]
+
+    own = AlertThresholds.for_serving(with_own_realtime_queue(serving_spec, {"digit_classifier": 8, "text_embedder": 8,
+                                                                              "digit_classifier_small": realtime.queue.max_queue_size}))
+    assert own.queue_backlog_depth_by_model == {"digit_classifier": 8, "text_embedder": 8}  # the shared size is not repeated
+    assert backlog_exprs(own) == ['nv_inference_pending_request_count{model=~"digit_classifier|text_embedder"} >= 8',
+                                  f'nv_inference_pending_request_count{{model!~"digit_classifier|text_embedder"}} >= {realtime.queue.max_queue_size}']
+
+
+def test_the_llm_backlog_depth_is_the_models_own_running_slots_gauge():
+    expr = rules_by_name()["LlmWaitQueueBacklogged"]["expr"]
+    assert promql_metric_names(expr) == {"llm_sequences_waiting", "llm_running_slots"}
+    assert "on (job, instance, partition, model, version)" in expr  # one-to-one, the same scrape's series
+
+
+@pytest.mark.parametrize("by_model, problem", [({"digits": 0}, "queue_backlog_depth_by_model\\['digits'\\]"),
+                                               ({"Bad-Name": 4}, "model names")])
+def test_an_invalid_per_model_depth_names_the_model(by_model, problem):
+    with pytest.raises(MonitorConfigError, match=problem):
+        AlertThresholds(queue_backlog_depth_by_model=by_model)
+
+
+def test_a_missing_serving_config_is_named(tmp_path):
+    with pytest.raises(MonitorConfigError, match="nowhere.toml"):
+        thresholds_for_config(tmp_path / "nowhere.toml")
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None,
+                    reason="promtool not installed (Debian package `prometheus`; scripts/setup_system_packages.sh)")
+def test_promtool_fires_the_backlog_alert_at_each_models_own_queue_cap(serving_spec, tmp_path):
+    """A model with a realtime queue of 8 of its own fires at 8 waiting; the others at the shared cap."""
+    shared = min(serving_spec.priorities, key=lambda level: level.level).queue.max_queue_size
+    thresholds = AlertThresholds.for_serving(with_own_realtime_queue(serving_spec, {"digit_classifier": 8}))
+    (tmp_path / "rules.yml").write_text(alert_rules_yaml(thresholds))
+    pending = 'nv_inference_pending_request_count{{job="triton",instance="127.0.0.1:8002",partition="main",model="{}",version="1"}}'
+    waiting = {"digit_classifier": 8, "text_embedder": shared - 1, "digit_classifier_small": shared}
+    labels = {"severity": "warning", "resource": "queue", "job": "triton", "instance": "127.0.0.1:8002", "partition": "main", "version": "1"}
+    (tmp_path / "test.yml").write_text(yaml.safe_dump({
+        "rule_files": ["rules.yml"], "evaluation_interval": "1m",
+        "tests": [{"interval": "1m", "input_series": [{"series": pending.format(m), "values": f"{n}x12"} for m, n in waiting.items()],
+                   "alert_rule_test": [{"eval_time": "8m", "alertname": "TritonQueueBacklogged",
+                                        "exp_alerts": [{"exp_labels": {**labels, "model": m}, "exp_annotations": {
+                                            "summary": f"Request queue at {depth} or more for 5m",
+                                            "description": f"{m} on 127.0.0.1:8002: {waiting[m]} requests waiting, never fewer than {depth} "
+                                                           "for 5m: the model is saturated (a full queue answers 503); add capacity or shed load."}}
+                                                       for m, depth in (("digit_classifier", 8), ("digit_classifier_small", shared))]}]}]}))
+    done = subprocess.run(["promtool", "test", "rules", "test.yml"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "SUCCESS" in done.stdout, done.stdout + done.stderr
