@@ -4,6 +4,7 @@ server log's tail attached to its report."""
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -51,7 +52,8 @@ class RunningServer:
     log_path: Path
     process: object  # serving.runtime.server.TritonServerProcess
     #: The empty /tmp/python_env_* folders that appeared while this server started: its Python-based
-    #: backends' (each makes one at a fixed place and removes it only when it shuts down cleanly).
+    #: backends' (each makes one at a fixed place and removes it only when it shuts down cleanly), or
+    #: another process's that started in the same seconds (a second `make test` or `make serve`).
     python_env_dirs: tuple[Path, ...] = ()
 
     def url(self, protocol: str) -> str:
@@ -67,9 +69,19 @@ class RunningServer:
         where stopping is the subject (test_generation_serving's stopping pod and cut stream, the
         supervisor's tests, test_faults' kill and reload)."""
         self.process.stop(timeout=0)
-        for folder in self.python_env_dirs:
-            with contextlib.suppress(OSError):  # not empty (an execution environment), or already gone
-                folder.rmdir()
+        KILLED_SERVERS_PYTHON_ENV_DIRS.extend(self.python_env_dirs)  # removed at the session's end
+
+
+def remove_killed_servers_python_env_dirs() -> None:
+    """At the session's end: the folders `discard` left, if no tritonserver of this user is running.
+    Why not at once: which server made a folder is only known by when it appeared, and another
+    process's server (a second `make test`, `make serve`) may have started in the same seconds; with
+    none running, none is in use."""
+    running = subprocess.run(["pgrep", "-u", str(os.getuid()), "-x", "tritonserver"], capture_output=True).returncode == 0
+    for folder in () if running else KILLED_SERVERS_PYTHON_ENV_DIRS:
+        with contextlib.suppress(OSError):  # not empty (an execution environment), or already gone
+            folder.rmdir()
+    KILLED_SERVERS_PYTHON_ENV_DIRS.clear()
 
 
 def serve_loopback_http(handler: type, port: int = 0):
@@ -109,6 +121,8 @@ def start_test_server(workdir: Path, models: tuple[str, ...], repository: Path =
 #: Where Triton 2.51's Python backend makes its folder for execution environments (mkdtemp, a fixed
 #: template in its EnvironmentManager), one per Python-based backend a server loads.
 PYTHON_ENV_DIRS = Path("/tmp/python_env_*")
+#: What `RunningServer.discard` left for `remove_killed_servers_python_env_dirs`.
+KILLED_SERVERS_PYTHON_ENV_DIRS: list[Path] = []
 
 
 def scrape_text(metrics_url: str) -> str:
@@ -239,6 +253,10 @@ def digits_test_split():
         pytest.fail(f"{path} is missing: run `make build-engines` first.")
     with np.load(path) as data:
         return data["images"], data["labels"]
+
+
+def pytest_sessionfinish(session, exitstatus):
+    remove_killed_servers_python_env_dirs()
 
 
 @pytest.hookimpl(hookwrapper=True)

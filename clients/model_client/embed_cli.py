@@ -32,11 +32,11 @@ def read_texts(text_args: list[str] | None, file: Path | None) -> list[str]:
     return texts
 
 
-def _request_ranges(count: int, priority: int):
-    """Split as serving.toml's per-priority request sizes ask (the starvation guarantee), if readable."""
+def _request_ranges(count: int, priority: int, model: str):
+    """Split as serving.toml's per-priority request sizes for `model` ask (the starvation guarantee)."""
     from model_client.policies import PriorityLimits
 
-    return PriorityLimits.from_serving_config().plan_requests(count, priority)
+    return PriorityLimits.from_serving_config().plan_requests(count, priority, (model,))
 
 
 def cmd_embed(args: argparse.Namespace) -> int:
@@ -44,7 +44,7 @@ def cmd_embed(args: argparse.Namespace) -> int:
     protocol = Protocol(args.protocol)
     url = resolve_url(args.model, protocol, args.url, args.manifest)
     with TritonModelClient(url, protocol) as client:
-        result = embed(client, texts, model=args.model, request_ranges=_request_ranges(len(texts), args.priority),
+        result = embed(client, texts, model=args.model, request_ranges=_request_ranges(len(texts), args.priority, args.model),
                        priority=args.priority, timeout_us=args.timeout_us)
     for i, (text, vector, norm) in enumerate(zip(result.texts, result.vectors, result.norms)):
         head = " ".join(f"{v:+.4f}" for v in vector[:args.show_dims])

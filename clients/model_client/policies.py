@@ -296,6 +296,9 @@ class PriorityLimits:
     default_level: int
     #: (level, max_request_batch_size), one per level.
     max_items: tuple[tuple[int, int], ...]
+    #: A model's own sizes where serving.toml gives it some (`[models.<name>] max_request_batch_size`):
+    #: model -> ((level, size), ...), every level; other models use `max_items`.
+    model_items: Mapping[str, tuple[tuple[int, int], ...]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         levels = [lv for lv, _ in self.max_items]
@@ -303,6 +306,9 @@ class PriorityLimits:
                f"PriorityLimits.max_items levels = {levels}: allowed 1..N without gaps.")
         _check(all(n >= 1 for _, n in self.max_items), f"PriorityLimits.max_items = {self.max_items}: sizes must be >= 1.")
         _check(self.default_level in levels, f"PriorityLimits.default_level = {self.default_level}: allowed one of {levels}.")
+        for model, items in dict(self.model_items).items():
+            _check([lv for lv, _ in items] == levels and all(n >= 1 for _, n in items),
+                   f"PriorityLimits.model_items[{model!r}] = {items}: expected a size >= 1 for each of the levels {levels}.")
 
     @classmethod
     def from_serving_config(cls, path: str | Path = DEFAULT_SERVING_CONFIG) -> "PriorityLimits":
@@ -310,10 +316,18 @@ class PriorityLimits:
         from contracts.serving_spec import load_serving_spec
 
         try:
-            spec = load_serving_spec(path)
+            spec = load_serving_spec(path, allow_non_loopback=True)  # read for its sizes: where it binds is not ours
         except ServingError as exc:
             raise ClientError(f"cannot read priority limits: {exc}") from None
-        return cls(spec.default_priority_level, tuple((p.level, p.max_request_batch_size) for p in spec.priorities))
+        return cls.from_spec(spec)
+
+    @classmethod
+    def from_spec(cls, spec) -> "PriorityLimits":
+        """The limits of a loaded `contracts.serving_spec.ServingSpec`: the shared sizes, and each model's
+        own where it sets some."""
+        sizes = lambda levels: tuple((p.level, p.max_request_batch_size) for p in levels)
+        return cls(spec.default_priority_level, sizes(spec.priorities),
+                   {m.name: sizes(spec.priorities_for(m)) for m in spec.models if m.max_request_batch_size})
 
     @property
     def lowest_level(self) -> int:
@@ -323,18 +337,23 @@ class PriorityLimits:
         """Triton's rule: 0 or a level above the last means the model's default level."""
         return priority if 1 <= priority <= self.lowest_level else self.default_level
 
-    def limit(self, level: int) -> int:
-        return dict(self.max_items)[level]
+    def limit(self, level: int, models: Sequence[str] = ()) -> int:
+        """Items per request at `level`: the smallest of `models`' sizes (a part that falls back to
+        another model is re-sent whole), the shared size when no model is named."""
+        return min(dict(self.model_items.get(model, self.max_items))[level] for model in (models or ("",)))
 
-    def plan_requests(self, items: int, priority: int) -> tuple[tuple[int, int], ...]:
-        """[start, stop) item ranges, one per request to send for `items` at `priority`."""
+    def plan_requests(self, items: int, priority: int, models: Sequence[str] = ()) -> tuple[tuple[int, int], ...]:
+        """[start, stop) item ranges, one per request to send for `items` at `priority` to `models`
+        (the primary, then its fallback)."""
         if items < 1:
             raise RequestRejectedError(f"a request needs at least one item, got {items}.")
         level = self.effective_level(priority)
-        limit = self.limit(level)
+        limit = self.limit(level, models)
         if items > limit and level != self.lowest_level:
+            own = [m for m in models if m in self.model_items]
             raise RequestRejectedError(
                 f"{items} items at priority level {level}: at most {limit} per request at this level "
-                f"(serving.toml max_request_batch_size); send bulk work at level {self.lowest_level}, where it is split."
+                f"(serving.toml max_request_batch_size{f', models.{own[0]}' if own else ''}); send bulk work at level "
+                f"{self.lowest_level}, where it is split."
             )
         return tuple((start, min(start + limit, items)) for start in range(0, items, limit))

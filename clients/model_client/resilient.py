@@ -101,8 +101,9 @@ def plan_call(model: str, inputs: Mapping[str, np.ndarray], priority: int,
     """Pure: how a call is cut into requests and which models each attempt may use."""
     items = item_count(inputs, model)
     level = call_level(priority, limits)
-    ranges = ((0, items),) if limits is None else limits.plan_requests(items, priority)
-    return CallPlan(ranges, models_to_try(model, level, fallback), level)
+    models = models_to_try(model, level, fallback)
+    ranges = ((0, items),) if limits is None else limits.plan_requests(items, priority, models)
+    return CallPlan(ranges, models, level)
 
 
 def slice_inputs(inputs: Mapping[str, np.ndarray], start: int, stop: int) -> dict[str, np.ndarray]:

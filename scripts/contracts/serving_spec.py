@@ -368,15 +368,24 @@ class ModelSpec:
     #: shared queue sizes (24 realtime + 8 batch) make 32; a model whose memory allows batches of 16 (a
     #: large image model) keeps its priorities with shorter queues of its own (realtime 8).
     max_queue_size: Mapping[str, int] = field(default_factory=dict)
+    #: This model's own `max_request_batch_size` for some levels, by level name (e.g. `{ batch = 2 }`):
+    #: the items one request to this model may carry there (`model_client` splits and refuses by it).
+    #: Why: one lowest-level request must fit in a batch beside the higher levels' queued items, so the
+    #: shared 8 leaves a model whose memory allows batches of 8 or fewer no bound at all, whatever its
+    #: queues; smaller batch requests of its own give it one.
+    max_request_batch_size: Mapping[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         check_name("models.<name>", self.name)
         check_name(f"models.{self.name}.recipe", self.recipe)
-        if not isinstance(self.max_queue_size, Mapping):
-            raise ConfigError(f"`models.{self.name}.max_queue_size` = {self.max_queue_size!r}: expected a table of "
-                              f"priority level name = queue size, e.g. {{ realtime = 6 }}.")
-        for level, size in dict(self.max_queue_size).items():
-            _check_int_range(f"models.{self.name}.max_queue_size.{level}", size, 1, 2**32 - 1)
+        for table, upper, example in (("max_queue_size", 2**32 - 1, "queue size, e.g. { realtime = 6 }"),
+                                      ("max_request_batch_size", 4096, "items per request, e.g. { batch = 2 }")):
+            sizes = getattr(self, table)
+            if not isinstance(sizes, Mapping):
+                raise ConfigError(f"`models.{self.name}.{table}` = {sizes!r}: expected a table of "
+                                  f"priority level name = {example}.")
+            for level, size in dict(sizes).items():
+                _check_int_range(f"models.{self.name}.{table}.{level}", size, 1, upper)
         if not isinstance(self.options, Mapping):
             raise ConfigError(f"`models.{self.name}.options` = {self.options!r}: allowed a table of option = value.")
         for key, value in dict(self.options).items():
@@ -412,19 +421,40 @@ class ModelSpec:
             _check_int_range(f"models.{self.name}.preferred_batch_sizes[]", size, 1, self.max_batch_size)
 
 
-def _queues_that_fit(model: ModelSpec, higher: Sequence[PriorityLevel], lowest: PriorityLevel, higher_items: int) -> str:
-    """A `[models.<name>] max_queue_size` that would satisfy the invariant at this max_batch_size,
-    as advice: the higher levels' `higher_items` scaled down alike (each queue at least 1), or '' if none fits."""
-    room = model.max_batch_size - lowest.max_request_batch_size
+def _queues_that_fit(room: int, higher: Sequence[PriorityLevel], higher_items: int) -> dict[str, int] | None:
+    """Queue sizes for the higher levels whose items fit in `room`: `higher_items` scaled down alike
+    (each queue at least 1), or None if not even one request of each fits."""
     if room < sum(p.max_request_batch_size for p in higher) or higher_items <= 0:
-        return ""  # not even one request of each higher level fits beside a lowest-level one
+        return None
     sizes = {p.name: max(1, p.queue.max_queue_size * room // higher_items) for p in higher}
     size_of = {p.name: p.max_request_batch_size for p in higher}
     while sum(sizes[name] * size_of[name] for name in sizes) > room:  # raising a queue to 1 overshot: shorten the longest
         name = max((n for n in sizes if sizes[n] > 1), key=lambda n: sizes[n] * size_of[n])
         sizes[name] -= 1
-    table = ", ".join(f"{name} = {size}" for name, size in sizes.items())
-    return f", or give this model shorter queues of its own: `[models.{model.name}] max_queue_size = {{ {table} }}`"
+    return sizes
+
+
+def _sizes_that_fit(model: ModelSpec, higher: Sequence[PriorityLevel], lowest: PriorityLevel, higher_items: int) -> str:
+    """Advice for the invariant's error: this model's own `[models.<name>]` sizes that satisfy it at
+    its max_batch_size. Shorter queues of its own where a lowest-level request of today's size still
+    fits beside one request of each higher level; else also smaller lowest-level requests (half the
+    batch at most, the rest for the higher levels' queues); '' when not even that fits."""
+    def table(sizes: Mapping[str, int]) -> str:  # with the model's own sizes for the levels not changed (pasted whole)
+        kept = {p.name: sizes.get(p.name, model.max_queue_size.get(p.name)) for p in (*higher, lowest)}
+        return ", ".join(f"{name} = {size}" for name, size in kept.items() if size is not None)
+
+    queues = _queues_that_fit(model.max_batch_size - lowest.max_request_batch_size, higher, higher_items)
+    if queues is not None:
+        return f", or give this model shorter queues of its own: `[models.{model.name}] max_queue_size = {{ {table(queues)} }}`"
+    one_each = sum(p.max_request_batch_size for p in higher)
+    request = min(lowest.max_request_batch_size - 1, max(1, model.max_batch_size // 2), model.max_batch_size - one_each)
+    queues = _queues_that_fit(model.max_batch_size - request, higher, higher_items) if request >= 1 else None
+    if queues is None:
+        return ""
+    requests = ", ".join(f"{name} = {size}" for name, size in {**dict(model.max_request_batch_size), lowest.name: request}.items())
+    return (f", or give this model shorter queues and smaller {lowest.name} requests of its own: `[models.{model.name}] "
+            f"max_queue_size = {{ {table(queues)} }}` and `max_request_batch_size = {{ {requests} }}` "
+            f"(model_client splits {lowest.name} work for it into requests of {request})")
 
 
 #: Memory budget of the implicit `default` partition when serving.toml declares none.
@@ -492,11 +522,12 @@ class ServingSpec:
             )
         names = {p.name for p in self.priorities}
         for model in self.models:
-            unknown = sorted(set(model.max_queue_size) - names)
-            if unknown:
-                raise ConfigError(
-                    f"`models.{model.name}.max_queue_size` names {unknown}, not among the priority levels: allowed "
-                    f"{sorted(names) if names else 'none (serving.toml declares no [priorities.<name>])'}.")
+            for table in ("max_queue_size", "max_request_batch_size"):
+                unknown = sorted(set(getattr(model, table)) - names)
+                if unknown:
+                    raise ConfigError(
+                        f"`models.{model.name}.{table}` names {unknown}, not among the priority levels: allowed "
+                        f"{sorted(names) if names else 'none (serving.toml declares no [priorities.<name>])'}.")
             self.check_lowest_priority_progress(model)
 
     def check_autoscaling_targets(self) -> None:
@@ -531,24 +562,30 @@ class ServingSpec:
         higher_items = sum(p.queued_items for p in higher)
         needed = higher_items + lowest.max_request_batch_size
         if needed > model.max_batch_size:
-            own = set(model.max_queue_size)  # a queue size the model sets itself is named where it is set
-            terms = " + ".join(f"{p.queue.max_queue_size} x {p.max_request_batch_size} "
-                               f"({p.name}{f', models.{model.name}.max_queue_size' if p.name in own else ''})" for p in higher)
+            def own(level: PriorityLevel) -> str:  # a size the model sets itself is named where it is set
+                tables = [t for t in ("max_queue_size", "max_request_batch_size") if level.name in getattr(model, t)]
+                return "".join(f", models.{model.name}.{t}" for t in tables)
+
+            terms = " + ".join(f"{p.queue.max_queue_size} x {p.max_request_batch_size} ({p.name}{own(p)})" for p in higher)
             raise ConfigError(
                 f"`models.{model.name}.max_batch_size` = {model.max_batch_size} cannot guarantee progress for "
                 f"`priorities.{lowest.name}`: the higher levels may queue {terms} = {higher_items} items "
                 f"(max_queue_size x max_request_batch_size) and a {lowest.name} request carries up to "
-                f"{lowest.max_request_batch_size}; allowed: {higher_items} + {lowest.max_request_batch_size} = "
+                f"{lowest.max_request_batch_size}{f' (models.{model.name}.max_request_batch_size)' if lowest.name in model.max_request_batch_size else ''}; "
+                f"allowed: {higher_items} + {lowest.max_request_batch_size} = "
                 f"{needed} <= max_batch_size. Lower those queue or request sizes, or raise max_batch_size"
-                f"{_queues_that_fit(model, higher, lowest, higher_items)} (see docs/priorities.md)."
+                f"{_sizes_that_fit(model, higher, lowest, higher_items)} (see docs/priorities.md)."
             )
 
     def priorities_for(self, model: ModelSpec) -> tuple[PriorityLevel, ...]:
         """The priority levels as `model` is served: `[priorities.<name>]` with the model's own
-        `max_queue_size` where it sets one (names, levels, timeouts and request sizes are shared: they
-        are the clients' contract)."""
-        return tuple(replace(p, queue=replace(p.queue, max_queue_size=model.max_queue_size[p.name]))
-                     if p.name in model.max_queue_size else p for p in self.priorities)
+        `max_queue_size` and `max_request_batch_size` where it sets them (names, levels and timeouts
+        are shared; `model_client` reads each model's request sizes from here)."""
+        def served(p: PriorityLevel) -> PriorityLevel:
+            queue = replace(p.queue, max_queue_size=model.max_queue_size[p.name]) if p.name in model.max_queue_size else p.queue
+            return replace(p, queue=queue, max_request_batch_size=model.max_request_batch_size.get(p.name, p.max_request_batch_size))
+
+        return tuple(served(p) for p in self.priorities)
 
     def _check_partitions(self) -> None:
         names = [p.name for p in self.partitions]

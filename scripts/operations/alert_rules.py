@@ -256,6 +256,13 @@ def render_alert_rules(t: AlertThresholds, pod_container: str | None = None) -> 
     return {"groups": groups}
 
 
+def _with_label(rule: dict[str, Any], **labels: str) -> dict[str, Any]:
+    """`rule` with more labels: the rules of one alert name differ by them (promtool's lint refuses
+    two rules of one name and labels), and routing can read them."""
+    rule["labels"].update(labels)
+    return rule
+
+
 def queue_backlog_selectors(t: AlertThresholds) -> list[tuple[str, int]]:
     """(label matcher, depth) pairs: the models of each own depth together, the rest at the shared
     depth ("" matches every model when none has its own)."""
@@ -278,11 +285,11 @@ def queue_rules(t: AlertThresholds) -> list[dict[str, Any]]:
               t.queue_growth_for, "critical", "queue", "Request queue keeps growing",
               "{{ $labels.model }} on {{ $labels.instance }}: the queue grows by {{ printf \"%.2f\" $value }} "
               "requests/s: arrivals exceed capacity, overload is near."),
-        *(_rule("TritonQueueBacklogged", f"{pending}{selector} >= {depth}",
-                t.queue_backlog_for, "warning", "queue", f"Request queue at {depth} or more for {t.queue_backlog_for}",
-                "{{ $labels.model }} on {{ $labels.instance }}: {{ $value }} requests waiting, never fewer than "
-                f"{depth} for {t.queue_backlog_for}: the model is saturated (a full queue answers 503); "
-                "add capacity or shed load.")
+        *(_with_label(_rule("TritonQueueBacklogged", f"{pending}{selector} >= {depth}",
+                            t.queue_backlog_for, "warning", "queue", f"Request queue at {depth} or more for {t.queue_backlog_for}",
+                            "{{ $labels.model }} on {{ $labels.instance }}: {{ $value }} requests waiting, never fewer than "
+                            f"{depth} for {t.queue_backlog_for}: the model is saturated (a full queue answers 503); "
+                            "add capacity or shed load."), queue_cap=str(depth))
           for selector, depth in queue_backlog_selectors(t)),
     ]
 
@@ -350,7 +357,9 @@ def generation_rules(t: AlertThresholds) -> list[dict[str, Any]]:
               t.queue_growth_for, "critical", "queue", "Generation wait queue keeps growing",
               "{{ $labels.model }} on {{ $labels.instance }}: waiting sequences grow by {{ printf \"%.2f\" $value }}/s: "
               "arrivals exceed decode capacity; a full queue answers 503 next."),
-        _rule("LlmWaitQueueBacklogged", f"{waiting} >= on ({MODEL_LABELS}) {slots}", t.queue_backlog_for, "warning", "queue",
+        # one-to-one on every label (both gauges come from the same model and scrape): the alert keeps
+        # them all, the namespace and pod a cluster's routing reads included
+        _rule("LlmWaitQueueBacklogged", f"{waiting} >= {slots}", t.queue_backlog_for, "warning", "queue",
               f"Generation wait queue at a running batch's worth or more for {t.queue_backlog_for}",
               "{{ $labels.model }} on {{ $labels.instance }}: {{ $value }} sequences waiting, never fewer than its "
               f"running slots (max_running) for {t.queue_backlog_for}: decode capacity is saturated; add replicas or shed load."),
@@ -367,11 +376,9 @@ def alert_rules_yaml(thresholds: AlertThresholds) -> str:
 
 def thresholds_for_config(serving_config: Path = SERVING_CONFIG, sla_ms: float | None = None) -> AlertThresholds:
     """`AlertThresholds.for_serving` of a serving.toml, its errors as MonitorConfigError (the CLIs' one kind)."""
-    from contracts.errors import ConfigError
-
-    try:
-        spec = load_serving_spec(serving_config)
-    except (ConfigError, OSError) as exc:
+    try:  # read for its queue sizes, not to bind: a host `serve --allow-non-loopback` accepts is fine here
+        spec = load_serving_spec(serving_config, allow_non_loopback=True)
+    except (ValueError, OSError) as exc:  # ConfigError, and a file that is not UTF-8 text
         raise MonitorConfigError(f"the alert rules' serving config {serving_config}: {exc}") from None
     return AlertThresholds.for_serving(spec, **({} if sla_ms is None else {"p99_sla_ms": sla_ms}))
 

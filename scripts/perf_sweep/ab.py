@@ -383,7 +383,8 @@ def _priority_mix(out: AbOutcome, ctx: AbContext) -> None:
     if len(spec.priorities) < 2:
         out.skipped.append("priority mix: serving.toml declares fewer than 2 priority levels.")
         return
-    top, lowest = spec.priorities[0], spec.priorities[-1]
+    # the levels as this model is served (its own queue and request sizes where it sets them)
+    top, *_, lowest = sorted(spec.priorities_for(spec.model(ctx.model)), key=lambda p: p.level)
     rt_rate, duration = round(max(5.0, 0.1 * ctx.peak), 1), 8.0
     count = int(rt_rate * duration)
     realtime = SweepSpec(name="ab.priority.realtime", model=variant.served_name, mode=LoadMode.REQUEST_RATE,

@@ -12,6 +12,9 @@ import pytest
 
 pytestmark = pytest.mark.server
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
+#: A model whose memory allows batches of 8, served with priorities: shorter realtime queues and smaller
+#: batch requests of its own (docs/priorities.md); 4 realtime items + one batch request of 4 = 8.
+SMALL_BATCHES = {"max_batch_size": 8, "max_queue_size": {"realtime": 4}, "max_request_batch_size": {"batch": 4}}
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +48,9 @@ def own_model_server(tmp_path_factory):
                ModelSpec("brought_encoder", "onnx_file", partition="main", max_batch_size=32, instance_count=2,
                          max_queue_delay_microseconds=20000, options={"path": str(save(masked_embedding_model(), workdir / "brought" / "brought_encoder.onnx")),
                                   "mask_inputs": ["attention_mask"],
-                                  "max_dims": {"input_ids": [40], "attention_mask": [40]}})]
+                                  "max_dims": {"input_ids": [40], "attention_mask": [40]}}),
+               ModelSpec("small_batches", "onnx_file", partition="main", **SMALL_BATCHES,
+                         options={"path": str(save(dense_model(seed=5), workdir / "brought" / "small_batches.onnx"))})]
     serving = load_serving_spec(PROJECT_ROOT / "model_repository" / "serving.toml")
     serving = dataclasses.replace(serving, models=(*serving.models, *brought))
     for model in brought:
@@ -60,7 +65,7 @@ def own_model_server(tmp_path_factory):
     config.ClearField("model_warmup")  # answered with the error below, a warm-up crashes Triton 2.51 at load
     write_model_config(workdir / "repository" / "flat", config)
     server = start_test_server(workdir, ("mine", "weighted", "sums", "doubles", "flat", "pooled_image", "heat_image",
-                                         "brought_encoder"),
+                                         "brought_encoder", "small_batches"),
                                repository=workdir / "repository")
     yield server, source
     server.discard()
@@ -269,3 +274,43 @@ def test_a_brought_text_encoder_batches_texts_of_any_length_padded_each_answered
 
     _sent_concurrently_and_batched(server, "brought_encoder", _infer, calls, check)
 
+
+
+def test_a_model_with_batches_of_8_keeps_priorities_with_its_own_sizes_and_the_client_splits_by_them(own_model_server):
+    """max_batch_size 8 could not be served with priorities on the shared sizes (24 realtime + a batch
+    request of 8). With its own tables: Triton holds its realtime queue to 4, and `model_client` cuts
+    its batch work into requests of 4 (and refuses an oversize realtime one before sending it)."""
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2
+
+    from contracts.serving_spec import ModelSpec, load_serving_spec
+    from model_client.errors import RequestRejectedError
+    from model_client.policies import PriorityLimits
+    from model_client.resilient import ResilientClient
+
+    from conftest import http_call
+
+    server, _ = own_model_server
+    config = text_format.Parse((server.log_path.parent / "repository" / "small_batches" / "config.pbtxt").read_text(),
+                               model_config_pb2.ModelConfig())
+    assert config.max_batch_size == 8
+    assert {level: p.max_queue_size for level, p in config.dynamic_batching.priority_queue_policy.items()} == {1: 4, 2: 256}
+    serving = load_serving_spec(PROJECT_ROOT / "model_repository" / "serving.toml")
+    serving = dataclasses.replace(serving, models=(*serving.models, ModelSpec("small_batches", "onnx_file", **SMALL_BATCHES)))
+    limits = PriorityLimits.from_spec(serving)
+
+    def counts() -> tuple[int, int]:
+        _, stats = http_call(server, "GET", "/v2/models/small_batches/stats")
+        s = stats["model_stats"][0]
+        return s["inference_stats"]["success"]["count"], s["inference_count"]
+
+    rows = np.random.default_rng(7).normal(size=(10, 3)).astype(np.float32)
+    alone = np.concatenate([_call(server, "http", rows[i:i + 1], priority=2, model="small_batches") for i in range(10)])
+    before = counts()
+    with ResilientClient("http", url=server.http_url, limits=limits) as client:
+        outcome = client.infer("small_batches", {"features": rows}, priority=2)
+        np.testing.assert_allclose(outcome.outputs["scores"], alone, rtol=1e-5, atol=1e-6)
+        assert counts() == (before[0] + 3, before[1] + 10)  # 10 items as requests of 4, 4 and 2
+        with pytest.raises(RequestRejectedError, match=r"2 items at priority level 1: at most 1 per request"):
+            client.infer("small_batches", {"features": rows[:2]}, priority=1)
+    assert counts() == (before[0] + 3, before[1] + 10)  # refused before it was sent

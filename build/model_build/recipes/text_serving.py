@@ -23,7 +23,7 @@ import json
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from model_build.errors import BuildError
 from model_build.pipeline import install_file
@@ -101,7 +101,9 @@ def check_text_ensemble_options(model: ModelSpec) -> None:
     if model.max_queue_size:  # rendered nowhere: an ensemble's config has no dynamic batcher
         raise BuildError(f"`models.{model.name}.max_queue_size` = {dict(model.max_queue_size)}: an ensemble has no queue of "
                          f"its own (Triton queues its requests at its steps); set it on the steps' [models.<name>] tables, "
-                         f"models.{_option(model, 'tokenizer')} and models.{_option(model, 'encoder')}.")
+                         f"models.{_option(model, 'tokenizer')} and models.{_option(model, 'encoder')}. If the starvation "
+                         f"check proposed it for the ensemble's max_batch_size: that size only caps its steps' (it serves "
+                         f"the smallest), so raise `models.{model.name}.max_batch_size` to theirs instead.")
 
 
 def _named_model(model: ModelSpec, serving: ServingSpec, key: str, recipe: str) -> ModelSpec:
@@ -236,9 +238,25 @@ def build_text_ensemble(model: ModelSpec, workdir: Path) -> dict[str, Any]:
     return {"files": [], "encoder": _option(model, "encoder"), "tokenizer": _option(model, "tokenizer")}
 
 
+def check_ensemble_request_sizes(ensemble: ModelSpec, steps: Sequence[ModelSpec], serving: ServingSpec) -> None:
+    """Triton hands an ensemble's requests to its steps whole, so a step that bounds its starvation
+    with smaller requests of its own (`[models.<step>] max_request_batch_size`) holds only if the
+    ensemble's callers are held to them too (model_client reads the ensemble's sizes)."""
+    sent = {p.name: p.max_request_batch_size for p in serving.priorities_for(ensemble)}
+    for step in steps:
+        for level in serving.priorities_for(step):
+            if sent[level.name] > level.max_request_batch_size:
+                raise BuildError(
+                    f"`models.{step.name}` takes {level.name} requests of at most {level.max_request_batch_size} items "
+                    f"(its max_request_batch_size), but the ensemble `{ensemble.name}`, whose requests reach it whole, lets "
+                    f"its callers send {sent[level.name]}: set `[models.{ensemble.name}] max_request_batch_size = "
+                    f"{{ {level.name} = {level.max_request_batch_size} }}`.")
+
+
 def install_text_ensemble(model: ModelSpec, serving: ServingSpec, record: dict[str, Any], workdir: Path, repository: Path) -> list[str]:
     tokenizer = _named_model(model, serving, "tokenizer", "text_tokenizer")
     encoder = _named_model(model, serving, "encoder", "minilm_encoder")
+    check_ensemble_request_sizes(model, (tokenizer, encoder), serving)
     partitions = {m.name: serving.partition_of(m) for m in (model, tokenizer, encoder)}
     if len(set(partitions.values())) != 1:
         raise BuildError(

@@ -48,7 +48,9 @@ def refuse_unserved_settings(model: ModelSpec) -> None:
                  "KV cache's precision)"),
                 (model.max_queue_delay_microseconds is not None, f"`{where}.max_queue_delay_microseconds`",
                  "none (no Triton batcher: the model's own scheduler batches)"),
-                (bool(model.preferred_batch_sizes), f"`{where}.preferred_batch_sizes`", "none (no Triton batcher)")]
+                (bool(model.preferred_batch_sizes), f"`{where}.preferred_batch_sizes`", "none (no Triton batcher)"),
+                (bool(model.max_request_batch_size), f"`{where}.max_request_batch_size`",
+                 "none (a generation request carries one prompt; its own `max_queue_size` sizes its wait queues)")]
     for bad, setting, allowed in unserved:
         if bad:
             raise ConfigError(f"{setting} is not served by the generation model (serving/generation); allowed {allowed}.")

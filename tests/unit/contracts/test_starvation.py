@@ -8,9 +8,11 @@ from contracts.serving_spec import ModelSpec, serving_spec_from_dict
 from contracts.starvation import ProgressBound, lowest_priority_progress_bound, served_model_facts
 
 
-def spec_with(realtime_queue=4, realtime_items=1, batch_queue=16, batch_items=2, max_batch_size=8, max_queue_size=None):
-    """Two levels and model `m`; `max_queue_size`: the model's own queue sizes, by level name."""
-    own = {} if max_queue_size is None else {"max_queue_size": max_queue_size}
+def spec_with(realtime_queue=4, realtime_items=1, batch_queue=16, batch_items=2, max_batch_size=8, max_queue_size=None,
+              max_request_batch_size=None):
+    """Two levels and model `m`; `max_queue_size` / `max_request_batch_size`: the model's own sizes, by level name."""
+    own = {key: value for key, value in (("max_queue_size", max_queue_size), ("max_request_batch_size", max_request_batch_size))
+           if value is not None}
     return serving_spec_from_dict({
         "priorities": {
             "realtime": {"level": 1, "max_queue_size": realtime_queue, "max_request_batch_size": realtime_items,
@@ -97,6 +99,45 @@ def test_a_models_own_queue_sizes_are_checked_and_name_real_levels():
     with pytest.raises(ConfigError, match=r"7 x 1 \(realtime, models.m.max_queue_size\) = 7 items .* allowed: 7 \+ 2 = 9 "
                                           r"<= max_batch_size"):  # names where the 7 was set
         spec_with(max_queue_size={"realtime": 7})
+
+
+def test_a_model_with_batches_no_larger_than_a_batch_request_keeps_a_bound_with_smaller_requests_of_its_own():
+    """max_batch_size 8 against batch requests of 8: no queue size of its own fits a realtime item beside
+    one, so the error proposes smaller batch requests too, and what it proposes is accepted."""
+    with pytest.raises(ConfigError) as refused:
+        spec_with(realtime_queue=24, batch_items=8, max_batch_size=8)
+    message = str(refused.value)
+    assert ("`[models.m] max_queue_size = { realtime = 4 }` and `max_request_batch_size = { batch = 4 }` "
+            "(model_client splits batch work for it into requests of 4)") in message
+    spec = spec_with(realtime_queue=24, batch_items=8, max_batch_size=8, max_queue_size={"realtime": 4},
+                     max_request_batch_size={"batch": 4})
+    served = {p.name: (p.queue.max_queue_size, p.max_request_batch_size) for p in spec.priorities_for(spec.model("m"))}
+    assert served == {"realtime": (4, 1), "batch": (16, 4)}
+    bound = lowest_priority_progress_bound(spec, "m")
+    assert (bound.higher_items, bound.request_items) == (4, 4)  # the bound reads the model's own sizes
+    for size in (2, 3, 4, 5, 6, 7, 8):  # whatever is proposed fits
+        with pytest.raises(ConfigError) as refused:
+            spec_with(realtime_queue=24, batch_items=8, max_batch_size=size)
+        tables = str(refused.value).split("max_queue_size = { ")[1]
+        queues = dict(item.split(" = ") for item in tables.split(" }")[0].split(", "))
+        request = int(tables.split("max_request_batch_size = { batch = ")[1].split(" }")[0])
+        spec_with(realtime_queue=24, batch_items=8, max_batch_size=size, max_queue_size={k: int(v) for k, v in queues.items()},
+                  max_request_batch_size={"batch": request})
+    with pytest.raises(ConfigError) as refused:  # nothing fits one realtime and one batch item in a batch of 1
+        spec_with(realtime_queue=24, batch_items=8, max_batch_size=1)
+    assert "of its own" not in str(refused.value)
+
+
+def test_a_models_own_request_sizes_are_checked_and_named_where_set():
+    with pytest.raises(ConfigError, match=r"`models.m.max_request_batch_size` names \['bulk'\], not among the priority levels"):
+        spec_with(max_request_batch_size={"bulk": 2})
+    with pytest.raises(ConfigError, match=r"`models.m.max_request_batch_size.batch` = 0 is out of range"):
+        spec_with(max_request_batch_size={"batch": 0})
+    with pytest.raises(ConfigError, match=r"expected a table of priority level name = items per request"):
+        spec_with(max_request_batch_size=2)
+    with pytest.raises(ConfigError, match=r"4 x 2 \(realtime, models.m.max_request_batch_size\) = 8 items .* a batch request "
+                                          r"carries up to 3 \(models.m.max_request_batch_size\)"):
+        spec_with(max_request_batch_size={"realtime": 2, "batch": 3})
 
 
 def test_the_proposed_queue_sizes_fit_when_raising_a_queue_to_one_overshoots():

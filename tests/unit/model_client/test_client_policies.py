@@ -146,6 +146,32 @@ def test_priority_outside_the_levels_means_the_default_level_like_triton():
     assert LIMITS.effective_level(0) == 2 and LIMITS.effective_level(7) == 2 and LIMITS.effective_level(1) == 1
 
 
+def test_a_model_with_its_own_request_sizes_is_split_by_them_and_a_fallback_by_the_smaller(tmp_path):
+    """`[models.<name>] max_request_batch_size` (serving.toml) reaches the client: that model's batch work
+    is cut into its own size; a call that may fall back re-sends a part whole, so it uses the smaller."""
+    from conftest import SERVING_CONFIG
+    from model_client.resilient import plan_call
+
+    import numpy as np
+
+    text = SERVING_CONFIG.read_text()
+    assert "[models.digit_classifier_small]\n" in text
+    config = tmp_path / "serving.toml"
+    config.write_text(text.replace("[models.digit_classifier_small]\n",
+                                   "[models.digit_classifier_small]\nmax_request_batch_size = { batch = 3 }\n"))
+    limits = PriorityLimits.from_serving_config(config)
+    assert dict(limits.model_items) == {"digit_classifier_small": ((1, 1), (2, 3))}
+    assert limits.plan_requests(7, priority=2, models=("digit_classifier_small",)) == ((0, 3), (3, 6), (6, 7))
+    assert limits.plan_requests(9, priority=2, models=("digit_classifier",)) == ((0, 8), (8, 9))  # the shared 8
+    plan = plan_call("digit_classifier", {"x": np.zeros((9, 1, 8, 8), np.float32)}, 2, limits,
+                     FallbackPolicy((("digit_classifier", "digit_classifier_small"),), frozenset({2})))
+    assert plan.models == ("digit_classifier", "digit_classifier_small") and plan.ranges == ((0, 3), (3, 6), (6, 9))
+    with pytest.raises(RequestRejectedError, match=r"at most 1 per request at this level"):
+        limits.plan_requests(2, priority=1, models=("digit_classifier_small",))
+    with pytest.raises(ClientError, match=r"model_items\['m'\] .* expected a size >= 1 for each of the levels \[1, 2\]"):
+        PriorityLimits(default_level=2, max_items=((1, 1), (2, 8)), model_items={"m": ((1, 1),)})
+
+
 def test_invalid_priority_limits_are_rejected():
     with pytest.raises(ClientError, match=r"levels = \[1, 3\]: allowed 1..N without gaps"):
         PriorityLimits(default_level=1, max_items=((1, 1), (3, 8)))

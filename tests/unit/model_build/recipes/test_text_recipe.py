@@ -22,7 +22,7 @@ from model_build.recipes.text import (
     token_counts,
     tokenize_texts,
 )
-from model_build.recipes.text_serving import build_text_ensemble, installed_max_batch_size
+from model_build.recipes.text_serving import build_text_ensemble, check_ensemble_request_sizes, installed_max_batch_size
 from model_client.embed_cli import read_texts
 from model_client.embeddings import Embeddings, text_request_array
 from model_client.errors import ClientError, RequestRejectedError
@@ -100,6 +100,25 @@ def test_tokenizer_and_ensemble_recipes_name_the_models_they_use():
     with pytest.raises(BuildError, match=r"an ensemble has no queue of its own .* models.t and models.e"):
         build_text_ensemble(ModelSpec("emb", "text_ensemble", options={"encoder": "e", "tokenizer": "t"},
                                       max_queue_size={"realtime": 4}), None)
+
+
+def test_an_ensemble_holds_its_callers_to_its_steps_own_request_sizes():
+    """Triton passes an ensemble's requests to its steps whole: a step's smaller batch requests of its
+    own bound its starvation only if the ensemble's callers are held to them too."""
+    from dataclasses import replace
+
+    from conftest import SERVING_CONFIG
+    from contracts.serving_spec import load_serving_spec
+
+    spec = load_serving_spec(SERVING_CONFIG)
+    ensemble = ModelSpec("emb", "text_ensemble", options={"encoder": "e", "tokenizer": "t"})
+    tokenizer, encoder = ModelSpec("t", "text_tokenizer"), ModelSpec("e", "minilm_encoder", max_request_batch_size={"batch": 4})
+    check_ensemble_request_sizes(ensemble, (tokenizer, replace(encoder, max_request_batch_size={})), spec)  # shared sizes: fine
+    with pytest.raises(BuildError, match=r"`models.e` takes batch requests of at most 4 items .* the ensemble `emb`, whose "
+                                         r"requests reach it whole, lets its callers send 8: set `\[models.emb\] "
+                                         r"max_request_batch_size = \{ batch = 4 \}`"):
+        check_ensemble_request_sizes(ensemble, (tokenizer, encoder), spec)
+    check_ensemble_request_sizes(replace(ensemble, max_request_batch_size={"batch": 4}), (tokenizer, encoder), spec)
 
 
 def test_ensemble_and_its_steps_must_share_a_partition(tmp_path):
