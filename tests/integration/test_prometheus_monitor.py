@@ -6,11 +6,12 @@ from __future__ import annotations
 import json
 import shutil
 import time
+from pathlib import Path
 
 import pytest
 
 from conftest import poll_until
-from operations.alert_rules import AlertThresholds, render_alert_rules
+from operations.alert_rules import alert_rules_yaml, render_alert_rules, thresholds_for_config
 from operations.dashboard import PANELS, promql_metric_names, triton_metric_names
 from operations.monitor import api_get, scrape_metric_names, start_monitoring, stop_monitoring
 
@@ -63,7 +64,9 @@ def test_prometheus_scrapes_triton_and_answers_every_dashboard_query(prometheus,
 def test_prometheus_loads_and_evaluates_every_alert_rule(prometheus):
     url, deadline = prometheus["url"], time.monotonic() + DEADLINE_S
     rules = lambda: [r for g in api_get(url, "/api/v1/rules")["groups"] for r in g["rules"] if r.get("lastEvaluation", "0001").startswith("20")]
-    expected = sum(len(group["rules"]) for group in render_alert_rules(AlertThresholds())["groups"])
+    # the rules rendered for the served serving.toml (each model's backlog alert at its own queue cap)
+    assert Path(prometheus["rules"]).read_text() == alert_rules_yaml(thresholds_for_config())
+    expected = sum(len(group["rules"]) for group in render_alert_rules(thresholds_for_config())["groups"])
     evaluated = wait_for(lambda: len(rules()) == expected and rules(), f"all {expected} rules to be evaluated", deadline)
     assert {r["health"] for r in evaluated} == {"ok"}, [(r["name"], r.get("lastError")) for r in evaluated]
     assert not [r for r in evaluated if r["name"] == "TritonTargetDown" and r["state"] != "inactive"]
