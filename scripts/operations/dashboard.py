@@ -93,9 +93,10 @@ PANELS: tuple[tuple[str, str, list[tuple[str, str]]], ...] = (
     ("Requests refused by the backend (input contract, isolated framework failures)", "reqps",
      [(f"sum by (partition, model, reason) (rate(serving_rejected_requests_total{_M}{_RATE}))", "{{model}} {{reason}}")]),
     # Generation models (serving/generation/metrics.py): the scheduler and KV cache inside the model.
-    ("LLM: running and waiting sequences (alert: waiting keeps growing)", "short",
+    ("LLM: running and waiting sequences against the running slots (alerts: waiting keeps growing, or stays at the slots)", "short",
      [(f"sum by (partition, model) (llm_sequences_running{_M})", "{{model}} running"),
-      (f"sum by (partition, model) (llm_sequences_waiting{_M})", "{{model}} waiting")]),
+      (f"sum by (partition, model) (llm_sequences_waiting{_M})", "{{model}} waiting"),
+      (f"sum by (partition, model) (llm_running_slots{_M})", "{{model}} running slots (max_running)")]),
     ("LLM: KV cache blocks in use (alert above 90%)", "percentunit",
      [(f"sum by (partition, model) (llm_kv_blocks_used{_M}) / (sum by (partition, model) (llm_kv_blocks_used{_M})"
        f" + sum by (partition, model) (llm_kv_blocks_free{_M}))", "{{model}}")]),
