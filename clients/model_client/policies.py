@@ -340,7 +340,16 @@ class PriorityLimits:
     def limit(self, level: int, models: Sequence[str] = ()) -> int:
         """Items per request at `level`: the smallest of `models`' sizes (a part that falls back to
         another model is re-sent whole), the shared size when no model is named."""
-        return min(dict(self.model_items.get(model, self.max_items))[level] for model in (models or ("",)))
+        return self._limit_and_source(level, models)[0]
+
+    def _limit_and_source(self, level: int, models: Sequence[str]) -> tuple[int, str]:
+        """The limit, and where serving.toml sets it (the model whose size is the smallest)."""
+        def source(model: str) -> str:
+            if model in self.model_items:
+                return f"models.{model}.max_request_batch_size"
+            return f"serving.toml max_request_batch_size{f', {model} on the shared sizes' if model else ''}"
+
+        return min((dict(self.model_items.get(model, self.max_items))[level], source(model)) for model in (models or ("",)))
 
     def plan_requests(self, items: int, priority: int, models: Sequence[str] = ()) -> tuple[tuple[int, int], ...]:
         """[start, stop) item ranges, one per request to send for `items` at `priority` to `models`
@@ -348,12 +357,10 @@ class PriorityLimits:
         if items < 1:
             raise RequestRejectedError(f"a request needs at least one item, got {items}.")
         level = self.effective_level(priority)
-        limit = self.limit(level, models)
+        limit, source = self._limit_and_source(level, models)
         if items > limit and level != self.lowest_level:
-            own = [m for m in models if m in self.model_items]
             raise RequestRejectedError(
                 f"{items} items at priority level {level}: at most {limit} per request at this level "
-                f"(serving.toml max_request_batch_size{f', models.{own[0]}' if own else ''}); send bulk work at level "
-                f"{self.lowest_level}, where it is split."
+                f"({source}); send bulk work at level {self.lowest_level}, where it is split."
             )
         return tuple((start, min(start + limit, items)) for start in range(0, items, limit))

@@ -423,10 +423,10 @@ class ModelSpec:
 
 def _queues_that_fit(room: int, higher: Sequence[PriorityLevel], higher_items: int) -> dict[str, int] | None:
     """Queue sizes for the higher levels whose items fit in `room`: `higher_items` scaled down alike
-    (each queue at least 1), or None if not even one request of each fits."""
+    (each queue at least 1, none longer than today), or None if not even one request of each fits."""
     if room < sum(p.max_request_batch_size for p in higher) or higher_items <= 0:
         return None
-    sizes = {p.name: max(1, p.queue.max_queue_size * room // higher_items) for p in higher}
+    sizes = {p.name: max(1, min(p.queue.max_queue_size, p.queue.max_queue_size * room // higher_items)) for p in higher}
     size_of = {p.name: p.max_request_batch_size for p in higher}
     while sum(sizes[name] * size_of[name] for name in sizes) > room:  # raising a queue to 1 overshot: shorten the longest
         name = max((n for n in sizes if sizes[n] > 1), key=lambda n: sizes[n] * size_of[n])
@@ -452,9 +452,12 @@ def _sizes_that_fit(model: ModelSpec, higher: Sequence[PriorityLevel], lowest: P
     if queues is None:
         return ""
     requests = ", ".join(f"{name} = {size}" for name, size in {**dict(model.max_request_batch_size), lowest.name: request}.items())
+    split = f"(model_client splits {lowest.name} work for it into requests of {request})"
+    if queues == {p.name: p.queue.max_queue_size for p in higher}:  # today's queues fit beside the smaller requests
+        return (f", or give this model smaller {lowest.name} requests of its own: `[models.{model.name}] "
+                f"max_request_batch_size = {{ {requests} }}` {split}")
     return (f", or give this model shorter queues and smaller {lowest.name} requests of its own: `[models.{model.name}] "
-            f"max_queue_size = {{ {table(queues)} }}` and `max_request_batch_size = {{ {requests} }}` "
-            f"(model_client splits {lowest.name} work for it into requests of {request})")
+            f"max_queue_size = {{ {table(queues)} }}` and `max_request_batch_size = {{ {requests} }}` {split}")
 
 
 #: Memory budget of the implicit `default` partition when serving.toml declares none.

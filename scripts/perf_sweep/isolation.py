@@ -51,8 +51,10 @@ def run_isolation_ab(spec, main_ep: Endpoint, neighbour: Endpoint, prepared, rat
     """Records and a headline for partitioned vs shared; {"skipped": line} when it cannot run.
     `neighbour` must be served in another partition and accept the same inputs as the main model."""
     main = main_ep.model
-    levels = sorted(spec.priorities_for(spec.model(main)), key=lambda p: p.level)  # the model's own sizes where it sets them
-    items = levels[-1].max_request_batch_size if levels else 8
+    # the flood goes to the neighbour without a priority, so at its default level: the size callers
+    # keep there, the neighbour's own where it sets one
+    levels = {p.level: p for p in spec.priorities_for(spec.model(neighbour.model))}
+    items = levels[spec.default_priority_level].max_request_batch_size if levels else 8
     seconds, count = 10.0, int(rate * 6)
     flood_rate = 400.0  # requests/s: about what the Python client can fire on this host
     records: list[PerfRecord] = []

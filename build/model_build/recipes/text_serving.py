@@ -243,14 +243,17 @@ def check_ensemble_request_sizes(ensemble: ModelSpec, steps: Sequence[ModelSpec]
     with smaller requests of its own (`[models.<step>] max_request_batch_size`) holds only if the
     ensemble's callers are held to them too (model_client reads the ensemble's sizes)."""
     sent = {p.name: p.max_request_batch_size for p in serving.priorities_for(ensemble)}
-    for step in steps:
-        for level in serving.priorities_for(step):
-            if sent[level.name] > level.max_request_batch_size:
-                raise BuildError(
-                    f"`models.{step.name}` takes {level.name} requests of at most {level.max_request_batch_size} items "
-                    f"(its max_request_batch_size), but the ensemble `{ensemble.name}`, whose requests reach it whole, lets "
-                    f"its callers send {sent[level.name]}: set `[models.{ensemble.name}] max_request_batch_size = "
-                    f"{{ {level.name} = {level.max_request_batch_size} }}`.")
+    taken = {name: min((level.max_request_batch_size, step.name) for step in steps for level in serving.priorities_for(step)
+                       if level.name == name) for name in sent}  # per level: the smallest step size, and whose
+    too_large = [name for name in sent if sent[name] > taken[name][0]]
+    if too_large:
+        table = ", ".join(f"{name} = {min(sent[name], taken[name][0])}" for name in sent
+                          if name in too_large or name in ensemble.max_request_batch_size)
+        steps_said = "; ".join(f"`models.{taken[name][1]}` takes {name} requests of at most {taken[name][0]} items, the "
+                               f"ensemble's callers may send {sent[name]}" for name in too_large)
+        raise BuildError(f"the ensemble `{ensemble.name}` hands its requests to its steps whole, so its callers must keep the "
+                         f"steps' own request sizes (max_request_batch_size): {steps_said}. Set "
+                         f"`[models.{ensemble.name}] max_request_batch_size = {{ {table} }}`.")
 
 
 def install_text_ensemble(model: ModelSpec, serving: ServingSpec, record: dict[str, Any], workdir: Path, repository: Path) -> list[str]:

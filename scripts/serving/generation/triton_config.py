@@ -50,7 +50,9 @@ def refuse_unserved_settings(model: ModelSpec) -> None:
                  "none (no Triton batcher: the model's own scheduler batches)"),
                 (bool(model.preferred_batch_sizes), f"`{where}.preferred_batch_sizes`", "none (no Triton batcher)"),
                 (bool(model.max_request_batch_size), f"`{where}.max_request_batch_size`",
-                 "none (a generation request carries one prompt; its own `max_queue_size` sizes its wait queues)")]
+                 "none (a generation request carries one prompt; its own `max_queue_size` sizes its wait queues; if the "
+                 "starvation check proposed the table, raise the model's max_batch_size instead: it only has to pass that "
+                 "check, the model's own scheduler batches)")]
     for bad, setting, allowed in unserved:
         if bad:
             raise ConfigError(f"{setting} is not served by the generation model (serving/generation); allowed {allowed}.")

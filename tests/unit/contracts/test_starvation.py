@@ -126,6 +126,10 @@ def test_a_model_with_batches_no_larger_than_a_batch_request_keeps_a_bound_with_
     with pytest.raises(ConfigError) as refused:  # nothing fits one realtime and one batch item in a batch of 1
         spec_with(realtime_queue=24, batch_items=8, max_batch_size=1)
     assert "of its own" not in str(refused.value)
+    # queues that already fit beside smaller requests are left as they are (never proposed longer)
+    with pytest.raises(ConfigError, match=r"or give this model smaller batch requests of its own: `\[models.m\] "
+                                          r"max_request_batch_size = \{ batch = 4 \}`"):
+        spec_with(realtime_queue=2, batch_items=8, max_batch_size=8)
 
 
 def test_a_models_own_request_sizes_are_checked_and_named_where_set():

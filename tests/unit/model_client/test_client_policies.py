@@ -168,6 +168,13 @@ def test_a_model_with_its_own_request_sizes_is_split_by_them_and_a_fallback_by_t
     assert plan.models == ("digit_classifier", "digit_classifier_small") and plan.ranges == ((0, 3), (3, 6), (6, 9))
     with pytest.raises(RequestRejectedError, match=r"at most 1 per request at this level"):
         limits.plan_requests(2, priority=1, models=("digit_classifier_small",))
+    # the refusal names where the smallest size is set: a fallback on the shared sizes, or a model's own table
+    mixed = PriorityLimits(2, ((1, 1), (2, 8)), {"big": ((1, 4), (2, 8)), "small": ((1, 1), (2, 2))})
+    with pytest.raises(RequestRejectedError, match=r"at most 1 per request .*\(serving.toml max_request_batch_size, plain "
+                                                   r"on the shared sizes\)"):
+        mixed.plan_requests(3, priority=1, models=("big", "plain"))
+    with pytest.raises(RequestRejectedError, match=r"at most 4 per request .*\(models.big.max_request_batch_size\)"):
+        mixed.plan_requests(5, priority=1, models=("big",))
     with pytest.raises(ClientError, match=r"model_items\['m'\] .* expected a size >= 1 for each of the levels \[1, 2\]"):
         PriorityLimits(default_level=2, max_items=((1, 1), (2, 8)), model_items={"m": ((1, 1),)})
 

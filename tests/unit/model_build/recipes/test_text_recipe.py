@@ -114,11 +114,16 @@ def test_an_ensemble_holds_its_callers_to_its_steps_own_request_sizes():
     ensemble = ModelSpec("emb", "text_ensemble", options={"encoder": "e", "tokenizer": "t"})
     tokenizer, encoder = ModelSpec("t", "text_tokenizer"), ModelSpec("e", "minilm_encoder", max_request_batch_size={"batch": 4})
     check_ensemble_request_sizes(ensemble, (tokenizer, replace(encoder, max_request_batch_size={})), spec)  # shared sizes: fine
-    with pytest.raises(BuildError, match=r"`models.e` takes batch requests of at most 4 items .* the ensemble `emb`, whose "
-                                         r"requests reach it whole, lets its callers send 8: set `\[models.emb\] "
-                                         r"max_request_batch_size = \{ batch = 4 \}`"):
+    with pytest.raises(BuildError, match=r"`models.e` takes batch requests of at most 4 items, the ensemble's callers may "
+                                         r"send 8. Set `\[models.emb\] max_request_batch_size = \{ batch = 4 \}`"):
         check_ensemble_request_sizes(ensemble, (tokenizer, encoder), spec)
     check_ensemble_request_sizes(replace(ensemble, max_request_batch_size={"batch": 4}), (tokenizer, encoder), spec)
+    # two steps of their own: the smallest per level, in one table that keeps the ensemble's other own sizes
+    smaller = replace(tokenizer, max_request_batch_size={"batch": 2})
+    with pytest.raises(BuildError, match=r"`models.t` takes batch requests of at most 2 items.*"
+                                         r"max_request_batch_size = \{ realtime = 1, batch = 2 \}`"):
+        check_ensemble_request_sizes(replace(ensemble, max_request_batch_size={"realtime": 1, "batch": 4}), (smaller, encoder), spec)
+    check_ensemble_request_sizes(replace(ensemble, max_request_batch_size={"realtime": 1, "batch": 2}), (smaller, encoder), spec)
 
 
 def test_ensemble_and_its_steps_must_share_a_partition(tmp_path):
