@@ -62,8 +62,8 @@ class RunningServer:
     def discard(self) -> None:
         """A fixture's teardown: SIGTERM and, at once, SIGKILL to the server's process group
         (`TritonServerProcess.stop(timeout=0)`), which still removes what a killed server leaves
-        (Triton's shared-memory regions, the models' activity files), then its backends' empty
-        python_env folders. Not a graceful stop, on purpose: Triton 2.51's Python backend sleeps 1 s
+        (Triton's shared-memory regions, the models' activity files); its backends' empty python_env
+        folders wait for the session's end (`remove_killed_servers_python_env_dirs`). Not a graceful stop, on purpose: Triton 2.51's Python backend sleeps 1 s
         per model instance while it unloads (StubLauncher::UpdateHealth), one instance after another,
         so a graceful stop takes 2.5-9 s a server (~40 s of `make test`). The graceful stops are tested
         where stopping is the subject (test_generation_serving's stopping pod and cut stream, the

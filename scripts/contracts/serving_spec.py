@@ -434,6 +434,11 @@ def _queues_that_fit(room: int, higher: Sequence[PriorityLevel], higher_items: i
     return sizes
 
 
+def _inline_table(sizes: Mapping[str, int]) -> str:
+    """The inside of a TOML inline table of sizes by level name (`realtime = 4, batch = 2`)."""
+    return ", ".join(f"{name} = {size}" for name, size in sizes.items())
+
+
 def _sizes_that_fit(model: ModelSpec, higher: Sequence[PriorityLevel], lowest: PriorityLevel, higher_items: int) -> str:
     """Advice for the invariant's error: this model's own `[models.<name>]` sizes that satisfy it at
     its max_batch_size. Shorter queues of its own where a lowest-level request of today's size still
@@ -441,7 +446,7 @@ def _sizes_that_fit(model: ModelSpec, higher: Sequence[PriorityLevel], lowest: P
     batch at most, the rest for the higher levels' queues); '' when not even that fits."""
     def table(sizes: Mapping[str, int]) -> str:  # with the model's own sizes for the levels not changed (pasted whole)
         kept = {p.name: sizes.get(p.name, model.max_queue_size.get(p.name)) for p in (*higher, lowest)}
-        return ", ".join(f"{name} = {size}" for name, size in kept.items() if size is not None)
+        return _inline_table({name: size for name, size in kept.items() if size is not None})
 
     queues = _queues_that_fit(model.max_batch_size - lowest.max_request_batch_size, higher, higher_items)
     if queues is not None:
@@ -451,7 +456,7 @@ def _sizes_that_fit(model: ModelSpec, higher: Sequence[PriorityLevel], lowest: P
     queues = _queues_that_fit(model.max_batch_size - request, higher, higher_items) if request >= 1 else None
     if queues is None:
         return ""
-    requests = ", ".join(f"{name} = {size}" for name, size in {**dict(model.max_request_batch_size), lowest.name: request}.items())
+    requests = _inline_table({**dict(model.max_request_batch_size), lowest.name: request})
     split = f"(model_client splits {lowest.name} work for it into requests of {request})"
     if queues == {p.name: p.queue.max_queue_size for p in higher}:  # today's queues fit beside the smaller requests
         return (f", or give this model smaller {lowest.name} requests of its own: `[models.{model.name}] "

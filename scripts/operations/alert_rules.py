@@ -139,10 +139,13 @@ class AlertThresholds:
         return round(self.p99_sla_ms * self.sla_warning_fraction / 1000.0, 6)
 
 
-def _rule(name: str, expr: str, duration: str, severity: str, resource: str, summary: str, description: str) -> dict[str, Any]:
+def _rule(name: str, expr: str, duration: str, severity: str, resource: str, summary: str, description: str,
+          **labels: str) -> dict[str, Any]:
+    """One rule; `labels` beyond severity and resource tell apart the rules of one alert name (promtool's
+    lint refuses two of one name and labels), and routing can read them."""
     return {
         "alert": name, "expr": expr, "for": duration,
-        "labels": {"severity": severity, "resource": resource},
+        "labels": {"severity": severity, "resource": resource, **labels},
         "annotations": {"summary": summary, "description": description},
     }
 
@@ -256,13 +259,6 @@ def render_alert_rules(t: AlertThresholds, pod_container: str | None = None) -> 
     return {"groups": groups}
 
 
-def _with_label(rule: dict[str, Any], **labels: str) -> dict[str, Any]:
-    """`rule` with more labels: the rules of one alert name differ by them (promtool's lint refuses
-    two rules of one name and labels), and routing can read them."""
-    rule["labels"].update(labels)
-    return rule
-
-
 def queue_backlog_selectors(t: AlertThresholds) -> list[tuple[str, int]]:
     """(label matcher, depth) pairs: the models of each own depth together, the rest at the shared
     depth ("" matches every model when none has its own)."""
@@ -285,11 +281,11 @@ def queue_rules(t: AlertThresholds) -> list[dict[str, Any]]:
               t.queue_growth_for, "critical", "queue", "Request queue keeps growing",
               "{{ $labels.model }} on {{ $labels.instance }}: the queue grows by {{ printf \"%.2f\" $value }} "
               "requests/s: arrivals exceed capacity, overload is near."),
-        *(_with_label(_rule("TritonQueueBacklogged", f"{pending}{selector} >= {depth}",
-                            t.queue_backlog_for, "warning", "queue", f"Request queue at {depth} or more for {t.queue_backlog_for}",
-                            "{{ $labels.model }} on {{ $labels.instance }}: {{ $value }} requests waiting, never fewer than "
-                            f"{depth} for {t.queue_backlog_for}: the model is saturated (a full queue answers 503); "
-                            "add capacity or shed load."), queue_cap=str(depth))
+        *(_rule("TritonQueueBacklogged", f"{pending}{selector} >= {depth}",
+                t.queue_backlog_for, "warning", "queue", f"Request queue at {depth} or more for {t.queue_backlog_for}",
+                "{{ $labels.model }} on {{ $labels.instance }}: {{ $value }} requests waiting, never fewer than "
+                f"{depth} for {t.queue_backlog_for}: the model is saturated (a full queue answers 503); "
+                "add capacity or shed load.", queue_cap=str(depth))
           for selector, depth in queue_backlog_selectors(t)),
     ]
 
