@@ -70,6 +70,9 @@ class Recipe:
     #: What the build reads from this machine beyond the versioned packages (a digest of the installed
     #: documentation a text corpus is made of): fingerprinted, so a change rebuilds.
     machine_inputs: Callable[[ModelSpec], Mapping[str, Any]] | None = None
+    #: The model answers as a stream (decoupled) for as long as its longest answer takes, up to
+    #: minutes: whatever stops its server (a pod's `drain_s`) must wait that long.
+    streams_answers: bool = False
 
 
 def _package_versions() -> dict[str, str]:

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from k8s_deploy.errors import DeployError
-from k8s_deploy.tree import DEPLOY_ROOT, render_files, stale_files, write_files
+from k8s_deploy.tree import DEPLOY_ROOT, render_files, source_name, stale_files, write_files
 
 DEFAULT_CONFIG = DEPLOY_ROOT.parent / "model_repository" / "serving.toml"
 
@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         spec = load_serving_spec(args.config)
         if args.command == "render":
-            files = render_files(spec)
+            files = render_files(spec, source=source_name(args.config))
             if args.check:
                 problems = stale_files(files)
                 for line in problems:
@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             from k8s_deploy.validate import validate_all
 
-            for line in validate_all(spec=spec):
+            for line in validate_all(spec=spec, source=source_name(args.config)):
                 print(f"[k8s] {line}")
     except (DeployError, ServingError) as exc:
         print(f"k8s_deploy: error: {exc}", file=sys.stderr)

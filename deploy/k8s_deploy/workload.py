@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
@@ -23,9 +24,12 @@ from serving.runtime.launcher import partition_server_settings, with_server_over
 from serving.runtime.native import preload_variables, wanted_helpers
 from serving.runtime.server import SERVER_STACK_LIMIT_BYTES, ServerSettings
 from contracts.onnx_sessions import keep_onnxruntime_offline
+from contracts.shared_memory import SHARED_MEMORY_DIR, TRITON_REGION_PREFIX
 from contracts.partition_plan import PartitionPlan, PlannedPartition, plan_partitions
 from serving.runtime.security import ARGV_DECOY_ENV, ARGV_SECRET_ENV, AdminKey
 from contracts.serving_spec import CpuPlacement, ServingSpec
+
+from k8s_deploy.errors import DeployConfigError
 from serving.runtime.supervisor import RestartPolicy
 
 #: NVIDIA's container for Triton 2.51.0 (the release this project pins: nvidia-pytriton 0.7.0's server).
@@ -80,9 +84,42 @@ class DeployPlan:
         return tuple(p for p in self.plan.partitions if p.name in on_gpu)
 
 
+#: What Kubernetes allows a Service's name (a DNS-1035 label): the longest, `triton-<partition>-metrics`.
+DNS_1035_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+MAX_SERVICE_NAME = 63
+#: The shortest `drain_s` for a partition serving a model that streams its answers: Triton's default
+#: 10 s cut four 1,000-token streams at ~231 tokens each (2026-12-06, docs/generation.md); the
+#: committed config's LLM partition has 120 s for its ~65-95 s longest answer.
+MIN_STREAMING_DRAIN_S = 60
+
+
+def check_deployable_partitions(spec: ServingSpec) -> None:
+    """What serving.toml allows but a cluster does not: partition names that make no valid Kubernetes
+    names, and a partition whose streaming models would be cut mid-answer by a short drain."""
+    from model_build.recipes.registry import RECIPES
+
+    for part in spec.effective_partitions:
+        bad = [name for name in (resource_name(part.name), f"{resource_name(part.name)}-metrics")
+               if len(name) > MAX_SERVICE_NAME or not DNS_1035_LABEL.fullmatch(name)]
+        if bad:
+            raise DeployConfigError(
+                f"`partitions.{part.name}`: its Service `{bad[0]}` is no valid Kubernetes name (a DNS-1035 label: "
+                f"at most {MAX_SERVICE_NAME} characters, ending in a letter or digit); allowed partition names of at "
+                f"most {MAX_SERVICE_NAME - len(resource_name('')) - len('-metrics')} characters that do not end in '_'.")
+        streaming = [m.name for m in spec.models_in_partition(part.name)
+                     if m.recipe in RECIPES and RECIPES[m.recipe].streams_answers]
+        if streaming and part.autoscaling.drain_s < MIN_STREAMING_DRAIN_S:
+            raise DeployConfigError(
+                f"`partitions.{part.name}.autoscaling.drain_s` = {part.autoscaling.drain_s}: the partition serves "
+                f"{streaming}, whose answers stream for up to minutes, and a terminating pod would cut them without a "
+                f"final response; allowed >= {MIN_STREAMING_DRAIN_S} (its longest answer at its running slots: "
+                f"docs/scale-out.md).")
+
+
 def plan_deployment(spec: ServingSpec, gpu: bool = False) -> DeployPlan:
     """Partitions planned as on a host of `node_cpus` CPUs, listening on all pod addresses."""
     spec.check_autoscaling_targets()
+    check_deployable_partitions(spec)
     in_pod = with_server_overrides(spec, host="0.0.0.0", allow_non_loopback=True)
     plan = plan_partitions(in_pod, spec.kubernetes.node_cpus, gpu, placement=CpuPlacement.CPU_SETS,
                            gpu_partitions=spec.gpu_partitions())
@@ -131,8 +168,15 @@ def server_args(deploy: DeployPlan, part: PlannedPartition, gpu: bool) -> list[s
 #: field and containers inherit 8 MiB, with which a ~4 MiB HTTP body crashed the server:
 #: docs/operations.md); then the server replaces the shell. The request guard, preloaded, takes the
 #: key from SERVING_ARGV_SECRET into Triton's arguments and drops both variables from the server's
-#: environment, so the backend stubs and every model's Python code do not inherit the key.
+#: environment, so the backend stubs and every model's Python code do not inherit the key. A restarted
+#: container (the kubelet after a crash, or the liveness probe) first removes what a killed server
+#: left in the pod's memory-backed /dev/shm, which outlives the container: the backend's IPC regions
+#: (1 MiB and more each) and the instances' activity files count against the pod's memory and the
+#: volume's sizeLimit. Only as the container's first process (pid 1: a pid namespace of its own, so no
+#: other server shares that volume); elsewhere (a host, a test) /dev/shm is shared and the runtime
+#: removes a server's files by its pid.
 SERVER_COMMAND = ["sh", "-c",
+                  f'if [ "$$" -eq 1 ]; then rm -f {TRITON_REGION_PREFIX}* {SHARED_MEMORY_DIR}/serving-*-activity; fi; '
                   f'case "${ARGV_SECRET_ENV}" in *[!A-Za-z0-9_-]*) n=0 ;; *) n=${{#{ARGV_SECRET_ENV}}} ;; esac; '
                   f'if [ "$n" -lt 24 ] || [ "$n" -gt 256 ]; then echo "[serving] the admin key (Secret {ADMIN_SECRET}, '
                   f'key {ADMIN_SECRET_KEY}) must be 24-256 characters of A-Z a-z 0-9 _ - (make admin-key makes one)" >&2; '
@@ -140,6 +184,11 @@ SERVER_COMMAND = ["sh", "-c",
                   f'ulimit -s {SERVER_STACK_LIMIT_BYTES // 1024} || echo "[serving] could not raise the stack limit '
                   f'(hard limit $(ulimit -Hs) KiB): HTTP bodies of a few MiB may crash the server" >&2; '
                   f'exec tritonserver "$@"', "tritonserver"]
+#: The prefix of every command the kubelet runs in the container (the liveness probe, preStop): an
+#: exec gets the container's whole environment, the admin key included, and its /proc/<pid>/environ
+#: is readable by every process of the same user, model code too (the request guard keeps the key
+#: out of tritonserver's own environment, not out of theirs).
+WITHOUT_KEY = ["env", "-u", ARGV_SECRET_ENV, "-u", ARGV_DECOY_ENV]
 #: Seconds a terminating pod keeps serving while its endpoint is removed from the Services (the
 #: kubelet runs preStop before SIGTERM; Triton stops taking new work at SIGTERM).
 PRE_STOP_SLEEP_S = 5
@@ -192,7 +241,7 @@ def liveness_probe(part: PlannedPartition) -> dict[str, Any]:
     backend stubs its config asks for. Triton keeps a model whose stub died READY and fails the
     requests that reach it; a host's supervisor reloads it, a pod's kubelet restarts the container."""
     policy = RestartPolicy()
-    command = ["python3", "-m", "serving.runtime.pod_liveness", "--port", str(part.http_port), "--models",
+    command = [*WITHOUT_KEY, "python3", "-m", "serving.runtime.pod_liveness", "--port", str(part.http_port), "--models",
                ",".join(part.models), "--backends", str(BACKEND_DIR), "--timeout-s", str(policy.liveness_timeout_s * 0.75)]
     return {"exec": {"command": command}, "periodSeconds": max(1, int(policy.liveness_interval_s)),
             "timeoutSeconds": max(1, int(policy.liveness_timeout_s)), "failureThreshold": policy.liveness_failures}
@@ -222,7 +271,7 @@ def render_container(deploy: DeployPlan, part: PlannedPartition) -> dict[str, An
                   {"name": "metrics", "containerPort": part.metrics_port, "protocol": "TCP"}],
         "resources": container_resources(deploy, part),
         **container_probes(deploy, part),
-        "lifecycle": {"preStop": {"exec": {"command": ["sleep", str(PRE_STOP_SLEEP_S)]}}},
+        "lifecycle": {"preStop": {"exec": {"command": [*WITHOUT_KEY, "sleep", str(PRE_STOP_SLEEP_S)]}}},
         "volumeMounts": [{"name": "serving", "mountPath": str(SERVING_ROOT), "readOnly": True},
                          {"name": "tmp", "mountPath": WRITABLE_PATHS[0]}, {"name": "dshm", "mountPath": WRITABLE_PATHS[1]}],
         "securityContext": CONTAINER_SECURITY,

@@ -162,9 +162,12 @@ def _pod_cpu_memory_rules(t: AlertThresholds, container: str) -> list[dict[str, 
 
     util_pct, mem_pct = f"{t.low_utilisation:.0%}", f"{t.memory_fraction:.0%}"
     return [
+        # Only while the pod serves, as on a host: a pod that serves nothing (a partition that sees
+        # traffic only in overload) is idle, not over-provisioned, and fired this forever.
         _rule("TritonCpuUtilisationLow",
               f"sum by (namespace, pod) (rate(container_cpu_usage_seconds_total{{{by_pod}}}[{t.low_utilisation_for}])) "
-              f"/ {limit('cpu')} < {t.low_utilisation}", t.low_utilisation_for,
+              f"/ {limit('cpu')} < {t.low_utilisation} and on (namespace, pod) sum by (namespace, pod) "
+              f"(rate(nv_inference_request_success[{t.low_utilisation_for}])) > 0", t.low_utilisation_for,
               "info", "cpu", f"Pod CPU utilisation below {util_pct} of its limit for {t.low_utilisation_for}",
               "Pod {{ $labels.pod }} uses {{ $value | humanizePercentage }} of its CPUs: "
               "capacity is idle (larger batches, fewer replicas, or a lower HPA target)."),

