@@ -19,7 +19,7 @@ import numpy as np
 from model_client.client import Protocol
 from model_client.embed_cli import add_embed_command
 from model_client.generate_cli import add_generate_command
-from model_client.endpoints import add_endpoint_arguments, resolve_url
+from model_client.endpoints import add_call_arguments, add_endpoint_arguments, resolve_url
 from model_client.errors import ClientError
 from model_client.policies import RetryPolicy
 from model_client.images import image_array_from_png
@@ -48,6 +48,11 @@ def parse_index_range(text: str, total: int) -> np.ndarray:
 
 
 def cmd_classify(args: argparse.Namespace) -> int:
+    from model_client.policies import REALTIME_LEVEL
+
+    if args.fallback and args.priority != REALTIME_LEVEL:  # it was ignored silently
+        raise ClientError(f"--fallback degrades realtime calls only: add --priority {REALTIME_LEVEL} (batch work backs "
+                          f"off and keeps its model, docs/overload.md).")
     protocol = Protocol(args.protocol)
     labels = None
     if args.png:
@@ -95,8 +100,8 @@ def classify_resilient(args: argparse.Namespace, protocol: Protocol, images: np.
         outcome = client.infer(args.model, {interface.inputs[0].name: np.ascontiguousarray(images, np.float32)},
                                priority=args.priority, timeout_us=args.timeout_us, started_s=started)
     if outcome.degraded:
-        print(f"[degraded] overloaded: answered by {sorted(set(outcome.answered_by))} after {outcome.calls} call(s)",
-              file=sys.stderr)
+        print(f"[degraded] {args.model} was overloaded, unreachable or not served: answered by "
+              f"{sorted(set(outcome.answered_by))} after {outcome.calls} call(s)", file=sys.stderr)
     url = resolve_url(args.model, protocol, args.url, args.manifest)
     return top_k_predictions(outcome.outputs[interface.outputs[0].name], args.top_k), url
 
@@ -111,16 +116,11 @@ def build_parser() -> argparse.ArgumentParser:
     cls.add_argument("--test-samples", help="indices into the held-out test split: N, A:B or N,M,...")
     cls.add_argument("--test-split", type=Path, default=DEFAULT_TEST_SPLIT)
     cls.add_argument("--top-k", type=int, default=3, help="classes shown per image (default %(default)s)")
-    cls.add_argument("--priority", type=int, default=0, help="1 = realtime, 2 = batch, 0 = the model's default")
     cls.add_argument("--summary", action="store_true", help="print a few predictions and the accuracy only")
-    cls.add_argument("--timeout-us", type=int, help="queue timeout for these requests (may only shorten the model's)")
-    cls.add_argument("--max-attempts", type=int, default=RetryPolicy.max_attempts,
-                     help="retry HTTP 503 / gRPC UNAVAILABLE with jittered exponential backoff, up to this many attempts "
-                          "(default %(default)s, as RetryPolicy's)")
-    cls.add_argument("--deadline-s", type=float, default=RetryPolicy.deadline_s,
-                     help="total time budget of the call, metadata and retries included (default %(default)s)")
+    add_call_arguments(cls, RetryPolicy())
     cls.add_argument("--fallback", action="store_true",
-                     help="realtime (--priority 1) only: degrade to digit_classifier_small when the model is overloaded")
+                     help="with --priority 1 (realtime): degrade to digit_classifier_small when the model is overloaded, "
+                          "unreachable or not served")
     cls.set_defaults(func=cmd_classify)
     add_embed_command(sub)
     add_generate_command(sub)

@@ -22,6 +22,7 @@ import numpy as np
 from model_client.errors import (
     ClientError,
     ModelNotFoundError,
+    ModelRestartingError,
     OverloadedError,
     QueueTimeoutError,
     RequestRejectedError,
@@ -96,6 +97,9 @@ def classify_triton_error(exc: Exception, url: str, model: str | None = None) ->
     if "shared memory region" in lowered:  # NOT_FOUND over gRPC too, but the model is there (a review, 2026-12-07)
         return RequestRejectedError(f"request to {model!r} at {url} names a shared-memory region the server does not "
                                     f"hold ({text}); register the region first (the shared-memory API needs the admin key).")
+    if all(marker in lowered for marker in STUB_DIED_TEXTS):  # a 500, but the server's fault and healed within seconds
+        return ModelRestartingError(f"model {model!r} at {url} lost a backend process ({text}); the server reloads "
+                                    f"it within seconds: retry with backoff while your deadline allows.")
     if "unknown model" in lowered or "not found" in lowered or "is not ready" in lowered or status in ("StatusCode.NOT_FOUND",):
         return ModelNotFoundError(f"model {model!r} is not served at {url}: {text}")
     wire = {"503": "HTTP 503", "StatusCode.UNAVAILABLE": "gRPC UNAVAILABLE"}.get(status, status or "error")
@@ -117,6 +121,8 @@ def classify_triton_error(exc: Exception, url: str, model: str | None = None) ->
     return RequestRejectedError(f"request to {model!r} at {url} was rejected: {text}")
 
 
+#: Triton's Python backend, for a request that reached an instance whose stub process died.
+STUB_DIED_TEXTS = ("stub process", "is not healthy")
 #: HTTP statuses an intermediary (ingress, service mesh sidecar, load balancer) answers when the
 #: server behind it did not: transient, so retried, where they were "rejected" (bad input, never retried).
 GATEWAY_STATUSES = {"502": "bad gateway", "504": "gateway timeout"}

@@ -12,10 +12,11 @@ from pathlib import Path
 
 import numpy as np
 
-from model_client.client import Protocol, TritonModelClient
-from model_client.embeddings import DEFAULT_TEXT_MODEL, embed
-from model_client.endpoints import add_endpoint_arguments, resolve_url
+from model_client.client import Protocol
+from model_client.embeddings import DEFAULT_TEXT_MODEL, embed_resilient
+from model_client.endpoints import add_call_arguments, add_endpoint_arguments, non_negative_int, resolve_url
 from model_client.errors import ClientError
+from model_client.policies import RetryPolicy
 
 
 def read_texts(text_args: list[str] | None, file: Path | None) -> list[str]:
@@ -32,20 +33,22 @@ def read_texts(text_args: list[str] | None, file: Path | None) -> list[str]:
     return texts
 
 
-def _request_ranges(count: int, priority: int, model: str):
-    """Split as serving.toml's per-priority request sizes for `model` ask (the starvation guarantee)."""
-    from model_client.policies import PriorityLimits
-
-    return PriorityLimits.from_serving_config().plan_requests(count, priority, (model,))
-
-
 def cmd_embed(args: argparse.Namespace) -> int:
+    """Through the resilient client, as `classify`: requests no larger than serving.toml allows for the
+    priority (the starvation guarantee), 503s retried, an unreachable server ridden out, one deadline."""
+    from model_client.policies import PriorityLimits
+    from model_client.resilient import ResilientClient
+
     texts = read_texts(args.text, args.file)
+    if args.output is not None and not args.output.parent.is_dir():  # before the work, not after it
+        raise ClientError(f"--output {args.output}: folder {args.output.parent} does not exist; expected a path in an "
+                          f"existing folder for the .npy file.")
     protocol = Protocol(args.protocol)
+    retry = RetryPolicy(max_attempts=args.max_attempts, deadline_s=args.deadline_s)
+    with ResilientClient(protocol, url=args.url, manifest=args.manifest, retry=retry,
+                         limits=PriorityLimits.from_serving_config()) as client:
+        result = embed_resilient(client, texts, model=args.model, priority=args.priority, timeout_us=args.timeout_us)
     url = resolve_url(args.model, protocol, args.url, args.manifest)
-    with TritonModelClient(url, protocol) as client:
-        result = embed(client, texts, model=args.model, request_ranges=_request_ranges(len(texts), args.priority, args.model),
-                       priority=args.priority, timeout_us=args.timeout_us)
     for i, (text, vector, norm) in enumerate(zip(result.texts, result.vectors, result.norms)):
         head = " ".join(f"{v:+.4f}" for v in vector[:args.show_dims])
         shown = text if len(text) <= 60 else text[:57] + "..."
@@ -67,8 +70,7 @@ def add_embed_command(sub) -> None:
     emb.add_argument("--model", default=DEFAULT_TEXT_MODEL)
     emb.add_argument("--text", action="append", help="a text to embed (repeatable)")
     emb.add_argument("--file", type=Path, help="UTF-8 file with one text per line ('-' reads stdin)")
-    emb.add_argument("--priority", type=int, default=0, help="1 = realtime, 2 = batch, 0 = the model's default")
-    emb.add_argument("--timeout-us", type=int, help="queue timeout for these requests (may only shorten the model's)")
-    emb.add_argument("--show-dims", type=int, default=4, help="leading vector components to print")
+    add_call_arguments(emb, RetryPolicy())
+    emb.add_argument("--show-dims", type=non_negative_int, default=4, help="leading vector components to print")
     emb.add_argument("--output", type=Path, help="save the vectors as a .npy file [N, dim]")
     emb.set_defaults(func=cmd_embed)

@@ -8,12 +8,15 @@ so every norm is 1 within float32 rounding; the norms are returned so callers ca
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
 from model_client.client import TritonModelClient, utf8_bytes
 from model_client.errors import RequestRejectedError
+
+if TYPE_CHECKING:
+    from model_client.resilient import ResilientClient
 
 DEFAULT_TEXT_MODEL = "text_embedder"
 
@@ -52,6 +55,28 @@ def text_request_array(texts: Sequence[str]) -> np.ndarray:
     return np.array([[utf8_bytes(t, f"text {i}")] for i, t in enumerate(texts)], dtype=object)
 
 
+def _text_interface(interface, model: str) -> tuple[str, str]:
+    """(the text input's name, the embedding output's name) of the model's metadata."""
+    text_inputs = [t for t in interface.inputs if t.datatype == "BYTES"]
+    if len(interface.inputs) != 1 or not text_inputs:
+        raise RequestRejectedError(
+            f"model {model!r} takes {[(t.name, t.datatype) for t in interface.inputs]}; expected one BYTES text input."
+        )
+    return text_inputs[0].name, interface.outputs[0].name
+
+
+def embed_resilient(client: "ResilientClient", texts: Sequence[str], model: str = DEFAULT_TEXT_MODEL,
+                    priority: int = 0, timeout_us: int | None = None) -> Embeddings:
+    """Embed `texts` through a `ResilientClient`: its retries, deadline (the metadata included) and
+    per-priority request sizes (its `limits`), as `classify` calls. What the embed command uses; it
+    went through a bare client with neither retries nor deadline (a review, 2026-12-07)."""
+    batch = text_request_array(texts)
+    started = client.now()
+    input_name, output_name = _text_interface(client.interface(model, priority), model)
+    outcome = client.infer(model, {input_name: batch}, priority=priority, timeout_us=timeout_us, started_s=started)
+    return Embeddings(tuple(texts), np.asarray(outcome.outputs[output_name]).astype(np.float32, copy=False))
+
+
 def embed(
     client: TritonModelClient,
     texts: Sequence[str],
@@ -59,20 +84,15 @@ def embed(
     request_ranges: Sequence[tuple[int, int]] | None = None,
     **infer_kwargs,
 ) -> Embeddings:
-    """Embed `texts` with the served text model over the client's protocol.
+    """Embed `texts` with the served text model over one bare connection: no retries (see
+    `embed_resilient`).
 
     `request_ranges` splits the texts into requests ([start, stop) ranges, e.g. from
     `PriorityLimits.plan_requests`); None sends them in one request. `infer_kwargs` go to
     `TritonModelClient.infer` (priority, timeout_us, ...).
     """
     batch = text_request_array(texts)
-    interface = client.interface(model)
-    text_inputs = [t for t in interface.inputs if t.datatype == "BYTES"]
-    if len(interface.inputs) != 1 or not text_inputs:
-        raise RequestRejectedError(
-            f"model {model!r} takes {[(t.name, t.datatype) for t in interface.inputs]}; expected one BYTES text input."
-        )
-    input_name, output_name = text_inputs[0].name, interface.outputs[0].name
+    input_name, output_name = _text_interface(client.interface(model), model)
     ranges = list(request_ranges or [(0, len(texts))])
     if sorted(ranges) != ranges or ranges[0][0] != 0 or ranges[-1][1] != len(texts) or any(
         a[1] != b[0] for a, b in zip(ranges, ranges[1:])

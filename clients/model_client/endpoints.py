@@ -63,3 +63,40 @@ def add_endpoint_arguments(parser) -> None:
     parser.add_argument("--manifest", type=Path, default=DEFAULT_MANIFEST,
                         help="the run's manifest.json, which names each model's server (`serving serve --run-dir DIR` "
                              f"writes DIR/manifest.json; default {DEFAULT_MANIFEST})")
+
+
+def _count(text: str, least: int, what: str) -> int:
+    import argparse
+
+    try:
+        value = int(text)
+    except ValueError:
+        value = least - 1
+    if value < least:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected {what}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    """argparse type: 0, 1, 2, ..."""
+    return _count(text, 0, "a whole number >= 0")
+
+
+def positive_int(text: str) -> int:
+    """argparse type: 1, 2, ..."""
+    return _count(text, 1, "a whole number >= 1")
+
+
+def add_call_arguments(parser, retry_defaults) -> None:
+    """--priority, --timeout-us, --max-attempts and --deadline-s, as every inference command takes them
+    (`retry_defaults`: a RetryPolicy whose values are the defaults). The embed command lacked the last
+    two and went without retries or deadline (a review, 2026-12-07)."""
+    parser.add_argument("--priority", type=non_negative_int, default=0, help="1 = realtime, 2 = batch, 0 = the model's default")
+    parser.add_argument("--timeout-us", type=positive_int,
+                        help="queue timeout of these requests in microseconds (may only shorten the model's)")
+    parser.add_argument("--max-attempts", type=positive_int, default=retry_defaults.max_attempts,
+                        help="retry HTTP 503 / gRPC UNAVAILABLE with jittered exponential backoff, up to this many "
+                             "attempts (default %(default)s, as RetryPolicy's)")
+    parser.add_argument("--deadline-s", type=float, default=retry_defaults.deadline_s,
+                        help="total time budget of the call in seconds, metadata and retries included "
+                             "(default %(default)s)")

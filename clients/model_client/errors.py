@@ -23,6 +23,12 @@ class QueueTimeoutError(OverloadedError):
     deadline; retry with backoff only while the caller's own deadline allows."""
 
 
+class ModelRestartingError(OverloadedError):
+    """An instance of the model lost its backend process (Triton answers "Stub process ... is not
+    healthy") and the server's supervisor reloads it within seconds: transient, so retried with
+    backoff and degraded to a fallback like overload, not "rejected" as if the input were bad."""
+
+
 class RequestRejectedError(ClientError):
     """The server (or the client, before sending) rejected this request as invalid (bad input,
     too many items for its priority): retrying it as is won't help."""

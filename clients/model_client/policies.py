@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from model_client.errors import ClientError, OverloadedError, RequestRejectedError, ServerUnavailableError
+from model_client.errors import ClientError, ModelNotFoundError, OverloadedError, RequestRejectedError, ServerUnavailableError
 
 from contracts.layout import SERVING_CONFIG as DEFAULT_SERVING_CONFIG
 #: The small classifier shipped for overload (serving.toml: digit_classifier_small).
@@ -39,6 +39,10 @@ REALTIME_LEVEL = 1
 def _check(condition: bool, message: str) -> None:
     if not condition:
         raise ClientError(message)
+
+
+#: The longest call deadline: a day (infinity crashed the queue timeout's conversion to microseconds).
+MAX_DEADLINE_S = 86_400.0
 
 
 @dataclass(frozen=True)
@@ -65,7 +69,9 @@ class RetryPolicy:
         _check(self.multiplier >= 1, f"RetryPolicy.multiplier = {self.multiplier}: allowed >= 1.")
         _check(self.max_delay_s >= self.base_delay_s,
                f"RetryPolicy.max_delay_s = {self.max_delay_s}: allowed >= base_delay_s ({self.base_delay_s}).")
-        _check(self.deadline_s > 0, f"RetryPolicy.deadline_s = {self.deadline_s}: allowed > 0.")
+        _check(isinstance(self.deadline_s, (int, float)) and 0 < self.deadline_s <= MAX_DEADLINE_S,
+               f"RetryPolicy.deadline_s = {self.deadline_s!r}: allowed seconds > 0 and <= {MAX_DEADLINE_S:g} (a day; "
+               f"it is also sent as the requests' queue timeout, in microseconds).")
 
     def describe(self) -> str:
         unreachable = "; an unreachable server until the deadline" if self.retry_unreachable and self.max_attempts > 1 else ""
@@ -186,7 +192,8 @@ class AttemptPlanner:
     - After a `SleepBeforeRetry`, sleep that long and ask again.
 
     Within an attempt the models are tried in order (primary, then its fallback) at once; the
-    fallback is skipped when the primary's error is not retryable or the deadline has passed.
+    fallback is skipped when the primary's error is neither retryable nor "not served", or the
+    deadline has passed.
     """
 
     def __init__(self, models: Sequence[str], retry: RetryPolicy, schedule: Sequence[float],
@@ -245,17 +252,22 @@ class AttemptPlanner:
         self._errors.append((self.models[self._tried - 1], error))
 
     def _may_send_next(self, elapsed_s: float) -> bool:
-        """The first model always; the next one only after a retryable error and within the deadline."""
+        """The first model always; the next one only after a retryable error, or a primary that is not
+        served (unloaded, failed to load, not ready: its fallback is what a realtime caller wants then,
+        where the call failed outright before), and within the deadline."""
         if not self._errors:
             return True
-        if self._tried >= len(self.models) or not is_retryable(self._errors[-1][1], self.retry):
+        last = self._errors[-1][1]
+        primary_missing = len(self._errors) == 1 and isinstance(last, ModelNotFoundError)
+        if self._tried >= len(self.models) or not (is_retryable(last, self.retry) or primary_missing):
             return False
         return self.retry.deadline_s - elapsed_s > 0
 
 
 @dataclass(frozen=True)
 class FallbackPolicy:
-    """Degrade to a smaller model when the primary answers 503/UNAVAILABLE (overload stage 2).
+    """Degrade to a smaller model when the primary answers 503/UNAVAILABLE (overload stage 2), is
+    unreachable, or is not served.
 
     Only for the priority levels listed: realtime callers prefer a slightly worse answer now;
     batch work should back off and keep its model (docs/overload.md)."""

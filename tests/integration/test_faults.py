@@ -425,7 +425,7 @@ def test_the_supervisor_reloads_a_model_whose_backend_stub_died(supervised, digi
     instance's surviving stub, which Triton 2.51 never finalizes once requests reached the dead one,
     is gone within the supervisor's grace (serving.runtime.stub_watch.LEFTOVER_GRACE_S)."""
     from model_client.client import TritonModelClient
-    from model_client.errors import RequestRejectedError
+    from model_client.errors import ModelRestartingError
     from serving.runtime.stub_processes import scan_stubs
     from serving.runtime.stub_watch import LEFTOVER_GRACE_S
 
@@ -463,8 +463,8 @@ def test_the_supervisor_reloads_a_model_whose_backend_stub_died(supervised, digi
         sent += 1
         try:
             served = client.infer(GOOD, {"image": images[i:i + 1]})["probabilities"]
-        except RequestRejectedError as exc:  # the only error allowed: the dead instance's
-            assert "is not healthy" in str(exc), exc
+        except ModelRestartingError as exc:  # the only error allowed: the dead instance's (retried by a resilient client)
+            assert "is not healthy" in str(exc) and "reloads it within seconds" in str(exc), exc
             stub_errors.append(str(exc))
             return False
         np.testing.assert_allclose(served, expected[i:i + 1], rtol=1e-5, atol=1e-6)

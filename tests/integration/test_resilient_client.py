@@ -65,6 +65,29 @@ def test_realtime_degrades_to_the_small_classifier_when_the_main_one_is_unreacha
 
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_realtime_degrades_to_the_small_classifier_when_the_main_one_is_not_served(triton_server, digits_test_split,
+                                                                                   limits, tmp_path, protocol):
+    """The main model's server is up but does not serve it (unloaded, failed to load, not ready: Triton
+    answers "unknown model" / "has no available versions"). Realtime calls failed with ModelNotFoundError
+    although the small model was up (a review, 2026-12-07); now the small model answers, asked once."""
+    unloaded = "digit_classifier_unloaded"
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text(json.dumps({"models": {
+        name: {"http": triton_server.http_url, "grpc": triton_server.grpc_url, "partition": "main"} for name in (unloaded, SMALL)}}))
+    images, _ = digits_test_split
+    with ResilientClient(protocol, manifest=manifest, retry=RetryPolicy(max_attempts=4, deadline_s=10),
+                         fallback=FallbackPolicy.of({unloaded: SMALL}), limits=limits) as client:
+        outcome = client.infer(unloaded, {"image": images[:1]}, priority=1)
+        assert outcome.answered_by == (SMALL,) and outcome.calls == 2  # the primary once, not retried
+        from model_client.errors import ModelNotFoundError
+
+        with pytest.raises(ModelNotFoundError, match=unloaded):  # batch work does not degrade: the error as is
+            client.infer(unloaded, {"image": images[:1]}, priority=2)
+    np.testing.assert_allclose(outcome.outputs["probabilities"], in_process_probabilities(SMALL, images[:1]),
+                               rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_asyncio_client_answers_many_concurrent_requests_each_with_its_own_answer(triton_server, digits_test_split,
                                                                                   limits, protocol):
     images, _ = digits_test_split

@@ -169,3 +169,32 @@ def test_embed_command_prints_vectors_and_norms(protocol, triton_server, capsys)
     assert rc == 0
     assert out.count("norm 1.000000  dim 384") == 2
     assert f"[{protocol}] {MODEL}" in out and "cosine to [0]: [1]" in out
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_embed_command_goes_through_the_resilient_client_in_requests_of_the_levels_size(protocol, triton_server,
+                                                                                       capsys, tmp_path):
+    """The command used a bare client: no retries, no deadline (a review, 2026-12-07: 30 s against a
+    server that never answered). Now `embed_resilient`: texts at the batch level go in requests of
+    that level's size, and the saved vectors are the library's own."""
+    from conftest import SERVING_CONFIG
+    from model_client.cli import main
+    from model_client.policies import PriorityLimits
+
+    def requests_answered(stats):
+        return int(stats["inference_stats"]["success"]["count"])
+
+    limits = PriorityLimits.from_serving_config(SERVING_CONFIG)
+    texts = [f"Text number {i} of a few, sent in requests of the batch level's size." for i in range(10)]
+    expected_requests = len(limits.plan_requests(len(texts), limits.lowest_level, (MODEL,)))
+    assert expected_requests > 1
+    before = settled_model_stats(triton_server.http_url, MODEL, requests_answered, 0)
+    rc = main(["embed", "--protocol", protocol, "--url", triton_server.url(protocol), "--priority", str(limits.lowest_level),
+               "--deadline-s", "30", "--output", str(tmp_path / "v.npy"), *[a for t in texts for a in ("--text", t)]])
+    assert rc == 0 and f"wrote {len(texts)} x 384 float32 vectors" in capsys.readouterr().out
+    settled = settled_model_stats(triton_server.http_url, MODEL, lambda st: int(st["inference_count"]),
+                                  int(before["inference_count"]) + len(texts))
+    assert requests_answered(settled) - requests_answered(before) == expected_requests
+    with TritonModelClient(triton_server.url(protocol), protocol) as client:
+        expected = embed(client, texts).vectors
+    np.testing.assert_allclose(np.load(tmp_path / "v.npy"), expected, atol=ATOL, rtol=0)

@@ -78,6 +78,30 @@ def test_a_non_retryable_error_is_raised_as_is_and_the_fallback_is_not_tried():
     assert error is bad and steps == [("send", "big")]
 
 
+def test_a_primary_that_is_not_served_is_answered_by_its_fallback_at_once_and_not_retried():
+    """An unloaded (or not ready) primary failed realtime calls although its fallback was up (a review,
+    2026-12-07): "not served" now sends the fallback at once; it is not retried (the attempt's error
+    is the primary's, which a retry would only repeat)."""
+    missing = ModelNotFoundError("model 'big' is not served at h:1: 'big' has no available versions")
+    steps, error = drive(planner(models=("big", "small")), [missing, "ok"])
+    assert error is None and steps == [("send", "big"), ("send", "small")]
+    steps, error = drive(planner(models=("big", "small")), [missing, full()])
+    assert type(error) is ModelNotFoundError and "Fallback 'small'" in str(error)
+    assert steps == [("send", "big"), ("send", "small")]
+    steps, error = drive(planner(models=("big",)), [missing])  # no fallback: raised as is
+    assert error is missing and steps == [("send", "big")]
+
+
+def test_a_lost_backend_stub_is_retried_and_degraded_like_overload():
+    from model_client.errors import ModelRestartingError
+
+    restarting = ModelRestartingError("model 'big' at h:1 lost a backend process")
+    steps, error = drive(planner(models=("big", "small")), [restarting, "ok"])
+    assert error is None and steps == [("send", "big"), ("send", "small")]
+    steps, error = drive(planner(models=("big",)), [restarting, restarting, "ok"])
+    assert error is None and [kind for kind, _ in steps] == ["send", "sleep", "send", "sleep", "send"]
+
+
 def test_unreachable_is_final_when_the_policy_says_so():
     retry = RetryPolicy(retry_unreachable=False)
     down = ServerUnavailableError("refused")

@@ -70,6 +70,26 @@ def test_text_that_is_not_utf8_is_bad_input_naming_it_on_every_path():
     assert utf8_bytes("caf\u00e9", "x") == "caf\u00e9".encode()
 
 
+def test_the_commands_refuse_what_they_cannot_honour_before_sending_anything(tmp_path, capsys):
+    """Each was a traceback, or silently ignored, before a review of 2026-12-07: an infinite deadline,
+    a negative queue timeout or vector count, --fallback at a priority that never degrades, and an
+    --output folder that does not exist (found only after the inference)."""
+    from model_client.cli import main
+
+    manifest = ["--manifest", str(_manifest(tmp_path, ("digit_classifier", "text_embedder")))]
+    rc = main(["embed", "--text", "a", "--deadline-s", "inf", *manifest])
+    assert rc == 1 and "RetryPolicy.deadline_s = inf: allowed seconds > 0 and <= 86400" in capsys.readouterr().err
+    rc = main(["embed", "--text", "a", "--output", str(tmp_path / "missing" / "v.npy"), *manifest])
+    assert rc == 1 and "folder" in (err := capsys.readouterr().err) and "does not exist" in err
+    rc = main(["classify", "--test-samples", "0", "--fallback", *manifest])
+    assert rc == 1 and "--fallback degrades realtime calls only: add --priority 1" in capsys.readouterr().err
+    for argv in (["embed", "--text", "a", "--timeout-us", "-5"], ["embed", "--text", "a", "--show-dims", "-1"],
+                 ["classify", "--test-samples", "0", "--max-attempts", "0"], ["classify", "--test-samples", "0", "--priority", "-1"]):
+        with pytest.raises(SystemExit) as ended:
+            main([*argv, *manifest])
+        assert ended.value.code == 2 and "expected a whole number" in capsys.readouterr().err, argv
+
+
 def test_unreadable_image_and_text_files_are_client_errors_naming_the_file(tmp_path):
     from PIL import Image
 

@@ -47,7 +47,10 @@ def test_one_attempt_means_no_sleeps():
     ({"base_delay_s": 0}, r"RetryPolicy.base_delay_s = 0: allowed > 0"),
     ({"multiplier": 0.5}, r"RetryPolicy.multiplier = 0.5: allowed >= 1"),
     ({"base_delay_s": 1.0, "max_delay_s": 0.5}, r"RetryPolicy.max_delay_s = 0.5: allowed >= base_delay_s"),
-    ({"deadline_s": -1}, r"RetryPolicy.deadline_s = -1: allowed > 0"),
+    ({"deadline_s": -1}, r"RetryPolicy.deadline_s = -1: allowed seconds > 0 and <= 86400"),
+    # infinity crashed the queue timeout's conversion to microseconds (`--deadline-s inf`, a review)
+    ({"deadline_s": float("inf")}, r"RetryPolicy.deadline_s = inf: allowed seconds > 0 and <= 86400"),
+    ({"deadline_s": float("nan")}, r"RetryPolicy.deadline_s = nan: allowed seconds > 0"),
 ])
 def test_invalid_retry_policies_name_the_field_value_and_rule(kwargs, message):
     with pytest.raises(ClientError, match=message):

@@ -11,7 +11,8 @@ import pytest
 
 from model_client.aio import AsyncResilientClient, InferenceJob, infer_concurrently
 from model_client.client import classify_triton_error
-from model_client.errors import ClientError, OverloadedError, QueueTimeoutError, RequestRejectedError, ServerUnavailableError
+from model_client.errors import (ClientError, ModelRestartingError, OverloadedError, QueueTimeoutError, RequestRejectedError,
+                                  ServerUnavailableError)
 from model_client.policies import FallbackPolicy, PriorityLimits, RetryPolicy, backoff_schedule
 from model_client.resilient import ResilientClient
 
@@ -259,6 +260,10 @@ def test_async_client_makes_the_same_decisions_and_accounts_for_every_job():
     # a shared-memory region the server does not hold: NOT_FOUND, but the model is served (a review, 2026-12-07)
     ("Unable to find shared memory region: 'nope'", "StatusCode.NOT_FOUND", RequestRejectedError),
     ("Unable to find shared memory region: 'nope'", "404", RequestRejectedError),
+    # a dead backend stub: the server's fault, healed by the supervisor within seconds, so retried and
+    # degraded like overload; it read "rejected", as if the input were bad (a review, 2026-12-07)
+    ("Stub process 'digit_classifier_0_0' is not healthy.", "500", ModelRestartingError),
+    ("Stub process 'digit_classifier_0_0' is not healthy.", "StatusCode.INTERNAL", ModelRestartingError),
 ])
 def test_triton_errors_map_to_what_a_caller_can_act_on(message, status, expected):
     from tritonclient.utils import InferenceServerException
