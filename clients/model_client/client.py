@@ -87,6 +87,11 @@ def classify_triton_error(exc: Exception, url: str, model: str | None = None) ->
     if isinstance(exc, TimeoutError):  # a socket or network timeout: no answer in time, as a client deadline
         return OverloadedError(f"model {model!r} at {url} did not answer within the client's network timeout ({text}).")
     kinds = {c.__name__ for c in type(exc).__mro__}
+    # A server's own 500 (model code raised) is its answer, whatever words its message holds: a model's
+    # "connection reset" was retried as a lost server and its "not found" read as a missing model (a review,
+    # 2026-12-07). The words below classify transport errors and Triton's own statuses only.
+    if status in INTERNAL_STATUSES and not all(marker in lowered for marker in STUB_DIED_TEXTS):
+        return RequestRejectedError(f"request to {model!r} at {url} was rejected: {text}")
     if UNREACHABLE_TYPES & kinds or any(marker in lowered for marker in UNREACHABLE_TEXTS):
         return ServerUnavailableError(f"server at {url} is not reachable ({text}); is it running? try `make serve`.")
     if CONNECTION_LOST_TYPES & kinds or any(marker in lowered for marker in CONNECTION_LOST_TEXTS):
@@ -121,6 +126,8 @@ def classify_triton_error(exc: Exception, url: str, model: str | None = None) ->
     return RequestRejectedError(f"request to {model!r} at {url} was rejected: {text}")
 
 
+#: A server's "internal error" answers (HTTP 500, gRPC INTERNAL): model code raised, or a stub died.
+INTERNAL_STATUSES = ("500", "StatusCode.INTERNAL")
 #: Triton's Python backend, for a request that reached an instance whose stub process died.
 STUB_DIED_TEXTS = ("stub process", "is not healthy")
 #: HTTP statuses an intermediary (ingress, service mesh sidecar, load balancer) answers when the

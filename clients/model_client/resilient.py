@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import random
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -147,6 +148,7 @@ class ResilientClientBase:
         #: Tests inject their own factory.
         self._client_factory = client_factory or self.default_client_factory
         self._clients: dict[str, object] = {}
+        self._connecting = threading.Lock()
         self._said_unreachable: set[str] = set()
 
     def _record_failure(self, planner: AttemptPlanner, step: SendRequest, error: ClientError) -> None:
@@ -197,9 +199,10 @@ class ResilientClientBase:
         listed = model_endpoints(model, self.manifest) if self.url and self._fallback_only(model) else None
         # resolve_url returns a url it is given without reading the manifest again
         url = resolve_url(model, self.protocol, self.url if listed is None else listed.url(self.protocol), self.manifest)
-        if url not in self._clients:
-            self._clients[url] = self._client_factory(url, self.protocol, self._network_timeout_s)
-        return self._clients[url]
+        with self._connecting:  # threads sharing a gRPC client made one connection each and kept one (a review)
+            if url not in self._clients:
+                self._clients[url] = self._client_factory(url, self.protocol, self._network_timeout_s)
+            return self._clients[url]
 
     def _fallback_only(self, model: str) -> bool:
         pairs = self.fallback.pairs if self.fallback is not None else ()

@@ -264,6 +264,12 @@ def test_async_client_makes_the_same_decisions_and_accounts_for_every_job():
     # degraded like overload; it read "rejected", as if the input were bad (a review, 2026-12-07)
     ("Stub process 'digit_classifier_0_0' is not healthy.", "500", ModelRestartingError),
     ("Stub process 'digit_classifier_0_0' is not healthy.", "StatusCode.INTERNAL", ModelRestartingError),
+    # model code that raised: its words are not the transport's nor Triton's (retried as a lost server /
+    # read as a missing model before)
+    ("Failed to process the request(s) for model 'm_0_0', message: KeyError: 'label' not found", "500",
+     RequestRejectedError),
+    ("Failed to process the request(s) for model 'm_0_0', message: ConnectionResetError: connection reset by peer",
+     "StatusCode.INTERNAL", RequestRejectedError),
 ])
 def test_triton_errors_map_to_what_a_caller_can_act_on(message, status, expected):
     from tritonclient.utils import InferenceServerException
@@ -355,3 +361,26 @@ def test_an_unreachable_server_is_said_once_with_how_long_the_call_keeps_trying(
     with caplog.at_level("WARNING", logger="model_client"):
         assert asyncio.run(unreachable_async()).calls == 3
     assert [r.getMessage().count("deadline of 4 s") for r in caplog.records if r.name == "model_client"] == [1]
+
+
+def test_threads_sharing_a_client_share_one_connection_per_server():
+    """Eight threads on a fresh shared client made eight connections and kept one; the other seven were
+    never closed (a review, 2026-12-07, with gRPC, whose client may be shared)."""
+    import threading
+    import time as real_time
+
+    made = []
+
+    def slow_factory(url, protocol, timeout_s):
+        real_time.sleep(0.05)  # a connection takes a while: the threads overlap here
+        made.append(url)
+        return object()
+
+    client = ResilientClient("grpc", url="127.0.0.1:1", client_factory=slow_factory)
+    got = []
+    threads = [threading.Thread(target=lambda: got.append(client.client_for("m"))) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert made == ["127.0.0.1:1"] and len({id(c) for c in got}) == 1
