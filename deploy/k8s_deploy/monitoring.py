@@ -20,9 +20,10 @@
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Sequence
 
-from operations.alert_rules import AlertThresholds, render_alert_rules
+from operations.alert_rules import AlertThresholds, duration_seconds, render_alert_rules
 from contracts.serving_spec import ServingSpec
 
 from k8s_deploy.errors import DeployConfigError
@@ -87,9 +88,15 @@ def render_service_monitor(spec: ServingSpec, thresholds: AlertThresholds) -> di
 
 
 def render_prometheus_rule(spec: ServingSpec, thresholds: AlertThresholds) -> dict[str, Any]:
+    """The host's rules for pods: per-pod CPU and memory; no supervisor (the kubelet restarts pods). A
+    pod's metrics port opens only once its models are loaded, which the startup probe allows
+    `startup_allowance_s`, and the ServiceMonitor scrapes pods that are not ready yet: TritonTargetDown
+    waits that long beyond the host's `target_down_for` (it paged at every rollout whose models took
+    over a minute to load; a review, 2026-12-07). A pod that never comes up is the kubelet's to restart
+    and kube-prometheus-stack's KubePodCrashLooping / KubeDeploymentReplicasMismatch to report."""
+    grace = spec.kubernetes.startup_allowance_s + duration_seconds(thresholds.target_down_for)
     return {
         "apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule",
         "metadata": {"name": "tritonserver-alerts", "labels": monitoring_labels(spec)},
-        # per-pod CPU and memory; no supervisor in a cluster (the kubelet restarts pods)
-        "spec": render_alert_rules(thresholds, pod_container=CONTAINER),
+        "spec": render_alert_rules(dataclasses.replace(thresholds, target_down_for=f"{grace}s"), pod_container=CONTAINER),
     }

@@ -29,6 +29,13 @@ RULES_TEST_PATH = Path(__file__).with_name("alert_rules_test.yml")
 #: Labels that identify one model on one partition (Triton's own plus the scrape's).
 MODEL_LABELS = "job, instance, partition, model, version"
 _DURATION = re.compile(r"^[1-9][0-9]*[smh]$")
+
+
+def duration_seconds(duration: str) -> int:
+    """Seconds of a duration of the form `AlertThresholds` takes ('30s', '5m', '1h')."""
+    if not isinstance(duration, str) or not _DURATION.fullmatch(duration):
+        raise MonitorConfigError(f"{duration!r}: expected a Prometheus duration such as '30s', '5m' or '1h'.")
+    return int(duration[:-1]) * {"s": 1, "m": 60, "h": 3600}[duration[-1]]
 #: A series every generation model exports: marks decoupled models whose request duration is a
 #: whole generation, not a latency to hold against the SLA.
 GENERATION_MARKER = SEQUENCES_RUNNING.name

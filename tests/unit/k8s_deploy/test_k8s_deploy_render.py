@@ -234,7 +234,11 @@ def test_a_pod_that_serves_nothing_is_not_reported_idle(serving_spec, tmp_path):
 
 def test_prometheus_rule_is_the_alert_rule_generators_output_and_the_scrape_matches_its_labels(serving_spec):
     service_monitor, rule = render_documents(serving_spec)["kustomize/base/monitoring.yaml"]
-    assert rule["spec"] == render_alert_rules(AlertThresholds.for_serving(serving_spec), pod_container="tritonserver")
+    # a pod's metrics port opens once its models are loaded: the target-down alert allows the startup first
+    startup_then_down = f"{serving_spec.kubernetes.startup_allowance_s + 60}s"
+    assert rule["spec"] == render_alert_rules(dataclasses.replace(AlertThresholds.for_serving(serving_spec),
+                                                                  target_down_for=startup_then_down), pod_container="tritonserver")
+    assert [r["for"] for g in rule["spec"]["groups"] for r in g["rules"] if r["alert"] == "TritonTargetDown"] == ["360s"]
     rules = {r["alert"]: r["expr"] for g in rule["spec"]["groups"] for r in g["rules"]}
     # in a container nv_cpu_* describe the node: the pod's usage against its own limits instead
     assert "container_memory_working_set_bytes" in rules["TritonCpuMemoryHigh"] and "nv_cpu" not in rules["TritonCpuMemoryHigh"]
