@@ -20,6 +20,7 @@
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 from typing import Any, Sequence
 
@@ -27,21 +28,34 @@ from operations.alert_rules import AlertThresholds, duration_seconds, render_ale
 from contracts.serving_spec import ServingSpec
 
 from k8s_deploy.errors import DeployConfigError
-from k8s_deploy.workload import CONTAINER, PART_OF
+from k8s_deploy.workload import CONTAINER, PART_OF, streaming_models
 
 #: The custom metric the HPAs read (per pod, microseconds).
 QUEUE_METRIC = "triton_queue_time_per_request_us"
+#: The custom metric the HPA of a partition serving a generation model reads too (per pod, sequences
+#: waiting for a running slot, averaged over the window): such a model's requests never queue in
+#: Triton's batcher, so the queue time does not see its load.
+WAITING_METRIC = "triton_llm_sequences_waiting"
 SCRAPE_INTERVAL = "15s"
 #: Four scrape intervals (module docstring; NVIDIA's chart has 30 s); the local rehearsal shortens
 #: it (tests/integration/test_scaling_signal.py).
 QUEUE_WINDOW = "1m"
 _QUERY = ("sum(increase(nv_inference_queue_duration_us{{{m}}}[{w}])) by ({g})"
           "/clamp_min(sum(increase(nv_inference_request_success{{{m}}}[{w}])) by ({g}),1)")
+_WAITING_QUERY = "sum(avg_over_time(llm_sequences_waiting{{{m}}}[{w}])) by ({g})"
 
 
-def adapter_metrics_query(window: str = QUEUE_WINDOW) -> str:
-    """The adapter's `metricsQuery` template (Go template placeholders left in)."""
-    return _QUERY.format(m="<<.LabelMatchers>>", w=window, g="<<.GroupBy>>")
+def adapter_metrics_query(window: str = QUEUE_WINDOW, streaming_models: Sequence[str] = ()) -> str:
+    """The adapter's `metricsQuery` template (Go template placeholders left in). The models that stream
+    their answers are left out: their requests pass Triton's queue at once and count as successes when
+    they end, so they diluted a pod's queue time (a review, 2026-12-07)."""
+    left_out = f',model!~"{"|".join(sorted(streaming_models))}"' if streaming_models else ""
+    return _QUERY.format(m=f"<<.LabelMatchers>>{left_out}", w=window, g="<<.GroupBy>>")
+
+
+def adapter_waiting_query(window: str = QUEUE_WINDOW) -> str:
+    """The adapter's `metricsQuery` for WAITING_METRIC: a pod's waiting sequences, averaged over the window."""
+    return _WAITING_QUERY.format(m="<<.LabelMatchers>>", w=window, g="<<.GroupBy>>")
 
 
 def substitute_adapter_template(template: str, namespace: str, pods: Sequence[str], group_by: str = "pod") -> str:
@@ -54,14 +68,25 @@ def substitute_adapter_template(template: str, namespace: str, pods: Sequence[st
 
 
 def render_adapter_rules(spec: ServingSpec, window: str = QUEUE_WINDOW) -> list[dict[str, Any]]:
-    """prometheus-adapter `rules.custom` entries (its Helm chart's values)."""
+    """prometheus-adapter `rules.custom` entries (its Helm chart's values): the queue time per request
+    of every pod, and the waiting sequences where a generation model is served."""
     namespace = spec.kubernetes.namespace
-    return [{
+    resources = {"overrides": {"namespace": {"resource": "namespace"}, "pod": {"resource": "pod"}}}
+    streaming = streaming_models(spec)
+    rules = [{
         "seriesQuery": f'nv_inference_queue_duration_us{{namespace="{namespace}",pod!=""}}',
-        "resources": {"overrides": {"namespace": {"resource": "namespace"}, "pod": {"resource": "pod"}}},
+        "resources": resources,
         "name": {"matches": "^nv_inference_queue_duration_us$", "as": QUEUE_METRIC},
-        "metricsQuery": adapter_metrics_query(window),
+        "metricsQuery": adapter_metrics_query(window, streaming),
     }]
+    if streaming:
+        rules.append({
+            "seriesQuery": f'llm_sequences_waiting{{namespace="{namespace}",pod!=""}}',
+            "resources": copy.deepcopy(resources),  # its own mapping: a shared one is written as a YAML alias
+            "name": {"matches": "^llm_sequences_waiting$", "as": WAITING_METRIC},
+            "metricsQuery": adapter_waiting_query(window),
+        })
+    return rules
 
 
 def render_adapter_values(spec: ServingSpec) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from operations.alert_rules import AlertThresholds
 from contracts.serving_spec import ServingSpec
 
 from k8s_deploy.gpu import render_device_plugin_config, render_gpu_patch, uses_mps
-from k8s_deploy.monitoring import QUEUE_METRIC, render_adapter_values, render_prometheus_rule, render_service_monitor
+from k8s_deploy.monitoring import QUEUE_METRIC, WAITING_METRIC, render_adapter_values, render_prometheus_rule, render_service_monitor
 from k8s_deploy.workload import (plan_deployment, render_deployment, render_hpa, render_network_policy, render_pdb,
                                  render_services, resource_name)
 
@@ -42,7 +42,7 @@ def render_documents(spec: ServingSpec, thresholds: AlertThresholds | None = Non
     for part in cpu.plan.partitions:
         name = f"{resource_name(part.name)}.yaml"
         files[f"kustomize/base/{name}"] = [render_deployment(cpu, part), *render_services(part, thresholds.job),
-                                           render_pdb(part), render_hpa(cpu, part, QUEUE_METRIC),
+                                           render_pdb(part), render_hpa(cpu, part, QUEUE_METRIC, WAITING_METRIC),
                                            render_network_policy(spec, part)]
         base.append(name)
     # The pods meet the "restricted" Pod Security Standard (non-root, no privilege escalation, every

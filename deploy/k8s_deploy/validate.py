@@ -123,7 +123,7 @@ def _labels_match(selector: dict[str, str], labels: dict[str, str]) -> bool:
     return all(labels.get(k) == v for k, v in selector.items())
 
 
-def check_references(docs: list[dict[str, Any]], adapter_metric: str = QUEUE_METRIC) -> list[str]:
+def check_references(docs: list[dict[str, Any]], adapter_metrics: "frozenset[str]" = frozenset({QUEUE_METRIC})) -> list[str]:
     """What schemas cannot see: every reference points at something that exists and matches."""
     errors: list[str] = []
     deployments = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Deployment"}
@@ -134,8 +134,9 @@ def check_references(docs: list[dict[str, Any]], adapter_metric: str = QUEUE_MET
             if spec["scaleTargetRef"]["name"] not in deployments:
                 errors.append(f"{_name(doc)}: scaleTargetRef {spec['scaleTargetRef']['name']} is no rendered Deployment")
             names = {m["pods"]["metric"]["name"] for m in spec["metrics"] if m["type"] == "Pods"}
-            if names != {adapter_metric}:
-                errors.append(f"{_name(doc)}: reads metrics {sorted(names)}, the adapter serves {adapter_metric!r}")
+            if QUEUE_METRIC not in names or not names <= adapter_metrics:
+                errors.append(f"{_name(doc)}: reads metrics {sorted(names)}, the adapter serves {sorted(adapter_metrics)} "
+                              f"(and every HPA reads {QUEUE_METRIC!r})")
         elif kind in ("Service", "PodDisruptionBudget"):
             selector = spec["selector"] if kind == "Service" else spec["selector"]["matchLabels"]
             if not any(_labels_match(selector, labels) for labels in pod_labels):
@@ -240,8 +241,9 @@ def _check_overlay(root: Path, overlay: str, namespace: str) -> tuple[list[str],
     found = [check for doc in docs + (extra if overlay.endswith("gpu") else [])
              for check in (check_crd_schema(doc) if doc["apiVersion"].startswith("monitoring.coreos.com/")
                            else check_core_schema(doc))]
-    found += check_references(docs) + check_promql(docs, yaml.safe_load((root / "prometheus-adapter/values.yaml").read_text()),
-                                                    namespace)
+    adapter_values = yaml.safe_load((root / "prometheus-adapter/values.yaml").read_text())
+    served = frozenset(rule["name"]["as"] for rule in adapter_values["rules"]["custom"])
+    found += check_references(docs, served) + check_promql(docs, adapter_values, namespace)
     return found, docs
 
 

@@ -93,11 +93,18 @@ MAX_SERVICE_NAME = 63
 MIN_STREAMING_DRAIN_S = 60
 
 
+def streaming_models(spec: ServingSpec, partition: str | None = None) -> tuple[str, ...]:
+    """The models (of `partition`, default every one) whose recipe streams their answers (decoupled
+    generation: `Recipe.streams_answers`)."""
+    from model_build.recipes.registry import RECIPES
+
+    return tuple(m.name for m in spec.models if (partition is None or spec.partition_of(m) == partition)
+                 and m.recipe in RECIPES and RECIPES[m.recipe].streams_answers)
+
+
 def check_deployable_partitions(spec: ServingSpec) -> None:
     """What serving.toml allows but a cluster does not: partition names that make no valid Kubernetes
     names, and a partition whose streaming models would be cut mid-answer by a short drain."""
-    from model_build.recipes.registry import RECIPES
-
     for part in spec.effective_partitions:
         bad = [name for name in (resource_name(part.name), f"{resource_name(part.name)}-metrics")
                if len(name) > MAX_SERVICE_NAME or not DNS_1035_LABEL.fullmatch(name)]
@@ -106,8 +113,7 @@ def check_deployable_partitions(spec: ServingSpec) -> None:
                 f"`partitions.{part.name}`: its Service `{bad[0]}` is no valid Kubernetes name (a DNS-1035 label: "
                 f"at most {MAX_SERVICE_NAME} characters, ending in a letter or digit); allowed partition names of at "
                 f"most {MAX_SERVICE_NAME - len(resource_name('')) - len('-metrics')} characters that do not end in '_'.")
-        streaming = [m.name for m in spec.models_in_partition(part.name)
-                     if m.recipe in RECIPES and RECIPES[m.recipe].streams_answers]
+        streaming = list(streaming_models(spec, part.name))
         if streaming and part.autoscaling.drain_s < MIN_STREAMING_DRAIN_S:
             raise DeployConfigError(
                 f"`partitions.{part.name}.autoscaling.drain_s` = {part.autoscaling.drain_s}: the partition serves "
@@ -349,18 +355,24 @@ def render_pdb(part: PlannedPartition) -> dict[str, Any]:
     }
 
 
-def render_hpa(deploy: DeployPlan, part: PlannedPartition, metric_name: str) -> dict[str, Any]:
-    """autoscaling/v2 on the adapter's per-pod queue time per request (µs), averaged over the pods."""
+def render_hpa(deploy: DeployPlan, part: PlannedPartition, metric_name: str,
+               waiting_metric: str | None = None) -> dict[str, Any]:
+    """autoscaling/v2 on the adapter's per-pod queue time per request (µs), averaged over the pods; for
+    a partition serving a generation model also on `waiting_metric`, its sequences waiting for a
+    running slot per pod (the HPA follows whichever asks for more pods)."""
     scaling = deploy.autoscaling(part.name)
+    metrics = [{"type": "Pods", "pods": {"metric": {"name": metric_name},
+                                         "target": {"type": "AverageValue", "averageValue": str(scaling.target_queue_us)}}}]
+    if waiting_metric and streaming_models(deploy.spec, part.name):
+        metrics.append({"type": "Pods", "pods": {"metric": {"name": waiting_metric}, "target": {
+            "type": "AverageValue", "averageValue": str(scaling.target_waiting_sequences)}}})
     return {
         "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
         "metadata": {"name": resource_name(part.name), "labels": common_labels(part.name)},
         "spec": {
             "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": resource_name(part.name)},
             "minReplicas": scaling.min_replicas, "maxReplicas": scaling.max_replicas,
-            "metrics": [{"type": "Pods", "pods": {"metric": {"name": metric_name},
-                                                  "target": {"type": "AverageValue",
-                                                             "averageValue": str(scaling.target_queue_us)}}}],
+            "metrics": metrics,
             "behavior": {
                 "scaleDown": {"stabilizationWindowSeconds": scaling.scale_down_stabilization_s,
                               "policies": [{"type": "Pods", "value": 1, "periodSeconds": 60}]},

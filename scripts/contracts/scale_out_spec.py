@@ -10,7 +10,7 @@ which renders the manifests; `make serve` ignores them. Frozen and validated lik
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from contracts.errors import ConfigError
@@ -66,6 +66,11 @@ class Autoscaling:
     #: ~231 tokens each): a partition serving one must cover its longest stream. A host's `make stop`
     #: keeps 10 s (an operator's stop; an idle keep-alive HTTP client holds Triton's stop this long).
     drain_s: int = 10
+    #: For a partition serving a generation model: the sequences each pod may have waiting for a free
+    #: running slot (`llm_sequences_waiting`, averaged over a minute) before the HPA adds pods. Its
+    #: requests never queue in Triton's batcher (the model schedules them itself), so the queue time
+    #: above does not see its load. Any waiting sequence means every slot is busy.
+    target_waiting_sequences: int = 1
     #: Set by `ServingSpec` for messages: which partition this belongs to.
     partition: str = "<partition>"
 
@@ -81,9 +86,11 @@ class Autoscaling:
         _int_in(f"{where}.target_queue_us", self.target_queue_us, 1, 60_000_000)
         _int_in(f"{where}.scale_down_stabilization_s", self.scale_down_stabilization_s, 0, MAX_STABILIZATION_S)
         _int_in(f"{where}.drain_s", self.drain_s, 1, MAX_DRAIN_S)
+        _int_in(f"{where}.target_waiting_sequences", self.target_waiting_sequences, 1, 10_000)
 
 
-_AUTOSCALING_KEYS = {"min_replicas", "max_replicas", "target_queue_us", "scale_down_stabilization_s", "drain_s"}
+#: What a `[partitions.<name>.autoscaling]` table may hold: Autoscaling's fields, less the one set for messages.
+_AUTOSCALING_KEYS = {f.name for f in fields(Autoscaling)} - {"partition"}
 
 
 @dataclass(frozen=True)

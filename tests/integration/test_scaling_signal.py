@@ -136,7 +136,7 @@ def test_queue_time_signal_raises_the_hpa_desired_replicas_under_load_and_lowers
     url, pods = prometheus
     deploy = plan_deployment(serving_spec)
     scaling = deploy.autoscaling(PARTITION)
-    (rule,) = render_adapter_rules(serving_spec, window=REHEARSAL_WINDOW)
+    rule = render_adapter_rules(serving_spec, window=REHEARSAL_WINDOW)[0]  # the queue time (then the LLM's waiting)
     production = render_adapter_rules(serving_spec)[0]["metricsQuery"]
     assert rule["metricsQuery"] == production.replace(f"[{QUEUE_WINDOW}]", f"[{REHEARSAL_WINDOW}]"), "only the window may differ"
     per_pod = substitute_adapter_template(rule["metricsQuery"], serving_spec.kubernetes.namespace, pods)

@@ -155,15 +155,26 @@ def test_services_and_pdb_select_the_partitions_pods(serving_spec):
 
 
 def test_hpa_reads_the_adapters_metric_with_the_partitions_autoscaling_settings(serving_spec):
+    """Every partition scales on its pods' queue time; the one serving the LLM also on its sequences
+    waiting for a running slot, which Triton's queue never sees (a review, 2026-12-07: the fallback
+    HPA could not see the LLM's load, and the LLM's requests diluted the queue time)."""
+    from k8s_deploy.monitoring import WAITING_METRIC
+
     for part in serving_spec.effective_partitions:
         (hpa,) = by_kind(base_docs(serving_spec, part.name), "HorizontalPodAutoscaler")
         spec, scaling = hpa["spec"], part.autoscaling
         assert (spec["minReplicas"], spec["maxReplicas"]) == (scaling.min_replicas, scaling.max_replicas)
         assert spec["behavior"]["scaleDown"]["stabilizationWindowSeconds"] == scaling.scale_down_stabilization_s
-        assert spec["metrics"] == [{"type": "Pods", "pods": {"metric": {"name": QUEUE_METRIC}, "target": {
-            "type": "AverageValue", "averageValue": str(scaling.target_queue_us)}}}]
+        queue = {"type": "Pods", "pods": {"metric": {"name": QUEUE_METRIC}, "target": {
+            "type": "AverageValue", "averageValue": str(scaling.target_queue_us)}}}
+        waiting = {"type": "Pods", "pods": {"metric": {"name": WAITING_METRIC}, "target": {
+            "type": "AverageValue", "averageValue": str(scaling.target_waiting_sequences)}}}
+        serves_llm = any(m.recipe == "smollm2_gguf" for m in serving_spec.models_in_partition(part.name))
+        assert spec["metrics"] == ([queue, waiting] if serves_llm else [queue]), part.name
         assert spec["scaleTargetRef"]["name"] == resource_name(part.name)
-    assert render_adapter_rules(serving_spec)[0]["name"]["as"] == QUEUE_METRIC
+    queue_rule, waiting_rule = render_adapter_rules(serving_spec)
+    assert queue_rule["name"]["as"] == QUEUE_METRIC and waiting_rule["name"]["as"] == WAITING_METRIC
+    assert ',model!~"smollm2_chat"}' in queue_rule["metricsQuery"]
 
 
 def test_adapter_query_is_the_pods_queue_time_per_request_with_the_adapters_template():
@@ -203,6 +214,37 @@ def test_a_pods_idle_models_do_not_dilute_its_queue_time(serving_spec, tmp_path)
                 {"labels": f'queue_time_per_request_us{{pod="{quiet}"}}', "value": 2_000}]}]}]}))
     done = subprocess.run(["promtool", "test", "rules", "test.yml"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and "SUCCESS" in done.stdout, done.stdout + done.stderr
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None,
+                    reason="promtool not installed (Debian package `prometheus`; scripts/setup_system_packages.sh)")
+def test_the_llms_requests_leave_the_queue_time_alone_and_its_waiting_sequences_are_their_own_signal(serving_spec, tmp_path):
+    """A fallback pod: the small classifier's 10 requests/s queue 2 ms each, the LLM's 100 pass Triton's
+    queue at once (its own scheduler holds them). With the LLM left out the pod reads 2 ms (it read 0.18);
+    its waiting sequences (3) are the HPA's second metric. Evaluated by promtool."""
+    from k8s_deploy.monitoring import WAITING_METRIC
+
+    namespace, pod = serving_spec.kubernetes.namespace, "triton-fallback-a"
+    series = []
+    for model, requests, queued_us in (("digit_classifier_small", 10, 2_000), ("smollm2_chat", 100, 0)):
+        labels = f'namespace="{namespace}",pod="{pod}",model="{model}",version="1"'
+        series += [{"series": f"nv_inference_queue_duration_us{{{labels}}}", "values": f"0+{requests * queued_us}x8"},
+                   {"series": f"nv_inference_request_success{{{labels}}}", "values": f"0+{requests}x8"}]
+    series.append({"series": f'llm_sequences_waiting{{namespace="{namespace}",pod="{pod}",model="smollm2_chat",version="1"}}',
+                   "values": "3x8"})
+    queue_rule, waiting_rule = render_adapter_rules(serving_spec)
+    (tmp_path / "rules.yml").write_text(yaml.safe_dump({"groups": [{"name": "adapter", "rules": [
+        {"record": "queue_time_per_request_us", "expr": substitute_adapter_template(queue_rule["metricsQuery"], namespace, [pod])},
+        {"record": "waiting", "expr": substitute_adapter_template(waiting_rule["metricsQuery"], namespace, [pod])}]}]}))
+    (tmp_path / "test.yml").write_text(yaml.safe_dump({
+        "rule_files": ["rules.yml"], "evaluation_interval": "15s",
+        "tests": [{"interval": "15s", "input_series": series, "promql_expr_test": [
+            {"expr": "queue_time_per_request_us", "eval_time": "2m",
+             "exp_samples": [{"labels": f'queue_time_per_request_us{{pod="{pod}"}}', "value": 2_000}]},
+            {"expr": "waiting", "eval_time": "2m", "exp_samples": [{"labels": f'waiting{{pod="{pod}"}}', "value": 3}]}]}]}))
+    done = subprocess.run(["promtool", "test", "rules", "test.yml"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "SUCCESS" in done.stdout, done.stdout + done.stderr
+    assert waiting_rule["name"]["as"] == WAITING_METRIC
 
 
 @pytest.mark.skipif(shutil.which("promtool") is None,

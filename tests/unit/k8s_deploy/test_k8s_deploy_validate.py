@@ -49,7 +49,9 @@ def test_strict_schema_rejects_an_unknown_field_and_a_wrong_type_in_every_versio
 
 @pytest.mark.parametrize("break_it, message", [
     (lambda d: d[4]["spec"]["scaleTargetRef"].update(name="triton-nowhere"), "scaleTargetRef triton-nowhere is no rendered Deployment"),
-    (lambda d: d[4]["spec"]["metrics"][0]["pods"]["metric"].update(name="cpu_busy"), "the adapter serves 'triton_queue_time_per_request_us'"),
+    (lambda d: d[4]["spec"]["metrics"][0]["pods"]["metric"].update(name="cpu_busy"), "the adapter serves ['triton_queue_time_per_request_us']"),
+    (lambda d: d[4]["spec"]["metrics"].append({"type": "Pods", "pods": {"metric": {"name": "triton_llm_sequences_waiting"}}}),
+     "reads metrics ['triton_llm_sequences_waiting', 'triton_queue_time_per_request_us'], the adapter serves"),
     (lambda d: d[1]["spec"]["selector"].update(partition="other"), "Service/triton-main: selector"),
     (lambda d: d[0]["spec"]["template"]["spec"]["containers"][0]["args"].append("--x=$(NOT_DEFINED)"), "use $(['NOT_DEFINED'])"),
     (lambda d: d[0]["spec"]["template"]["spec"]["containers"][0]["env"].pop(), "no SERVING_ARGV_SECRET from a Secret"),
