@@ -24,6 +24,7 @@ from model_client.client import (
     CONNECTION_LOST_TEXTS,
     GATEWAY_STATUSES,
     RATE_LIMITED_STATUS,
+    STUB_DIED_TEXTS,
     UNREACHABLE_TEXTS,
     check_url,
     gateway_error,
@@ -32,7 +33,8 @@ from model_client.client import (
     utf8_bytes,
 )
 from model_client.errors import (
-    ClientError, ModelNotFoundError, OverloadedError, RequestRejectedError, ServerUnavailableError,
+    ClientError, ModelNotFoundError, ModelRestartingError, OverloadedError, QueueTimeoutError, RequestRejectedError,
+    ServerUnavailableError,
 )
 
 DEFAULT_GENERATION_MODEL = "smollm2_chat"
@@ -105,6 +107,14 @@ def _classify(message: str, status: str, url: str, model: str) -> ClientError:
         return _connection_lost(url, model, message)  # (was "overloaded": UNAVAILABLE, below)
     if "unknown model" in lowered or status == "StatusCode.NOT_FOUND":  # as the infer clients say it
         return ModelNotFoundError(f"model {model!r} is not served at {url}: {message}")
+    # An error on a gRPC stream arrives as a message alone (the stream itself ends OK, with no status:
+    # a review, 2026-12-07), so Triton's own words decide there: its queue timeout was "rejected".
+    if "request timeout expired" in lowered:
+        return QueueTimeoutError(f"request to {model!r} at {url} waited in the queue past its timeout and was rejected "
+                                 f"({message}); the model is busy: retry with backoff while your deadline allows.")
+    if all(marker in lowered for marker in STUB_DIED_TEXTS):
+        return ModelRestartingError(f"model {model!r} at {url} lost a backend process ({message}); the server reloads "
+                                    f"it within seconds: retry with backoff.")
     if status in ("503", "StatusCode.UNAVAILABLE") or "wait queue" in lowered:
         return OverloadedError(f"model {model!r} at {url} is overloaded ({message}); retry later with backoff.")
     if status in GATEWAY_STATUSES:  # an ingress or sidecar between (as the infer clients say it)

@@ -407,6 +407,28 @@ def binary_texts(server, texts: list[bytes], timeout_s: float = 120.0) -> tuple[
         connection.close()
 
 
+def test_a_text_input_over_the_guards_string_limit_is_refused_before_the_backend_copies_it(triton_server, text_model):
+    """A BYTES input's declared shape ([1, 1]) says nothing of its bytes, so the shape limit never
+    applied: a 50 MB prompt was copied whole into its stub's shared-memory region (which keeps its
+    largest size) before the model refused it (a review, 2026-12-07). Over 32 MiB now refused by the
+    request guard, before any stub sees it: 400 naming the input and the limit, no region grew, and
+    the model answers the next text."""
+    import os
+
+    from contracts.shared_memory import triton_shm_regions
+
+    def region_bytes():
+        return sum(os.stat(r).st_size for r in triton_shm_regions(triton_server.process.pid) if os.path.exists(r))
+
+    before = region_bytes()
+    status, body = binary_texts(triton_server, [b"word " * ((32 << 20) // 5 + 1)])
+    assert status == 400, body[:300]
+    assert b"input 'TEXT' (BYTES) carries 33554439 bytes, more than this server accepts per text input (33554432" in body
+    assert region_bytes() == before
+    status, body = binary_texts(triton_server, [b"word " * 1000])  # a long text within the limit: answered
+    assert status == 200, body[:300]
+
+
 def test_texts_whose_words_start_late_do_not_hold_up_the_other_text_requests(triton_server, text_model):
     """16,385 spaces and then CJK up to 262,144 characters: the text front-end tokenized all of it (its
     first 16,384 characters hold no token), 0.5 s a row; one request of a full batch of such rows held

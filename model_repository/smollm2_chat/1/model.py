@@ -186,6 +186,7 @@ class TritonPythonModel:
         return prompt_text, stream, prepend, fields
 
     def _accept(self, request):
+        arrived = self.engine.clock()  # its latency counts tokenizing too (a review, 2026-12-07: it started after)
         sender = request.get_response_sender()
         try:
             prompt_text, stream, prepend, fields = self._parse(request)
@@ -200,7 +201,7 @@ class TritonPythonModel:
                 self.pending[request_id] = _Pending(request, sender, stream, prompt_text if prepend else "", IncrementalDetokenizer(decode),
                                                     len(ids), generation.sampling.stop)
                 try:
-                    self.engine.submit(generation)
+                    self.engine.submit(generation, arrived)
                 except Exception:
                     self.pending.pop(request_id, None)
                     raise
@@ -248,7 +249,8 @@ class TritonPythonModel:
             for sequence in list(self.engine.scheduler.all_sequences()):
                 self.engine.cancel(sequence.request_id)
             try:
-                self.engine.step()  # a step with everything cancelled computes nothing: it only frees the blocks
+                freed = self.engine.step()  # a step with everything cancelled computes nothing: it only frees the blocks
+                self._publish(freed)  # the gauges read free slots and blocks again (LlmKvCacheNearlyFull fired on stale ones)
             except Exception as exc:
                 pb_utils.Logger.log_error(f"generation: freeing after a failed step failed too: {exc!r}")
             failed = [self.pending.pop(request_id, None) for request_id in list(self.pending)]

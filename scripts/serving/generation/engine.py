@@ -70,10 +70,13 @@ class GenerationEngine:
         self.lock = threading.Lock()
         self._rngs: dict[str, np.random.Generator] = {}
 
-    def submit(self, request: GenerationRequest) -> Sequence:
+    def submit(self, request: GenerationRequest, arrived: float | None = None) -> Sequence:
+        """Queue `request`; `arrived` (this engine's clock) is when it reached the model, before it was
+        parsed and tokenized (up to ~180 ms for a long prompt), which its time to first token, its
+        `deadline_ms` and its queue timeout count from; now when not given."""
         rng = new_rng(request.sampling)
         with self.lock:  # its generator is in place before the loop's next plan can see the sequence
-            sequence = self.scheduler.submit(request, self.clock())
+            sequence = self.scheduler.submit(request, self.clock() if arrived is None else arrived)
             self._rngs[request.request_id] = rng
         return sequence
 

@@ -101,8 +101,8 @@ def _check(name: str, value: Any, source: str = FROM_INPUT, sent: Any = None) ->
         hint = ""
         if (name == "seed" and source == FROM_REQUEST and isinstance(shown_value, float) and shown_value.is_integer()
                 and shown_value >= 2**53):
-            hint = (" (Triton hands the request's parameters to the model as JSON numbers, doubles: a seed of 2**53 or "
-                    "more loses its last digits there; send it in the sampling_parameters input, whose JSON keeps integers)")
+            hint = (" (Triton hands the model a request parameter of 2**63 or more as a double, which loses its last "
+                    "digits; send it in the sampling_parameters input, whose JSON keeps integers)")
         raise InvalidGenerationRequest(f"{source} `{name}` = {shown}: expected {allowed}{hint}.")
     return value
 
@@ -147,7 +147,7 @@ def parse_sampling_parameters(text: str | bytes | None, source: str = FROM_INPUT
         data = {name: value for name, value in data.items() if name not in INPUT_NAMES_IN_PARAMETERS}
     unknown = sorted(set(data) - set(SAMPLING_FIELDS))
     if unknown:
-        raise InvalidGenerationRequest(f"{source} has unknown fields {unknown}; allowed: {sorted(SAMPLING_FIELDS)}.")
+        raise InvalidGenerationRequest(f"{source}: unknown fields {unknown}; allowed: {sorted(SAMPLING_FIELDS)}.")
     fields = {name: (as_vllm_backend_reads(name, value), value) for name, value in data.items()}
     return {name: _check(name, value, source, sent) for name, (value, sent) in fields.items() if value is not None}
 
@@ -157,11 +157,12 @@ def as_vllm_backend_reads(name: str, value: Any) -> Any:
     each field with its type (`int("100")`, `float("0.95")`), and its own sample client sends
     numbers as strings; null is the default (None: the field is left out); `top_k` -1 is vLLM's "no
     limit" (0 here) and an empty `stop` list no stop strings. Stricter than that backend's `bool()`
-    and `int()`: "false" is False, and 100.0 for an integer field is refused. Anything else is left
+    and `int()`: "false" is False, 100.0 for an integer field is refused, and so is "1_0" (Python's
+    digit grouping, which `int` accepts as 10). Anything else is left
     for `_check`, which names what is wrong ("0.5" for an integer field, "abc" for a number)."""
     if value is None or (name == "stop" and value == []):
         return None
-    if isinstance(value, str) and name != "stop":
+    if isinstance(value, str) and name != "stop" and "_" not in value:  # Python reads "1_0" as 10: not a number here
         text = value.strip()
         if SAMPLING_FIELDS[name][0] is bool:
             value = {"true": True, "false": False}.get(text.lower(), value)

@@ -35,6 +35,12 @@ def test_errors_map_to_retryable_and_not_retryable():
     assert isinstance(_classify("the wait queue of priority 1 is full", "", "u", "m"), OverloadedError)
     assert isinstance(_classify("busy", "503", "u", "m"), OverloadedError)
     assert isinstance(_classify("text_input is empty", "400", "u", "m"), RequestRejectedError)
+    # a gRPC stream's error is a message with no status (the stream ends OK): Triton's queue timeout and a
+    # dead stub were "rejected", never retried (a review, 2026-12-07)
+    from model_client.errors import ModelRestartingError, QueueTimeoutError
+
+    assert isinstance(_classify("Request timeout expired", "None", "u", "m"), QueueTimeoutError)
+    assert isinstance(_classify("Stub process 'smollm2_chat_0_0' is not healthy.", "None", "u", "m"), ModelRestartingError)
 
 
 def test_a_server_that_is_down_is_unreachable_over_grpc_as_over_http():

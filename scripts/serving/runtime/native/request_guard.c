@@ -27,6 +27,9 @@
  *   the whole server. Refused in TRITONSERVER_InferenceRequestAddInput, before that allocation, when
  *   the shape needs more than SERVING_REQUEST_GUARD_MAX_INPUT_BYTES (default 256 MiB; 0 = no limit;
  *   a launched server gets serving.toml's `[server] max_input_bytes`, 1 MiB as served).
+ * - A BYTES input (text, a prompt) whose data passes SERVING_REQUEST_GUARD_MAX_STRING_BYTES (default 32 MiB;
+ *   0 = no limit), which no declared shape bounds: refused before the backend copies it into its stub's
+ *   shared memory (check_string_size).
  * - An HTTP body sent with `Content-Encoding: gzip`/`deflate` that is not valid compressed data, or
  *   that inflates past SERVING_REQUEST_GUARD_MAX_INFLATED_BYTES (default 256 MiB): Triton 2.51 ignores
  *   zlib's Z_DATA_ERROR and uses whatever was inflated (nothing: an empty raw request, which
@@ -155,6 +158,7 @@ typedef TRITONSERVER_Error *(*batch_properties_fn)(TRITONSERVER_Server *, const 
 static int enabled;
 static uint64_t max_input_bytes = 256ull << 20;    /* SERVING_REQUEST_GUARD_MAX_INPUT_BYTES; 0 = no limit */
 static uint64_t max_inflated_bytes = 256ull << 20; /* SERVING_REQUEST_GUARD_MAX_INFLATED_BYTES; 0 = no limit */
+static uint64_t max_string_bytes = 32ull << 20;    /* SERVING_REQUEST_GUARD_MAX_STRING_BYTES; 0 = no limit */
 static uint64_t max_parameters = 128;              /* SERVING_REQUEST_GUARD_MAX_PARAMETERS; 0 = no limit */
 /* SERVING_REQUEST_GUARD_MAX_INFLATED_JSON_MARKS; 0 = no limit: ',' '[' '{' ':' bytes in one inflated HTTP body */
 static uint64_t max_inflated_json_marks = 4ull << 20;
@@ -349,6 +353,7 @@ __attribute__((constructor)) static void request_guard_init(int argc, char **arg
     if (!enabled) return;
     max_input_bytes = env_limit("SERVING_REQUEST_GUARD_MAX_INPUT_BYTES", max_input_bytes, "byte count");
     max_inflated_bytes = env_limit("SERVING_REQUEST_GUARD_MAX_INFLATED_BYTES", max_inflated_bytes, "byte count");
+    max_string_bytes = env_limit("SERVING_REQUEST_GUARD_MAX_STRING_BYTES", max_string_bytes, "byte count");
     max_parameters = env_limit("SERVING_REQUEST_GUARD_MAX_PARAMETERS", max_parameters, "count");
     max_inflated_json_marks = env_limit("SERVING_REQUEST_GUARD_MAX_INFLATED_JSON_MARKS", max_inflated_json_marks, "count");
     max_json_depth = env_limit("SERVING_REQUEST_GUARD_MAX_JSON_DEPTH", max_json_depth, "count");
@@ -696,6 +701,22 @@ static uint64_t data_bytes(const struct input *in) {
     return total;
 }
 
+/* A BYTES input whose data passes max_string_bytes. Its declared shape says nothing of its size (one
+ * element may hold any number of bytes), so the shape limit never applied: a 50 MB prompt of shape [1]
+ * was copied whole into its Python-backend stub's shared-memory region before the model refused it,
+ * and the region keeps the largest size it held (a 120 MB one over gRPC: 164 MiB of /dev/shm, whose
+ * pod volume holds 256 MiB; the running streams paused 0.3 s; a review, 2026-12-07). Refused here,
+ * before the copy. 32 MiB holds a full text batch of 32 rows of 262,144 characters of 4 bytes. */
+static int check_string_size(const struct input *in, char *message, size_t room) {
+    if (in->datatype != TYPE_BYTES || in->unreadable || max_string_bytes == 0) return 0;
+    uint64_t total = data_bytes(in);
+    if (total <= max_string_bytes) return 0;
+    snprintf(message, room, "input '%s' (BYTES) carries %" PRIu64 " bytes, more than this server accepts per text "
+             "input (%" PRIu64 ", SERVING_REQUEST_GUARD_MAX_STRING_BYTES); expected shorter texts or fewer per request "
+             "(a model reads only the start of a long text: its max_length tokens)", in->name, total, max_string_bytes);
+    return 1;
+}
+
 static int check_data_size(const struct input *in, char *message, size_t room) {
     if (in->datatype < TYPE_BOOL || in->datatype > TYPE_BF16 || in->datatype == TYPE_BYTES || in->unreadable ||
         !misread_shape(in))
@@ -792,7 +813,8 @@ TRITONSERVER_Error *TRITONSERVER_ServerInferAsync(TRITONSERVER_Server *server, T
         char message[768];
         int refused = 0;
         for (struct input *in = r->inputs; in && !refused; in = in->next)
-            refused = check_shape(in, message, sizeof message) || check_data_size(in, message, sizeof message) ||
+            refused = check_shape(in, message, sizeof message) || check_string_size(in, message, sizeof message) ||
+                      check_data_size(in, message, sizeof message) ||
                       check_bytes(in, message, sizeof message) || check_rows(in, message, sizeof message);
         free_request(r);
         if (refused) return new_error(ERROR_INVALID_ARG, message);

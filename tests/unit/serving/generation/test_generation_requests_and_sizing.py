@@ -51,6 +51,8 @@ def test_what_the_vllm_backend_accepts_is_accepted_as_it_reads_it():
     assert parse_sampling_parameters('{"stream": false, "temperature": 0}', FROM_REQUEST) == {"temperature": 0}
     with pytest.raises(InvalidGenerationRequest, match=r"`max_tokens` = '0.5': expected an integer"):
         parse_sampling_parameters('{"max_tokens": "0.5"}')
+    with pytest.raises(InvalidGenerationRequest, match=r"`max_tokens` = '1_0': expected an integer"):
+        parse_sampling_parameters('{"max_tokens": "1_0"}')  # Python's int() reads 10 (a review, 2026-12-07)
     with pytest.raises(InvalidGenerationRequest, match=r"`temperature` = 'warm': expected a number"):
         parse_sampling_parameters('{"temperature": "warm"}')
     with pytest.raises(InvalidGenerationRequest, match=r"`top_p` = 'nan'"):
