@@ -313,6 +313,11 @@ def render_deployment(deploy: DeployPlan, part: PlannedPartition) -> dict[str, A
             "weight": 100, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname",
                                                "labelSelector": {"matchLabels": selector_labels(part.name)}}}]}},
     }
+    cluster = deploy.spec.kubernetes
+    if cluster.image_pull_secrets:  # the model-repository image usually lives in a private registry
+        pod_spec["imagePullSecrets"] = [{"name": name} for name in cluster.image_pull_secrets]
+    if cluster.priority_class_name:
+        pod_spec["priorityClassName"] = cluster.priority_class_name
     return {
         "apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": {"name": resource_name(part.name), "labels": common_labels(part.name)},

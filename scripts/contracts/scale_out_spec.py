@@ -27,6 +27,20 @@ MAX_STABILIZATION_S = 3600
 MAX_DRAIN_S = 3600
 
 
+#: Names of most Kubernetes objects (Secrets, PriorityClasses): DNS-1123 subdomains.
+DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+def _is_dns_subdomain(value: Any) -> bool:
+    return isinstance(value, str) and len(value) <= 253 and DNS_SUBDOMAIN.fullmatch(value) is not None
+
+
+def _distinct_names(field_name: str, value: Any, is_name: Any, allowed: str) -> None:
+    """A list of names (a tuple once loaded), each passing `is_name`, none twice; else an error naming the field."""
+    if not isinstance(value, tuple) or not all(map(is_name, value)) or len(set(value)) != len(value):
+        raise ConfigError(f"`{field_name}` = {value!r}: allowed a list of distinct {allowed}.")
+
+
 def _is_dns_label(value: Any) -> bool:
     return isinstance(value, str) and DNS_LABEL.fullmatch(value) is not None
 
@@ -121,6 +135,12 @@ class KubernetesSettings:
     #: Namespaces whose pods may call the inference ports (HTTP and gRPC), besides `namespace`'s own
     #: pods: your clients', an ingress controller's. Every other pod of the cluster is refused.
     client_namespaces: tuple[str, ...] = ()
+    #: Secrets (type kubernetes.io/dockerconfigjson, in `namespace`) the pods pull their images with: the
+    #: model-repository image usually lives in a private registry.
+    image_pull_secrets: tuple[str, ...] = ()
+    #: The pods' PriorityClass ("" = the cluster's default): serving pods that must not be preempted
+    #: by batch jobs when a node fills.
+    priority_class_name: str = ""
 
     def __post_init__(self) -> None:
         _dns_label("kubernetes.namespace", self.namespace,
@@ -137,16 +157,20 @@ class KubernetesSettings:
         _dns_label("kubernetes.prometheus_release", self.prometheus_release, "a label value (lowercase letters, digits and '-')")
         _dns_label("kubernetes.prometheus_namespace", self.prometheus_namespace,
                    "a namespace name (a DNS-1123 label: lowercase letters, digits and '-')")
-        if (not isinstance(self.client_namespaces, tuple)
-                or not all(map(_is_dns_label, self.client_namespaces))
-                or len(set(self.client_namespaces)) != len(self.client_namespaces)):
-            raise ConfigError(f"`kubernetes.client_namespaces` = {self.client_namespaces!r}: allowed a list of distinct "
-                              f"namespace names (DNS-1123 labels), e.g. [\"shop\", \"ingress-nginx\"]; [] admits only "
-                              f"the pods of `kubernetes.namespace`.")
+        _distinct_names("kubernetes.client_namespaces", self.client_namespaces, _is_dns_label,
+                        "namespace names (DNS-1123 labels), e.g. [\"shop\", \"ingress-nginx\"]; [] admits only the pods "
+                        "of `kubernetes.namespace`")
+        _distinct_names("kubernetes.image_pull_secrets", self.image_pull_secrets, _is_dns_subdomain,
+                        "Secret names (DNS-1123 subdomains), e.g. [\"registry-credentials\"]")
+        if self.priority_class_name != "" and not _is_dns_subdomain(self.priority_class_name):
+            raise ConfigError(f"`kubernetes.priority_class_name` = {self.priority_class_name!r}: allowed a PriorityClass "
+                              f"name (a DNS-1123 subdomain), or \"\" for the cluster's default.")
 
 
-_KUBERNETES_KEYS = {"namespace", "node_cpus", "memory_overhead_mb", "startup_allowance_s", "model_repository_image",
-                    "gpu_resource", "prometheus_release", "prometheus_namespace", "client_namespaces"}
+#: What a `[kubernetes]` table may hold: KubernetesSettings' fields.
+_KUBERNETES_KEYS = {f.name for f in fields(KubernetesSettings)}
+#: A lists of names in TOML, a tuple in the frozen settings.
+_KUBERNETES_LISTS = ("client_namespaces", "image_pull_secrets")
 
 
 def autoscaling_from_table(partition: str, table: Any) -> Autoscaling:
@@ -165,6 +189,5 @@ def kubernetes_from_table(table: Any) -> KubernetesSettings:
     unknown = set(table) - _KUBERNETES_KEYS
     if unknown:
         raise ConfigError(f"`kubernetes` has unknown keys {sorted(unknown)}; allowed: {sorted(_KUBERNETES_KEYS)}.")
-    if isinstance(table.get("client_namespaces"), list):  # TOML's array; the frozen field is a tuple
-        table = {**table, "client_namespaces": tuple(table["client_namespaces"])}
+    table = {k: tuple(v) if k in _KUBERNETES_LISTS and isinstance(v, list) else v for k, v in table.items()}
     return KubernetesSettings(**table)

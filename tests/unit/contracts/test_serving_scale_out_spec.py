@@ -80,6 +80,9 @@ def test_a_queue_target_within_the_batching_window_is_rejected_since_idle_pods_a
     ({"client_namespaces": "shop"}, r"`kubernetes.client_namespaces` = 'shop': allowed a list of distinct namespace names"),
     ({"client_namespaces": ["shop", "shop"]}, r"`kubernetes.client_namespaces` = \('shop', 'shop'\): allowed a list of distinct"),
     ({"client_namespaces": ["shop", "Bad_NS"]}, r"allowed a list of distinct namespace names \(DNS-1123 labels\)"),
+    ({"image_pull_secrets": ["Regcred"]}, r"`kubernetes.image_pull_secrets` = \('Regcred',\): allowed a list of distinct Secret names"),
+    ({"image_pull_secrets": "regcred"}, r"`kubernetes.image_pull_secrets` = 'regcred': allowed a list of distinct"),
+    ({"priority_class_name": "High Priority"}, r"`kubernetes.priority_class_name` = 'High Priority': allowed a PriorityClass"),
 ])
 def test_invalid_kubernetes_settings_name_the_field_and_what_is_allowed(kubernetes, message):
     with pytest.raises(ConfigError, match=message):

@@ -148,3 +148,25 @@ def test_a_cpu_config_that_no_gpu_could_serve_as_it_is_validates_and_says_why_it
     assert report[0] == "OK committed files == rendering of model_repository/shares-30-70.toml"
     assert [line.startswith("OK kustomize/overlays/") for line in report[1:3]] == [True, True], report
     assert report[3].startswith("SKIPPED kustomize/overlays/gpu with every model on the GPU") and "equal" in report[3], report
+
+
+def test_pull_secrets_and_a_priority_class_reach_every_pod_and_pass_the_strict_schemas(serving_spec):
+    """The model-repository image usually lives in a private registry: without imagePullSecrets a pod
+    could not pull it unless every node held the credentials (a review, 2026-12-07)."""
+    import dataclasses
+
+    spec = dataclasses.replace(serving_spec, kubernetes=dataclasses.replace(
+        serving_spec.kubernetes, image_pull_secrets=("registry-credentials",), priority_class_name="serving-critical"))
+    documents = render_documents(spec)
+    pods = [doc["spec"]["template"]["spec"] for path, docs in documents.items() if path.startswith("kustomize/base/triton-")
+            for doc in docs if doc["kind"] == "Deployment"]
+    assert len(pods) == len(spec.effective_partitions)
+    for pod in pods:
+        assert pod["imagePullSecrets"] == [{"name": "registry-credentials"}] and pod["priorityClassName"] == "serving-critical"
+    for path, docs in documents.items():
+        for doc in docs:
+            if doc.get("kind") == "Deployment":
+                assert check_core_schema(doc) == [], path
+    default = [doc["spec"]["template"]["spec"] for docs in render_documents(serving_spec).values() for doc in docs
+               if doc.get("kind") == "Deployment"]
+    assert all("imagePullSecrets" not in pod and "priorityClassName" not in pod for pod in default)
