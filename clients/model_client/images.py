@@ -17,6 +17,18 @@ MAX_IMAGE_PIXELS = 4096 * 4096
 MODEL_IMAGE_SIZE = 8
 
 
+def on_white(img):
+    """`img` with any transparency laid over white paper: converting to grayscale dropped the alpha, so a
+    digit drawn only in it (black pixels everywhere, opaque where the ink is) read as a blank image (a
+    review, 2026-12-07)."""
+    from PIL import Image
+
+    if img.mode not in ("RGBA", "LA", "PA") and not (img.mode == "P" and "transparency" in img.info):
+        return img
+    rgba = img.convert("RGBA")
+    return Image.alpha_composite(Image.new("RGBA", rgba.size, (255, 255, 255, 255)), rgba)
+
+
 def image_array_from_png(path: str | Path) -> np.ndarray:
     from PIL import Image, UnidentifiedImageError
 
@@ -26,7 +38,7 @@ def image_array_from_png(path: str | Path) -> np.ndarray:
                 raise ClientError(
                     f"{path}: image is {img.width}x{img.height}; at most {MAX_IMAGE_PIXELS} pixels are accepted."
                 )
-            gray = img.convert("L").resize((MODEL_IMAGE_SIZE, MODEL_IMAGE_SIZE), Image.Resampling.BOX)
+            gray = on_white(img).convert("L").resize((MODEL_IMAGE_SIZE, MODEL_IMAGE_SIZE), Image.Resampling.BOX)
     except FileNotFoundError:
         raise ClientError(f"{path}: no such file.") from None
     except UnidentifiedImageError:

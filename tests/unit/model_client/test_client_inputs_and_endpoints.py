@@ -11,6 +11,7 @@ import random
 import numpy as np
 import pytest
 
+from contracts.layout import PROJECT_ROOT
 from model_client.client import Protocol, prepare_infer_call, utf8_bytes
 from model_client.endpoints import TRITON_DEFAULT_URLS, resolve_url
 from model_client.errors import ClientError, ModelNotFoundError, OverloadedError, RequestRejectedError, ServerUnavailableError
@@ -234,3 +235,20 @@ def test_the_unreachable_warning_says_only_what_the_policy_will_do(caplog, retry
         assert "not reachable" not in caplog.text and "retrying" not in caplog.text
     else:
         assert expected in caplog.text and "retrying" not in caplog.text
+
+
+def test_a_digit_drawn_only_in_the_alpha_channel_reads_as_the_same_digit_on_white(tmp_path):
+    """Converting to grayscale dropped the alpha: a transparent PNG whose pixels are all black and whose
+    ink is its opacity read as a blank image (a review, 2026-12-07: classified like all zeros)."""
+    from PIL import Image
+
+    from model_client.images import image_array_from_png
+
+    example = PROJECT_ROOT / "clients" / "model_client" / "examples" / "digit-7.png"
+    ink = np.asarray(Image.open(example).convert("L"))
+    rgba = np.zeros(ink.shape + (4,), np.uint8)
+    rgba[..., 3] = 255 - ink  # opaque where the ink is dark, transparent where the paper is
+    Image.fromarray(rgba, "RGBA").save(tmp_path / "alpha.png")
+    opaque, transparent = image_array_from_png(example), image_array_from_png(tmp_path / "alpha.png")
+    np.testing.assert_allclose(transparent, opaque, atol=1.5 / 255)
+    assert transparent.max() > 0.5  # not blank
