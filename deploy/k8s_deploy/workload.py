@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+import shlex
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
@@ -39,6 +40,10 @@ CONTAINER = "tritonserver"
 PART_OF = "triton-model-serving"
 #: The init container copies the model repository image's /opt/serving here (an emptyDir).
 SERVING_ROOT = PurePosixPath("/serving")
+#: Where the model-repository image (deploy/image/Dockerfile) holds it all: the models, and beside them
+#: what every pod needs whatever it serves (IMAGE_SHARED).
+IMAGE_ROOT = PurePosixPath("/opt/serving")
+IMAGE_SHARED = ("backends", "lib", "python", "site-packages")
 MODEL_REPOSITORY = SERVING_ROOT / "models"
 #: Triton's backends (symlinked) plus the project's Python-based `onnxruntime_cpu` backend.
 BACKEND_DIR = SERVING_ROOT / "backends"
@@ -284,11 +289,20 @@ def render_container(deploy: DeployPlan, part: PlannedPartition) -> dict[str, An
     }
 
 
-def render_init_container(deploy: DeployPlan) -> dict[str, Any]:
-    """Copies the built model repository, backends and stub packages into the shared emptyDir."""
+def init_copy_script(part: PlannedPartition) -> str:
+    """What the init container runs: the backends, helpers and packages, and of the models only the
+    partition's own (every pod copied every model: ~800 MB, the LLM's 516 MB into pods that never load it;
+    a review, 2026-12-07)."""
+    shared = " ".join(str(IMAGE_ROOT / d) for d in IMAGE_SHARED)
+    models = " ".join(shlex.quote(str(IMAGE_ROOT / "models" / m)) for m in part.models)
+    return f"mkdir -p {MODEL_REPOSITORY} && cp -a {shared} {SERVING_ROOT}/ && cp -a {models} {MODEL_REPOSITORY}/"
+
+
+def render_init_container(deploy: DeployPlan, part: PlannedPartition) -> dict[str, Any]:
+    """Copies the partition's models, the backends and the stub packages into the shared emptyDir."""
     return {
         "name": "model-repository", "image": deploy.spec.kubernetes.model_repository_image,
-        "imagePullPolicy": "IfNotPresent", "command": ["cp", "-a", "/opt/serving/.", f"{SERVING_ROOT}/"],
+        "imagePullPolicy": "IfNotPresent", "command": ["sh", "-c", init_copy_script(part)],
         "resources": {"requests": {"cpu": "1", "memory": "256Mi"}, "limits": {"cpu": "1", "memory": "256Mi"}},
         "volumeMounts": [{"name": "serving", "mountPath": str(SERVING_ROOT)}],
         "securityContext": CONTAINER_SECURITY,  # `cp` writes only into the emptyDir
@@ -298,7 +312,7 @@ def render_init_container(deploy: DeployPlan) -> dict[str, Any]:
 def render_deployment(deploy: DeployPlan, part: PlannedPartition) -> dict[str, Any]:
     """No `replicas`: the HPA owns the count (an applied value would reset it on every apply)."""
     pod_spec: dict[str, Any] = {
-        "initContainers": [render_init_container(deploy)],
+        "initContainers": [render_init_container(deploy, part)],
         "containers": [render_container(deploy, part)],
         "volumes": [{"name": "serving", "emptyDir": {}},
                     {"name": "tmp", "emptyDir": {"sizeLimit": f"{TMP_SIZE_MB}Mi"}},

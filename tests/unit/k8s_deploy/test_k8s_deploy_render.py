@@ -488,3 +488,31 @@ def test_a_restarted_container_removes_what_its_killed_server_left_in_the_pods_d
     not_pid_1 = subprocess.run([*namespaces, "sh", "-c", f'mount -t tmpfs none /dev/shm && {left} && "$@"', "sh",
                                 *SERVER_COMMAND], capture_output=True, text=True, env=env, timeout=30)
     assert not_pid_1.returncode == 0 and len(not_pid_1.stdout.split()) == 3, not_pid_1.stdout + not_pid_1.stderr
+
+
+def test_each_pods_init_container_copies_its_partitions_models_and_everything_else_the_image_holds(serving_spec, tmp_path):
+    """Every pod copied every model (~800 MB, the LLM's 516 MB into main pods that never load it). The
+    rendered script, run with /opt/serving and /serving rooted under tmp_path, copies the image's shared
+    folders and the partition's models only."""
+    from k8s_deploy.workload import IMAGE_ROOT, IMAGE_SHARED, SERVING_ROOT
+
+    image, serving = tmp_path / "image", tmp_path / "serving"
+    for folder in IMAGE_SHARED:
+        (image / folder).mkdir(parents=True)
+        (image / folder / "file").write_text(folder)
+    every_model = [m.name for m in serving_spec.models]
+    for name in every_model:
+        (image / "models" / name / "1").mkdir(parents=True)
+        (image / "models" / name / "config.pbtxt").write_text(name)
+    for part in plan_deployment(serving_spec).plan.partitions:
+        (init,) = by_kind(base_docs(serving_spec, part.name), "Deployment")[0]["spec"]["template"]["spec"]["initContainers"]
+        shell, flag, script = init["command"]
+        assert (shell, flag) == ("sh", "-c")
+        here = script.replace(str(IMAGE_ROOT), str(image)).replace(str(SERVING_ROOT), str(serving))
+        done = subprocess.run(["sh", "-c", here], capture_output=True, text=True, timeout=30)
+        assert done.returncode == 0, done.stderr
+        assert sorted(p.name for p in (serving / "models").iterdir()) == sorted(part.models), part.name
+        assert all((serving / folder / "file").read_text() == folder for folder in IMAGE_SHARED)
+        assert sorted(p.name for p in serving.iterdir()) == sorted([*IMAGE_SHARED, "models"])
+        subprocess.run(["rm", "-rf", str(serving)], check=True)
+    assert {m for p in plan_deployment(serving_spec).plan.partitions for m in p.models} == set(every_model)

@@ -191,6 +191,16 @@ def test_the_image_owns_its_files_for_the_pods_user_without_writing_them_twice()
     assert "chown -R 1000:1000 /opt/serving\n" not in text and "chown -R 1000:1000 /opt/serving/site-packages" in text
 
 
+def test_the_init_containers_copy_every_folder_the_image_puts_under_its_root():
+    """The init script copies the image's shared folders by name, and the models one by one: a folder the
+    Dockerfile adds under /opt/serving must be one of them, or the pods would run without it."""
+    from k8s_deploy.workload import IMAGE_ROOT, IMAGE_SHARED
+
+    text = DOCKERFILE.read_text()
+    made = set(re.findall(rf"{IMAGE_ROOT}/([\w.-]+)", text))
+    assert made == {*IMAGE_SHARED, "models"}, made
+
+
 def test_the_image_builds_the_helpers_where_the_pods_preload_them():
     """The build stage runs the project's own build (`python -m serving.runtime.native`, the flags
     `make setup` uses) into /opt/serving/lib, the final stage copies that folder, and the init
