@@ -169,7 +169,7 @@ class KubernetesSettings:
 
 #: What a `[kubernetes]` table may hold: KubernetesSettings' fields.
 _KUBERNETES_KEYS = {f.name for f in fields(KubernetesSettings)}
-#: A lists of names in TOML, a tuple in the frozen settings.
+#: Lists of names: arrays in TOML, tuples in the frozen settings.
 _KUBERNETES_LISTS = ("client_namespaces", "image_pull_secrets")
 
 

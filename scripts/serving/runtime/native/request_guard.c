@@ -712,8 +712,8 @@ static int check_string_size(const struct input *in, char *message, size_t room)
     uint64_t total = data_bytes(in);
     if (total <= max_string_bytes) return 0;
     snprintf(message, room, "input '%s' (BYTES) carries %" PRIu64 " bytes, more than this server accepts per text "
-             "input (%" PRIu64 ", SERVING_REQUEST_GUARD_MAX_STRING_BYTES); expected shorter texts or fewer per request "
-             "(a model reads only the start of a long text: its max_length tokens)", in->name, total, max_string_bytes);
+             "input (%" PRIu64 ", SERVING_REQUEST_GUARD_MAX_STRING_BYTES); expected shorter texts or fewer per request",
+             in->name, total, max_string_bytes);
     return 1;
 }
 
