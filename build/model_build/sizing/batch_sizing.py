@@ -79,17 +79,26 @@ def model_memory_budget_bytes(memory_mb: int, models_in_partition: int, instance
     return int(memory_mb * 1024 * 1024 * MEMORY_BUDGET_FRACTION / models_in_partition / instances)
 
 
+def budget_split_text(memory_mb: int, models_in_partition: int, partition: str, instances: int) -> str:
+    """How a model's budget was split, as the build's lines say it (`model_memory_budget_bytes`)."""
+    return (f"{MEMORY_BUDGET_FRACTION:.0%} of {memory_mb} MiB / {models_in_partition} model(s) in {partition} / "
+            f"{instances} instance(s)")
+
+
 def choose_max_batch_size(model: str, partition: str, measurements: Sequence[BatchMeasurement],
-                          budget_bytes: int, cap: int) -> BatchSizingDecision:
-    """Apply the rule to measurements (any order); every candidate up to the choice must fit."""
+                          budget_bytes: int, cap: int, split: str = "") -> BatchSizingDecision:
+    """Apply the rule to measurements (any order); every candidate up to the choice must fit. `split`
+    says how the budget was made (`budget_split_text`), for the message when nothing fits."""
     ordered = sorted(measurements, key=lambda m: m.batch_size)
     if not ordered or ordered[0].batch_size != 1:
         raise ConfigError(f"{model}: the measurements must include batch size 1, got {[m.batch_size for m in ordered]}.")
     if ordered[0].memory_bytes > budget_bytes:
         raise ConfigError(
             f"model {model!r} needs {ordered[0].memory_bytes / 2**20:.1f} MiB at batch size 1 but its budget in "
-            f"partition {partition!r} is {budget_bytes / 2**20:.1f} MiB ({MEMORY_BUDGET_FRACTION:.0%} of its share "
-            f"of `partitions.{partition}.memory_mb`): raise memory_mb or move the model."
+            f"partition {partition!r} is {budget_bytes / 2**20:.1f} MiB "
+            f"({split or f'{MEMORY_BUDGET_FRACTION:.0%} of its share of `partitions.{partition}.memory_mb`'}): raise "
+            f"`partitions.{partition}.memory_mb`, run fewer instances (`instance_count`) or move the model to "
+            f"another partition."
         )
     chosen = 1
     for m in ordered:
@@ -209,7 +218,8 @@ def size_model_batches(
         measurements.append(BatchMeasurement(batch, result["memory_bytes"]))
         if result["memory_bytes"] > budget:
             break  # larger batches need at least as much: no need to measure them
-    decision = choose_max_batch_size(model.name, partition.name, measurements, budget, model.max_batch_size)
+    split = budget_split_text(partition.memory_mb, len(partition.models), partition.name, model.instance_count)
+    decision = choose_max_batch_size(model.name, partition.name, measurements, budget, model.max_batch_size, split)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     document = {
         "model": model.name, "partition": partition.name, "memory_mb": partition.memory_mb,
@@ -225,7 +235,6 @@ def size_model_batches(
     tmp.replace(out_path)
     reused = "measured " + str(measured_now) if measured_now else "reused cached measurements"
     log(f"[size-batches] {model.name}: max_batch_size {decision.chosen} (cap {decision.cap}, bound by {decision.bound_by}; "
-        f"budget {budget / 2**20:.1f} MiB = {MEMORY_BUDGET_FRACTION:.0%} of {partition.memory_mb} MiB / "
-        f"{len(partition.models)} model(s) in {partition.name} / {model.instance_count} instance(s); {reused})")
+        f"budget {budget / 2**20:.1f} MiB = {split}; {reused})")
     return decision
 

@@ -56,9 +56,17 @@ def test_a_batch_that_does_not_fit_stops_the_search_even_if_a_larger_one_measure
     assert decision.chosen == 1 and [m.batch_size for m in decision.measurements] == [1, 2, 4, 8]
 
 
-def test_batch_one_over_budget_is_an_error_naming_the_partition_memory():
-    with pytest.raises(ConfigError, match=r"needs 90.0 MiB at batch size 1 .* raise memory_mb"):
+def test_batch_one_over_budget_is_an_error_naming_the_partition_memory_the_split_and_every_way_out():
+    with pytest.raises(ConfigError, match=r"needs 90.0 MiB at batch size 1 .* raise `partitions.p.memory_mb`, run fewer "
+                                          r"instances \(`instance_count`\) or move the model"):
         choose_max_batch_size("m", "p", measurements((1, 90)), 50 * MiB, cap=8)
+    # how the budget was split, as the build's success line says it (two models over a partition's share: a review)
+    from model_build.sizing.batch_sizing import budget_split_text
+
+    split = budget_split_text(100, 2, "p", 2)
+    with pytest.raises(ConfigError, match=r"budget in partition 'p' is 50.0 MiB \(70% of 100 MiB / 2 model\(s\) in p / "
+                                          r"2 instance\(s\)\)"):
+        choose_max_batch_size("m", "p", measurements((1, 90)), 50 * MiB, cap=8, split=split)
 
 
 def test_served_spec_carries_the_measured_choice():
