@@ -315,6 +315,44 @@ def test_sigstopped_partition_is_declared_hung_killed_and_restarted(partitions):
     assert least - 0.3 <= detected <= policy.hang_detection_s + 4.0, f"declared hung after {detected:.2f} s"
 
 
+def test_the_partitions_of_a_killed_supervisor_are_stopped_with_their_shared_memory(partitions):
+    """Last of the module's partition tests (it ends their supervisor). A supervisor killed with SIGKILL
+    leaves its partition servers running; the next `serve` or `stop` stops them, but left their backend
+    IPC regions (1 MiB and more each) and activity files in /dev/shm (a review, 2026-12-07)."""
+    from contracts.shared_memory import SHARED_MEMORY_DIR, triton_shm_regions
+    from serving.runtime.supervisor import stop_supervisor
+
+    import http.client
+
+    layout, manifest = partitions
+    state = read_supervisor_state(layout.supervisor_state)
+    servers = {name: part.pid for name, part in state.partitions.items()}
+    regions = {pid: triton_shm_regions(pid) for pid in servers.values()}
+    assert all(regions.values()), regions  # each server maps its stubs' regions
+    # an idle keep-alive client on each: Triton's stop then waits out its exit timeout and does not
+    # exit cleanly (it removes its own regions only then), as the review's orphans did
+    clients = []
+    for name in servers:
+        host, port = manifest["partitions"][name]["http"].split(":")
+        clients.append(http.client.HTTPConnection(host, int(port), timeout=30))
+        clients[-1].request("GET", "/v2/health/live")
+        clients[-1].getresponse().read()
+    os.kill(state.supervisor_pid, signal.SIGKILL)
+    assert poll_until(lambda: not Path(f"/proc/{state.supervisor_pid}").exists() or
+                      Path(f"/proc/{state.supervisor_pid}/stat").read_text().split(") ")[-1].startswith("Z"),
+                      lambda gone: gone, 10)
+    try:
+        done = stop_supervisor(layout)
+    finally:
+        for client in clients:
+            client.close()
+    assert [f"stopped partition {name} (pid {pid}) left behind" for name, pid in servers.items()] == \
+        [line for line in done if line.startswith("stopped partition")], done
+    left = [r for rs in regions.values() for r in rs if Path(r).exists()]
+    left += [str(p) for pid in servers.values() for p in SHARED_MEMORY_DIR.glob(f"serving-*-{pid}-activity")]
+    assert left == [], left
+
+
 @pytest.mark.gpu
 def test_mps_control_daemon_starts_and_stops_under_the_run_dir(tmp_path):
     """The GPU branch of the launcher, for real: only where an NVIDIA GPU and MPS exist."""
