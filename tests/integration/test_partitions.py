@@ -329,10 +329,10 @@ def test_the_partitions_of_a_killed_supervisor_are_stopped_with_their_shared_mem
     servers = {name: part.pid for name, part in state.partitions.items()}
     regions = {pid: triton_shm_regions(pid) for pid in servers.values()}
     assert all(regions.values()), regions  # each server maps its stubs' regions
-    # an idle keep-alive client on each: Triton's stop then waits out its exit timeout and does not
-    # exit cleanly (it removes its own regions only then), as the review's orphans did
+    # an idle keep-alive client on one: Triton's stop then waits out its exit timeout (10 s) and does not
+    # exit cleanly (it removes its own regions only then), as the review's orphans did; the other stops cleanly
     clients = []
-    for name in servers:
+    for name in list(servers)[:1]:
         host, port = manifest["partitions"][name]["http"].split(":")
         clients.append(http.client.HTTPConnection(host, int(port), timeout=30))
         clients[-1].request("GET", "/v2/health/live")
