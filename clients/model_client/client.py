@@ -103,16 +103,12 @@ def classify_triton_error(exc: Exception, url: str, model: str | None = None) ->
         return RequestRejectedError(f"request to {model!r} at {url} names a shared-memory region the server does not "
                                     f"hold ({text}); register the region first (the shared-memory API needs the admin key).")
     if all(marker in lowered for marker in STUB_DIED_TEXTS):  # a 500, but the server's fault and healed within seconds
-        return ModelRestartingError(f"model {model!r} at {url} lost a backend process ({text}); the server reloads "
-                                    f"it within seconds: retry with backoff while your deadline allows.")
+        return model_restarting_error(url, model, text)
     if "unknown model" in lowered or "not found" in lowered or "is not ready" in lowered or status in ("StatusCode.NOT_FOUND",):
         return ModelNotFoundError(f"model {model!r} is not served at {url}: {text}")
     wire = {"503": "HTTP 503", "StatusCode.UNAVAILABLE": "gRPC UNAVAILABLE"}.get(status, status or "error")
     if "request timeout expired" in lowered:
-        return QueueTimeoutError(
-            f"request to {model!r} at {url} waited in the queue past its timeout and was rejected ({wire}: {text}); "
-            "the model is busy: retry with backoff while your deadline allows, or send it at a higher priority."
-        )
+        return queue_timeout_error(url, model, f"{wire}: {text}")
     if status == "StatusCode.DEADLINE_EXCEEDED" or "deadline exceeded" in lowered:
         return OverloadedError(f"model {model!r} at {url} did not answer within the client deadline ({text}).")
     if "exceeds maximum queue size" in lowered or status in ("503", "StatusCode.UNAVAILABLE"):
@@ -137,6 +133,19 @@ GATEWAY_STATUSES = {"502": "bad gateway", "504": "gateway timeout"}
 #: it does (an ingress's limit_req, a mesh's local rate limit). Overload, so retried with backoff, where
 #: it was "rejected" and never retried (a review, 2026-12-07).
 RATE_LIMITED_STATUS = "429"
+
+
+def queue_timeout_error(url: str, model: str, what: str) -> QueueTimeoutError:
+    """Triton's "Request timeout expired", as the infer and generate clients say it."""
+    return QueueTimeoutError(f"request to {model!r} at {url} waited in the queue past its timeout and was rejected "
+                             f"({what}); the model is busy: retry with backoff while your deadline allows, or send it "
+                             f"at a higher priority.")
+
+
+def model_restarting_error(url: str, model: str, what: str) -> ModelRestartingError:
+    """A dead backend stub ("Stub process ... is not healthy"), as the infer and generate clients say it."""
+    return ModelRestartingError(f"model {model!r} at {url} lost a backend process ({what}); the server reloads it "
+                                f"within seconds: retry with backoff while your deadline allows.")
 
 
 def gateway_error(status: str, url: str, model: str) -> ServerUnavailableError:

@@ -29,12 +29,13 @@ from model_client.client import (
     check_url,
     gateway_error,
     grpc_channel_args,
+    model_restarting_error,
+    queue_timeout_error,
     rate_limited_error,
     utf8_bytes,
 )
 from model_client.errors import (
-    ClientError, ModelNotFoundError, ModelRestartingError, OverloadedError, QueueTimeoutError, RequestRejectedError,
-    ServerUnavailableError,
+    ClientError, ModelNotFoundError, OverloadedError, RequestRejectedError, ServerUnavailableError,
 )
 
 DEFAULT_GENERATION_MODEL = "smollm2_chat"
@@ -110,11 +111,9 @@ def _classify(message: str, status: str, url: str, model: str) -> ClientError:
     # An error on a gRPC stream arrives as a message alone (the stream itself ends OK, with no status:
     # a review, 2026-12-07), so Triton's own words decide there: its queue timeout was "rejected".
     if "request timeout expired" in lowered:
-        return QueueTimeoutError(f"request to {model!r} at {url} waited in the queue past its timeout and was rejected "
-                                 f"({message}); the model is busy: retry with backoff while your deadline allows.")
+        return queue_timeout_error(url, model, message)
     if all(marker in lowered for marker in STUB_DIED_TEXTS):
-        return ModelRestartingError(f"model {model!r} at {url} lost a backend process ({message}); the server reloads "
-                                    f"it within seconds: retry with backoff.")
+        return model_restarting_error(url, model, message)
     if status in ("503", "StatusCode.UNAVAILABLE") or "wait queue" in lowered:
         return OverloadedError(f"model {model!r} at {url} is overloaded ({message}); retry later with backoff.")
     if status in GATEWAY_STATUSES:  # an ingress or sidecar between (as the infer clients say it)

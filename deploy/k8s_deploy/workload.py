@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 import shlex
 from dataclasses import dataclass
 from pathlib import PurePosixPath
@@ -28,6 +27,7 @@ from contracts.onnx_sessions import keep_onnxruntime_offline
 from contracts.shared_memory import SHARED_MEMORY_DIR, TRITON_REGION_PREFIX
 from contracts.partition_plan import PartitionPlan, PlannedPartition, plan_partitions
 from serving.runtime.security import ARGV_DECOY_ENV, ARGV_SECRET_ENV, AdminKey
+from contracts.scale_out_spec import DNS_LABEL
 from contracts.serving_spec import CpuPlacement, ServingSpec
 
 from k8s_deploy.errors import DeployConfigError
@@ -89,8 +89,8 @@ class DeployPlan:
         return tuple(p for p in self.plan.partitions if p.name in on_gpu)
 
 
-#: What Kubernetes allows a Service's name (a DNS-1035 label): the longest, `triton-<partition>-metrics`.
-DNS_1035_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+#: The longest name DNS_LABEL (what Kubernetes allows a Service's name) takes; a partition's longest
+#: is `triton-<partition>-metrics` (its start, "triton-", makes the label a DNS-1035 one too).
 MAX_SERVICE_NAME = 63
 #: The shortest `drain_s` for a partition serving a model that streams its answers: Triton's default
 #: 10 s cut four 1,000-token streams at ~231 tokens each (2026-12-06, docs/generation.md); the
@@ -112,7 +112,7 @@ def check_deployable_partitions(spec: ServingSpec) -> None:
     names, and a partition whose streaming models would be cut mid-answer by a short drain."""
     for part in spec.effective_partitions:
         bad = [name for name in (resource_name(part.name), f"{resource_name(part.name)}-metrics")
-               if len(name) > MAX_SERVICE_NAME or not DNS_1035_LABEL.fullmatch(name)]
+               if not DNS_LABEL.fullmatch(name)]
         if bad:
             raise DeployConfigError(
                 f"`partitions.{part.name}`: its Service `{bad[0]}` is no valid Kubernetes name (a DNS-1035 label: "
@@ -380,11 +380,13 @@ def render_hpa(deploy: DeployPlan, part: PlannedPartition, metric_name: str,
     a partition serving a generation model also on `waiting_metric`, its sequences waiting for a
     running slot per pod (the HPA follows whichever asks for more pods)."""
     scaling = deploy.autoscaling(part.name)
-    metrics = [{"type": "Pods", "pods": {"metric": {"name": metric_name},
-                                         "target": {"type": "AverageValue", "averageValue": str(scaling.target_queue_us)}}}]
+
+    def per_pod(name: str, target: int) -> dict[str, Any]:
+        return {"type": "Pods", "pods": {"metric": {"name": name}, "target": {"type": "AverageValue", "averageValue": str(target)}}}
+
+    metrics = [per_pod(metric_name, scaling.target_queue_us)]
     if waiting_metric and streaming_models(deploy.spec, part.name):
-        metrics.append({"type": "Pods", "pods": {"metric": {"name": waiting_metric}, "target": {
-            "type": "AverageValue", "averageValue": str(scaling.target_waiting_sequences)}}})
+        metrics.append(per_pod(waiting_metric, scaling.target_waiting_sequences))
     return {
         "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
         "metadata": {"name": resource_name(part.name), "labels": common_labels(part.name)},

@@ -36,6 +36,8 @@ def duration_seconds(duration: str) -> int:
     if not isinstance(duration, str) or not _DURATION.fullmatch(duration):
         raise MonitorConfigError(f"{duration!r}: expected a Prometheus duration such as '30s', '5m' or '1h'.")
     return int(duration[:-1]) * {"s": 1, "m": 60, "h": 3600}[duration[-1]]
+
+
 #: A series every generation model exports: marks decoupled models whose request duration is a
 #: whole generation, not a latency to hold against the SLA.
 GENERATION_MARKER = SEQUENCES_RUNNING.name
