@@ -58,6 +58,9 @@ class AlertThresholds:
     error_rate: float = 0.005
     error_rate_window: str = "5m"
     error_rate_for: str = "1m"
+    #: ... and at least this many of the window's requests failed: a share alone paged on one failure
+    #: among a few requests (one 500 in 20 requests over 5 minutes is 5%, ten times the threshold).
+    error_rate_min_failures: int = 5
     #: Growing = positive slope over the window, for `queue_growth_for`, with at least this many waiting.
     queue_growth_window: str = "2m"
     queue_growth_for: str = "3m"
@@ -124,8 +127,10 @@ class AlertThresholds:
         for name in ("job", "supervisor_job"):
             if not re.fullmatch(r"^[a-zA-Z_][a-zA-Z0-9_-]*$", getattr(self, name)):
                 raise MonitorConfigError(f"{name} = {getattr(self, name)!r}: expected a Prometheus job name (letters, digits, _ and -).")
-        if isinstance(self.restart_warning_count, bool) or not isinstance(self.restart_warning_count, int) or self.restart_warning_count < 1:
-            raise MonitorConfigError(f"restart_warning_count = {self.restart_warning_count!r}: expected an integer >= 1.")
+        for name in ("restart_warning_count", "error_rate_min_failures"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise MonitorConfigError(f"{name} = {value!r}: expected an integer >= 1.")
 
     @classmethod
     def for_serving(cls, spec: ServingSpec, **settings: Any) -> "AlertThresholds":
@@ -188,6 +193,17 @@ def _pod_cpu_memory_rules(t: AlertThresholds, container: str) -> list[dict[str, 
     ]
 
 
+def _served_failures(function: str, window: str, by: str, model_matcher: str) -> str:
+    """PromQL: `function` (rate or increase) of the requests that failed on the server's side, per `by`."""
+    def selector(*matchers: str) -> str:
+        given = [m for m in (*matchers, model_matcher) if m]
+        return "{" + ",".join(given) + "}" if given else ""
+
+    isolated = selector('reason="framework_failure"')
+    return (f"sum by ({by}) ({function}(nv_inference_request_failure{selector()}[{window}]) or "
+            f"{function}(serving_rejected_requests_total{isolated}[{window}]))")
+
+
 def served_error_share(window: str, by: str = MODEL_LABELS, model_matcher: str = "") -> str:
     """PromQL: the share of a model's requests that failed on the server's side, per `by`.
 
@@ -198,16 +214,17 @@ def served_error_share(window: str, by: str = MODEL_LABELS, model_matcher: str =
     {reason="framework_failure"}` (already inside Triton's successes, so the total stays success +
     failure); its `invalid_input` requests are the callers' mistakes (400) and stay out, as Triton's
     own 400s do. `or`: a model without the backend's counter (an ensemble, the LLM) keeps Triton's."""
-    def selector(*matchers: str) -> str:
-        given = [m for m in (*matchers, model_matcher) if m]
-        return "{" + ",".join(given) + "}" if given else ""
+    model = "{" + model_matcher + "}" if model_matcher else ""
+    total = (f"(sum by ({by}) (rate(nv_inference_request_success{model}[{window}])) + "
+             f"sum by ({by}) (rate(nv_inference_request_failure{model}[{window}])))")
+    return f"{_served_failures('rate', window, by, model_matcher)} / {total}"
 
-    isolated = selector('reason="framework_failure"')
-    failed = (f"sum by ({by}) (rate(nv_inference_request_failure{selector()}[{window}]) or "
-              f"rate(serving_rejected_requests_total{isolated}[{window}]))")
-    total = (f"(sum by ({by}) (rate(nv_inference_request_success{selector()}[{window}])) + "
-             f"sum by ({by}) (rate(nv_inference_request_failure{selector()}[{window}])))")
-    return f"{failed} / {total}"
+
+def served_error_rule_expr(t: AlertThresholds) -> str:
+    """PromQL of TritonErrorRateHigh: the share above `error_rate` with at least `error_rate_min_failures`
+    failed requests in the window (the same failures the share counts)."""
+    return (f"{served_error_share(t.error_rate_window)} > {t.error_rate} and "
+            f"{_served_failures('increase', t.error_rate_window, MODEL_LABELS, '')} >= {t.error_rate_min_failures}")
 
 
 #: One alert per host, not per partition: every partition's server exports the same host-wide CPU
@@ -252,7 +269,7 @@ def render_alert_rules(t: AlertThresholds, pod_container: str | None = None) -> 
         _rule("TritonCpuMemoryHigh", f"nv_cpu_memory_used_bytes / nv_cpu_memory_total_bytes > {t.memory_fraction}",
               t.memory_for, "warning", "cpu", f"Host memory above {mem_pct}",
               "Host of {{ $labels.instance }} is {{ $value | humanizePercentage }} full: an out-of-memory failure is near."),
-        _rule("TritonErrorRateHigh", f"{served_error_share(t.error_rate_window)} > {t.error_rate}", t.error_rate_for,
+        _rule("TritonErrorRateHigh", served_error_rule_expr(t), t.error_rate_for,
               "critical", "errors", f"Error rate above {t.error_rate:.1%}",
               "{{ $labels.model }} v{{ $labels.version }} on {{ $labels.instance }} fails "
               "{{ $value | humanizePercentage }} of requests: look at the server log now."),

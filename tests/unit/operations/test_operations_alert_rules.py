@@ -28,7 +28,8 @@ def test_default_thresholds_are_the_field_reports():
         assert rules[f"Triton{twin}UtilisationLow"]["for"] == "5m"
         assert rules[f"Triton{twin}MemoryHigh"]["expr"].endswith("> 0.9")
     assert "/ 1e6 > 0.08 unless" in rules["TritonP99LatencyNearSla"]["expr"]  # 80% of 100 ms, in seconds
-    assert rules["TritonErrorRateHigh"]["expr"].endswith("> 0.005")
+    assert "> 0.005 and " in rules["TritonErrorRateHigh"]["expr"]
+    assert rules["TritonErrorRateHigh"]["expr"].endswith(">= 5")
     assert rules["TritonErrorRateHigh"]["labels"]["severity"] == "critical"
     assert rules["TritonQueueDepthGrowing"]["labels"]["severity"] == "critical"
 
