@@ -71,3 +71,10 @@ def remove_triton_shm_regions(regions: "tuple[str, ...] | list[str]") -> None:
             Path(region).unlink(missing_ok=True)
         except OSError:  # best effort: a stop must not fail on what it tidies (a read-only mount, ...)
             continue
+
+
+def remove_server_leftovers(server_pid: int, regions: "tuple[str, ...] | list[str]") -> None:
+    """Remove what a server that is gone left in /dev/shm: the IPC regions noted while it mapped them
+    (a SIGKILLed server leaves them, 1 MiB and more each) and its models' activity files."""
+    remove_triton_shm_regions(regions)
+    remove_server_shared_files(server_pid)

@@ -22,9 +22,7 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 from contracts.errors import ServerStartError
 from contracts.layout import SOURCE_DIRS
 from contracts.onnx_sessions import keep_onnxruntime_offline
-from contracts.shared_memory import (
-    remove_server_shared_files, remove_triton_shm_regions, with_mapped_regions,
-)
+from contracts.shared_memory import remove_server_leftovers, with_mapped_regions
 from contracts.serving_spec import DEFAULT_LATENCY_SUMMARY_QUANTILES, DEFAULT_MAX_INPUT_BYTES, DEFAULT_RATE_LIMIT
 from contracts.processes import free_loopback_ports, http_ready, kill_process_group, log_tail, pid_alive, server_ready, stop_pid  # noqa: F401 (re-exported)
 from serving.runtime.security import ADMIN_KEY_ENV
@@ -329,14 +327,12 @@ class TritonServerProcess:
         if self.process is None:
             return
         if self.process.poll() is None:
-            self.note_mapped_regions()  # reloads map new ones
-            stop_server_group(self.process.pid, timeout, stubs_at_stop,  # its group's leftovers too
-                              while_waiting=self.note_mapped_regions)  # one still loading maps more
+            # its group's leftovers too; the regions it maps now (reloads map new ones) and while it exits
+            self.shm_regions = stop_server_group(self.process.pid, timeout, stubs_at_stop, self.shm_regions)
             self.process.wait(timeout=5)
         else:
             kill_process_group(self.process.pid)  # the stubs of a server that crashed live on otherwise
-        remove_triton_shm_regions(self.shm_regions)
-        remove_server_shared_files(self.process.pid)
+        remove_server_leftovers(self.process.pid, self.shm_regions)
 
 
 #: Triton 2.51's HTTP server needs about twice an HTTP request body's size of thread stack

@@ -43,6 +43,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from contracts.errors import ConfigError
 from contracts.processes import stop_pid
+from contracts.shared_memory import with_mapped_regions
 from contracts.supervisor_state import StubSummary
 from serving.runtime.model_readiness import model_readiness, served_model_config
 from serving.runtime.stub_processes import StubProcess, expected_stub_count, scan_stubs
@@ -78,24 +79,25 @@ class StubDrainWatch:
 
 
 def stop_server_group(pid: int, timeout: float = 20.0, stubs_at_stop: int | None = None,
-                      while_waiting: Callable[[], object] | None = None) -> None:
+                      noted_regions: tuple[str, ...] = ()) -> tuple[str, ...]:
     """SIGTERM a tritonserver's process group, SIGKILL after `timeout`, or as soon as the server has
     outlived all its backend stubs (`StubDrainWatch`; a version that can no longer unload would
     otherwise hold it for its whole exit timeout). `stubs_at_stop`: its stub count when a caller
-    already sent SIGTERM (default: counted now). `while_waiting`: called at each scan while it exits
-    (a server stopped while it loads models goes on making shared-memory regions: the caller notes
-    them, since SIGKILL leaves them behind)."""
+    already sent SIGTERM (default: counted now). Returns `noted_regions` and the /dev/shm regions the
+    server mapped now and at each scan while it exited (a server stopped while it loads models goes on
+    making them, and SIGKILL leaves them behind): the caller removes them
+    (contracts.shared_memory.remove_server_leftovers)."""
+    regions = with_mapped_regions(noted_regions, pid)
     drain = StubDrainWatch(len(scan_stubs(pid)) if stubs_at_stop is None else stubs_at_stop, time.monotonic())
     next_scan = 0.0
 
     def nothing_left_to_finish() -> bool:
-        nonlocal next_scan
+        nonlocal next_scan, regions
         now = time.monotonic()
         if now < next_scan:
             return False
         next_scan = now + 0.5  # a /proc scan costs a few ms
-        if while_waiting is not None:
-            while_waiting()
+        regions = with_mapped_regions(regions, pid)
         if not drain.nothing_left(len(scan_stubs(pid)), now):
             return False
         log.warning("tritonserver pid %d outlived its last backend stub by %.0f s after SIGTERM (a model version whose "
@@ -104,6 +106,7 @@ def stop_server_group(pid: int, timeout: float = 20.0, stubs_at_stop: int | None
         return True
 
     stop_pid(pid, timeout, nothing_left_to_finish)
+    return regions
 
 
 def pids_of(model: str, stubs: Iterable[StubProcess]) -> frozenset[int]:

@@ -57,7 +57,7 @@ from serving.runtime.liveness import LivenessHistory, probe_live, worst_case_det
 from contracts.manifest import write_manifest
 from serving.runtime.model_readiness import model_ready
 from contracts.partition_plan import Mechanism, PartitionPlan, PlannedPartition, plan_for_this_host
-from contracts.shared_memory import remove_server_shared_files, remove_triton_shm_regions
+from contracts.shared_memory import remove_server_leftovers
 from contracts.processes import kill_process_group, log_tail, ports_in_use, server_ready
 from serving.runtime.server import TritonServerProcess, find_tritonserver, prepare_backend_dir
 from contracts.serving_spec import load_serving_spec
@@ -283,9 +283,8 @@ class Supervisor:
             sp.process.process.wait(timeout=5)
         except subprocess.TimeoutExpired:  # uninterruptible sleep (D state): it dies when the I/O returns
             log.error("partition %s: pid %d not dead 5 s after SIGKILL", sp.partition.name, pid)
-        remove_triton_shm_regions(sp.process.shm_regions)  # a SIGKILLed server leaves its IPC regions behind
+        remove_server_leftovers(pid, sp.process.shm_regions)  # a SIGKILLed server leaves its IPC regions behind
         sp.process.shm_regions = ()
-        remove_server_shared_files(pid)
         sp.last_exit = why
         sp.stubs.server_down()
         if self.status == "starting":

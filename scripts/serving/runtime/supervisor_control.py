@@ -22,7 +22,7 @@ from serving.runtime.launcher import stop_mps_daemon
 from serving.runtime.stub_watch import stop_server_group
 from contracts.manifest import read_manifest_dict
 from contracts.processes import log_tail, pid_alive
-from contracts.shared_memory import remove_server_shared_files, remove_triton_shm_regions, with_mapped_regions
+from contracts.shared_memory import remove_server_leftovers
 from contracts.supervisor_state import SupervisorState, read_supervisor_state as read_state_file, write_supervisor_state
 
 
@@ -164,18 +164,9 @@ def _failure_report(layout: RunLayout, state: SupervisorState | None, offsets: M
 
 def _stop_left_behind(pid: int) -> None:
     """Stop a partition server its supervisor left running (it died), and remove what the server leaves
-    in /dev/shm when its stop ends in SIGKILL: the backend's IPC regions, noted while it still maps them,
-    and its models' activity files. The supervisor does both for the servers it stops itself; these were
-    left, 1 MiB and more a region, at every start after a killed supervisor (a review, 2026-12-07)."""
-    regions = with_mapped_regions((), pid)
-
-    def note_regions() -> None:
-        nonlocal regions
-        regions = with_mapped_regions(regions, pid)
-
-    stop_server_group(pid, while_waiting=note_regions)
-    remove_triton_shm_regions(regions)
-    remove_server_shared_files(pid)
+    in /dev/shm when its stop ends in SIGKILL. The supervisor does both for the servers it stops itself;
+    these were left, 1 MiB and more a region, at every start after a killed supervisor (a review, 2026-12-07)."""
+    remove_server_leftovers(pid, stop_server_group(pid))
 
 
 def stop_supervisor(layout: RunLayout, timeout_s: float = 60.0) -> list[str]:
