@@ -13,7 +13,7 @@ import os
 import shutil
 import subprocess
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Callable, Mapping
 
 
 @dataclass(frozen=True)
@@ -126,6 +126,60 @@ def read_cpu_info() -> CpuInfo:
         return CpuInfo(platform.processor() or platform.machine(), os.cpu_count() or 1, frozenset())
     return cpu_info_from_text(text, os.cpu_count() or 1)
 
+
+
+# ------------------------------------------------------------------ CPU quota
+CGROUP_MOUNT = "/sys/fs/cgroup"
+
+
+def cpu_quota_from_cgroups(proc_self_cgroup: str, read: "Callable[[str], str | None]",
+                           mount: str = CGROUP_MOUNT) -> float | None:
+    """The CPUs a cgroup CPU quota lets this process use (the tightest of its group and the groups
+    above it), or None without one. cgroup v2: `cpu.max` ("max 100000" or "<quota> <period>"); v1:
+    `cpu.cfs_quota_us` / `cpu.cfs_period_us` (-1: none). Why: a container without the static CPU
+    manager (Kubernetes' default) may run on every CPU of its node while its CPU limit is a quota;
+    a thread per CPU then burns the quota and the container is throttled. `proc_self_cgroup` is
+    /proc/self/cgroup's text, `read(path)` a file's text or None (pure: tested on made-up files)."""
+    limits = []
+    for line in proc_self_cgroup.splitlines():
+        hierarchy, _, rest = line.partition(":")
+        controllers, _, path = rest.partition(":")
+        parts = [p for p in path.split("/") if p]
+        v2 = hierarchy == "0" and not controllers
+        if not v2 and "cpu" not in controllers.split(","):
+            continue
+        root = mount if v2 else f"{mount}/{controllers}"
+        for depth in range(len(parts), -1, -1):  # in a container its own group is the mount's root
+            here = "/".join([root, *parts[:depth]])
+            limits += _quota(read(f"{here}/cpu.max")) if v2 else _quota(read(f"{here}/cpu.cfs_quota_us"),
+                                                                        read(f"{here}/cpu.cfs_period_us"))
+    return min(limits) if limits else None
+
+
+def _quota(quota: str | None, period: str | None = None) -> list[float]:
+    """[CPUs] from a v2 `cpu.max` text (period None) or v1 quota and period texts; [] without a limit."""
+    if quota is None:
+        return []
+    fields = quota.split()
+    if period is None:  # v2: "<quota|max> <period>"
+        fields, period = fields[:1], (fields[1] if len(fields) > 1 else None)
+    try:
+        allowed, every = int(fields[0]), int(str(period).strip())
+    except (ValueError, IndexError):
+        return []
+    return [allowed / every] if allowed > 0 and every > 0 else []
+
+
+def read_cpu_quota() -> float | None:
+    """This process's CPU quota in CPUs (`cpu_quota_from_cgroups` on this host's files), None without one."""
+    def read(path: str) -> str | None:
+        try:
+            with open(path) as f:
+                return f.read().strip()
+        except OSError:
+            return None
+
+    return cpu_quota_from_cgroups(read("/proc/self/cgroup") or "", read)
 
 # ------------------------------------------------------------------ TensorRT
 @dataclass(frozen=True)

@@ -19,22 +19,21 @@ launcher passes its answer in, so the plan is tested without hardware.
 """
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Sequence
 
-from contracts.devices import GpuProbe, detect_nvidia_gpu  # noqa: F401 (re-exported)
+from contracts.devices import GpuProbe, detect_nvidia_gpu, read_cpu_quota  # noqa: F401 (re-exported)
 from contracts.errors import ConfigError, find_named
+# the variables a partition's server gets (their one reader is contracts.partition_env)
+from contracts.partition_env import (  # noqa: F401 (re-exported)
+    HOME_CORE_OFFSETS_ENV, INTRA_OP_THREADS_ENV, PARTITION_ENV, home_core_offsets_value,
+)
 from contracts.serving_spec import (
     DEFAULT_LATENCY_SUMMARY_QUANTILES, DEFAULT_MAX_INPUT_BYTES, DEFAULT_RATE_LIMIT, GZIP_OFF, CpuPlacement, ServingSpec,
 )
-
-#: Environment variable that carries a partition's ONNX Runtime intra-op thread count to the
-#: `onnxruntime_cpu` backend (used when a model's config leaves intra_op_num_threads at 0).
-INTRA_OP_THREADS_ENV = "SERVING_INTRA_OP_THREADS"
-#: Environment variable naming the partition a server belongs to (logs, metrics labels).
-PARTITION_ENV = "SERVING_PARTITION"
 
 
 class Mechanism(str, Enum):
@@ -114,9 +113,14 @@ class PlannedPartition:
         if not self.models:
             raise ConfigError(f"partition {self.name!r} serves no model.")
 
-    #: Every core the partition may ever run on: its home cores (`cpus`), or every core of the host
-    #: when elastic CPU sets may lend it the others (or under CPU shares). Empty: `cpus`.
+    #: Every core the partition may ever run on: its home cores (`cpus`), or every partition's home
+    #: cores when elastic CPU sets may lend it the others (every core under CPU shares). Empty: `cpus`.
     reachable_cpus: tuple[int, ...] = ()
+    #: At most this many ONNX Runtime threads per instance: a cgroup CPU quota rounded up (0: none).
+    thread_cap: int = 0
+    #: (model, instance count) of the partition's models in declaration order: where each model's
+    #: instances start taking turns for a home core (contracts.partition_env.HOME_CORE_OFFSETS_ENV).
+    instances: tuple[tuple[str, int], ...] = ()
 
     @property
     def gpu(self) -> bool:
@@ -133,8 +137,9 @@ class PlannedPartition:
         """ONNX Runtime intra-op threads per model instance: one per core the partition may run on.
         Measured here (2 cores, 2 instances, threads do not spin when idle): 2 threads per instance
         gave the lone text request 14.7 ms instead of 26.7 ms with 1, at the same throughput under
-        load; the instances time-share the cores when both are busy."""
-        return len(self.runs_on)
+        load; the instances time-share the cores when both are busy. Under a CPU quota (`thread_cap`)
+        no more threads than the quota's CPUs: more only burn the quota and get the server throttled."""
+        return min(len(self.runs_on), self.thread_cap) if self.thread_cap else len(self.runs_on)
 
     @property
     def memory_budget_bytes(self) -> int:
@@ -151,6 +156,8 @@ class PlannedPartition:
     def environment(self) -> dict[str, str]:
         """Variables this partition's tritonserver gets on top of the launcher's environment."""
         env = {INTRA_OP_THREADS_ENV: str(self.intra_op_threads), PARTITION_ENV: self.name}
+        if self.instances:
+            env[HOME_CORE_OFFSETS_ENV] = home_core_offsets_value(self.instances)
         if self.mps_active_thread_percentage is not None:
             env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(self.mps_active_thread_percentage)
         if self.mps_pinned_device_mem_limit is not None:
@@ -171,6 +178,8 @@ class PartitionPlan:
     latency_summary_quantiles: tuple[tuple[float, float], ...] = DEFAULT_LATENCY_SUMMARY_QUANTILES
     #: `[server] max_input_bytes`: the request guard's per-input limit in every partition's server.
     max_input_bytes: int = DEFAULT_MAX_INPUT_BYTES
+    #: What the plan did other than serving.toml asked, in words (`serving serve` prints them).
+    notes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         ports = [p for part in self.partitions for p in (part.http_port, part.grpc_port, part.metrics_port)]
@@ -236,17 +245,21 @@ def _check_supervisor_port(planned, supervisor_port: int) -> None:
 def plan_partitions(
     spec: ServingSpec, cpu_count: int, gpu_present: bool, available_cpus: Sequence[int] | None = None,
     placement: CpuPlacement | None = None, gpu_partitions: Sequence[str] | None = None,
+    cpu_quota: float | None = None,
 ) -> PartitionPlan:
     """Derive every partition's CPU set, thread count, ports and (on a GPU) MPS settings.
 
     With CPU shares every partition's set is every core. With CPU sets (and for the host threads
     of an MPS plan) cores are handed out in declaration order, contiguously, as `cores_for_shares`
     apportions them; a plan with more partitions than cores is rejected (partitions never share a
-    core). `available_cpus` are the core ids this process may use (default
-    0..cpu_count-1); `placement` overrides `[placement] cpu` (Kubernetes pods get their own CPUs).
-    `gpu_partitions`: the partitions that get CUDA MPS when `gpu_present` (default: every one, as
-    the Kubernetes GPU overlay renders them); the others keep their CPU sets. With none, a GPU host
-    plans exactly as a CPU host (CPU models gain nothing from MPS and would lose their pinning).
+    core), but for elastic sets, the default, which then share every core as CPU shares do (the plan's
+    `notes` say so: a 1-CPU host serves the default serving.toml). `available_cpus` are the core ids
+    this process may use (default 0..cpu_count-1); `placement` overrides `[placement] cpu` (Kubernetes
+    pods get their own CPUs). `gpu_partitions`: the partitions that get CUDA MPS when `gpu_present`
+    (default: every one, as the Kubernetes GPU overlay renders them); the others keep their CPU sets.
+    With none, a GPU host plans exactly as a CPU host (CPU models gain nothing from MPS and would
+    lose their pinning). `cpu_quota`: the CPUs a cgroup quota allows (None: none), which caps the
+    threads per instance.
     """
     if isinstance(cpu_count, bool) or not isinstance(cpu_count, int) or cpu_count < 1:
         raise ConfigError(f"cpu_count = {cpu_count!r}: allowed a positive integer.")
@@ -254,34 +267,23 @@ def plan_partitions(
     if len(cpu_ids) != cpu_count:
         raise ConfigError(f"available_cpus {cpu_ids} does not have cpu_count = {cpu_count} entries.")
     declared = spec.effective_partitions
-    placement = spec.placement.cpu if placement is None else placement
     on_gpu = set(p.name for p in declared) if gpu_partitions is None else set(gpu_partitions)
     gpu_present = gpu_present and bool(on_gpu)
-    shared = not gpu_present and placement is CpuPlacement.SHARES
-    counts = cores_for_shares([p.compute_share for p in declared], cpu_count)
-    if not shared and not counts:
-        raise ConfigError(
-            f"{len(declared)} partitions {[p.name for p in declared]} need a core each, but this host has {cpu_count}: "
-            f"with `placement.cpu = \"{placement.value}\"` allowed at most {cpu_count} partitions (partitions never "
-            f"share a home core); merge partitions or use `placement.cpu = \"shares\"`."
-        )
-    mechanism = Mechanism.CUDA_MPS if gpu_present else (
-        Mechanism.CPU_SHARES if shared else Mechanism.ELASTIC_CPU_SETS if placement is CpuPlacement.ELASTIC
-        else Mechanism.CPU_SETS)
+    mechanism, counts, notes = _cpu_mechanism(declared, spec.placement.cpu if placement is None else placement,
+                                              cpu_count, gpu_present)
     server = spec.server
+    home = _home_cores(cpu_ids, counts) if counts else [tuple(cpu_ids)] * len(declared)
+    lendable = tuple(c for cpus in home for c in cpus) if mechanism is Mechanism.ELASTIC_CPU_SETS else ()
+    thread_cap = max(1, math.ceil(cpu_quota - 1e-9)) if cpu_quota else 0
     planned = []
-    next_cpu = 0
     for index, part in enumerate(declared):
-        if shared:
-            cpus = tuple(cpu_ids)
-        else:
-            cpus = tuple(cpu_ids[next_cpu:next_cpu + counts[index]])
-            next_cpu += counts[index]
-        ports = partition_ports(part, index, server)
+        models = spec.models_in_partition(part.name)
         planned.append(PlannedPartition(
-            name=part.name, index=index, models=tuple(m.name for m in spec.models_in_partition(part.name)),
-            compute_share=part.compute_share, memory_mb=part.memory_mb, cpus=cpus, host=server.host, **ports,
-            reachable_cpus=tuple(cpu_ids) if mechanism in (Mechanism.ELASTIC_CPU_SETS, Mechanism.CPU_SHARES) else cpus,
+            name=part.name, index=index, models=tuple(m.name for m in models),
+            compute_share=part.compute_share, memory_mb=part.memory_mb, cpus=home[index], host=server.host,
+            **partition_ports(part, index, server),
+            reachable_cpus=lendable or home[index], thread_cap=thread_cap,
+            instances=tuple((m.name, m.instance_count) for m in models),
             mps_active_thread_percentage=part.compute_share if gpu_present and part.name in on_gpu else None,
             mps_pinned_device_mem_limit=f"0={part.memory_mb}M" if gpu_present and part.name in on_gpu else None,
         ))
@@ -289,11 +291,41 @@ def plan_partitions(
     return PartitionPlan(mechanism=mechanism, cpu_count=cpu_count, partitions=tuple(planned),
                          cond_wait_cap_us=server.cond_wait_cap_us, http_gzip_level=server.http_gzip_level,
                          rate_limit=server.rate_limit, latency_summary_quantiles=server.latency_summary_quantiles,
-                         max_input_bytes=server.max_input_bytes)
+                         max_input_bytes=server.max_input_bytes, notes=notes)
+
+
+def _cpu_mechanism(declared, placement: CpuPlacement, cpu_count: int,
+                   gpu_present: bool) -> tuple[Mechanism, tuple[int, ...], tuple[str, ...]]:
+    """(mechanism, home core count per partition or () when every partition shares every core, notes)."""
+    if placement is CpuPlacement.SHARES and not gpu_present:
+        return Mechanism.CPU_SHARES, (), ()
+    counts = cores_for_shares([p.compute_share for p in declared], cpu_count)
+    if counts:
+        return (Mechanism.CUDA_MPS if gpu_present else Mechanism.ELASTIC_CPU_SETS if placement is CpuPlacement.ELASTIC
+                else Mechanism.CPU_SETS), counts, ()
+    names = [p.name for p in declared]
+    if placement is CpuPlacement.ELASTIC and not gpu_present:
+        return Mechanism.CPU_SHARES, (), (
+            f"{len(declared)} partitions {names} on {cpu_count} core(s): too few for a home core each, so they share "
+            f"every core as with `placement.cpu = \"shares\"` (their compute shares are their weights)",)
+    raise ConfigError(
+        f"{len(declared)} partitions {names} need a core each, but this host has {cpu_count}: "
+        f"with `placement.cpu = \"{placement.value}\"` allowed at most {cpu_count} partitions (partitions never "
+        f"share a home core); merge partitions or use `placement.cpu = \"shares\"`.")
+
+
+def _home_cores(cpu_ids: Sequence[int], counts: Sequence[int]) -> list[tuple[int, ...]]:
+    """Contiguous runs of `cpu_ids`, `counts` long each, in order."""
+    home, first = [], 0
+    for count in counts:
+        home.append(tuple(cpu_ids[first:first + count]))
+        first += count
+    return home
 
 
 def plan_for_this_host(spec: ServingSpec, force_cpu: bool = False) -> tuple[PartitionPlan, GpuProbe]:
     """The plan for the machine this runs on: the cores this process may use, and its GPU if any."""
     cpus = sorted(os.sched_getaffinity(0))
     gpu = GpuProbe(False, "CPU sets requested explicitly") if force_cpu else detect_nvidia_gpu()
-    return plan_partitions(spec, len(cpus), gpu.present, cpus, gpu_partitions=spec.gpu_partitions()), gpu
+    return plan_partitions(spec, len(cpus), gpu.present, cpus, gpu_partitions=spec.gpu_partitions(),
+                           cpu_quota=read_cpu_quota()), gpu

@@ -123,6 +123,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"[serve] {gpu.detail}: {CPU_PLACEMENT_LINES.get(plan.mechanism, plan.mechanism.value)}; CUDA MPS is not started")
     else:
         print(f"[serve] {gpu.detail}: starting the CUDA MPS control daemon (pipe and logs under {_short(layout.mps_pipe.parent)})")
+    for note in plan.notes:
+        print(f"[serve] NOTE: {note}")
     extra = (["--cpu-sets"] if args.cpu_sets else []) + list(args.supervise_arg)
     for flag, value in _overrides(args).items():
         if value:

@@ -32,6 +32,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 from tokenizers import Tokenizer
 
+from contracts.partition_env import intra_op_threads as partition_intra_op_threads
 from serving.backend.stub_metrics import Observation, StubMetrics
 from serving.generation import metrics as gm
 from serving.generation.detokenize import IncrementalDetokenizer, StopStrings
@@ -119,7 +120,7 @@ class TritonPythonModel:
         self.prompt_bytes_limit = prompt_bytes_limit(self.max_context, self.tokenizer.get_vocab())
         self.default_priority = int(params.get("default_priority", "2"))
         layout = KvLayout(facts["layers"], facts["kv_heads"], facts["hidden"] // facts["heads"], int(params["block_size"]), params["kv_dtype"])
-        threads = int(params.get("intra_op_num_threads", "0") or 0) or int(os.environ.get("SERVING_INTRA_OP_THREADS", "0") or 0)
+        threads = int(params.get("intra_op_num_threads", "0") or 0) or partition_intra_op_threads()
         graph = DecoderGraph(os.path.join(version_dir, params["graph_file"]), threads=threads)
         waiting = {int(k): int(v) for k, v in (item.split(":") for item in params["max_waiting"].split(","))}
         scheduler = Scheduler(SchedulerConfig(

@@ -1,5 +1,7 @@
 """Where an instance's threads run when its partition gives it several cores: the instance's main
-thread on a home core (cores[instance index % cores]), its wide session's worker threads on the others.
+thread on a home core (cores[turn % cores], the turn being the instance's index after the instances of
+the partition's models declared before its model: contracts.partition_env), its wide session's worker
+threads on the others.
 
 Why: unpinned, the wide session was hardly ever faster than the 1-thread one inside the backend's
 stub processes, although it is outside Triton; pinned this way it is, and a lone text gained

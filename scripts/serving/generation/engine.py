@@ -21,7 +21,7 @@ from typing import Callable
 
 import numpy as np
 
-from contracts.onnx_sessions import disabled_fusions
+from contracts.onnx_sessions import CPU_PROVIDER, CUDA_PROVIDER, disabled_fusions, served_session_options
 from serving.generation.kv_store import KvStore
 from serving.generation.requests import GenerationRequest
 from serving.generation.sampling import new_rng, sample_token
@@ -35,14 +35,12 @@ class DecoderGraph:
         import onnxruntime as ort
 
         if provider == "auto":  # onnxruntime-gpu on a GPU host: the same graph on the CUDA provider
-            provider = "CUDAExecutionProvider" if "CUDAExecutionProvider" in ort.get_available_providers() else "CPUExecutionProvider"
+            provider = CUDA_PROVIDER if CUDA_PROVIDER in ort.get_available_providers() else CPU_PROVIDER
         self.provider = provider
-
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        # the served sessions' fusion rule (contracts.onnx_sessions); this graph has no node it applies to today
+        # the served sessions' options and fusion rule (contracts.onnx_sessions; no node of this graph is
+        # fused by the rule today). Its workers spin within a step and stop at its end: ONNX Runtime's
+        # default kept them spinning after each step, on the cores its partition's other model computes on.
+        options = served_session_options(threads, spin_within_run=True)
         self.session = ort.InferenceSession(onnx_path, options, providers=[provider], disabled_optimizers=disabled_fusions([provider]))
 
     def run(self, input_ids, position_ids, past_key, past_value, past_length, last_index):

@@ -82,15 +82,26 @@ def plan_cpu_weights(shares: Mapping[str, int], method: WeightMethod, group_root
     return {n: CpuWeight(n, s, method, cgroup_dir=group_root / n, cgroup_value=value(s)) for n, s in shares.items()}
 
 
-def _own_cgroup_v2() -> Path | None:
+def own_cgroups(proc_self_cgroup: str) -> tuple[Path | None, Path | None]:
+    """(this process's cgroup v2 directory, its group in the v1 cpu hierarchy) from /proc/self/cgroup's
+    text (pure). The partitions' groups go below this process's own: at the hierarchy's root (as v1
+    groups were made until a review, 2026-12-08) they escaped a CPU quota the server was started under."""
+    v2 = v1 = None
+    for line in proc_self_cgroup.splitlines():
+        hierarchy, _, rest = line.partition(":")
+        controllers, _, path = rest.partition(":")
+        if hierarchy == "0" and not controllers:
+            v2 = CGROUP_ROOT / path.lstrip("/")
+        elif "cpu" in controllers.split(","):
+            v1 = CGROUP_ROOT / controllers / path.lstrip("/")
+    return v2, v1
+
+
+def _own_cgroups() -> tuple[Path | None, Path | None]:
     try:
-        for line in Path("/proc/self/cgroup").read_text().splitlines():
-            hierarchy, _, path = line.split(":", 2)
-            if hierarchy == "0":
-                return CGROUP_ROOT / path.lstrip("/")
+        return own_cgroups(Path("/proc/self/cgroup").read_text())
     except OSError:
-        return None
-    return None
+        return None, None
 
 
 def _writable_dir(path: Path) -> bool:
@@ -99,7 +110,7 @@ def _writable_dir(path: Path) -> bool:
 
 def detect_weight_method(run_id: str) -> tuple[WeightMethod, Path | None, str]:
     """(method, the directory partition groups go in, why) for this host and user."""
-    v2 = _own_cgroup_v2()
+    v2, own_v1 = _own_cgroups()
     if (CGROUP_ROOT / "cgroup.controllers").exists() and v2 is not None:
         try:  # children get cpu.weight only if this group hands the cpu controller down
             delegated = "cpu" in (v2 / "cgroup.subtree_control").read_text().split()
@@ -107,7 +118,9 @@ def detect_weight_method(run_id: str) -> tuple[WeightMethod, Path | None, str]:
             delegated = False
         if delegated and _writable_dir(v2):
             return WeightMethod.CGROUP_V2, v2 / f"triton-serving-{run_id}", "cgroup v2 with the cpu controller delegated"
-    v1 = CGROUP_ROOT / "cpu"
+    # its own v1 group; in a container without a cgroup namespace that path is the host's, and the
+    # container's own group is mounted at the hierarchy's root
+    v1 = own_v1 if own_v1 is not None and own_v1.is_dir() else CGROUP_ROOT / "cpu"
     if (v1 / "cpu.shares").exists() and _writable_dir(v1):
         return WeightMethod.CGROUP_V1, v1 / f"triton-serving-{run_id}", "cgroup v1 cpu controller, writable"
     return WeightMethod.NICE, None, "no writable cgroup cpu controller (not root, or not delegated): niceness instead"

@@ -554,6 +554,8 @@ def run_supervisor(config: Path, repository: Path, run_dir: Path, force_cpu: boo
     plan, gpu = plan_for_this_host(spec, force_cpu=force_cpu)
     log.info("pid %d; %s; mechanism %s; plan %s", os.getpid(), gpu.detail, plan.mechanism.value,
              json.dumps(plan.to_dict()["partitions"], sort_keys=True))
+    for note in plan.notes:
+        log.warning("%s", note)
     if not plan.latency_summary_quantiles:
         log.warning("latency summaries are off (`[server] latency_summary_quantiles = []`): the P99 alert and the "
                     "dashboard's percentile panels have no data; counters (means) still work (docs/operations.md)")

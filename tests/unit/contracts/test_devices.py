@@ -47,3 +47,18 @@ def test_tensorrt_detection_on_a_gpu_host_names_the_version_and_the_gpu(monkeypa
                                  Builder=lambda logger: object())
     monkeypatch.setitem(sys.modules, "tensorrt", fake)
     assert devices.detect_tensorrt() == devices.TensorRTAvailability(True, f"TensorRT 10.5.0; {gpu_line}")
+
+
+def test_a_cgroup_cpu_quota_is_read_from_v2_and_v1_files_tightest_first():
+    from contracts.devices import cpu_quota_from_cgroups
+
+    v2 = {"/sys/fs/cgroup/kubepods/pod1/cpu.max": "max 100000", "/sys/fs/cgroup/kubepods/cpu.max": "250000 100000"}
+    assert cpu_quota_from_cgroups("0::/kubepods/pod1\n", v2.get) == 2.5  # the parent's quota binds
+    assert cpu_quota_from_cgroups("0::/\n", {"/sys/fs/cgroup/cpu.max": "max 100000"}.get) is None
+    # a container without a cgroup namespace: the host path does not exist, its own group is the mount's root
+    v1 = {"/sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us": "150000", "/sys/fs/cgroup/cpu,cpuacct/cpu.cfs_period_us": "100000"}
+    assert cpu_quota_from_cgroups("5:memory:/docker/x\n4:cpu,cpuacct:/docker/x\n", v1.get) == 1.5
+    unlimited = {"/sys/fs/cgroup/cpu/cpu.cfs_quota_us": "-1", "/sys/fs/cgroup/cpu/cpu.cfs_period_us": "100000"}
+    assert cpu_quota_from_cgroups("1:cpu:/\n", unlimited.get) is None
+    assert cpu_quota_from_cgroups("0::/\n", {"/sys/fs/cgroup/cpu.max": "garbage"}.get) is None
+    assert cpu_quota_from_cgroups("", {}.get) is None

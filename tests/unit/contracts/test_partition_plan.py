@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 
 from contracts.errors import ConfigError
+from contracts.partition_env import HOME_CORE_OFFSETS_ENV, PARTITION_ENV, home_core_offset
 from contracts.partition_plan import INTRA_OP_THREADS_ENV, Mechanism, cores_for_shares, plan_partitions
 from contracts.layout import MODEL_REPOSITORY as REPOSITORY
 from contracts.serving_spec import load_serving_spec, serving_spec_from_dict
@@ -30,7 +31,7 @@ def test_two_halves_on_two_cores_get_one_core_one_thread_and_strided_ports_each(
     assert (p.http_port, p.grpc_port, p.metrics_port) == (9000, 9001, 9002)
     assert (q.http_port, q.grpc_port, q.metrics_port) == (9010, 9011, 9012)
     assert plan.partition_of("b") is q and q.models == ("b",)
-    assert p.environment() == {INTRA_OP_THREADS_ENV: "1", "SERVING_PARTITION": "p"}  # no MPS variables on CPU
+    assert p.environment() == {INTRA_OP_THREADS_ENV: "1", PARTITION_ENV: "p", HOME_CORE_OFFSETS_ENV: "a=0"}  # no MPS variables
 
 
 def test_thread_count_follows_the_cpu_set_on_a_bigger_host():
@@ -66,6 +67,43 @@ def test_shares_summing_over_100_percent_are_rejected_with_the_shares():
     parts = {"p": {"compute_share": 60, "memory_mb": 512}, "q": {"compute_share": 50, "memory_mb": 256}}
     with pytest.raises(ConfigError, match=r"`partitions.\*.compute_share` = \{'p': 60, 'q': 50\} sums to 110%: allowed at most 100%"):
         spec_with(parts)
+
+
+def test_elastic_partitions_on_too_few_cores_share_them_and_the_plan_says_so():
+    """The default placement on a 1-CPU host (a small VM or container): refused before (serve and build)."""
+    parts = {n: {"compute_share": 30, "memory_mb": 128} for n in ("p", "q", "r")}
+    models = {m: {"recipe": "digit_cnn", "partition": m_part} for m, m_part in (("a", "p"), ("b", "q"), ("c", "r"))}
+    plan = plan_partitions(spec_with(parts, models, cpu="elastic"), cpu_count=2, gpu_present=False, available_cpus=[4, 6])
+    assert plan.mechanism is Mechanism.CPU_SHARES
+    assert [(p.cpus, p.intra_op_threads) for p in plan.partitions] == [((4, 6), 2)] * 3
+    assert len(plan.notes) == 1 and "3 partitions ['p', 'q', 'r'] on 2 core(s): too few for a home core each" in plan.notes[0]
+    assert plan_partitions(spec_with(TWO, cpu="elastic"), cpu_count=2, gpu_present=False).notes == ()
+
+
+def test_elastic_partitions_whose_shares_leave_cores_over_reach_only_the_home_cores():
+    """An idle partition lends its home cores, nothing else: a core no partition owns is never reachable, so
+    it gives no thread (10/10 on 16 cores gave each instance 16 threads for at most 3 cores before)."""
+    parts = {"p": {"compute_share": 10, "memory_mb": 128}, "q": {"compute_share": 10, "memory_mb": 128}}
+    plan = plan_partitions(spec_with(parts, cpu="elastic"), cpu_count=16, gpu_present=False)
+    assert [(p.cpus, p.runs_on, p.intra_op_threads) for p in plan.partitions] == [
+        ((0, 1), (0, 1, 2), 3), ((2,), (0, 1, 2), 3)]
+
+
+def test_a_cpu_quota_caps_the_threads_per_instance_at_its_cpus_rounded_up():
+    plan = plan_partitions(spec_with(TWO, cpu="shares"), cpu_count=16, gpu_present=False, cpu_quota=2.5)
+    assert [p.intra_op_threads for p in plan.partitions] == [3, 3]
+    assert [p.intra_op_threads for p in plan_partitions(spec_with(TWO), 16, False, cpu_quota=0.2).partitions] == [1, 1]
+    assert [p.intra_op_threads for p in plan_partitions(spec_with(TWO), 16, False, cpu_quota=64.0).partitions] == [8, 8]
+
+
+def test_each_models_instances_take_home_core_turns_after_the_models_declared_before_it():
+    models = {"a": {"recipe": "digit_cnn", "partition": "p", "instance_count": 2},
+              "b": {"recipe": "digit_cnn", "partition": "p", "instance_count": 3},
+              "c": {"recipe": "digit_cnn", "partition": "p"}, "d": {"recipe": "digit_cnn", "partition": "q"}}
+    env = plan_partitions(spec_with(TWO, models), cpu_count=8, gpu_present=False).partition("p").environment()
+    assert env[HOME_CORE_OFFSETS_ENV] == "a=0,b=2,c=5"
+    assert [home_core_offset(m, env) for m in ("a", "b", "c", "d")] == [0, 2, 5, 0]
+    assert home_core_offset("a", {HOME_CORE_OFFSETS_ENV: "a=x"}) == 0 and home_core_offset("a", {}) == 0
 
 
 def test_more_partitions_than_cores_is_rejected_naming_the_core_count():

@@ -100,3 +100,18 @@ def test_a_set_wider_than_the_partitions_own_cores_is_not_pinned():
     assert plan_cores([8, 9, 10, 11], 1, owned=4) == CorePlan(home=9, workers=(8, 10, 11))
     assert plan_cores([0, 1], 0, owned=2) == CorePlan(home=0, workers=(1,))
     assert plan_cores([0, 1], 0, owned=None) == CorePlan(home=0, workers=(1,))  # not known: as before
+
+
+def test_the_models_of_a_partition_get_different_home_cores_from_their_offsets():
+    """Each instance's turn = its model's offset (contracts.partition_env) + its index: on 8 cores the first
+    instance of every model took core 0 before, the second core 1, and six cores stayed idle."""
+    from contracts.partition_env import home_core_offset
+    from contracts.partition_plan import plan_partitions
+    from contracts.serving_spec import load_serving_spec
+    from contracts.layout import SERVING_CONFIG
+
+    main = plan_partitions(load_serving_spec(SERVING_CONFIG), 16, False).partition("main")
+    env = main.environment()
+    homes = {(model, index): plan_cores(main.cpus, home_core_offset(model, env) + index, main.intra_op_threads).home
+             for model, instances in main.instances for index in range(instances)}
+    assert sorted(homes.values()) == list(main.cpus), homes  # 8 instances on 8 home cores, one each

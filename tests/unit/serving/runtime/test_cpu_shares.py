@@ -51,3 +51,13 @@ def test_cgroup_v2_groups_hand_the_cpu_controller_down_before_weights_are_writte
     create_cpu_groups(weights)
     assert written[0] == ("triton-serving-1/cgroup.subtree_control", "+cpu")
     assert ("triton-serving-1/main/cpu.weight", str(weights["main"].cgroup_value)) in written
+
+
+def test_partition_groups_go_below_this_process_own_cgroups_not_the_hierarchy_root():
+    """Under a v1 quota (systemd CPUQuota=, a container's limit) groups made at the root escaped it (a review
+    ran the servers under a 0.5-CPU group: their groups had no quota)."""
+    from serving.runtime.cpu_shares import CGROUP_ROOT, own_cgroups
+
+    assert own_cgroups("4:memory:/a\n3:cpu,cpuacct:/system.slice/serving.service\n0::/user.slice\n") == (
+        CGROUP_ROOT / "user.slice", CGROUP_ROOT / "cpu,cpuacct" / "system.slice" / "serving.service")
+    assert own_cgroups("1:cpuset:/x\n") == (None, None)

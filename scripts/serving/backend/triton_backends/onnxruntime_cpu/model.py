@@ -98,6 +98,7 @@ from contracts.sequence_buckets import (
 )
 from serving.backend.text_frontend import TextFrontEnd
 from contracts.onnx_sessions import execution_providers, served_session
+from contracts.partition_env import home_core_offset, intra_op_threads as partition_intra_op_threads
 
 
 def _session(onnx_path, threads, providers=None, spin_within_run=False):
@@ -125,9 +126,7 @@ def instance_threads(config, params):
     per core even with two instances: contracts.partition_plan.PlannedPartition.intra_op_threads);
     0 = ORT's default."""
     explicit = int(params.get("intra_op_num_threads", "0") or 0)
-    if explicit:
-        return explicit
-    return int(os.environ.get("SERVING_INTRA_OP_THREADS", "0") or 0)
+    return explicit or partition_intra_op_threads()
 
 
 def as_sent(array, dtype):
@@ -313,7 +312,10 @@ class TritonPythonModel:
         # this instance's place among the model's (served configs have one instance group per instance)
         index = instance_index(args.get("model_instance_name", name),
                                [(g.get("name", ""), int(g.get("count", 1))) for g in config.get("instance_group", [])])
-        self.placement = ThreadPlacement(index, sorted(thread_ids() - before), owned=threads) if pinned else None
+        # its turn for a home core after the instances of the partition's models declared before it
+        # (contracts.partition_env): instance 0 of every model on the partition's first core left the others idle
+        self.placement = (ThreadPlacement(home_core_offset(name) + index, sorted(thread_ids() - before), owned=threads)
+                          if pinned else None)
         self.narrow, self.activity, self.choice, self.core_load = None, None, None, None
         if adaptive:
             self.narrow = _session(onnx_path, 1)
