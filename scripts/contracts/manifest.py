@@ -51,9 +51,16 @@ class PartitionEntry:
     cpus: tuple[int, ...] = ()
     intra_op_threads: int = 0
     models: tuple[str, ...] = ()
-    #: Every core the partition may run on: its home cores, or every core when elastic CPU sets lend
-    #: it the idle ones (what an in-process comparison must be pinned to); () in older manifests.
+    #: Every core the partition may run on: its home cores, or every partition's home cores when
+    #: elastic CPU sets lend it the idle ones (what an in-process comparison must be pinned to); () in
+    #: older manifests.
     reachable_cpus: tuple[int, ...] = ()
+    compute_share: int = 0
+    memory_mb: int = 0
+    #: Its CUDA MPS variables (a partition with GPU models on a GPU host), else empty.
+    mps: Mapping[str, str] = field(default_factory=dict)
+    #: Its server's log file.
+    log: str | None = None
 
     @property
     def runs_on(self) -> tuple[int, ...]:
@@ -85,11 +92,16 @@ class Manifest:
                 raise ManifestError(f"{source}: partition {name!r} is {entry!r}; expected an object with {list(ENDPOINT_KEYS)}, "
                                     "`pid`, `cpus`, `models`.")
             where = f"{source}: partition {name!r}"
+            mps = entry.get("mps") or {}
+            if not isinstance(mps, Mapping):
+                raise ManifestError(f"{where}: `mps` is {mps!r}; expected an object of CUDA MPS variables.")
             partitions[name] = PartitionEntry(
                 name, entry.get("http"), entry.get("grpc"), entry.get("metrics"), entry.get("pid"), str(entry.get("state", "unknown")),
                 _integer(entry.get("restarts"), where, "restarts"), _integers(entry.get("cpus"), where, "cpus"),
                 _integer(entry.get("intra_op_threads"), where, "intra_op_threads"),
-                tuple(entry.get("models") or ()), _integers(entry.get("reachable_cpus"), where, "reachable_cpus"))
+                tuple(entry.get("models") or ()), _integers(entry.get("reachable_cpus"), where, "reachable_cpus"),
+                _integer(entry.get("compute_share"), where, "compute_share"), _integer(entry.get("memory_mb"), where, "memory_mb"),
+                {str(k): str(v) for k, v in mps.items()}, entry.get("log"))
         supervisor = data.get("supervisor") or {}
         if not isinstance(supervisor, Mapping):
             raise ManifestError(f"{source}: `supervisor` is {supervisor!r}; expected an object {{\"metrics\": URL}}.")
@@ -141,7 +153,7 @@ def write_manifest(manifest: Mapping[str, Any], path: Path = MANIFEST_PATH) -> P
     return write_text_atomically(path, json.dumps(manifest, indent=2, sort_keys=True))
 
 
-def read_manifest_dict(path: Path = MANIFEST_PATH) -> dict[str, Any]:
+def _read_manifest_dict(path: Path = MANIFEST_PATH) -> dict[str, Any]:
     try:
         return json.loads(Path(path).read_text())
     except FileNotFoundError:
@@ -151,4 +163,4 @@ def read_manifest_dict(path: Path = MANIFEST_PATH) -> dict[str, Any]:
 
 
 def read_manifest(path: Path = MANIFEST_PATH) -> Manifest:
-    return Manifest.from_dict(read_manifest_dict(path), str(path))
+    return Manifest.from_dict(_read_manifest_dict(path), str(path))

@@ -20,7 +20,7 @@ from contracts.errors import ServingError
 from serving.runtime.launcher import with_server_overrides
 from serving.runtime.model_readiness import check_models_loaded
 from serving.runtime.native import preload_environment
-from contracts.layout import ARTIFACTS_DIR, MODEL_REPOSITORY, PROJECT_ROOT, RUN_DIR, RunLayout
+from contracts.layout import ARTIFACTS_DIR, MODEL_REPOSITORY, PROJECT_ROOT, RUN_DIR, SERVING_CONFIG, RunLayout
 from contracts.manifest import Manifest, PartitionEntry, read_manifest
 from contracts.partition_plan import Mechanism, plan_for_this_host
 from contracts.processes import http_ready, pid_alive, stop_pid
@@ -33,7 +33,7 @@ from serving.runtime.supervisor_control import is_run_supervisor
 from serving.runtime.supervisor_metrics import UNHEALED_STUB_STATES
 from contracts.command_line import run_subcommand
 
-DEFAULT_CONFIG = PROJECT_ROOT / "model_repository" / "serving.toml"
+DEFAULT_CONFIG = SERVING_CONFIG
 
 #: What a partition's compute share means on a host without a GPU, per mechanism (`serve` prints it).
 CPU_PLACEMENT_LINES = {
@@ -43,16 +43,16 @@ CPU_PLACEMENT_LINES = {
 }
 
 
-def partition_share(mechanism: str, part: dict) -> str:
+def partition_share(mechanism: str, part: PartitionEntry) -> str:
     """How one partition of the manifest shares the machine, as `serve` prints it: its cores (and
     weight) on CPU, its MPS limits on a GPU."""
     if mechanism == Mechanism.CPU_SETS.value:
-        return f"cpus {part['cpus']}"
+        return f"cpus {list(part.cpus)}"
     if mechanism == Mechanism.ELASTIC_CPU_SETS.value:
-        return f"home cpus {part['cpus']} (elastic)"
+        return f"home cpus {list(part.cpus)} (elastic)"
     if mechanism == Mechanism.CPU_SHARES.value:
-        return f"cpus {part['cpus']} weight {part['compute_share']}%"
-    return f"MPS {part.get('mps', {})}"
+        return f"cpus {list(part.cpus)} weight {part.compute_share}%"
+    return f"MPS {dict(part.mps)}"
 
 
 def _overrides(args: argparse.Namespace) -> dict:
@@ -131,10 +131,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
             extra += [f"--{flag.replace('_', '-')}"] + ([] if value is True else [str(value)])
     print(f"[serve] supervisor log: {_short(layout.supervisor_log)}; waiting for {len(plan.partitions)} partition(s)")
     manifest = start_supervisor(Path(args.config).resolve(), repository, layout, timeout_s=args.timeout, extra_args=extra)
-    for name, part in manifest["partitions"].items():
-        share = partition_share(manifest["mechanism"], part)
-        print(f"[serve] {name}: ready pid {part['pid']} HTTP {part['http']} gRPC {part['grpc']} metrics {part['metrics']} "
-              f"{share} threads {part['intra_op_threads']} memory {part['memory_mb']} MiB models {part['models']}")
+    for name, part in manifest.partitions.items():
+        share = partition_share(manifest.mechanism, part)
+        print(f"[serve] {name}: ready pid {part.pid} HTTP {part.http} gRPC {part.grpc} metrics {part.metrics} "
+              f"{share} threads {part.intra_op_threads} memory {part.memory_mb} MiB models {list(part.models)}")
     state = read_supervisor_state(layout)
     for name, part in (state.partitions if state else {}).items():
         if part.failed_models:
@@ -144,13 +144,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return _report_failed_models(manifest, layout, admin_key)
 
 
-def _report_failed_models(manifest: dict, layout: RunLayout, admin_key) -> int:
+def _report_failed_models(manifest: Manifest, layout: RunLayout, admin_key) -> int:
     """Models that failed to load (missing/corrupt file) are named with Triton's reason; the others
     keep being served (tritonserver runs with --exit-on-error=false). Exit code 1 if any failed."""
     failed = {}
-    for name, part in manifest["partitions"].items():
-        host, _, port = part["http"].rpartition(":")
-        for model, reason in check_models_loaded(host, int(port), part["models"], admin_key, layout.partition_log(name)).items():
+    for name, part in manifest.partitions.items():
+        host, _, port = str(part.http).rpartition(":")
+        for model, reason in check_models_loaded(host, int(port), list(part.models), admin_key, layout.partition_log(name)).items():
             failed[model] = reason
             print(f"[serve] ERROR: model {model} (partition {name}) failed to load: {reason}", file=sys.stderr)
     if failed:

@@ -35,15 +35,15 @@ def set_group_affinity(leader: int, cpus) -> None:
         subprocess.run(["taskset", "-a", "-p", "-c", ",".join(map(str, cpus)), str(pid)], capture_output=True)
 
 
-def measure(manifest: dict, pinned: bool) -> str:
+def measure(manifest, pinned: bool) -> str:
     """The test's measurement, with the partitions (and the probe and noise) pinned as launched or
     spread over every core."""
-    quiet, noisy = manifest["partitions"]["quiet"], manifest["partitions"]["noisy"]
+    quiet, noisy = manifest.partitions["quiet"], manifest.partitions["noisy"]
     everything = sorted(os.sched_getaffinity(0))
     for part in (quiet, noisy):
-        set_group_affinity(part["pid"], part["cpus"] if pinned else everything)
-    run = measure_noisy_neighbour(quiet, noisy, probe_cpus=quiet["cpus"] if pinned else everything,
-                                  noise_cpus=noisy["cpus"] if pinned else everything, blocks=measured.PROBE_BLOCKS,
+        set_group_affinity(part.pid, part.cpus if pinned else everything)
+    run = measure_noisy_neighbour(quiet, noisy, probe_cpus=quiet.cpus if pinned else everything,
+                                  noise_cpus=noisy.cpus if pinned else everything, blocks=measured.PROBE_BLOCKS,
                                   block=measured.PROBE_REQUESTS // measured.PROBE_BLOCKS, warmup=measured.PROBE_WARMUP)
     return f"{'pinned  ' if pinned else 'unpinned'}: {run.summary()}; noise {json.dumps(dict(run.noise_counts))}"
 

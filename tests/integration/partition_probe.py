@@ -18,6 +18,8 @@ from typing import Collection, Mapping, Sequence
 
 import numpy as np
 
+from contracts.manifest import PartitionEntry
+
 #: The quiet partition's model, probed; and the noisy partition's model, flooded.
 QUIET_MODEL, NOISY_MODEL = "digit_classifier_small", "digit_classifier"
 #: Noise: threads (requests in flight), and its bounds whatever happens.
@@ -176,7 +178,7 @@ class NeighbourMeasurement:
                 f"P50 {np.median(self.isolated_ms):.2f} -> {np.median(self.loaded_ms):.2f} ms")
 
 
-def measure_noisy_neighbour(quiet: Mapping, noisy: Mapping, probe_cpus: Collection[int], noise_cpus: Collection[int],
+def measure_noisy_neighbour(quiet: PartitionEntry, noisy: PartitionEntry, probe_cpus: Collection[int], noise_cpus: Collection[int],
                             blocks: int, block: int, warmup: int, noise_timeout_s: float = 90) -> NeighbourMeasurement:
     """Probe `quiet` (a manifest partition entry: http, pid) `warmup` times, then `blocks` times
     `block` requests isolated and `block` loaded, while the noise floods `noisy` from `noise_cpus`.
@@ -184,7 +186,7 @@ def measure_noisy_neighbour(quiet: Mapping, noisy: Mapping, probe_cpus: Collecti
     process is stopped and its counts read, or killed if anything failed."""
     image = np.random.default_rng(1).random((1, 1, 8, 8), dtype=np.float32)
     isolated, loaded, noisy_cpu, noise_cpu, loaded_wall = [], [], 0.0, 0.0, 0.0
-    args = json.dumps([sorted(noise_cpus), noisy["http"], NOISY_MODEL, NOISE_THREADS, NOISE_MAX_REQUESTS,
+    args = json.dumps([sorted(noise_cpus), noisy.http, NOISY_MODEL, NOISE_THREADS, NOISE_MAX_REQUESTS,
                        NOISE_MAX_SECONDS])
     noise = subprocess.Popen([sys.executable, "-c", NOISE_SCRIPT, args], stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, text=True)
@@ -202,13 +204,13 @@ def measure_noisy_neighbour(quiet: Mapping, noisy: Mapping, probe_cpus: Collecti
         # on any core, the quiet one included: probing only after its "ready" keeps that out of the
         # blocks (seen before the wait: a first block's probes at 1.5-5.4 ms instead of 0.5).
         assert noise.stdout.readline().strip() == "ready", "noise generator did not start"
-        probe_latencies_ms(quiet["http"], QUIET_MODEL, image, warmup)
+        probe_latencies_ms(quiet.http, QUIET_MODEL, image, warmup)
         for _ in range(blocks):
-            isolated += probe_latencies_ms(quiet["http"], QUIET_MODEL, image, block)
+            isolated += probe_latencies_ms(quiet.http, QUIET_MODEL, image, block)
             command("run", "running")
-            cpu_before, noise_before, wall_before = cpu_seconds(noisy["pid"]), cpu_seconds(noise.pid, group=False), time.perf_counter()
-            loaded += probe_latencies_ms(quiet["http"], QUIET_MODEL, image, block)
-            noisy_cpu += cpu_seconds(noisy["pid"]) - cpu_before
+            cpu_before, noise_before, wall_before = cpu_seconds(noisy.pid), cpu_seconds(noise.pid, group=False), time.perf_counter()
+            loaded += probe_latencies_ms(quiet.http, QUIET_MODEL, image, block)
+            noisy_cpu += cpu_seconds(noisy.pid) - cpu_before
             noise_cpu += cpu_seconds(noise.pid, group=False) - noise_before
             loaded_wall += time.perf_counter() - wall_before
             command("pause", "paused")

@@ -5,7 +5,6 @@ Two partitions on free loopback ports in a temporary run directory, one core eac
 """
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -18,6 +17,7 @@ import numpy as np
 import pytest
 
 from conftest import REPOSITORY, free_ports, poll_until
+from contracts.manifest import read_manifest
 from contracts.supervisor_state import PartitionStatus, read_supervisor_state
 from partition_probe import QUIET_MODEL, measure_noisy_neighbour, two_partition_config
 
@@ -113,13 +113,13 @@ def test_noisy_neighbour_leaves_the_other_partitions_p99_within_factor(partition
     the other core, no Triton there at all, costs x1.19-1.37 by itself.
     """
     layout, manifest = partitions
-    quiet, noisy = manifest["partitions"]["quiet"], manifest["partitions"]["noisy"]
-    if manifest["mechanism"] in ("cpu_sets", "elastic_cpu_sets"):  # home cores (elastic: lent while idle)
-        assert set(quiet["cpus"]).isdisjoint(noisy["cpus"])
+    quiet, noisy = manifest.partitions["quiet"], manifest.partitions["noisy"]
+    if manifest.mechanism in ("cpu_sets", "elastic_cpu_sets"):  # home cores (elastic: lent while idle)
+        assert set(quiet.cpus).isdisjoint(noisy.cpus)
     else:
-        assert manifest["mechanism"] == "cpu_shares" and quiet["cpus"] == noisy["cpus"] == sorted(os.sched_getaffinity(0))
+        assert manifest.mechanism == "cpu_shares" and list(quiet.cpus) == list(noisy.cpus) == sorted(os.sched_getaffinity(0))
     def measure():
-        return measure_noisy_neighbour(quiet, noisy, probe_cpus=quiet["cpus"], noise_cpus=noisy["cpus"], blocks=PROBE_BLOCKS,
+        return measure_noisy_neighbour(quiet, noisy, probe_cpus=quiet.cpus, noise_cpus=noisy.cpus, blocks=PROBE_BLOCKS,
                                        block=PROBE_REQUESTS // PROBE_BLOCKS, warmup=PROBE_WARMUP)
 
     def p99_ratio(r):
@@ -155,17 +155,17 @@ def test_an_idle_partition_lends_its_core_to_the_busy_one_and_takes_it_back(part
     import threading
 
     layout, manifest = partitions
-    if manifest["mechanism"] != "elastic_cpu_sets":
-        pytest.skip(f"placement is {manifest['mechanism']}, not elastic CPU sets")
-    quiet, noisy = manifest["partitions"]["quiet"], manifest["partitions"]["noisy"]
-    everything = sorted(set(quiet["cpus"]) | set(noisy["cpus"]))
+    if manifest.mechanism != "elastic_cpu_sets":
+        pytest.skip(f"placement is {manifest.mechanism}, not elastic CPU sets")
+    quiet, noisy = manifest.partitions["quiet"], manifest.partitions["noisy"]
+    everything = sorted(set(quiet.cpus) | set(noisy.cpus))
     stop = threading.Event()
 
     def load():
         import numpy as np
         import tritonclient.http as http
 
-        with http.InferenceServerClient(quiet["http"]) as client:
+        with http.InferenceServerClient(quiet.http) as client:
             tensor = http.InferInput("image", [32, 1, 8, 8], "FP32")
             tensor.set_data_from_numpy(np.zeros((32, 1, 8, 8), np.float32))
             while not stop.is_set():
@@ -178,11 +178,11 @@ def test_an_idle_partition_lends_its_core_to_the_busy_one_and_takes_it_back(part
     finally:
         stop.set()
         worker.join(timeout=30)
-    assert list(lent["quiet"].cpus_now) == everything and list(lent["noisy"].cpus_now) == noisy["cpus"], lent
-    assert sorted(os.sched_getaffinity(quiet["pid"])) == everything
-    back = poll_until(lambda: _partitions(layout), lambda p: list(p["quiet"].cpus_now) == quiet["cpus"], 10)
-    assert list(back["quiet"].cpus_now) == quiet["cpus"], back
-    assert sorted(os.sched_getaffinity(quiet["pid"])) == quiet["cpus"]
+    assert list(lent["quiet"].cpus_now) == everything and list(lent["noisy"].cpus_now) == list(noisy.cpus), lent
+    assert sorted(os.sched_getaffinity(quiet.pid)) == everything
+    back = poll_until(lambda: _partitions(layout), lambda p: list(p["quiet"].cpus_now) == list(quiet.cpus), 10)
+    assert list(back["quiet"].cpus_now) == list(quiet.cpus), back
+    assert sorted(os.sched_getaffinity(quiet.pid)) == list(quiet.cpus)
 
 
 def test_kill_9_partition_is_restarted_and_clients_recover(partitions):
@@ -241,7 +241,7 @@ def test_kill_9_partition_is_restarted_and_clients_recover(partitions):
     assert restored is not None, f"quiet was not restarted within {RESTART_BOUND_S} s:\n{layout.supervisor_log.read_text()[-2000:]}"
     state = _partitions(layout)["quiet"]
     assert state.restarts == restarts_before + 1 and "SIGKILL" in (state.last_exit or "")
-    assert json.loads(layout.manifest.read_text())["partitions"]["quiet"]["pid"] == state.pid != old_pid
+    assert read_manifest(layout.manifest).partitions["quiet"].pid == state.pid != old_pid
     assert _partitions(layout)["noisy"].state == "ready"  # the other partition was untouched
     assert old_regions and not any(Path(r).exists() for r in old_regions)  # the killed server's IPC memory was freed
     # Every request is accounted for: answered (maybe after retries) or given up on; none gave up.
@@ -299,13 +299,13 @@ def test_sigstopped_partition_is_declared_hung_killed_and_restarted(partitions):
     assert f"partition quiet (pid {old_pid}) {reason}; restart" in log_text
     assert state["quiet"].restarts == before["quiet"].restarts + 1
     assert (state["noisy"].state, state["noisy"].pid) == ("ready", noisy_pid)  # the other partition untouched
-    assert json.loads(layout.manifest.read_text())["partitions"]["quiet"]["pid"] == state["quiet"].pid
+    assert read_manifest(layout.manifest).partitions["quiet"].pid == state["quiet"].pid
     # the old group is gone: nothing stopped or running (a reparented stub may linger as a zombie)
     left = {pid: fields[0] for pid, fields in group_stat_fields(old_pid).items() if fields[0] != "Z"}
     assert not left and not pid_alive(old_pid), f"left of process group {old_pid}: {left}"
     assert old_regions and not any(Path(r).exists() for r in old_regions)
     image = np.random.default_rng(3).random((1, 1, 8, 8), dtype=np.float32)
-    with TritonModelClient(json.loads(layout.manifest.read_text())["models"]["digit_classifier_small"]["http"], "http",
+    with TritonModelClient(read_manifest(layout.manifest).model("digit_classifier_small").http, "http",
                            network_timeout_s=10) as client:
         probabilities = client.infer("digit_classifier_small", {"image": image})["probabilities"]
     assert probabilities.shape == (1, 10) and abs(float(probabilities.sum()) - 1.0) < 1e-4
@@ -333,7 +333,7 @@ def test_the_partitions_of_a_killed_supervisor_are_stopped_with_their_shared_mem
     # exit cleanly (it removes its own regions only then), as the review's orphans did; the other stops cleanly
     clients = []
     for name in list(servers)[:1]:
-        host, port = manifest["partitions"][name]["http"].split(":")
+        host, port = manifest.partitions[name].http.split(":")
         clients.append(http.client.HTTPConnection(host, int(port), timeout=30))
         clients[-1].request("GET", "/v2/health/live")
         clients[-1].getresponse().read()

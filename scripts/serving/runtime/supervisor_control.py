@@ -20,7 +20,7 @@ from contracts.errors import ServerStartError
 from contracts.layout import RunLayout
 from serving.runtime.launcher import stop_mps_daemon
 from serving.runtime.stub_watch import stop_server_group
-from contracts.manifest import read_manifest_dict
+from contracts.manifest import Manifest, read_manifest
 from contracts.processes import log_tail, pid_alive
 from contracts.shared_memory import remove_server_leftovers
 from contracts.supervisor_state import SupervisorState, read_supervisor_state as read_state_file, write_supervisor_state
@@ -101,14 +101,14 @@ def starting_alone(layout: RunLayout) -> Iterator[None]:
 
 
 def start_supervisor(config: Path, repository: Path, layout: RunLayout, timeout_s: float = 180.0,
-                     extra_args: Sequence[str] = ()) -> dict[str, Any]:
+                     extra_args: Sequence[str] = ()) -> Manifest:
     """Start `python -m serving supervise` in its own session; return the manifest once all are ready."""
     with starting_alone(layout):
         return _start_supervisor(config, repository, layout, timeout_s, extra_args)
 
 
 def _start_supervisor(config: Path, repository: Path, layout: RunLayout, timeout_s: float,
-                      extra_args: Sequence[str]) -> dict[str, Any]:
+                      extra_args: Sequence[str]) -> Manifest:
     existing = read_supervisor_state(layout)
     if existing and is_run_supervisor(existing.supervisor_pid, layout):
         raise ServerStartError(f"a supervisor is already running (pid {existing.supervisor_pid}); run {layout.stop_command} first.")
@@ -128,7 +128,7 @@ def _start_supervisor(config: Path, repository: Path, layout: RunLayout, timeout
     while time.monotonic() < deadline:
         state = read_supervisor_state(layout)
         if state and state.status == "ready":
-            return read_manifest_dict(layout.manifest)
+            return read_manifest(layout.manifest)
         if process.poll() is not None or (state and state.status == "failed"):
             process.wait(timeout=60)
             raise ServerStartError(_failure_report(layout, state, offsets))

@@ -1,8 +1,9 @@
 import json
+from pathlib import Path
 
 import pytest
 
-from contracts.manifest import Manifest, ManifestError, read_manifest, write_manifest
+from contracts.manifest import Manifest, ManifestError, PartitionEntry, read_manifest, write_manifest
 
 DOCUMENT = {
     "mechanism": "cpu_sets",
@@ -55,7 +56,27 @@ def test_an_elastic_partition_runs_on_every_core_it_may_borrow():
     assert Manifest.from_dict(DOCUMENT).partition_of("m").runs_on == (0, 1)  # older manifests: the home cores
 
 
+def test_every_key_the_launcher_writes_for_a_partition_is_a_field_of_the_typed_reader():
+    """`serving serve` printed compute_share, memory_mb and MPS from the raw dict: the reader had no field for them."""
+    import dataclasses
+    from contracts.layout import RunLayout
+    from contracts.partition_plan import plan_partitions
+    from contracts.serving_spec import load_serving_spec
+    from contracts.layout import SERVING_CONFIG
+    from serving.runtime.launcher import build_manifest
+
+    plan = plan_partitions(load_serving_spec(SERVING_CONFIG), cpu_count=16, gpu_present=True)
+    written = build_manifest(plan, RunLayout(Path("/tmp/run")), {})
+    fields = {f.name for f in dataclasses.fields(PartitionEntry)}
+    for name, entry in written["partitions"].items():
+        assert set(entry) - {"mechanism"} <= fields, set(entry) - fields  # the plan's mechanism is the manifest's own
+        read = Manifest.from_dict(written).partitions[name]
+        assert (read.compute_share, read.memory_mb, dict(read.mps), read.log) == (
+            entry["compute_share"], entry["memory_mb"], entry["mps"], entry["log"])
+
+
 @pytest.mark.parametrize("document, named", [
+    ({"partitions": {"main": {"mps": "50%"}}}, "`mps` is '50%'; expected an object"),
     ({"models": ["digit_classifier"]}, "`models` is"),
     ({"models": {"m": {"http": None}}}, r"model 'm' lacks \['http'\]"),
     ({"partitions": {"main": None}}, "partition 'main' is None"),

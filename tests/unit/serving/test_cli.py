@@ -1,9 +1,10 @@
 """What `python -m serving serve` prints about how each partition shares the machine."""
 import pytest
 from contracts.partition_plan import Mechanism
+from contracts.manifest import PartitionEntry
 from serving.cli import CPU_PLACEMENT_LINES, partition_share
 
-PART = {"cpus": [0], "compute_share": 50, "mps": {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "50"}}
+PART = PartitionEntry("main", cpus=(0,), compute_share=50, mps={"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "50"})
 
 
 def test_each_mechanism_names_its_own_share_and_only_a_gpu_host_shows_mps():
