@@ -60,12 +60,13 @@ class _Runtime:
         from tokenizers import Tokenizer
 
         from serving.generation.engine import DecoderGraph
+        from serving.generation.spec_file import GenerationSpec
 
         version = model_dir / "1"
         from contracts.model_config import config_parameters, read_model_config
 
         self.params = config_parameters(read_model_config(model_dir))
-        self.spec = json.loads((version / self.params["spec_file"]).read_text())
+        self.spec = GenerationSpec.read(version / self.params["spec_file"])
         self.tokenizer = Tokenizer.from_file(str(version / self.params["tokenizer_file"]))
         self.graph = DecoderGraph(str(version / self.params["graph_file"]))
 
@@ -73,14 +74,13 @@ class _Runtime:
         from serving.generation.engine import GenerationEngine
         from serving.generation.kv_store import KvStore
         from serving.generation.scheduler import Scheduler, SchedulerConfig
-        from serving.generation.sizing import KvLayout
 
-        p, facts = self.params, self.spec["facts"]
-        layout = KvLayout(facts["layers"], facts["kv_heads"], facts["hidden"] // facts["heads"], int(p["block_size"]), p["kv_dtype"])
+        p = self.params
+        layout = self.spec.kv_layout(int(p["block_size"]), p["kv_dtype"])
         config = SchedulerConfig(num_blocks=int(p["num_blocks"]), block_size=layout.block_size, max_running=int(p["max_running"]),
                                  max_context=int(p["max_context"]), prefill_chunk_tokens=int(p["prefill_chunk_tokens"]),
                                  max_waiting={1: 10_000, 2: 10_000}, policy=arm.policy, prefix_sharing=arm.prefix_sharing,
-                                 eos_token_ids=tuple(self.spec["eos_token_ids"]))
+                                 eos_token_ids=self.spec.eos_token_ids)
         return GenerationEngine(self.graph, Scheduler(config), KvStore(layout, config.num_blocks))
 
 
@@ -134,8 +134,8 @@ def decode_speed(runtime: _Runtime, batches=(1, 2, 4, 8, 16), pasts=(128, 512), 
     size and past length: the raw decode speed the scheduler works with."""
     import numpy as np
 
-    facts = runtime.spec["facts"]
-    layers, heads, dim = facts["layers"], facts["kv_heads"], facts["hidden"] // facts["heads"]
+    layout = runtime.spec.kv_layout(1)
+    layers, heads, dim = layout.layers, layout.kv_heads, layout.head_dim
     rows = []
     for past in pasts:
         for batch in batches:

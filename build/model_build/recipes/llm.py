@@ -14,14 +14,13 @@ install: copy the graph and tokenizer to model_repository/<model>/1/, write gene
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from model_build.errors import BuildError
 from model_build.pipeline import install_file
 
-GRAPH_FILE, TOKENIZER_FILE, SPEC_FILE = "decoder_step.onnx", "tokenizer.json", "generation.json"
+GRAPH_FILE, TOKENIZER_FILE = "decoder_step.onnx", "tokenizer.json"
 #: Max |logit difference| allowed between the served path and transformers (FP32 both; the logits
 #: are O(10-30), so this is ~1e-4 relative: float32 rounding of different kernels, nothing more).
 LOGIT_TOLERANCE = 2e-3
@@ -55,9 +54,9 @@ def check_llm_options(model) -> None:
 
 
 def _layout(facts: dict[str, Any], options: dict[str, Any], dtype: str = "fp32"):
-    from serving.generation.sizing import KvLayout
+    from serving.generation.spec_file import kv_layout_of
 
-    return KvLayout(facts["layers"], facts["kv_heads"], facts["hidden"] // facts["heads"], options["block_size"], dtype)
+    return kv_layout_of(facts, options["block_size"], dtype)
 
 
 def build_smollm2(model, workdir: Path) -> dict[str, Any]:
@@ -168,7 +167,9 @@ def _batched_reference_line(validation: dict[str, Any]) -> list[str]:
 
 def install_smollm2(model, serving, record: dict[str, Any], workdir: Path, repository: Path) -> list[str]:
     from serving.generation.sizing import plan_kv_blocks
+    from serving.generation.spec_file import SPEC_FILE, GenerationSpec
     from serving.generation.triton_config import render_generation_config
+    from contracts.layout import write_text_atomically
     from contracts.model_config import write_model_config
 
     options = llm_options(model)
@@ -181,12 +182,12 @@ def install_smollm2(model, serving, record: dict[str, Any], workdir: Path, repos
     partition = next(p for p in serving.effective_partitions if p.name == serving.partition_of(model))
     sizing = plan_kv_blocks(partition.memory_mb, len(serving.models_in_partition(partition.name)), record["engine_resident_bytes"],
                             _layout(facts, options, options["kv_dtype"]), options["max_running"], options["max_context"])
-    spec = {"facts": facts, "eos_token_ids": [facts["eos_token_id"]], "system_prompt": facts["system_prompt"],
-            "kv_sizing": {"num_blocks": sizing.num_blocks, "budget_bytes": sizing.budget_bytes, "engine_bytes": sizing.engine_bytes,
-                          "bound_by": sizing.bound_by, "token_capacity": sizing.token_capacity, "partition": partition.name}}
-    text = json.dumps(spec, indent=1, sort_keys=True)
+    spec = GenerationSpec(facts, (facts["eos_token_id"],), facts["system_prompt"], {
+        "num_blocks": sizing.num_blocks, "budget_bytes": sizing.budget_bytes, "engine_bytes": sizing.engine_bytes,
+        "bound_by": sizing.bound_by, "token_capacity": sizing.token_capacity, "partition": partition.name})
+    text = spec.to_json()
     if not (version_dir / SPEC_FILE).exists() or (version_dir / SPEC_FILE).read_text() != text:
-        (version_dir / SPEC_FILE).write_text(text)
+        write_text_atomically(version_dir / SPEC_FILE, text)
     levels = {p.level: p.queue.max_queue_size for p in serving.priorities_for(model)} or {1: 24, 2: 256}
     parameters = {key: str(options[key]).lower() if isinstance(options[key], bool) else str(options[key])
                   for key in ("max_context", "block_size", "max_running", "prefill_chunk_tokens", "kv_dtype", "policy", "prefix_sharing",

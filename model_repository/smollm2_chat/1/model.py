@@ -37,12 +37,12 @@ from serving.backend.stub_metrics import Observation, StubMetrics
 from serving.generation import metrics as gm
 from serving.generation.detokenize import IncrementalDetokenizer, StopStrings
 from serving.generation.engine import DecoderGraph, GenerationEngine, StepResult
-from serving.generation.errors import InvalidGenerationRequest, WaitQueueFull
+from serving.generation.errors import GenerationError, InvalidGenerationRequest, WaitQueueFull
 from serving.generation.kv_store import KvStore
 from serving.generation.requests import (FROM_REQUEST, build_request, check_prompt_size, merge_sampling_fields, parse_sampling_parameters,
                                         prompt_bytes_limit, prompt_text_for, prompt_token_ids)
 from serving.generation.scheduler import FinishReason, Policy, Scheduler, SchedulerConfig
-from serving.generation.sizing import KvLayout
+from serving.generation.spec_file import GenerationSpec
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 
@@ -112,14 +112,16 @@ class TritonPythonModel:
             raise pb_utils.TritonModelException(f"model '{args['model_name']}' must be decoupled (model_transaction_policy).")
         params = {k: v.get("string_value", "") for k, v in config.get("parameters", {}).items()}
         version_dir = os.path.join(args["model_repository"], args["model_version"])
-        spec = json.loads(open(os.path.join(version_dir, params["spec_file"])).read())
-        facts = spec["facts"]
+        try:
+            spec = GenerationSpec.read(os.path.join(version_dir, params["spec_file"]))
+        except GenerationError as exc:
+            raise pb_utils.TritonModelException(f"model '{args['model_name']}': {exc}") from None
         self.tokenizer = Tokenizer.from_file(os.path.join(version_dir, params["tokenizer_file"]))
-        self.system_prompt = spec["system_prompt"]
+        self.system_prompt = spec.system_prompt
         self.max_context = int(params["max_context"])
         self.prompt_bytes_limit = prompt_bytes_limit(self.max_context, self.tokenizer.get_vocab())
         self.default_priority = int(params.get("default_priority", "2"))
-        layout = KvLayout(facts["layers"], facts["kv_heads"], facts["hidden"] // facts["heads"], int(params["block_size"]), params["kv_dtype"])
+        layout = spec.kv_layout(int(params["block_size"]), params["kv_dtype"])
         threads = int(params.get("intra_op_num_threads", "0") or 0) or partition_intra_op_threads()
         graph = DecoderGraph(os.path.join(version_dir, params["graph_file"]), threads=threads)
         waiting = {int(k): int(v) for k, v in (item.split(":") for item in params["max_waiting"].split(","))}
@@ -127,7 +129,7 @@ class TritonPythonModel:
             num_blocks=int(params["num_blocks"]), block_size=layout.block_size, max_running=int(params["max_running"]),
             max_context=self.max_context, prefill_chunk_tokens=int(params["prefill_chunk_tokens"]), max_waiting=waiting,
             policy=Policy(params.get("policy", "continuous")), prefix_sharing=params.get("prefix_sharing", "true") == "true",
-            priority_preemption=params.get("priority_preemption", "true") == "true", eos_token_ids=tuple(spec["eos_token_ids"])))
+            priority_preemption=params.get("priority_preemption", "true") == "true", eos_token_ids=spec.eos_token_ids))
         self.engine = GenerationEngine(graph, scheduler, KvStore(layout, scheduler.config.num_blocks))
         self.metrics = _Metrics({"model": args["model_name"], "version": args["model_version"]})
         self.metrics.create_all(finish_reasons=[r.value for r in FinishReason if r is not FinishReason.QUEUE_TIMEOUT],
