@@ -26,6 +26,7 @@ from typing import Any, Sequence
 
 from operations.alert_rules import AlertThresholds, duration_seconds, render_alert_rules
 from contracts.serving_spec import ServingSpec
+from serving.generation.metrics import SEQUENCES_WAITING
 
 from k8s_deploy.errors import DeployConfigError
 from k8s_deploy.workload import CONTAINER, PART_OF, streaming_models
@@ -42,7 +43,7 @@ SCRAPE_INTERVAL = "15s"
 QUEUE_WINDOW = "1m"
 _QUERY = ("sum(increase(nv_inference_queue_duration_us{{{m}}}[{w}])) by ({g})"
           "/clamp_min(sum(increase(nv_inference_request_success{{{m}}}[{w}])) by ({g}),1)")
-_WAITING_QUERY = "sum(avg_over_time(llm_sequences_waiting{{{m}}}[{w}])) by ({g})"
+_WAITING_QUERY = "sum(avg_over_time(" + SEQUENCES_WAITING.name + "{{{m}}}[{w}])) by ({g})"
 
 
 def adapter_metrics_query(window: str = QUEUE_WINDOW, streaming_models: Sequence[str] = ()) -> str:
@@ -81,9 +82,9 @@ def render_adapter_rules(spec: ServingSpec, window: str = QUEUE_WINDOW) -> list[
     }]
     if streaming:
         rules.append({
-            "seriesQuery": f'llm_sequences_waiting{{namespace="{namespace}",pod!=""}}',
+            "seriesQuery": f'{SEQUENCES_WAITING.name}{{namespace="{namespace}",pod!=""}}',
             "resources": copy.deepcopy(resources),  # its own mapping: a shared one is written as a YAML alias
-            "name": {"matches": "^llm_sequences_waiting$", "as": WAITING_METRIC},
+            "name": {"matches": f"^{SEQUENCES_WAITING.name}$", "as": WAITING_METRIC},
             "metricsQuery": adapter_waiting_query(window),
         })
     return rules

@@ -171,3 +171,12 @@ def cpu_idle_and_total(proc_stat: str) -> dict[str, tuple[int, int]]:
             values = [int(v) for v in ticks[:8]]
             times[name] = (values[3] + (values[4] if len(values) > 4 else 0), sum(values))
     return times
+
+
+def own_memory_bytes(field_name: str) -> int:
+    """A memory figure of this process from /proc/self/status (`VmRSS`, `VmHWM`: the peak resident set),
+    in bytes: the build's batch-memory probe and the LLM's engine probe read the same lines."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field_name + ":"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError(f"/proc/self/status has no {field_name}: expected a Linux kernel")

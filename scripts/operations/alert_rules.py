@@ -22,7 +22,7 @@ from typing import Any, Mapping
 from contracts.layout import SERVING_CONFIG
 from contracts.serving_spec import NAME_PATTERN, ServingSpec, load_serving_spec
 from operations.errors import MonitorConfigError
-from serving.generation.metrics import RUNNING_SLOTS, SEQUENCES_RUNNING, SEQUENCES_WAITING
+from serving.generation.metrics import KV_BLOCKS_FREE, KV_BLOCKS_USED, RUNNING_SLOTS, SEQUENCES_RUNNING, SEQUENCES_WAITING
 
 RULES_PATH = Path(__file__).with_name("alert_rules.yml")
 RULES_TEST_PATH = Path(__file__).with_name("alert_rules_test.yml")
@@ -372,7 +372,7 @@ def supervisor_rules(t: AlertThresholds) -> list[dict[str, Any]]:
 def generation_rules(t: AlertThresholds) -> list[dict[str, Any]]:
     """The generation model's own pressure signals: its KV cache and its wait queue live inside the
     model (Triton's pending-request count stays 0 for a decoupled model that accepts at once)."""
-    used, free, waiting, slots = "llm_kv_blocks_used", "llm_kv_blocks_free", SEQUENCES_WAITING.name, RUNNING_SLOTS.name
+    used, free, waiting, slots = KV_BLOCKS_USED.name, KV_BLOCKS_FREE.name, SEQUENCES_WAITING.name, RUNNING_SLOTS.name
     return [
         _rule("LlmKvCacheNearlyFull", f"{used} / ({used} + {free}) > {t.kv_usage_fraction}", t.kv_usage_for, "warning", "kv_cache",
               f"KV cache above {t.kv_usage_fraction:.0%} of its blocks",

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from operations.alert_rules import served_error_share
+from operations.alert_rules import AlertThresholds, served_error_share
 
 DASHBOARD_PATH = Path(__file__).with_name("grafana_dashboard.json")
 #: Names scraped from a real Triton 2.51 run (how: see the file's header) plus the documented GPU-only ones.
@@ -69,7 +69,7 @@ PANELS: tuple[tuple[str, str, list[tuple[str, str]]], ...] = (
     ("Memory used (alert above 90%)", "percentunit",
      [("nv_cpu_memory_used_bytes / nv_cpu_memory_total_bytes", "host {{partition}}"),
       ("nv_gpu_memory_used_bytes / nv_gpu_memory_total_bytes", "GPU {{gpu_uuid}}")]),
-    ("Scrape health (1 = up)", "short", [('up{job="triton"}', "{{partition}} {{instance}}")]),
+    ("Scrape health (1 = up)", "short", [(f'up{{job="{AlertThresholds.job}"}}', "{{partition}} {{instance}}")]),
     # The onnxruntime_cpu backend's own batch metrics (serving/backend/metrics.py): batch fill and
     # scheduling overhead, as the field reports ask.
     ("Executed batch size: requests and rows per execution (backend histograms)", "short",

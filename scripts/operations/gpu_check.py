@@ -50,7 +50,9 @@ def _packages_step() -> StepResult:
     try:
         import onnxruntime as ort
 
-        if "CUDAExecutionProvider" not in ort.get_available_providers():
+        from contracts.onnx_sessions import CUDA_PROVIDER
+
+        if CUDA_PROVIDER not in ort.get_available_providers():
             missing.append(f"onnxruntime {ort.__version__} has no CUDAExecutionProvider")
     except ImportError:
         missing.append("onnxruntime is not installed")

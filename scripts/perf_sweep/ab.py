@@ -39,7 +39,7 @@ from perf_sweep.plan import (
     perf_analyzer_environment,
     render_perf_analyzer_command,
 )
-from perf_sweep.results import STALL_MS, PerfRecord, server_metrics_delta
+from perf_sweep.results import STALL_TEXT, PerfRecord, server_metrics_delta
 from perf_sweep.runner import RunFolder, run_level, run_sweep, scrape_metrics
 from perf_sweep.variants import (
     DEFAULT_CANDIDATES, ServedVariant, VariantRole, plan_variants, start_variant_server, variants_by_role,
@@ -79,7 +79,7 @@ def _ratio(a: float, b: float) -> float:
     return a / b if b else float("nan")
 
 
-STALL_TEXT = f"requests >= {STALL_MS / 1000:g} s"
+STALLED_REQUESTS = f"requests {STALL_TEXT}"
 #: The issue's bar for the served configuration: >= this fraction of the plain batcher's throughput at c=16.
 CANDIDATE_THROUGHPUT_FLOOR = 0.9
 
@@ -217,7 +217,7 @@ def _batching_headlines(out: AbOutcome, ctx: AbContext, at16: Mapping[str, PerfR
         out.headlines.append(
             f"Dynamic batching vs none at concurrency 16: {d.throughput:.0f} vs {n.throughput:.0f} infer/s = "
             f"{_ratio(d.throughput, n.throughput):.2f}x [target >= 2x]; P99 {d.p99_ms:.1f} vs {n.p99_ms:.1f} ms; "
-            f"{STALL_TEXT} (Triton's batcher stall, docs/triton-batcher-stall.md): {d.stalled} vs {n.stalled}.")
+            f"{STALLED_REQUESTS} (Triton's batcher stall, docs/triton-batcher-stall.md): {d.stalled} vs {n.stalled}.")
     elif d and n:
         out.headlines.append(
             f"Dynamic batching vs none at concurrency 16 [target >= 2x]: dynamic "
@@ -228,7 +228,7 @@ def _batching_headlines(out: AbOutcome, ctx: AbContext, at16: Mapping[str, PerfR
         out.headlines.append(
             f"Dynamic batching vs none at concurrency 16, both without priority levels or queue policies: "
             f"{plain_d.throughput:.0f} vs {plain_n.throughput:.0f} infer/s = {_ratio(plain_d.throughput, plain_n.throughput):.2f}x; "
-            f"P99 {plain_d.p99_ms:.1f} vs {plain_n.p99_ms:.1f} ms; {STALL_TEXT}: {plain_d.stalled} vs {plain_n.stalled}.")
+            f"P99 {plain_d.p99_ms:.1f} vs {plain_n.p99_ms:.1f} ms; {STALLED_REQUESTS}: {plain_d.stalled} vs {plain_n.stalled}.")
     if _ok(plain) and _ok(plain_n):
         out.headlines.append(
             f"Dynamic batching with no delay window vs none at concurrency 16, both without priority levels or "
@@ -239,7 +239,7 @@ def _batching_headlines(out: AbOutcome, ctx: AbContext, at16: Mapping[str, PerfR
         out.headlines.append(
             f"Priority levels + queue policies cost (same delay, concurrency 16): P99 {d.p99_ms:.1f} ms with vs "
             f"{plain_d.p99_ms:.1f} ms without; {d.throughput:.0f} vs {plain_d.throughput:.0f} infer/s; "
-            f"{STALL_TEXT}: {d.stalled} vs {plain_d.stalled}.")
+            f"{STALLED_REQUESTS}: {d.stalled} vs {plain_d.stalled}.")
     for v in variants_by_role(ctx.variants, R.PRECISION):
         record = at16.get(v.label)
         if _ok(record) and _ok(d):
@@ -274,7 +274,7 @@ def _candidate_headlines(out: AbOutcome, ctx: AbContext, at16: Mapping[str, Perf
     if not rows or not _ok(plain):
         out.skipped.append("batcher candidates: the plain batcher (no window, no policies) did not measure at c=16.")
         return
-    table = [f"| configuration (priorities + queue policies on) | infer/s c=16 | x plain | P99 ms | requests | {STALL_TEXT} |",
+    table = [f"| configuration (priorities + queue policies on) | infer/s c=16 | x plain | P99 ms | requests | {STALLED_REQUESTS} |",
              "|---|---:|---:|---:|---:|---:|"]
     for r in rows:
         name = r["variant"] + (" (served)" if r["served"] else "")
@@ -290,7 +290,7 @@ def _candidate_headlines(out: AbOutcome, ctx: AbContext, at16: Mapping[str, Perf
     out.headlines.append(
         f"Batcher candidates (priorities and queue policies on) vs the plain batcher ({plain.throughput:.0f} infer/s at c=16): "
         f"served {served['vs_plain']:.2f}x with {served['stalled']} stalls [target >= {CANDIDATE_THROUGHPUT_FLOOR}x, 0 stalls]; "
-        f"best {best['variant']} {best['vs_plain']:.2f}x; {total} closed-loop requests in this block, {stalls} {STALL_TEXT}.")
+        f"best {best['variant']} {best['vs_plain']:.2f}x; {total} closed-loop requests in this block, {stalls} {STALLED_REQUESTS}.")
 
 
 def _open_loop(out: AbOutcome, ctx: AbContext) -> None:
@@ -501,7 +501,7 @@ def _realtime_p99(out: AbOutcome, top, text: list, streams: list, rt_rate: float
         if _ok(record):
             p99[name] = record.p99_ms
             text.append(f"{top.name} {name} (perf_analyzer): P50 {record.p50_ms:.1f} ms, P99 {record.p99_ms:.1f} ms, "
-                        f"{record.requests} requests, 0 rejected, {record.stalled} took >= {STALL_MS / 1000:g} s.")
+                        f"{record.requests} requests, 0 rejected, {record.stalled} took {STALL_TEXT}.")
             continue
         text.append(f"{top.name} {name} (perf_analyzer): stopped at an error: {record.note}.")
         if name in fallback:

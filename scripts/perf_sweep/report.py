@@ -11,7 +11,7 @@ import math
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from perf_sweep.results import PerfRecord
+from perf_sweep.results import STALL_TEXT, PerfRecord
 
 from contracts.perf_results import PerfRunResults, as_perf_results
 
@@ -28,7 +28,7 @@ def _pct(value: Any) -> str:
 
 def records_table(records: Sequence[PerfRecord]) -> list[str]:
     lines = [
-        "| load | infer/s | P50 ms | P95 ms | P99 ms | queue ms | compute ms | avg batch | host CPU busy | requests | >= 0.45 s | errors | error rate | status |",
+        "| load | infer/s | P50 ms | P95 ms | P99 ms | queue ms | compute ms | avg batch | host CPU busy | requests | " + STALL_TEXT + " | errors | error rate | status |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in records:
@@ -51,7 +51,7 @@ def records_table(records: Sequence[PerfRecord]) -> list[str]:
 
 def stream_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     lines = [
-        "| experiment | variant | load | stream | priority | requests | items/s | P50 ms | P95 ms | P99 ms | >= 0.45 s | rejected | other errors | error rate | send lag P99 ms |",
+        "| experiment | variant | load | stream | priority | requests | items/s | P50 ms | P95 ms | P99 ms | " + STALL_TEXT + " | rejected | other errors | error rate | send lag P99 ms |",
         "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in rows:

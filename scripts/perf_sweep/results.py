@@ -25,6 +25,8 @@ _US = 1e-3  # microseconds -> milliseconds
 #: A request slower than this is counted as stalled: Triton 2.51's dynamic batcher was seen here to
 #: leave requests queued for its 500 ms idle wait when priority levels or queue policies are set.
 STALL_MS = 450.0
+#: How reports head the count of such requests.
+STALL_TEXT = f">= {STALL_MS / 1000:g} s"
 
 
 @dataclass(frozen=True)

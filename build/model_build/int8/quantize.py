@@ -21,7 +21,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from contracts.onnx_sessions import disabled_fusions, served_session_options
+from contracts.onnx_sessions import CPU_PROVIDER, disabled_fusions, served_session_options
 from model_build.errors import BuildError
 from model_build.int8.qdq import convert_to_fp16, insert_qdq, quantize_embedding_tables
 from model_build.int8.quant_types import ActivationScheme, CalibrationMethod, LayerKind, QuantizableLayer
@@ -89,7 +89,7 @@ def compute_activation_ranges(
     with tempfile.TemporaryDirectory(prefix="calibrate-") as tmp:
         calibrator = create_calibrator(
             Path(fp32_path), op_types, augmented_model_path=str(Path(tmp) / "augmented.onnx"),
-            calibrate_method=_ort_method(method), providers=["CPUExecutionProvider"],
+            calibrate_method=_ort_method(method), providers=[CPU_PROVIDER],
             extra_options={"num_bins": 2048, "percentile": 99.99} if method is not CalibrationMethod.MINMAX else {},
         )
         try:
@@ -211,7 +211,7 @@ def cpu_session(model_or_path, threads: int | None = None, optimize: bool = True
         source = source.SerializeToString()
     elif isinstance(source, Path):
         source = str(source)
-    return ort.InferenceSession(source, options, providers=["CPUExecutionProvider"], disabled_optimizers=disabled_fusions())
+    return ort.InferenceSession(source, options, providers=[CPU_PROVIDER], disabled_optimizers=disabled_fusions())
 
 
 #: Largest output change allowed when the same rows are run in a different batch. A dynamic

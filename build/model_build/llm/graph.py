@@ -23,8 +23,7 @@ from __future__ import annotations
 import warnings
 from pathlib import Path
 
-GRAPH_INPUTS = ("input_ids", "position_ids", "past_key", "past_value", "past_length", "last_index")
-GRAPH_OUTPUTS = ("logits", "new_key", "new_value")
+from serving.generation.engine import GRAPH_INPUTS, GRAPH_OUTPUTS  # the names the server feeds and reads
 
 
 def _rms_norm(x, weight, eps: float):

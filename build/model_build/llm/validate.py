@@ -23,6 +23,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from model_build.errors import BuildError
+from contracts.onnx_sessions import CUDA_PROVIDER
 from serving.generation.engine import DecoderGraph, GenerationEngine
 from serving.generation.kv_store import KvStore
 from serving.generation.requests import GenerationRequest, SamplingParams
@@ -180,7 +181,7 @@ def detect_cuda_provider() -> str:
     """'' when onnxruntime's CUDA provider can run here, else why not (one line for the report)."""
     import onnxruntime as ort
 
-    if "CUDAExecutionProvider" not in ort.get_available_providers():
+    if CUDA_PROVIDER not in ort.get_available_providers():
         return (f"onnxruntime {ort.__version__} here has no CUDAExecutionProvider (install onnxruntime-gpu on a GPU host); "
                 "the same decoder_step.onnx runs there with provider CUDAExecutionProvider")
     return ""

@@ -18,19 +18,14 @@ import time
 from pathlib import Path
 from typing import Collection, Mapping, Sequence
 
+from contracts.onnx_sessions import CPU_PROVIDER, CUDA_PROVIDER
+from contracts.processes import own_memory_bytes
 from contracts.sequence_buckets import parse_max_input_dims
 
 #: ONNX tensor element type -> numpy dtype name, for synthetic inputs.
 _ONNX_NUMPY = {"tensor(float)": "float32", "tensor(float16)": "float16", "tensor(double)": "float64",
                "tensor(int64)": "int64", "tensor(int32)": "int32", "tensor(int8)": "int8",
                "tensor(uint8)": "uint8", "tensor(bool)": "bool"}
-
-
-def _status_kib(field_name: str) -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field_name + ":"):
-            return int(line.split()[1])
-    raise RuntimeError(f"/proc/self/status has no {field_name}")
 
 
 def _reset_peak_rss() -> bool:
@@ -87,13 +82,13 @@ def measure(onnx: str, batch: int, threads: int, variable_dim: int, device: str,
 
     from contracts.onnx_sessions import served_session
 
-    providers = ["CPUExecutionProvider"]
+    providers = [CPU_PROVIDER]
     if device == "cuda":
-        if "CUDAExecutionProvider" not in ort.get_available_providers():
+        if CUDA_PROVIDER not in ort.get_available_providers():
             return {"skipped": "onnxruntime has no CUDAExecutionProvider here (install onnxruntime-gpu on the GPU host)"}
-        providers = ["CUDAExecutionProvider"]
+        providers = [CUDA_PROVIDER]
     gpu_before = _gpu_used_bytes() if device == "cuda" else None
-    rss_before = _status_kib("VmRSS") * 1024
+    rss_before = own_memory_bytes("VmRSS")
     peak_reset = _reset_peak_rss()
     started = time.perf_counter()
     session = served_session(onnx, threads, providers)  # what the backend opens, on the device it serves on
@@ -106,7 +101,7 @@ def measure(onnx: str, batch: int, threads: int, variable_dim: int, device: str,
     seconds = (time.perf_counter() - started) / runs
     result = {"batch_size": batch, "threads": threads, "variable_dim": variable_dim, "device": device,
               **({"input_dims": {name: list(dims) for name, dims in input_dims.items()}} if input_dims else {}),
-              "peak_rss_growth_bytes": _status_kib("VmHWM") * 1024 - rss_before, "peak_reset": peak_reset,
+              "peak_rss_growth_bytes": own_memory_bytes("VmHWM") - rss_before, "peak_reset": peak_reset,
               "seconds_per_run_incl_load": round(seconds, 4)}
     if device == "cuda":  # the session's weights, workspace and activations at this batch, as served
         used = _gpu_used_bytes()

@@ -16,6 +16,7 @@ from typing import Any, Mapping, Sequence
 
 from perf_sweep.peers.plan import ModelKind, TargetKind
 from perf_sweep.peers.stats import LevelSummary
+from perf_sweep.results import STALL_TEXT
 from perf_sweep.peers.verdicts import all_verdicts, poisson_lines, verdict_summary
 
 FAIRNESS = [
@@ -168,7 +169,7 @@ def host_table(levels: Sequence[LevelSummary], model: ModelKind) -> list[str]:
 
 def accounting_table(levels: Sequence[LevelSummary]) -> list[str]:
     out = ["| target | model | level | sent | warm-up | measured | ok | http errors | wrong answers | timeouts | "
-           "connection errors | >= 0.45 s | min score | client CPU | first error |",
+           "connection errors | " + STALL_TEXT + " | min score | client CPU | first error |",
            "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for s in levels:
         o = s.outcomes

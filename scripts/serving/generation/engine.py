@@ -28,6 +28,11 @@ from serving.generation.sampling import new_rng, sample_token
 from serving.generation.scheduler import Scheduler, Sequence
 
 
+#: The decoder-step graph's inputs and outputs, in `DecoderGraph.run`'s order (model_build.llm.graph exports them).
+GRAPH_INPUTS = ("input_ids", "position_ids", "past_key", "past_value", "past_length", "last_index")
+GRAPH_OUTPUTS = ("logits", "new_key", "new_value")
+
+
 class DecoderGraph:
     """The decoder-step graph in an ONNX Runtime session (CPU, or CUDA where asked and present)."""
 
@@ -44,9 +49,8 @@ class DecoderGraph:
         self.session = ort.InferenceSession(onnx_path, options, providers=[provider], disabled_optimizers=disabled_fusions([provider]))
 
     def run(self, input_ids, position_ids, past_key, past_value, past_length, last_index):
-        feeds = {"input_ids": input_ids, "position_ids": position_ids, "past_key": past_key, "past_value": past_value,
-                 "past_length": past_length, "last_index": last_index}
-        return self.session.run(["logits", "new_key", "new_value"], feeds)
+        feeds = dict(zip(GRAPH_INPUTS, (input_ids, position_ids, past_key, past_value, past_length, last_index)))
+        return self.session.run(list(GRAPH_OUTPUTS), feeds)
 
 
 @dataclass

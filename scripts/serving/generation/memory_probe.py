@@ -10,14 +10,8 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
-
-def _vm_hwm_bytes() -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) * 1024
-    raise RuntimeError("/proc/self/status has no VmHWM")
+from contracts.processes import own_memory_bytes
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,13 +28,13 @@ def main(argv: list[str] | None = None) -> int:
 
     from serving.generation.engine import DecoderGraph
 
-    before = _vm_hwm_bytes()
+    before = own_memory_bytes("VmHWM")
     graph = DecoderGraph(args.onnx, threads=args.threads)
     past = np.zeros((args.layers, args.batch, args.kv_heads, args.past, args.head_dim), dtype=np.float32)
     graph.run(np.ones((args.batch, 1), np.int64), np.full((args.batch, 1), args.past, np.int64), past, past.copy(),
               np.full(args.batch, args.past, np.int64), np.zeros(args.batch, np.int64))
     inputs = 2 * past.nbytes  # the dense past is the KV working copy, counted in sizing.py: not here
-    print(json.dumps({"peak_rss_growth_bytes": _vm_hwm_bytes() - before - inputs, "batch": args.batch, "past": args.past}))
+    print(json.dumps({"peak_rss_growth_bytes": own_memory_bytes("VmHWM") - before - inputs, "batch": args.batch, "past": args.past}))
     return 0
 
 

@@ -97,7 +97,7 @@ from contracts.sequence_buckets import (
     parse_max_input_dims,
 )
 from serving.backend.text_frontend import TextFrontEnd
-from contracts.onnx_sessions import execution_providers, served_session
+from contracts.onnx_sessions import CPU_PROVIDER, execution_providers, served_session
 from contracts.partition_env import home_core_offset, intra_op_threads as partition_intra_op_threads
 
 
@@ -297,7 +297,7 @@ class TritonPythonModel:
             providers = execution_providers(kind, int(args.get("model_instance_device_id", 0) or 0), ort.get_available_providers())
         except ValueError as exc:
             raise pb_utils.TritonModelException(f"model '{name}': {exc}") from None
-        on_gpu = providers[0] != "CPUExecutionProvider"
+        on_gpu = providers[0] != CPU_PROVIDER
         # Instances are separate processes: a 1-thread session while a sibling instance computes
         # too (serving/backend/instance_activity.py has the measurements); alone, the faster of it
         # and the wide session (one thread per reachable core) for the call's size, as measured on
