@@ -140,14 +140,12 @@ def main(argv: list[str] | None = None) -> int:
     from tokenizers import Tokenizer  # lazy: only this tool needs it
 
     from contracts.build_record import BuildRecordError, read_build_record
+    from contracts.text_corpus import TextCorpusError, load_text_corpus
 
     try:
         record = read_build_record(args.workdir).data
-        texts = json.loads((args.workdir / record["corpus"]["file"]).read_text())["heldout"]
-    except FileNotFoundError as exc:
-        print(f"padding_report: error: {exc.filename} is missing: run `make build-engines` first.", file=sys.stderr)
-        return 1
-    except BuildRecordError as exc:
+        texts = list(load_text_corpus(args.workdir / record["corpus"]["file"]).heldout)
+    except (BuildRecordError, TextCorpusError) as exc:
         print(f"padding_report: error: {exc}", file=sys.stderr)
         return 1
     max_length = int(record["max_length"])

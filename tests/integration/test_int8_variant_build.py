@@ -40,8 +40,7 @@ def test_the_text_encoders_validation_ran_on_held_out_texts_its_layer_selection_
     checks it, and the budget holds there too (the selection's own figure is kept beside it)."""
     import math
 
-    from model_build.data.text_corpus import load_text_corpus
-    from model_build.recipes.text import text_corpus_path
+    from contracts.text_corpus import load_text_corpus, text_corpus_path
     from model_build.recipes.text_int8 import EVAL_TEXTS, FEED_BATCH
 
     record, workdir = build_record("text_encoder")

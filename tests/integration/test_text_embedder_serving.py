@@ -7,7 +7,6 @@ server pads and buckets differently from the in-process batches, which moves flo
 """
 from __future__ import annotations
 
-import json
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -39,11 +38,12 @@ def reference():
 @pytest.fixture(scope="module")
 def heldout_texts():
     from conftest import ARTIFACTS
+    from contracts.text_corpus import TextCorpusError, load_text_corpus, text_corpus_path
 
-    path = ARTIFACTS / ENCODER / "text_corpus.json"
-    if not path.exists():
-        pytest.fail(f"{path} is missing: run `make build-engines` first.")
-    return json.loads(path.read_text())["heldout"]
+    try:
+        return list(load_text_corpus(text_corpus_path(ARTIFACTS / ENCODER)).heldout)
+    except TextCorpusError as exc:  # missing ("run `make build-engines` first") or of another format
+        pytest.fail(str(exc))
 
 
 def test_interface_is_plain_text_in_and_the_encoders_output_out(client):

@@ -11,13 +11,13 @@ Pipeline (pure functions, tested without the file system): markup to prose -> se
 filter prose-like ones -> deduplicate -> split train/held-out by a seeded hash of each sentence.
 The hash split is stable: adding a document adds sentences to either side but never moves an
 existing sentence from train to held-out, so calibration data can never leak into evaluation.
-Only `installed_documents`, `TextCorpus.save` and `load_text_corpus` touch the disk.
+Only `installed_documents`, `TextCorpus.save` and `load_text_corpus` touch the disk; the file's type,
+format and reader are contracts.text_corpus's, shared with the perf suites and the tests.
 """
 from __future__ import annotations
 
 import email.parser
 import hashlib
-import json
 import os
 import re
 import sysconfig
@@ -25,9 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
+# The corpus file's type and reader are contracts.text_corpus's (the perf suites and the tests read the
+# file too); `load_text_corpus` is imported here so the build's name for it keeps working.
+from contracts.text_corpus import TextCorpus, load_text_corpus, normalized_key  # noqa: F401
 from model_build.errors import BuildError
-
-CORPUS_FORMAT = 1
 
 #: Sentence shape limits: long enough to carry meaning, short enough to be a sentence.
 MIN_WORDS = 4
@@ -137,11 +138,6 @@ def is_prose_sentence(sentence: str) -> bool:
     return not re.search(r"[{}\\|]|=>|->|\(\)|__\w+__|\w+\.\w+\(", sentence)
 
 
-def normalized_key(sentence: str) -> str:
-    """What counts as a duplicate: the same words, ignoring case and spacing."""
-    return " ".join(sentence.casefold().split())
-
-
 def deduplicate(sentences: Iterable[str]) -> list[str]:
     """First occurrence of each sentence (by `normalized_key`), in input order."""
     seen: dict[str, str] = {}
@@ -163,44 +159,6 @@ def split_hash(sentence: str, seed: int) -> float:
     """A number in [0, 1) fixed by the sentence and the seed: decides its side and its order."""
     digest = hashlib.sha256(f"{seed}\x00{normalized_key(sentence)}".encode()).digest()
     return int.from_bytes(digest[:8], "big") / 2.0**64
-
-
-@dataclass(frozen=True)
-class TextCorpus:
-    """Sentences split into `train` (calibration only) and `heldout` (evaluation only).
-
-    Each side is in seeded hash order, so any prefix is a random sample of that side.
-    """
-
-    train: tuple[str, ...]
-    heldout: tuple[str, ...]
-    seed: int
-    heldout_fraction: float
-    sources: tuple[str, ...] = ()
-
-    def __post_init__(self) -> None:
-        if not self.train or not self.heldout:
-            raise BuildError(
-                f"text corpus too small: {len(self.train)} train and {len(self.heldout)} held-out sentences; "
-                "expected at least one of each (are package docs installed? `make setup`)."
-            )
-        overlap = {normalized_key(s) for s in self.train} & {normalized_key(s) for s in self.heldout}
-        if overlap:
-            raise BuildError(f"text corpus: {len(overlap)} sentences are in both train and held-out, e.g. {sorted(overlap)[0]!r}.")
-        if not 0.0 < self.heldout_fraction < 1.0:
-            raise BuildError(f"text corpus: `heldout_fraction` = {self.heldout_fraction} must lie strictly between 0 and 1.")
-
-    def to_json(self) -> dict:
-        return {
-            "format": CORPUS_FORMAT, "seed": self.seed, "heldout_fraction": self.heldout_fraction,
-            "sources": list(self.sources), "train": list(self.train), "heldout": list(self.heldout),
-        }
-
-    def save(self, path: Path) -> Path:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(self.to_json(), indent=0, ensure_ascii=False))
-        return path
 
 
 def split_train_heldout(
@@ -226,19 +184,6 @@ def split_train_heldout(
     return TextCorpus(
         train=tuple(train[:max_train]), heldout=tuple(heldout[:max_heldout]), seed=seed,
         heldout_fraction=heldout_fraction, sources=tuple(sources),
-    )
-
-
-def load_text_corpus(path: Path) -> TextCorpus:
-    try:
-        data = json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise BuildError(f"text corpus {path} does not exist: run `make build-engines` first.") from None
-    if data.get("format") != CORPUS_FORMAT:
-        raise BuildError(f"text corpus {path} has format {data.get('format')!r}; expected {CORPUS_FORMAT}. Rebuild it.")
-    return TextCorpus(
-        train=tuple(data["train"]), heldout=tuple(data["heldout"]), seed=int(data["seed"]),
-        heldout_fraction=float(data["heldout_fraction"]), sources=tuple(data.get("sources", ())),
     )
 
 

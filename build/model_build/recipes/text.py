@@ -34,12 +34,13 @@ import numpy as np
 from model_build.pipeline import build_threads
 from model_build.errors import BuildError
 from model_build.onnx_export.export import check_onnx, onnx_from_torch, onnxruntime_session
-from model_build.data.text_corpus import assemble_text_corpus, documents_digest, installed_documents, load_text_corpus
+from model_build.data.text_corpus import assemble_text_corpus, documents_digest, installed_documents
 from contracts.serving_spec import ModelSpec, Variant
+from contracts.text_corpus import TEXT_CORPUS_FILE, load_text_corpus, text_corpus_path
 
 FP32_ONNX = "fp32.onnx"
 TOKENIZER_JSON = "tokenizer.json"
-TEXT_CORPUS = "text_corpus.json"
+TEXT_CORPUS = TEXT_CORPUS_FILE
 INPUT_IDS, ATTENTION_MASK, EMBEDDING = "input_ids", "attention_mask", "embedding"
 EMBEDDING_DIM = 384
 #: Training length of all-MiniLM-L6-v2 (model card: "sequence length was limited to 128 tokens").
@@ -177,10 +178,6 @@ def embed_texts_onnxruntime(session, tokenizer, texts: Sequence[str], batch_size
 
 
 # ---------------------------------------------------------------------------------------- corpus
-def text_corpus_path(workdir: Path) -> Path:
-    return Path(workdir) / TEXT_CORPUS
-
-
 def calibration_texts(workdir: Path) -> list[str]:
     """The corpus' train split: the ONLY texts calibration may use."""
     return list(load_text_corpus(text_corpus_path(workdir)).train)

@@ -27,6 +27,8 @@ import numpy as np
 from perf_sweep.errors import SweepPlanError
 from perf_sweep.peers.served_files import ServedFiles
 
+from contracts.text_corpus import TextCorpusError, load_text_corpus, text_corpus_path
+
 
 @dataclass(frozen=True)
 class SuiteInputs:
@@ -70,13 +72,11 @@ def _texts_of(source: str, artifacts: Path, seed: int, count: int | None, max_le
     from perf_sweep import inputs as gen
 
     if source == TextSource.HELDOUT.value:
-        corpus_path = artifacts / "text_encoder" / "text_corpus.json"
+        corpus_path = text_corpus_path(artifacts / "text_encoder")
         try:
-            heldout = json.loads(corpus_path.read_text())["heldout"]
-        except FileNotFoundError:
-            raise SweepPlanError(f"{corpus_path} does not exist: run `make build-engines` first.") from None
-        if not heldout:
-            raise SweepPlanError(f"{corpus_path} has no `heldout` sentences.")
+            heldout = load_text_corpus(corpus_path).heldout  # never empty: TextCorpus refuses that
+        except TextCorpusError as exc:
+            raise SweepPlanError(str(exc)) from None
         return list(heldout), f"held-out sentences of `{corpus_path.name}` (`heldout`)"
     if source == TextSource.PARAGRAPHS.value:
         # Cut where the served tokenizer truncates: infinity-emb reads up to the model's 256 tokens and

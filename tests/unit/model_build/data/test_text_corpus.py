@@ -3,15 +3,14 @@ from __future__ import annotations
 
 import pytest
 
+from contracts.text_corpus import TextCorpus, TextCorpusError, load_text_corpus
 from model_build.errors import BuildError
 from model_build.data.text_corpus import (
     SourceDocument,
-    TextCorpus,
     assemble_text_corpus,
     deduplicate,
     installed_documents,
     is_prose_sentence,
-    load_text_corpus,
     markup_to_prose,
     sentences_from_documents,
     split_sentences,
@@ -103,9 +102,9 @@ def test_caps_take_a_prefix_of_the_seeded_order():
 
 
 def test_corpus_validation_names_the_problem():
-    with pytest.raises(BuildError, match="too small"):
+    with pytest.raises(TextCorpusError, match="too small"):
         TextCorpus(train=(), heldout=("A held-out sentence is here.",), seed=0, heldout_fraction=0.2)
-    with pytest.raises(BuildError, match="both train and held-out"):
+    with pytest.raises(TextCorpusError, match="both train and held-out"):
         TextCorpus(train=("Same sentence in both.",), heldout=("same sentence in both.",), seed=0, heldout_fraction=0.2)
     with pytest.raises(BuildError, match="heldout_fraction"):
         split_train_heldout(SENTENCES, 1.0, seed=0)
@@ -115,7 +114,7 @@ def test_corpus_round_trips_through_its_file(tmp_path):
     corpus = assemble_text_corpus([SourceDocument("pkg/README.md", README + " ".join(SENTENCES))], heldout_fraction=0.3)
     path = corpus.save(tmp_path / "corpus.json")
     assert load_text_corpus(path) == corpus
-    with pytest.raises(BuildError, match="make build-engines"):
+    with pytest.raises(TextCorpusError, match="make build-engines"):
         load_text_corpus(tmp_path / "missing.json")
 
 

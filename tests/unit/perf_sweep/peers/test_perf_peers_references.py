@@ -9,6 +9,8 @@ from perf_sweep.errors import SweepPlanError
 from perf_sweep.peers.cli import add_peers_parser, options_from_args
 from perf_sweep.peers.references import TextSource, _texts_of, read_text_file
 
+from contracts.text_corpus import TextCorpus, text_corpus_path
+
 
 def test_a_json_file_gives_its_strings_and_a_text_file_its_non_blank_lines(tmp_path):
     (tmp_path / "queries.json").write_text(json.dumps(["first query", "  ", "second query"]))
@@ -32,13 +34,16 @@ def test_a_bad_file_says_what_was_wrong_and_what_is_expected(tmp_path, name, con
 
 
 def test_heldout_reads_the_build_corpus_and_says_so(tmp_path):
-    corpus = tmp_path / "text_encoder" / "text_corpus.json"
-    corpus.parent.mkdir()
-    corpus.write_text(json.dumps({"heldout": ["one sentence.", "another sentence."]}))
+    TextCorpus(train=("A train sentence.",), heldout=("one sentence.", "another sentence."), seed=0,
+               heldout_fraction=0.2).save(text_corpus_path(tmp_path / "text_encoder"))
     texts, where = _texts_of(TextSource.HELDOUT.value, tmp_path, seed=0, count=None, max_length=128)
     assert texts == ["one sentence.", "another sentence."] and "`heldout`" in where
     with pytest.raises(SweepPlanError, match="make build-engines"):
         _texts_of(TextSource.HELDOUT.value, tmp_path / "elsewhere", seed=0, count=None, max_length=128)
+    # read through the corpus' one reader: a file without its `format` is refused, not half read
+    text_corpus_path(tmp_path / "text_encoder").write_text(json.dumps({"heldout": ["one sentence."]}))
+    with pytest.raises(SweepPlanError, match="expected 1. Rebuild it"):
+        _texts_of(TextSource.HELDOUT.value, tmp_path, seed=0, count=None, max_length=128)
 
 
 def test_paragraphs_are_cut_at_the_served_truncation_so_every_target_computes_the_same_tokens(tmp_path):
