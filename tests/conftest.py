@@ -246,13 +246,13 @@ def triton_server(tmp_path_factory, serving_spec):
 
 @pytest.fixture(scope="session")
 def digits_test_split():
-    import numpy as np
+    """(images, labels) of the served classifier's held-out split, through contracts.digit_split's reader."""
+    from contracts.digit_split import DigitSplitError, digit_test_split_path, load_digit_test_split
 
-    path = ARTIFACTS / "digit_classifier" / "test_split.npz"
-    if not path.exists():
-        pytest.fail(f"{path} is missing: run `make build-engines` first.")
-    with np.load(path) as data:
-        return data["images"], data["labels"]
+    try:
+        return load_digit_test_split(digit_test_split_path(ARTIFACTS))
+    except DigitSplitError as exc:  # missing ("run `make build-engines` first") or not what the build writes
+        pytest.fail(str(exc))
 
 
 def pytest_sessionfinish(session, exitstatus):

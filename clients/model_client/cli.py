@@ -25,9 +25,10 @@ from model_client.policies import RetryPolicy
 from model_client.images import image_array_from_png
 
 from contracts.command_line import run_subcommand
-from contracts.layout import PROJECT_ROOT
+from contracts.digit_split import DigitSplitError, digit_test_split_path, load_digit_test_split
+from contracts.layout import ARTIFACTS_DIR
 
-DEFAULT_TEST_SPLIT = PROJECT_ROOT / "artifacts" / "digit_classifier" / "test_split.npz"
+DEFAULT_TEST_SPLIT = digit_test_split_path(ARTIFACTS_DIR)
 #: How many images --summary lists before the accuracy line.
 SUMMARY_ROWS = 8
 
@@ -60,10 +61,9 @@ def cmd_classify(args: argparse.Namespace) -> int:
         names = [str(p) for p in args.png]
     elif args.test_samples:
         try:
-            with np.load(args.test_split) as data:
-                all_images, all_labels = data["images"], data["labels"]
-        except FileNotFoundError:
-            raise ClientError(f"no test split at {args.test_split}; run `make build-engines` first.") from None
+            all_images, all_labels = load_digit_test_split(args.test_split)
+        except DigitSplitError as exc:  # missing ("run `make build-engines` first") or not what the build writes
+            raise ClientError(str(exc)) from None
         idx = parse_index_range(args.test_samples, len(all_labels))
         images, labels = all_images[idx], all_labels[idx]
         names = [f"test[{i}]" for i in idx]

@@ -29,6 +29,7 @@ from perf_sweep.results import PerfRecord
 from perf_sweep.runner import RunFolder, run_sweep
 from perf_sweep.text_limit import is_fused_text_model
 
+from contracts.digit_split import digit_test_split_path
 from contracts.layout import PROJECT_ROOT
 from contracts.perf_results import PerfRunResults, write_perf_results
 
@@ -164,7 +165,7 @@ def prepare_inputs(model: str, model_config: Mapping[str, Any], out_dir: Path, o
     valid rows (gen.synthetic_input_data) when its inputs are not the project's kinds."""
     kind, name = input_kind(model_config)
     if kind == "image":
-        split = opts.artifacts / "digit_classifier" / "test_split.npz"
+        split = digit_test_split_path(opts.artifacts)
         images = gen.sample_digit_images(gen.load_test_split_images(split), seed=opts.seed)
         path = gen.write_input_data(out_dir / f"{model}.json", gen.image_input_data(images, name))
         text = f"{len(images)} held-out test-split digit images ({split.relative_to(PROJECT_ROOT)}), seed {opts.seed}, file `inputs/{path.name}`"

@@ -114,6 +114,9 @@ def main(argv: list[str] | None = None) -> int:
 
     from perf_sweep.campaign import PROJECT_ROOT
 
+    from contracts.digit_split import digit_test_split_path
+    from contracts.layout import ARTIFACTS_DIR
+
     parser = argparse.ArgumentParser(prog="perf_sweep", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="sweep the running servers and write reports/perf/<timestamp>/")
@@ -140,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
                      help="longest text in tokens (default: the served text models' max_length, as `make perf` uses)")
     inp.add_argument("--config", default=str(PROJECT_ROOT / "model_repository" / "serving.toml"),
                      help="serving.toml the default --max-tokens is read from")
-    inp.add_argument("--test-split", default=str(PROJECT_ROOT / "artifacts" / "digit_classifier" / "test_split.npz"),
+    inp.add_argument("--test-split", default=str(digit_test_split_path(ARTIFACTS_DIR)),
                      help="the digit test split images are drawn from")
     inp.add_argument("--site-packages", default=sysconfig.get_paths()["purelib"],
                      help="where the installed packages whose docs the sentences come from live")

@@ -52,11 +52,14 @@ def image_input_data(images: np.ndarray, input_name: str = "image") -> dict[str,
 
 
 def load_test_split_images(path: Path) -> np.ndarray:
+    """The images of the digit test split at `path` (contracts.digit_split reads it), as a SweepPlanError
+    when it is missing or not what the build writes."""
+    from contracts.digit_split import DigitSplitError, load_digit_test_split
+
     try:
-        with np.load(path) as data:
-            return data["images"]
-    except FileNotFoundError:
-        raise SweepPlanError(f"test split {path} does not exist: run `make build-engines` first.") from None
+        return load_digit_test_split(path)[0]
+    except DigitSplitError as exc:
+        raise SweepPlanError(str(exc)) from None
 
 
 # ------------------------------------------------------------------------------------------ text

@@ -56,13 +56,14 @@ def test_the_text_encoders_validation_ran_on_held_out_texts_its_layer_selection_
 
 
 def test_int8_mixed_classifier_is_within_its_budget(built):
+    from contracts.digit_split import TEST_SPLIT_FILE
     from model_build.recipes.digits import digits_test_accuracy
 
     record, workdir = built
     int8 = record["variants"]["int8_mixed"]
     assert int8["validation"]["passed"] and int8["value"] <= 0.5
-    fp32_acc = digits_test_accuracy(workdir / "fp32.onnx", workdir / "test_split.npz")
-    int8_acc = digits_test_accuracy(workdir / "int8_mixed.onnx", workdir / "test_split.npz")
+    fp32_acc = digits_test_accuracy(workdir / "fp32.onnx", workdir / TEST_SPLIT_FILE)
+    int8_acc = digits_test_accuracy(workdir / "int8_mixed.onnx", workdir / TEST_SPLIT_FILE)
     assert (fp32_acc - int8_acc) * 100 <= 0.5
     assert int8["size_bytes"] < 0.4 * record["variants"]["fp32"]["size_bytes"]
 

@@ -11,10 +11,11 @@ from model_build.data import digits
 from model_build.int8.calibration import calibration_set, feed_batches_from_rows
 from model_build.errors import BuildError
 from model_build.onnx_export.export import compare_with_framework, onnx_from_torch, onnxruntime_session, run_onnxruntime_batched
+from contracts.digit_split import TEST_SPLIT_FILE
 from contracts.serving_spec import ModelSpec, Variant
 
 FP32_ONNX = "fp32.onnx"
-TEST_SPLIT = "test_split.npz"
+TEST_SPLIT = TEST_SPLIT_FILE
 #: Softmax outputs of the same weights in two runtimes: float32 rounding only.
 EXPORT_TOLERANCE = 1e-4
 

@@ -27,6 +27,7 @@ import numpy as np
 from perf_sweep.errors import SweepPlanError
 from perf_sweep.peers.served_files import ServedFiles
 
+from contracts.digit_split import digit_test_split_path
 from contracts.text_corpus import TextCorpusError, load_text_corpus, text_corpus_path
 
 
@@ -58,7 +59,7 @@ def load_suite_inputs(artifacts: Path, seed: int = 0, text_count: int | None = N
     """The digit test split and the texts of `texts` (a TextSource value or a file), in a seeded order."""
     from perf_sweep import inputs as gen
 
-    split = artifacts / "digit_classifier" / "test_split.npz"
+    split = digit_test_split_path(artifacts)
     images = gen.sample_digit_images(gen.load_test_split_images(split), seed=seed)
     chosen, where = _texts_of(texts, artifacts, seed, text_count, max_length)
     chosen = seeded_order(chosen, seed)[:text_count or None]
