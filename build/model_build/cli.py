@@ -4,7 +4,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from pathlib import Path
 
 from model_build.sizing.batch_sizes import apply_measured_batch_size, cmd_size_batches
 from model_build.errors import BuildError
@@ -12,10 +11,10 @@ from model_build.install import install_served
 from model_build.pipeline import BuildPaths, build_model
 from model_build.recipes.registry import recipe_for
 from model_build.reports.build_report import served_rows, write_build_report
-from contracts.rendered_configs import settings_digest
+from contracts.rendered_configs import load_serving_spec_and_digest
 from contracts.errors import ServingError
 from contracts.partition_plan import plan_for_this_host
-from contracts.serving_spec import ModelSpec, ServingSpec, load_serving_spec
+from contracts.serving_spec import ModelSpec, ServingSpec
 
 from contracts.layout import PROJECT_ROOT
 from contracts.command_line import run_subcommand
@@ -82,9 +81,8 @@ def kept_records(serving: ServingSpec, built: set[str], paths: BuildPaths) -> li
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    serving = load_serving_spec(args.config)
     # the settings read now, not at the end of a build of minutes (an edit meanwhile is not rendered)
-    rendered_settings = settings_digest(Path(args.config).read_text())
+    serving, rendered_settings = load_serving_spec_and_digest(args.config)
     paths = BuildPaths(PROJECT_ROOT)
     known = [m.name for m in serving.models]
     unknown = sorted(set(args.models or ()) - set(known))

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Iterable
 
 from contracts.layout import PROJECT_ROOT, write_text_atomically
+from contracts.serving_spec import ServingSpec, read_serving_config, serving_spec_from_text
 
 RENDERED_FROM_FILE = "rendered_from.json"
 #: The one `[server]` setting that rendering reads (`check_request_inputs_fit`).
@@ -62,6 +63,15 @@ def settings_digest(text: str) -> str:
     if isinstance(server, dict):
         data["server"] = {key: server[key] for key in RENDERED_SERVER_KEYS if key in server}
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode("utf-8")).hexdigest()
+
+
+def load_serving_spec_and_digest(serving_config: str | Path) -> tuple[ServingSpec, str]:
+    """The spec of a serving.toml and the `settings_digest` of the same text, from ONE read: the
+    build records the digest of the settings it rendered, so the two must not come from two reads
+    (an edit between them recorded settings that were never rendered). Read at the start of a
+    build or size-batches run, not at the end of minutes of building."""
+    text = read_serving_config(serving_config)
+    return serving_spec_from_text(text, Path(serving_config)), settings_digest(text)
 
 
 def config_name(serving_config: Path) -> str:

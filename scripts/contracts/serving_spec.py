@@ -750,17 +750,30 @@ def _placement_table(data: Mapping[str, Any]) -> dict[str, Any]:
     return dict(table)
 
 
-def load_serving_spec(path: str | Path, allow_non_loopback: bool = False) -> ServingSpec:
-    """The validated spec of a serving.toml. `allow_non_loopback`: the command line's
-    `--allow-non-loopback`, applied before `[server] host` is checked (the refusal of a
-    non-loopback host names that flag as the way to bind there)."""
-    path = Path(path)
+def read_serving_config(path: str | Path) -> str:
+    """The text of a serving.toml (ConfigError when there is none): read once by a caller that also
+    digests it (contracts.rendered_configs.load_serving_spec_and_digest)."""
     try:
-        data = tomllib.loads(path.read_text())
+        return Path(path).read_text()
     except FileNotFoundError:
         raise ConfigError(f"serving configuration {path} does not exist.") from None
+
+
+def serving_spec_from_text(text: str, path: str | Path, allow_non_loopback: bool = False) -> ServingSpec:
+    """The validated spec of serving.toml text read from `path` (named in the errors); see
+    `load_serving_spec` for `allow_non_loopback`."""
+    try:
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"serving configuration {path} is not valid TOML: {exc}") from None
     if allow_non_loopback and isinstance(data.get("server", {}), Mapping):
         data = {**data, "server": {**data.get("server", {}), "allow_non_loopback": True}}
     return serving_spec_from_dict(data)
+
+
+def load_serving_spec(path: str | Path, allow_non_loopback: bool = False) -> ServingSpec:
+    """The validated spec of a serving.toml. `allow_non_loopback`: the command line's
+    `--allow-non-loopback`, applied before `[server] host` is checked (the refusal of a
+    non-loopback host names that flag as the way to bind there)."""
+    path = Path(path)
+    return serving_spec_from_text(read_serving_config(path), path, allow_non_loopback)

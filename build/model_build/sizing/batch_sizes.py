@@ -7,14 +7,13 @@ max_batch_size. Measurements are cached in artifacts/<model>/batch_sizing.json.
 from __future__ import annotations
 
 from dataclasses import replace
-from pathlib import Path
 from typing import Any, Mapping
 
 from model_build.errors import BuildError
 from model_build.install import install_served
 from model_build.pipeline import BuildPaths
 from model_build.sizing.batch_sizing import MEMORY_BUDGET_FRACTION, served_model_spec, size_model_batches, sizing_path
-from contracts.rendered_configs import settings_digest
+from contracts.rendered_configs import load_serving_spec_and_digest
 from contracts.build_record import BuildRecordError, read_build_record
 from contracts.errors import ConfigError
 from contracts.partition_plan import PartitionPlan
@@ -63,11 +62,9 @@ def cmd_size_batches(args) -> int:
     from model_build.cli import PROJECT_ROOT
     from model_build.recipes.registry import recipe_for
     from contracts.partition_plan import plan_for_this_host
-    from contracts.serving_spec import load_serving_spec
 
-    serving = load_serving_spec(args.config)
     # the settings read now, not at the end of a build of minutes (an edit meanwhile is not rendered)
-    rendered_settings = settings_digest(Path(args.config).read_text())
+    serving, rendered_settings = load_serving_spec_and_digest(args.config)
     paths = BuildPaths(PROJECT_ROOT)
     plan, gpu = plan_for_this_host(serving)
     if not gpu.present:

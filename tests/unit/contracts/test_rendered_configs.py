@@ -102,3 +102,23 @@ def test_the_build_recorded_the_committed_serving_toml_for_every_installed_model
     records = {name: read_rendered_from(ARTIFACTS_DIR / name) for name in built}
     assert all(r is not None and r.serving_config == "model_repository/serving.toml" for r in records.values()), records
     assert check_rendered_configs(SERVING_CONFIG, built, ARTIFACTS_DIR) == ConfigCheck()
+
+
+def test_the_build_parses_and_digests_one_read_of_serving_toml(monkeypatch):
+    """The build and size-batches parsed the file, then read it again for the digest: an edit between the
+    two reads recorded settings that were never rendered."""
+    from pathlib import Path
+
+    from contracts.errors import ConfigError
+    from contracts.layout import SERVING_CONFIG
+    from contracts.rendered_configs import load_serving_spec_and_digest
+    from contracts.serving_spec import load_serving_spec
+
+    reads = []
+    read_text = Path.read_text
+    monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: reads.append(self) or read_text(self, *a, **k))
+    spec, digest = load_serving_spec_and_digest(SERVING_CONFIG)
+    assert reads == [SERVING_CONFIG]
+    assert spec == load_serving_spec(SERVING_CONFIG) and digest == settings_digest(SERVING_CONFIG.read_text())
+    with pytest.raises(ConfigError, match="serving configuration .*missing.toml does not exist"):
+        load_serving_spec_and_digest(SERVING_CONFIG.parent / "missing.toml")
