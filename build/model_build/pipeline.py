@@ -20,7 +20,7 @@ from typing import Any, Callable, Mapping, Sequence
 from model_build.errors import BuildError
 from model_build.sources import add_sources, module_sources
 from contracts.file_digest import sha256_file
-from contracts.layout import PathBelow
+from contracts.layout import ARTIFACTS_DIR, MODEL_REPOSITORY, PROJECT_ROOT, REPORTS_DIR, PathBelow
 from contracts.serving_spec import ModelSpec, ServingSpec, Variant
 
 #: Packages whose version changes a build's output: the frameworks, the packages the models' weights
@@ -47,9 +47,10 @@ class BuildPaths:
 
     project_root: Path
 
-    artifacts = PathBelow("project_root", "artifacts")
-    repository = PathBelow("project_root", "model_repository")
-    reports = PathBelow("project_root", "reports", "build")
+    # The folders' places below the root are contracts.layout's, whatever root a build is given.
+    artifacts = PathBelow("project_root", ARTIFACTS_DIR.relative_to(PROJECT_ROOT))
+    repository = PathBelow("project_root", MODEL_REPOSITORY.relative_to(PROJECT_ROOT))
+    reports = PathBelow("project_root", REPORTS_DIR.relative_to(PROJECT_ROOT), "build")
 
     def workdir(self, model: str) -> Path:
         return self.artifacts / model

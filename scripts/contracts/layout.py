@@ -39,7 +39,7 @@ class PathBelow:
     (`logs = PathBelow("run_dir", "logs")`): the layout's paths read as a table, not as a
     property each."""
 
-    def __init__(self, root_field: str, *parts: str):
+    def __init__(self, root_field: str, *parts: str | Path):
         self.root_field, self.parts = root_field, parts
 
     def __get__(self, layout: Any, owner: type | None = None) -> Any:

@@ -30,7 +30,7 @@ from perf_sweep.runner import RunFolder, run_sweep
 from perf_sweep.text_limit import is_fused_text_model
 
 from contracts.digit_split import digit_test_split_path
-from contracts.layout import PROJECT_ROOT
+from contracts.layout import PROJECT_ROOT, REPORTS_DIR
 from contracts.perf_results import PerfRunResults, write_perf_results
 
 
@@ -38,7 +38,7 @@ from contracts.perf_results import PerfRunResults, write_perf_results
 class CampaignOptions:
     config: Path = PROJECT_ROOT / "model_repository" / "serving.toml"
     manifest: Path = PROJECT_ROOT / "run" / "manifest.json"
-    out_root: Path = PROJECT_ROOT / "reports" / "perf"
+    out_root: Path = REPORTS_DIR / "perf"
     artifacts: Path = PROJECT_ROOT / "artifacts"
     run_id: str = field(default_factory=lambda: time.strftime("%Y%m%d-%H%M%S"))
     models: tuple[str, ...] = ()  # empty: every model in the manifest

@@ -38,9 +38,9 @@ from contracts.sequence_buckets import (
     run_in_length_buckets,
 )
 
-from contracts.layout import PROJECT_ROOT
-DEFAULT_WORKDIR = PROJECT_ROOT / "artifacts" / "text_encoder"
-DEFAULT_OUT = PROJECT_ROOT / "reports" / "serving"
+from contracts.layout import ARTIFACTS_DIR, REPORTS_DIR
+DEFAULT_WORKDIR = ARTIFACTS_DIR / "text_encoder"
+DEFAULT_OUT = REPORTS_DIR / "serving"
 STRATEGIES = ("pad_to_max_length", "pad_to_longest", "bucketed")
 
 

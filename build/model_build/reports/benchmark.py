@@ -27,6 +27,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from model_build.pipeline import BuildPaths
 from contracts.build_record import BuildRecordError, read_build_record
 
 TARGET_SPEEDUP = 2.0
@@ -247,16 +248,17 @@ def cmd_benchmark(args: argparse.Namespace, project_root: Path) -> int:
     from contracts.serving_spec import load_serving_spec
 
     serving = load_serving_spec(args.config)
-    out_dir = project_root / "reports" / "build"
+    paths = BuildPaths(project_root)
+    out_dir = paths.reports
     out_dir.mkdir(parents=True, exist_ok=True)
     command = "python -m model_build " + " ".join(sys.argv[1:] if sys.argv[0].endswith(("model_build", "__main__.py")) else ["benchmark"])
     results, studies, skipped = [], [], []
     for model in serving.models:
         try:
-            record = dict(read_build_record(project_root / "artifacts" / model.name).data)
+            record = dict(read_build_record(paths.workdir(model.name)).data)
         except BuildRecordError:
             record = {}
-        workdir = project_root / "artifacts" / model.name
+        workdir = paths.workdir(model.name)
         try:
             _int8_inputs_factory(model.recipe)
         except KeyError:

@@ -43,7 +43,7 @@ from perf_sweep.peers.stats import LevelSummary, Outcome, accounting_line, best_
 from perf_sweep.peers.inside_server import BACKEND_FLUSH_S, inside_server
 from perf_sweep.runner import scrape_metrics
 
-from contracts.layout import PROJECT_ROOT
+from contracts.layout import PROJECT_ROOT, REPORTS_DIR
 Progress = Callable[[str], None]
 PEER_MODULES = ("fastapi", "uvicorn", "infinity_emb", "onnxruntime", "tokenizers")
 #: What each peer imports from the peers' environment (PyTriton runs from the main one).
@@ -54,7 +54,7 @@ MODULES_BY_TARGET = {"minimal_fastapi": ("fastapi", "uvicorn", "onnxruntime", "t
 class PeerSuiteOptions:
     config: Path = PROJECT_ROOT / "model_repository" / "serving.toml"
     artifacts: Path = PROJECT_ROOT / "artifacts"
-    out_root: Path = PROJECT_ROOT / "reports" / "perf"
+    out_root: Path = REPORTS_DIR / "perf"
     #: The run folder; default out_root / peers-<run_id>.
     out_dir: Path | None = None
     run_id: str = field(default_factory=lambda: time.strftime("%Y%m%d-%H%M%S"))
