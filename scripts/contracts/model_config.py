@@ -67,6 +67,7 @@ class TensorSpec:
 
     @property
     def numpy_dtype(self) -> str:
+        """The numpy dtype of this tensor's arrays (data_type is checked against the table on creation)."""
         return TRITON_TO_NUMPY_DTYPE[self.data_type]
 
 
@@ -240,7 +241,7 @@ def warmup_feeds(inputs: Sequence[TensorSpec], batch: int, ones_inputs: Collecti
     random data, are left out): for a build to run in process before Triton does at load, since a
     warm-up answered with an error fails the load (and can crash Triton 2.51)."""
     return {t.name: (np.ones if t.name in ones_inputs else np.zeros)([batch, *row_dims(t, variable_dim, sample_dims)],
-                                                                     dtype=TRITON_TO_NUMPY_DTYPE[t.data_type])
+                                                                     dtype=t.numpy_dtype)
             for t in inputs if t.data_type != "TYPE_STRING"}  # as the backend receives them: after any reshape
 
 

@@ -20,7 +20,7 @@ from typing import Collection, Mapping, Sequence
 
 import numpy as np
 
-from contracts.model_config import TRITON_TO_NUMPY_DTYPE, TensorSpec, row_dims
+from contracts.model_config import TensorSpec, row_dims
 from contracts.onnx_graph import IdRange
 
 
@@ -35,7 +35,7 @@ def synthetic_rows(inputs: Sequence[TensorSpec], rows: int, seed: int, id_ranges
         if tensor.data_type == "TYPE_STRING":
             raise ValueError(f"input '{tensor.name}' is a string tensor; synthetic rows are numeric only.")
         shape = (rows, *row_dims(tensor, variable_dim, sample_dims))
-        dtype = np.dtype(TRITON_TO_NUMPY_DTYPE[tensor.data_type])
+        dtype = np.dtype(tensor.numpy_dtype)
         if dtype.kind == "f":
             feeds[tensor.name] = rng.standard_normal(shape).astype(dtype)
         elif tensor.name in masks:
