@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from model_build.errors import BuildError
 from contracts.errors import ConfigError, ServingError
 from contracts.file_digest import sha256_file
 from contracts.partition_plan import PartitionPlan
@@ -120,16 +121,40 @@ def sizing_path(artifacts: Path, model: str) -> Path:
     return Path(artifacts) / model / SIZING_FILE
 
 
-def read_sizing_decision(path: Path) -> BatchSizingDecision | None:
+@dataclass(frozen=True)
+class SizingRecord:
+    """batch_sizing.json as read back: the decision, and what reusing its measurements needs (the
+    probe settings they were taken with, and each measurement as written, probe details included,
+    so a build that reuses them writes them back unchanged)."""
+
+    decision: BatchSizingDecision
+    probe: Mapping[str, Any]
+    measurements: tuple[Mapping[str, Any], ...]
+
+    def reusable(self, probe_key: Mapping[str, Any]) -> dict[int, dict[str, Any]]:
+        """The measurements by batch size when they were taken as `probe_key` says (the same ONNX
+        file, threads, lengths and device), else none: anything else measured another thing."""
+        if self.probe != probe_key:
+            return {}
+        return {int(m["batch_size"]): dict(m) for m in self.measurements}
+
+
+def read_sizing_record(path: Path) -> SizingRecord | None:
+    """The record `size_model_batches` wrote at `path`; None when there is none yet."""
     try:
         data = json.loads(Path(path).read_text())
+        measurements = tuple(data["measurements"])
+        decision = BatchSizingDecision(
+            model=data["model"], partition=data["partition"], budget_bytes=data["budget_bytes"], cap=data["cap"],
+            measurements=tuple(BatchMeasurement(m["batch_size"], m["memory_bytes"]) for m in measurements),
+            chosen=data["chosen_max_batch_size"], bound_by=data["bound_by"],
+        )
     except FileNotFoundError:
         return None
-    return BatchSizingDecision(
-        model=data["model"], partition=data["partition"], budget_bytes=data["budget_bytes"], cap=data["cap"],
-        measurements=tuple(BatchMeasurement(m["batch_size"], m["memory_bytes"]) for m in data["measurements"]),
-        chosen=data["chosen_max_batch_size"], bound_by=data["bound_by"],
-    )
+    except (ValueError, KeyError, TypeError) as exc:  # JSONDecodeError is a ValueError
+        raise BuildError(f"{path} is not a batch sizing record ({type(exc).__name__}: {exc}); expected what "
+                         "`model_build size-batches` writes: measure again with `size-batches --force`.") from None
+    return SizingRecord(decision, data.get("probe") or {}, measurements)
 
 
 def probe_batch_memory(onnx_path: Path, batch: int, threads: int, variable_dim: int, device: str,
@@ -191,11 +216,8 @@ def size_model_batches(
     # What is SERVED decides: a GPU model's instances hold CUDA memory, a CPU model's RSS, on any host.
     device = "cuda" if getattr(model.device, "value", "cpu") == "gpu" and partition.gpu else "cpu"
     variable_dim, probe_key, measure = _probe_plan(model, onnx_path, partition.intra_op_threads, device, probe)
-    cached: dict[int, dict[str, Any]] = {}
-    if not force and out_path.exists():
-        previous = json.loads(out_path.read_text())
-        if previous.get("probe") == probe_key:
-            cached = {m["batch_size"]: m for m in previous["measurements"]}
+    previous = None if force else read_sizing_record(out_path)
+    cached = previous.reusable(probe_key) if previous else {}
     measurements, raw, measured_now = [], [], 0
     from contracts.progress import progress
 

@@ -13,7 +13,7 @@ from model_build.sizing.batch_sizing import (
     choose_max_batch_size,
     model_memory_budget_bytes,
     probe_batch_memory,
-    read_sizing_decision,
+    read_sizing_record,
     served_model_spec,
     size_model_batches,
 )
@@ -126,13 +126,30 @@ def test_sizing_writes_measurements_and_choice_and_reuses_them(wide_matmul_onnx,
     assert [m["batch_size"] for m in written["measurements"]] == [1, 2, 4]
     assert written["chosen_max_batch_size"] == decision.chosen == 4 and written["bound_by"] == "cap"
     assert written["probe"]["threads"] == plan.partition("p").intra_op_threads
-    assert read_sizing_decision(out) == decision
+    assert read_sizing_record(out).decision == decision
 
     def no_probe(*args):
         raise AssertionError("cached measurements should have been reused")
 
     again = size_model_batches(spec.model("m"), spec, plan, wide_matmul_onnx, out, log=lambda line: None, probe=no_probe)
     assert again == decision
+    assert json.loads(out.read_text())["measurements"] == written["measurements"]  # reused as written, probe details too
+
+
+def test_the_sizing_record_is_reused_only_for_the_same_probe_and_a_broken_one_names_the_fix(tmp_path):
+    from model_build.errors import BuildError
+
+    assert read_sizing_record(tmp_path / "none.json") is None
+    probe = {"onnx_sha256": "ab", "threads": 2, "variable_dim": 128, "device": "cpu"}
+    record = {"model": "m", "partition": "p", "budget_bytes": 100, "cap": 2, "chosen_max_batch_size": 2, "bound_by": "cap",
+              "probe": probe, "measurements": [{"batch_size": b, "memory_bytes": 10 * b, "probe": {"rss": b}} for b in (1, 2)]}
+    (tmp_path / "batch_sizing.json").write_text(json.dumps(record))
+    read = read_sizing_record(tmp_path / "batch_sizing.json")
+    assert read.decision.chosen == 2 and read.reusable(probe) == {b: record["measurements"][b - 1] for b in (1, 2)}
+    assert read.reusable({**probe, "threads": 1}) == {}
+    (tmp_path / "batch_sizing.json").write_text(json.dumps({**record, "measurements": None}))
+    with pytest.raises(BuildError, match=r"batch_sizing.json is not a batch sizing record .*`size-batches --force`"):
+        read_sizing_record(tmp_path / "batch_sizing.json")
 
 
 def test_progress_is_shown_only_when_a_reached_batch_size_is_not_cached():
