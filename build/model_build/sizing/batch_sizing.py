@@ -70,14 +70,15 @@ def candidate_batch_sizes(cap: int) -> tuple[int, ...]:
     return tuple(sorted(sizes | {cap}))
 
 
-def model_memory_budget_bytes(memory_mb: int, models_in_partition: int, instances: int = 1) -> int:
-    """70% of the model's even share of its partition's memory cap, split over its instances
-    (each Triton model instance holds its own ONNX Runtime session and buffers)."""
+def model_memory_budget_bytes(partition_bytes: int, models_in_partition: int, instances: int = 1) -> int:
+    """70% of the model's even share of its partition's memory cap in bytes (`PlannedPartition.
+    memory_budget_bytes`, which converts serving.toml's MiB), split over its instances (each Triton
+    model instance holds its own ONNX Runtime session and buffers)."""
     if models_in_partition < 1:
         raise ConfigError(f"models_in_partition = {models_in_partition}: allowed >= 1.")
     if instances < 1:
         raise ConfigError(f"instances = {instances}: allowed >= 1.")
-    return int(memory_mb * 1024 * 1024 * MEMORY_BUDGET_FRACTION / models_in_partition / instances)
+    return int(partition_bytes * MEMORY_BUDGET_FRACTION / models_in_partition / instances)
 
 
 def budget_split_text(memory_mb: int, models_in_partition: int, partition: str, instances: int) -> str:
@@ -212,7 +213,7 @@ def size_model_batches(
 ) -> BatchSizingDecision:
     """Measure (or reuse) memory per candidate batch size, choose, and write `out_path`."""
     partition = plan.partition_of(model.name)
-    budget = model_memory_budget_bytes(partition.memory_mb, len(partition.models), model.instance_count)
+    budget = model_memory_budget_bytes(partition.memory_budget_bytes, len(partition.models), model.instance_count)
     # What is SERVED decides: a GPU model's instances hold CUDA memory, a CPU model's RSS, on any host.
     device = "cuda" if getattr(model.device, "value", "cpu") == "gpu" and partition.gpu else "cpu"
     variable_dim, probe_key, measure = _probe_plan(model, onnx_path, partition.intra_op_threads, device, probe)

@@ -37,8 +37,8 @@ def test_candidates_are_powers_of_two_up_to_the_cap_and_the_cap():
 
 def test_budget_is_70_percent_of_the_models_even_share_of_the_partition():
     assert MEMORY_BUDGET_FRACTION == 0.70
-    assert model_memory_budget_bytes(1000, 2) == int(1000 * MiB * 0.7 / 2)
-    assert model_memory_budget_bytes(1000, 2, instances=2) == int(1000 * MiB * 0.7 / 4)
+    assert model_memory_budget_bytes(1000 * MiB, 2) == int(1000 * MiB * 0.7 / 2)
+    assert model_memory_budget_bytes(1000 * MiB, 2, instances=2) == int(1000 * MiB * 0.7 / 4)
 
 
 def test_memory_binds_below_the_cap():
