@@ -34,10 +34,6 @@ class ActivationScheme(str, Enum):
     STATIC_UINT8 = "static_uint8"
     DYNAMIC_UINT8 = "dynamic_uint8"
 
-    @property
-    def needs_calibration(self) -> bool:
-        return self is not ActivationScheme.DYNAMIC_UINT8
-
 
 class LayerKind(str, Enum):
     COMPUTE = "compute"  # Conv, Gemm, MatMul with a constant weight
