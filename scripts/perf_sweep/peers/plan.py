@@ -46,6 +46,8 @@ class TargetKind(Enum):
 
 #: Measured in this order: the minimal server first (it sets the Poisson rates), this project last.
 TARGET_ORDER = (TargetKind.MINIMAL, TargetKind.PYTRITON, TargetKind.INFINITY, TargetKind.PROJECT)
+#: The peer this project's P50 at c=1 is judged against (perf_sweep.peers.verdicts.p50_verdict): the
+#: minimal server, what one request costs with little but the model around it.
 REFERENCE_TARGET = TargetKind.MINIMAL
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from perf_sweep.knee import LoadPoint, find_knee
-from perf_sweep.peers.plan import ModelKind, TargetKind
+from perf_sweep.peers.plan import REFERENCE_TARGET, ModelKind, TargetKind
 from perf_sweep.peers.stats import LevelSummary
 
 THROUGHPUT_AT_LEAST = 1.0
@@ -159,7 +159,7 @@ def concurrency_verdicts(summaries: Sequence[LevelSummary], model: str, unit: st
 
 def p50_verdict(summaries: Sequence[LevelSummary], model: str) -> Verdict:
     mine = _closed(summaries, TargetKind.PROJECT.value, model).get(1)
-    minimal = _closed(summaries, TargetKind.MINIMAL.value, model).get(1)
+    minimal = _closed(summaries, REFERENCE_TARGET.value, model).get(1)
     if mine is None or minimal is None or minimal.ok == 0:
         return Verdict(model, "P50 at c=1 <= 1.5x minimal", "c=1", math.nan, P50_C1_AT_MOST, False, None,
                        f"{model} c=1: P50 not comparable (this project or the minimal server was not measured at c=1)")
