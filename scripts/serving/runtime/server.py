@@ -8,13 +8,10 @@ from __future__ import annotations
 import os
 import resource
 import shutil
-import signal
 import subprocess
 import sys
 import sysconfig
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, Sequence
@@ -24,7 +21,7 @@ from contracts.layout import SOURCE_DIRS
 from contracts.onnx_sessions import keep_onnxruntime_offline
 from contracts.shared_memory import remove_server_leftovers, with_mapped_regions
 from contracts.serving_spec import DEFAULT_LATENCY_SUMMARY_QUANTILES, DEFAULT_MAX_INPUT_BYTES, DEFAULT_RATE_LIMIT
-from contracts.processes import free_loopback_ports, http_ready, kill_process_group, log_tail, pid_alive, server_ready, stop_pid  # noqa: F401 (re-exported)
+from contracts.processes import kill_process_group, log_tail, server_ready
 from serving.runtime.security import ADMIN_KEY_ENV
 from serving.runtime.stub_watch import stop_server_group
 
