@@ -62,15 +62,6 @@ def non_finite_answer_errors(output_names, answers) -> dict[int, str]:
     return {i: message for i, a in computed if (message := non_finite_answer_error(zip(output_names, a)))}
 
 
-def first_request_error(named_arrays) -> str | None:
-    """The first problem in one request's (name, array) pairs, or None when all are acceptable."""
-    for name, array in named_arrays:
-        message = non_finite_error(name, array)
-        if message:
-            return message
-    return None
-
-
 def model_file_in_version_dir(version_dir: str, file_name: str) -> str:
     """Join a configured model file name to the version directory, refusing anything that escapes.
 

@@ -6,7 +6,7 @@ import os
 import numpy as np
 import pytest
 
-from serving.backend.checks import first_request_error, non_finite_error
+from serving.backend.checks import non_finite_error
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
@@ -27,13 +27,6 @@ def test_nan_and_inf_are_counted_and_named():
 @pytest.mark.parametrize("array", [np.array([1, 2], np.int64), np.array([b"\xff", b""], object), np.zeros((0, 4), np.float32)])
 def test_non_float_and_empty_inputs_are_not_checked(array):
     assert non_finite_error("x", array) is None
-
-
-def test_first_problem_of_a_request_is_reported():
-    good = np.ones((1, 4), np.float32)
-    bad = np.array([[np.nan, 1, 2, 3]], np.float32)
-    assert first_request_error([("a", good), ("b", good)]) is None
-    assert "'b'" in first_request_error([("a", good), ("b", bad)])
 
 
 def test_an_answer_holding_nan_or_inf_is_an_error_naming_the_output():
