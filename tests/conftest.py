@@ -13,16 +13,16 @@ from typing import Callable
 
 import pytest
 
+from contracts.layout import ARTIFACTS_DIR, MODEL_REPOSITORY, PROJECT_ROOT, SERVING_CONFIG  # noqa: F401 (tests import them from here)
 from contracts.onnx_sessions import keep_onnxruntime_offline
 
 #: Before any test imports onnxruntime: no telemetry from the tests' in-process sessions either, and the
 #: servers they start inherit it (the launcher sets it too: test_onnxruntime_telemetry.py).
 keep_onnxruntime_offline()
 
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
-REPOSITORY = PROJECT_ROOT / "model_repository"
-SERVING_CONFIG = REPOSITORY / "serving.toml"
-ARTIFACTS = PROJECT_ROOT / "artifacts"
+#: The checkout's places, as contracts.layout knows them (the names the tests import from here).
+ARTIFACTS = ARTIFACTS_DIR
+REPOSITORY = MODEL_REPOSITORY
 #: The `[priorities]` table of the unit tests' serving specs: two levels, each with its queue cap
 #: and timeout (the served serving.toml has the same shape with its own numbers).
 TWO_PRIORITY_LEVELS = {

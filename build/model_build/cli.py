@@ -16,7 +16,7 @@ from contracts.errors import ServingError
 from contracts.partition_plan import plan_for_this_host
 from contracts.serving_spec import ModelSpec, ServingSpec
 
-from contracts.layout import PROJECT_ROOT
+from contracts.layout import PROJECT_ROOT, SERVING_CONFIG
 from contracts.command_line import run_subcommand
 
 
@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="model_build", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     build = sub.add_parser("build", help="build and install every model in the serving configuration")
-    build.add_argument("--config", default=str(PROJECT_ROOT / "model_repository" / "serving.toml"))
+    build.add_argument("--config", default=str(SERVING_CONFIG))
     build.add_argument("--models", nargs="*", help="only these models (default: all)")
     build.add_argument("--force", action="store_true", help="rebuild even if the inputs are unchanged")
     build.add_argument("--jobs", type=int, default=1,
@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
                             "on 2 cores, two 1-thread builds took as long as one 2-thread build after the other, 7.3 vs 7.0 min)")
     build.set_defaults(func=cmd_build)
     sizes = sub.add_parser("size-batches", help="measure memory per batch size of built models; re-render their configs")
-    sizes.add_argument("--config", default=str(PROJECT_ROOT / "model_repository" / "serving.toml"))
+    sizes.add_argument("--config", default=str(SERVING_CONFIG))
     sizes.add_argument("--models", nargs="*", help="only these models (default: all)")
     sizes.add_argument("--force", action="store_true", help="measure again even if cached measurements match")
     sizes.set_defaults(func=cmd_size_batches)

@@ -30,16 +30,16 @@ from perf_sweep.runner import RunFolder, run_sweep
 from perf_sweep.text_limit import is_fused_text_model
 
 from contracts.digit_split import digit_test_split_path
-from contracts.layout import PROJECT_ROOT, REPORTS_DIR
+from contracts.layout import ARTIFACTS_DIR, MANIFEST, PROJECT_ROOT, REPORTS_DIR, SERVING_CONFIG
 from contracts.perf_results import PerfRunResults, write_perf_results
 
 
 @dataclass(frozen=True)
 class CampaignOptions:
-    config: Path = PROJECT_ROOT / "model_repository" / "serving.toml"
-    manifest: Path = PROJECT_ROOT / "run" / "manifest.json"
+    config: Path = SERVING_CONFIG
+    manifest: Path = MANIFEST
     out_root: Path = REPORTS_DIR / "perf"
-    artifacts: Path = PROJECT_ROOT / "artifacts"
+    artifacts: Path = ARTIFACTS_DIR
     run_id: str = field(default_factory=lambda: time.strftime("%Y%m%d-%H%M%S"))
     models: tuple[str, ...] = ()  # empty: every model in the manifest
     max_concurrency: int = 32

@@ -112,10 +112,8 @@ def main(argv: list[str] | None = None) -> int:
 
     keep_onnxruntime_offline()  # before anything imports onnxruntime (in-process limits, peers, padding report)
 
-    from perf_sweep.campaign import PROJECT_ROOT
-
     from contracts.digit_split import digit_test_split_path
-    from contracts.layout import ARTIFACTS_DIR
+    from contracts.layout import ARTIFACTS_DIR, SERVING_CONFIG
 
     parser = argparse.ArgumentParser(prog="perf_sweep", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -141,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     inp.add_argument("--seed", type=int, default=0, help="which samples and texts are drawn")
     inp.add_argument("--max-tokens", type=int,
                      help="longest text in tokens (default: the served text models' max_length, as `make perf` uses)")
-    inp.add_argument("--config", default=str(PROJECT_ROOT / "model_repository" / "serving.toml"),
+    inp.add_argument("--config", default=str(SERVING_CONFIG),
                      help="serving.toml the default --max-tokens is read from")
     inp.add_argument("--test-split", default=str(digit_test_split_path(ARTIFACTS_DIR)),
                      help="the digit test split images are drawn from")
@@ -154,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     wb = sub.add_parser("write-back", help="set a model's max_queue_delay_microseconds in serving.toml")
     wb.add_argument("--model", required=True, help="a model of serving.toml")
     wb.add_argument("--delay-us", type=int, required=True, help="max_queue_delay_microseconds to write (>= 0)")
-    wb.add_argument("--config", default=str(PROJECT_ROOT / "model_repository" / "serving.toml"), help="the serving.toml to edit")
+    wb.add_argument("--config", default=str(SERVING_CONFIG), help="the serving.toml to edit")
     wb.set_defaults(func=_write_back)
     analyzer = sub.add_parser("analyzer", help="run perf_analyzer with the library path its wheel needs (arguments after --)")
     analyzer.add_argument("arguments", nargs=argparse.REMAINDER, help="perf_analyzer's own arguments, e.g. -- -m digit_classifier")

@@ -43,7 +43,7 @@ from perf_sweep.peers.stats import LevelSummary, Outcome, accounting_line, best_
 from perf_sweep.peers.inside_server import BACKEND_FLUSH_S, inside_server
 from perf_sweep.runner import scrape_metrics
 
-from contracts.layout import PROJECT_ROOT, REPORTS_DIR
+from contracts.layout import ARTIFACTS_DIR, PROJECT_ROOT, REPORTS_DIR, SERVING_CONFIG
 Progress = Callable[[str], None]
 PEER_MODULES = ("fastapi", "uvicorn", "infinity_emb", "onnxruntime", "tokenizers")
 #: What each peer imports from the peers' environment (PyTriton runs from the main one).
@@ -52,8 +52,8 @@ MODULES_BY_TARGET = {"minimal_fastapi": ("fastapi", "uvicorn", "onnxruntime", "t
 
 @dataclass(frozen=True)
 class PeerSuiteOptions:
-    config: Path = PROJECT_ROOT / "model_repository" / "serving.toml"
-    artifacts: Path = PROJECT_ROOT / "artifacts"
+    config: Path = SERVING_CONFIG
+    artifacts: Path = ARTIFACTS_DIR
     out_root: Path = REPORTS_DIR / "perf"
     #: The run folder; default out_root / peers-<run_id>.
     out_dir: Path | None = None
