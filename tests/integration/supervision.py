@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Iterator, Sequence
 
+from contracts.layout import RunLayout
 from contracts.supervisor_state import SupervisorState, read_supervisor_state
 
 
@@ -39,7 +40,8 @@ def supervised_server(workdir: Path, models: Sequence[str], repository: Path | N
 
     config = write_serving_config(Path(workdir) / "serving.toml", models)
     http, grpc, metrics, supervisor = free_ports(4)
-    common = ["--run-dir", str(Path(workdir) / "run")]
+    layout = RunLayout(Path(workdir) / "run")
+    common = ["--run-dir", str(layout.run_dir)]
     extra = [f"--supervise-arg={a}" for a in supervise_args]
     served = serving_cli("serve", "--config", str(config), "--repository", str(repository or REPOSITORY),
                          "--http-port", str(http), "--grpc-port", str(grpc), "--metrics-port", str(metrics),
@@ -48,7 +50,7 @@ def supervised_server(workdir: Path, models: Sequence[str], repository: Path | N
         assert served.returncode == 0, served.stdout + served.stderr
         yield {"http": f"127.0.0.1:{http}", "grpc": f"127.0.0.1:{grpc}", "metrics": f"http://127.0.0.1:{metrics}/metrics",
                "supervisor_metrics": f"http://127.0.0.1:{supervisor}/metrics",
-               "manifest": Path(workdir) / "run" / "manifest.json", "state": Path(workdir) / "run" / "supervisor.json",
+               "manifest": layout.manifest, "state": layout.supervisor_state,
                "common": common}
     finally:
         serving_cli("stop", *common)

@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 from serving.runtime.security import restricted_api_flags
+from contracts.layout import RunLayout
 from contracts.processes import cpu_ticks, pid_alive
 from contracts.supervisor_state import read_supervisor_state
 from conftest import in_process_probabilities, poll_until, raw_triton_client
@@ -429,11 +430,11 @@ def test_the_supervisor_reloads_a_model_whose_backend_stub_died(supervised, digi
     from serving.runtime.stub_processes import scan_stubs
     from serving.runtime.stub_watch import LEFTOVER_GRACE_S
 
-    run_dir = supervised["manifest"].parent
-    log_path = run_dir / "logs" / "supervisor.log"
+    layout = RunLayout(supervised["manifest"].parent)
+    log_path = layout.supervisor_log
 
     def partition():
-        return read_supervisor_state(run_dir / "supervisor.json").partitions["default"]
+        return read_supervisor_state(layout.supervisor_state).partitions["default"]
 
     pid = partition().pid
     stubs = [s for s in scan_stubs(pid) if s.model == GOOD]
@@ -516,10 +517,10 @@ def test_a_partition_killed_after_a_reload_leaves_no_ipc_memory_behind(supervise
     from contracts.shared_memory import triton_shm_regions
     from serving.runtime.stub_processes import scan_stubs
 
-    run_dir = supervised["manifest"].parent
+    layout = RunLayout(supervised["manifest"].parent)
 
     def partition():
-        return read_supervisor_state(run_dir / "supervisor.json").partitions["default"]
+        return read_supervisor_state(layout.supervisor_state).partitions["default"]
 
     before = partition()
     ready_regions = set(triton_shm_regions(before.pid))
@@ -547,10 +548,10 @@ def test_a_stopped_backend_stub_is_killed_and_its_model_reloaded_without_a_parti
     from model_client.client import TritonModelClient
     from serving.runtime.stub_processes import scan_stubs
 
-    run_dir = supervised["manifest"].parent
+    layout = RunLayout(supervised["manifest"].parent)
 
     def partition():
-        return read_supervisor_state(run_dir / "supervisor.json").partitions["default"]
+        return read_supervisor_state(layout.supervisor_state).partitions["default"]
 
     assert wait_until(lambda: partition().state == "ready" and len(partition().stubs[GOOD].pids) == 2, 60), partition()
     before = partition()
@@ -564,7 +565,7 @@ def test_a_stopped_backend_stub_is_killed_and_its_model_reloaded_without_a_parti
             os.kill(victim, signal.SIGKILL)  # never resumed, whatever happened
         except ProcessLookupError:
             pass
-    log_text = (run_dir / "logs" / "supervisor.log").read_text()
+    log_text = layout.supervisor_log.read_text()
     assert f"SIGKILLed stub pid {victim}" in log_text and "stopped for a whole scan interval" in log_text
     images, _ = digits_test_split
     with TritonModelClient(supervised["http"], "http", network_timeout_s=CLIENT_TIMEOUT_S) as client:

@@ -26,6 +26,8 @@ from perf_sweep.peers.codec import Api
 from perf_sweep.peers.plan import ModelKind, TargetKind
 from perf_sweep.peers.served_files import ServedFiles
 
+from contracts.layout import RunLayout
+
 APPS = Path(__file__).resolve().parent / "apps"
 #: infinity-emb's name for the model in /embeddings requests.
 INFINITY_MODEL_ID = "all-MiniLM-L6-v2"
@@ -112,7 +114,7 @@ def plan_project(python: Path, config: Path, run_dir: Path, ports: Sequence[int]
     argv = (str(python), "-m", "serving", "serve", "--config", str(config), "--http-port", str(http), "--grpc-port", str(grpc),
             "--metrics-port", str(metrics), "--supervisor-metrics-port", str(supervisor), *common)
     return Launch(TargetKind.PROJECT, argv, Api.KSERVE_V2, f"this project as served by {config.name} at run time (`serving serve`)",
-                  blocking=True, stop_argv=(str(python), "-m", "serving", "stop", *common), manifest=run_dir / "manifest.json")
+                  blocking=True, stop_argv=(str(python), "-m", "serving", "stop", *common), manifest=RunLayout(run_dir).manifest)
 
 
 def read_manifest(path: Path):
