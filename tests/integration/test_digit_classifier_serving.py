@@ -1,14 +1,13 @@
 """The digit classifier served by a real tritonserver, over HTTP and gRPC."""
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 
 from model_client.client import TritonModelClient, classify
 from model_client.errors import ModelNotFoundError, RequestRejectedError, ServerUnavailableError
 from conftest import ARTIFACTS, in_process_probabilities
+from contracts.build_record import read_build_record
 
 pytestmark = pytest.mark.server
 PROTOCOLS = ["http", "grpc"]
@@ -40,10 +39,10 @@ def test_whole_test_split_accuracy_matches_build_report(client, digits_test_spli
     assert accuracy == pytest.approx(expected)
     # ... and the build report's own figure for the served file (a stale or swapped model.onnx agrees
     # with itself in process, not with the record of what was built and validated)
-    record = json.loads((ARTIFACTS / MODEL / "build.json").read_text())
-    (served,) = [v for v in record["variants"].values() if v.get("file") == record["served_file"]]
-    assert served["metric"] == "top1_accuracy" and record["test_samples"] == len(labels)
-    assert accuracy == pytest.approx(served["value"]), (record["served_file"], served["value"])
+    record = read_build_record(ARTIFACTS / MODEL)
+    (served,) = [v for v in record.variants.values() if v.get("file") == record.served_file]
+    assert served["metric"] == "top1_accuracy" and record.data["test_samples"] == len(labels)
+    assert accuracy == pytest.approx(served["value"]), (record.served_file, served["value"])
     assert all(len(p.labels) == 3 and p.scores[0] >= p.scores[1] >= p.scores[2] for p in predictions)
 
 

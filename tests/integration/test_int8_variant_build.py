@@ -14,14 +14,16 @@ pytestmark = pytest.mark.built
 def build_record(model: str):
     """(artifacts/<model>/build.json as built by `make build-engines`, its folder); fails naming the fix."""
     from conftest import ARTIFACTS
+    from contracts.build_record import BuildRecordError, read_build_record
 
     workdir = ARTIFACTS / model
-    if not (workdir / "build.json").exists():
-        pytest.fail(f"{workdir / 'build.json'} is missing: run `make build-engines` first.")
-    record = json.loads((workdir / "build.json").read_text())
-    if "int8_mixed" not in record["variants"]:
+    try:
+        record = read_build_record(workdir)
+    except BuildRecordError as exc:  # missing ("build ... first (`make build-engines`)") or not what a build writes
+        pytest.fail(str(exc))
+    if "int8_mixed" not in record.variants:
         pytest.fail(f"{workdir} has no int8_mixed variant: serving.toml's {model} must build it (`variant` or `also_build`).")
-    return record, workdir
+    return record.data, workdir
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,6 @@ tokenizer's success count (it tokenized all four when the encoder rejected).
 """
 from __future__ import annotations
 
-import json
 import shutil
 import threading
 from dataclasses import replace
@@ -54,10 +53,11 @@ def as_ensemble(spec):
 
 def install(repository, model_name, spec):
     from conftest import ARTIFACTS
+    from contracts.build_record import read_build_record
     from model_build.recipes.registry import recipe_for
 
     model = spec.model(model_name)
-    record = json.loads((ARTIFACTS / model_name / "build.json").read_text())
+    record = dict(read_build_record(ARTIFACTS / model_name).data)  # as the build hands it to an install
     return recipe_for(model.recipe).install(model, spec, record, ARTIFACTS / model_name, repository)
 
 
