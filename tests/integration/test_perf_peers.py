@@ -8,7 +8,7 @@ import urllib.request
 import pytest
 
 from perf_sweep.peers.plan import ModelKind, SuiteTiming, TargetKind
-from perf_sweep.peers.suite import PeerSuiteOptions, peers_missing, run_peer_suite
+from perf_sweep.peers.suite import PeerSuiteOptions, peers_missing, read_levels, run_peer_suite
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 
@@ -57,17 +57,18 @@ def test_the_suite_measures_this_project_and_the_minimal_peer_alike_and_stops_th
     report = (folder / "report.md").read_text()
     assert "**Machine**:" in report and "| this_project |" in report and "python -m serving serve" in report
     assert report.count("Inside this project's server") == 2  # one table per model
-    measured = [json.loads(line) for line in (folder / "levels.jsonl").read_text().splitlines()]
+    measured = read_levels(folder)
     assert len(measured) == 12
     if opts.threads >= 2:  # the host's state was probed before every window, on the served text file
         for m in measured:
-            host = m["host_parallelism"]
-            assert host["threads"] == opts.threads and host["one_thread_ms"] > 0 and host["all_threads_ms"] > 0, m
-            assert m["host_speedup"] == round(host["one_thread_ms"] / host["all_threads_ms"], 3)
-            assert m["host_one_thread_ms"] == host["one_thread_ms"]  # the host's own speed, for the verdicts' note
+            host = m.host
+            assert host is not None and host.threads == opts.threads, m
+            assert host.one_thread_ms > 0 and host.all_threads_ms > 0, m
+            assert m.summary.host_speedup == round(host.one_thread_ms / host.all_threads_ms, 3)
+            assert m.summary.host_one_thread_ms == host.one_thread_ms  # the host's own speed, for the verdicts' note
         assert report.count("The host before each window") == 2
     # interleaved: each level on both targets back to back, the order reversed at the next level
-    assert [(m["label"], m["target"]) for m in measured if m["model"] == "digit_classifier"][:4] == [
+    assert [(m.summary.label, m.summary.target) for m in measured if m.summary.model == "digit_classifier"][:4] == [
         ("c=1", "minimal_fastapi"), ("c=1", "this_project"), ("c=4", "this_project"), ("c=4", "minimal_fastapi")]
     with gzip.open(folder / "requests.jsonl.gz", "rt") as raw:
         assert len(raw.read().splitlines()) == 12

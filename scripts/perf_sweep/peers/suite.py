@@ -174,10 +174,33 @@ def workload_for(state: SuiteState, running: servers.RunningTarget, model: Model
     return codec.Workload(running.launch.target.value, model, running.infer_urls[model], bodies, check)
 
 
+#: The run folder's record of every level as it is measured: one JSON line each (`read_levels`).
+LEVELS_FILE = "levels.jsonl"
+
+
+@dataclass(frozen=True)
+class LevelLine:
+    """One line of levels.jsonl: the level's summary and the host's state probed before its window
+    (None: not probed); the line also holds the machine's load around it, for a reader of the file."""
+
+    summary: LevelSummary
+    host: machine.HostParallelism | None
+
+
+def read_levels(folder: Path) -> list[LevelLine]:
+    """The levels `_record_level` wrote to `folder`, in the order they were measured."""
+    lines = []
+    for line in (Path(folder) / LEVELS_FILE).read_text().splitlines():
+        data = json.loads(line)
+        host = data.get("host_parallelism")
+        lines.append(LevelLine(LevelSummary.from_dict(data), machine.HostParallelism(**host) if host else None))
+    return lines
+
+
 def _record_level(state: SuiteState, summary: LevelSummary, records, quiet: machine.QuietWait,
                   host: machine.HostParallelism | None) -> None:
     folder = state.opts.folder
-    with (folder / "levels.jsonl").open("a") as out:
+    with (folder / LEVELS_FILE).open("a") as out:
         out.write(json.dumps({**summary.as_dict(), "load_average": os.getloadavg()[0], "at": time.strftime("%H:%M:%S"),
                               "settle_s": quiet.waited_s, "busy_cores_at_start": quiet.busy_cores,
                               "started_quiet": quiet.quiet, "host_parallelism": host and asdict(host)}) + "\n")

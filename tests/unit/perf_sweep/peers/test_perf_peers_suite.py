@@ -89,3 +89,23 @@ def test_the_make_perf_section_measures_only_the_runs_selected_models(monkeypatc
     assert [o.models for o in seen] == [(ModelKind.DIGITS,), tuple(ModelKind)]
     skipped = suite.campaign_peer_section(*args, models=("digit_classifier_small",))
     assert "SKIPPED" in skipped["skipped"] and "digit_classifier_small" in skipped["skipped"] and len(seen) == 2
+
+
+def test_levels_jsonl_is_read_back_as_written_summary_and_host_probe(tmp_path):
+    """levels.jsonl's one reader (`read_levels`): each line's LevelSummary and the host's state before its window."""
+    from types import SimpleNamespace
+
+    from perf_sweep.peers.machine import HostParallelism, QuietWait
+    from perf_sweep.peers.stats import LevelSummary
+    from perf_sweep.peers.suite import LEVELS_FILE, _record_level, read_levels
+
+    summary = LevelSummary(target="this_project", model="digit_classifier", mode="closed", load=1, label="c=1", warmup_s=1,
+                           window_s=10, sent=12, warmup_requests=2, measured=10, outcomes={"ok": 10}, ok=10, throughput=1.0,
+                           p50_ms=1.0, p95_ms=2.0, p99_ms=3.0, mean_ms=1.5, stalled=0, send_lag_p99_ms=0.0, min_score=1.0,
+                           client_cpu=0.1, first_error=None, host_speedup=1.8, host_one_thread_ms=9.0)
+    state = SimpleNamespace(opts=SimpleNamespace(folder=tmp_path))
+    host = HostParallelism(one_thread_ms=9.0, all_threads_ms=5.0, threads=2)
+    _record_level(state, summary, [], QuietWait(0.5, 0.1, True), host)
+    _record_level(state, summary, [], QuietWait(0.5, 0.1, True), None)
+    assert (tmp_path / LEVELS_FILE).exists()
+    assert [(line.summary, line.host) for line in read_levels(tmp_path)] == [(summary, host), (summary, None)]
