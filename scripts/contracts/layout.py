@@ -65,6 +65,8 @@ class RunLayout:
     serve_lock = PathBelow("run_dir", "serve.lock")
     mps_pipe = PathBelow("run_dir", "mps", "pipe")
     mps_log = PathBelow("run_dir", "mps", "log")
+    #: `operations.monitor start`'s folder: Prometheus's config, rules, data, log and state.json.
+    prometheus = PathBelow("run_dir", "prometheus")
 
     def partition_log(self, partition: str) -> Path:
         return self.logs / f"tritonserver-{partition}.log"

@@ -20,13 +20,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from contracts.layout import SERVING_CONFIG
+from contracts.layout import RUN_DIR as SERVING_RUN_DIR, SERVING_CONFIG, RunLayout
 from operations.alert_rules import AlertThresholds, alert_rules_yaml, thresholds_for_config
 from operations.errors import MonitorConfigError, MonitorStartError, OperationsError
-from contracts.manifest import MANIFEST_PATH, RUN_DIR as SERVING_RUN_DIR, ManifestError, as_manifest, read_manifest
+from contracts.manifest import MANIFEST_PATH, ManifestError, as_manifest, read_manifest
 from contracts.processes import free_loopback_ports
 
-RUN_DIR = SERVING_RUN_DIR / "prometheus"
+RUN_DIR = RunLayout(SERVING_RUN_DIR).prometheus
+#: What `start` records in its folder (pid, URL, scrape targets, rules file) for `stop` and `status`.
+STATE_FILE = "state.json"
 JOB = AlertThresholds.job
 SUPERVISOR_JOB = AlertThresholds.supervisor_job
 
@@ -158,6 +160,15 @@ def start_prometheus(settings: PrometheusSettings, log_path: Path, timeout: floa
     raise MonitorStartError(f"prometheus was not ready after {timeout:.0f} s at {settings.url}.\n{log_tail(log_path)}")
 
 
+def read_monitor_state(run_dir: Path) -> dict[str, Any] | None:
+    """The state `start_monitoring` recorded in `run_dir`; None when there is none (never started, or
+    stopped). `start`, `stop` and `status` all read it here."""
+    try:
+        return json.loads((Path(run_dir) / STATE_FILE).read_text())
+    except FileNotFoundError:
+        return None
+
+
 def start_monitoring(manifest_path: Path = MANIFEST_PATH, run_dir: Path = RUN_DIR, port: int | None = None,
                      scrape_interval: str = "5s", sla_ms: float | None = None, timeout: float = 30.0,
                      serving_config: Path = SERVING_CONFIG) -> dict[str, Any]:
@@ -167,8 +178,9 @@ def start_monitoring(manifest_path: Path = MANIFEST_PATH, run_dir: Path = RUN_DI
     from contracts.processes import pid_alive
 
     run_dir = Path(run_dir).resolve()
-    state_path = run_dir / "state.json"
-    if state_path.exists() and pid_alive(json.loads(state_path.read_text())["pid"]):
+    state_path = run_dir / STATE_FILE
+    previous = read_monitor_state(run_dir)
+    if previous is not None and pid_alive(previous["pid"]):
         raise MonitorStartError(f"Prometheus already runs (see {state_path}); stop it with `make monitor-stop`.")
     try:
         manifest = read_manifest(Path(manifest_path))
@@ -195,14 +207,14 @@ def stop_monitoring(run_dir: Path = RUN_DIR) -> bool:
     """Stop the Prometheus that `start_monitoring` recorded; False if none was running."""
     from contracts.processes import pid_alive, stop_pid
 
-    state_path = Path(run_dir) / "state.json"
-    if not state_path.exists():
+    state = read_monitor_state(run_dir)
+    if state is None:
         return False
-    pid = json.loads(state_path.read_text())["pid"]
+    pid = state["pid"]
     running = pid_alive(pid) and b"prometheus" in Path(f"/proc/{pid}/cmdline").read_bytes()
     if running:
         stop_pid(pid)
-    state_path.unlink()
+    (Path(run_dir) / STATE_FILE).unlink()
     return running
 
 
@@ -237,7 +249,9 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "stop":
             print("[monitor] stopped Prometheus" if stop_monitoring(args.run_dir) else "[monitor] nothing to stop")
         elif args.command == "status":
-            state = json.loads((args.run_dir / "state.json").read_text())
+            state = read_monitor_state(args.run_dir)
+            if state is None:
+                raise MonitorStartError(f"{args.run_dir / STATE_FILE} is missing: is Prometheus started (`make monitor-start`)?")
             for target in api_get(state["url"], "/api/v1/targets")["activeTargets"]:
                 print(f"{target['labels'].get('partition') or target['labels'].get('job')}: {target['scrapeUrl']} {target['health']} {target['lastError']}")
             for alert in api_get(state["url"], "/api/v1/alerts")["alerts"]:

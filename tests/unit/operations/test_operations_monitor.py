@@ -63,6 +63,17 @@ def test_stop_with_nothing_started_is_harmless(tmp_path, capsys):
     assert "nothing to stop" in capsys.readouterr().out
 
 
+def test_status_with_nothing_started_names_the_missing_state_and_the_fix(tmp_path, capsys):
+    from contracts.layout import RUN_DIR as SERVING_RUN_DIR
+    from operations.monitor import RUN_DIR, STATE_FILE, read_monitor_state
+
+    assert RUN_DIR == SERVING_RUN_DIR / "prometheus"  # run/prometheus, RunLayout's `prometheus`
+    assert read_monitor_state(tmp_path) is None
+    assert main(["--run-dir", str(tmp_path), "status"]) == 1
+    assert (f"operations.monitor: error: {tmp_path / STATE_FILE} is missing: is Prometheus started (`make monitor-start`)?"
+            in capsys.readouterr().err)
+
+
 def test_reads_the_manifest_the_serving_launcher_writes(tmp_path):
     from serving.runtime.launcher import RunLayout, build_manifest
     from contracts.layout import PROJECT_ROOT
