@@ -210,7 +210,7 @@ def settled_model_stats(http_url: str, model: str, count_of, expected: int, time
 
 @pytest.fixture(params=["http", "grpc"])
 def client(request, triton_server):
-    """A model_client.TritonModelClient on the session server, once per protocol."""
+    """A model_client.client.TritonModelClient on the session server, once per protocol."""
     from model_client.client import TritonModelClient
 
     with TritonModelClient(triton_server.url(request.param), request.param) as c:
