@@ -168,7 +168,7 @@ def prepare_inputs(model: str, model_config: Mapping[str, Any], out_dir: Path, o
         split = digit_test_split_path(opts.artifacts)
         images = gen.sample_digit_images(gen.load_test_split_images(split), seed=opts.seed)
         path = gen.write_input_data(out_dir / f"{model}.json", gen.image_input_data(images, name))
-        text = f"{len(images)} held-out test-split digit images ({split.relative_to(PROJECT_ROOT)}), seed {opts.seed}, file `inputs/{path.name}`"
+        text = f"{len(images)} held-out test-split digit images ({split.relative_to(PROJECT_ROOT) if split.is_relative_to(PROJECT_ROOT) else split}), seed {opts.seed}, file `inputs/{path.name}`"
         return PreparedInputs(name, kind, str(path), images, "FP32", text)
     if kind == "text":
         tokenizer = gen.minilm_tokenizer()

@@ -70,8 +70,6 @@ def length_summary(lengths: np.ndarray) -> dict[str, float]:
 def time_strategies(onnx_path: Path, feeds_per_batch: list[dict[str, np.ndarray]], boundaries: Sequence[int],
                     threads: int, repeats: int) -> dict[str, float]:
     """Seconds per strategy (best of `repeats`, interleaved so load changes hit both alike)."""
-    import onnxruntime as ort
-
     from contracts.onnx_sessions import served_session
 
     session = served_session(onnx_path, threads)
