@@ -25,8 +25,9 @@ def pad_rows(rows: Sequence[Sequence[int]], pad_value: int = 0) -> np.ndarray:
     return np.array([[*row, *(pad_value,) * (longest - len(row))] for row in rows], dtype=np.int64)
 
 
-#: The token-type input's name (Hugging Face's): padded with 0, like the mask.
-TOKEN_TYPES_INPUT = "token_type_ids"
+#: A BERT-style encoder's token inputs, by Hugging Face's names (what its tokenizer emits): the ids,
+#: padded with the [PAD] id; the 0/1 mask of real tokens and the token types, padded with 0.
+INPUT_IDS_INPUT, ATTENTION_MASK_INPUT, TOKEN_TYPES_INPUT = "input_ids", "attention_mask", "token_type_ids"
 
 
 def sequence_pad_value(name: str, pad_value: int, length_input: str | None) -> int:
@@ -54,9 +55,9 @@ def concat_padded(arrays: Sequence[np.ndarray], pad_value: int = 0) -> np.ndarra
     return out
 
 
-def padded_token_tensors(encodings: Sequence, pad_id: int, names: Sequence[str] = ("input_ids", "attention_mask")) -> dict[str, np.ndarray]:
+def padded_token_tensors(encodings: Sequence, pad_id: int, names: Sequence[str] = (INPUT_IDS_INPUT, ATTENTION_MASK_INPUT)) -> dict[str, np.ndarray]:
     """{name: int64 [rows, longest]} of `tokenizers` encodings for the requested tensor names, right-padded."""
-    make = {"input_ids": lambda: pad_rows([e.ids for e in encodings], pad_id),
-            "attention_mask": lambda: pad_rows([[1] * len(e.ids) for e in encodings], 0),
+    make = {INPUT_IDS_INPUT: lambda: pad_rows([e.ids for e in encodings], pad_id),
+            ATTENTION_MASK_INPUT: lambda: pad_rows([[1] * len(e.ids) for e in encodings], 0),
             TOKEN_TYPES_INPUT: lambda: pad_rows([e.type_ids for e in encodings], 0)}
     return {name: make[name]() for name in names}  # only the tensors asked for

@@ -10,7 +10,6 @@ Headlines start with each model's served throughput as a fraction of its in-proc
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 import platform
@@ -480,8 +479,9 @@ def run_campaign(opts: CampaignOptions, progress: Progress = print) -> Path:
     results["host"] += f", {os.getloadavg()[0]:.2f} at end"
     typed = PerfRunResults.from_dict(results, "this run's results")  # checked as `perf_sweep report` will read it
     write_perf_results(folder.root, typed)
-    (folder.root / "latency_samples.json").write_text(json.dumps(cdf))
-    from perf_sweep.report import write_report
+    from perf_sweep.report import write_latency_samples, write_report
+
+    write_latency_samples(folder.root, cdf)
 
     report = write_report(folder.root, typed, cdf)
     progress(f"[perf] report: {report}")

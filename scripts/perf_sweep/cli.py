@@ -73,15 +73,12 @@ def _inputs(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from perf_sweep.report import write_report
+    from perf_sweep.report import read_latency_samples, write_report
 
     from contracts.perf_results import read_perf_results
 
     folder = Path(args.folder)
-    results = read_perf_results(folder)
-    samples_path = folder / "latency_samples.json"
-    samples = json.loads(samples_path.read_text()) if samples_path.exists() else {}
-    print(write_report(folder, results, samples))
+    print(write_report(folder, read_perf_results(folder), read_latency_samples(folder)))
     return 0
 
 

@@ -39,6 +39,7 @@ from contracts.sequence_buckets import (
 )
 
 from contracts.layout import ARTIFACTS_DIR, REPORTS_DIR
+from contracts.token_padding import ATTENTION_MASK_INPUT
 DEFAULT_WORKDIR = ARTIFACTS_DIR / "text_encoder"
 DEFAULT_OUT = REPORTS_DIR / "serving"
 STRATEGIES = ("pad_to_max_length", "pad_to_longest", "bucketed")
@@ -76,14 +77,14 @@ def time_strategies(onnx_path: Path, feeds_per_batch: list[dict[str, np.ndarray]
     run = lambda feeds: session.run(None, feeds)  # noqa: E731
     for feeds in feeds_per_batch[:1]:  # warm up both paths
         run(feeds)
-        run_in_length_buckets(run, feeds, "attention_mask", boundaries)
+        run_in_length_buckets(run, feeds, ATTENTION_MASK_INPUT, boundaries)
     best = {"pad_to_longest": float("inf"), "bucketed": float("inf")}
     for _ in range(repeats):
         for name in best:
             started = time.perf_counter()
             for feeds in feeds_per_batch:
                 if name == "bucketed":
-                    run_in_length_buckets(run, feeds, "attention_mask", boundaries)
+                    run_in_length_buckets(run, feeds, ATTENTION_MASK_INPUT, boundaries)
                 else:
                     run(feeds)
             best[name] = min(best[name], time.perf_counter() - started)

@@ -7,6 +7,7 @@ latency percentiles vs throughput per model and variant, and per-priority latenc
 """
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -244,6 +245,22 @@ def render_markdown(results: PerfRunResults | Mapping[str, Any], plots: Mapping[
     sweeps = _by_sweep(results.records)
     return "\n".join(_header_lines(results) + _sweep_lines(sweeps, results.knees)
                      + _ab_lines(results, sweeps) + _tail_lines(results, plots))
+
+
+#: The campaign's latency samples (per sweep and level, for the CDF plots), beside its results.json.
+LATENCY_SAMPLES_FILE = "latency_samples.json"
+
+
+def write_latency_samples(folder: Path, samples: Mapping[str, Any]) -> Path:
+    path = Path(folder) / LATENCY_SAMPLES_FILE
+    path.write_text(json.dumps(samples))
+    return path
+
+
+def read_latency_samples(folder: Path) -> dict[str, Any]:
+    """The samples `write_latency_samples` wrote, {} for a run without them (the report then draws no CDF)."""
+    path = Path(folder) / LATENCY_SAMPLES_FILE
+    return json.loads(path.read_text()) if path.exists() else {}
 
 
 def write_report(folder: Path, results: PerfRunResults | Mapping[str, Any],

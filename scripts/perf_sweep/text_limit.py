@@ -30,6 +30,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from contracts.token_padding import ATTENTION_MASK_INPUT, INPUT_IDS_INPUT, TOKEN_TYPES_INPUT
 from perf_sweep.errors import SweepPlanError
 from perf_sweep.limits import (
     DEFAULT_BATCH_SIZES,
@@ -46,7 +47,7 @@ from perf_sweep.limits import (
 from perf_sweep.plan import Endpoint
 
 #: Tokenizer output -> attribute of a `tokenizers.Encoding` (what the served tokenizer emits).
-TOKEN_FIELDS = {"input_ids": "ids", "attention_mask": "attention_mask", "token_type_ids": "type_ids"}
+TOKEN_FIELDS = {INPUT_IDS_INPUT: "ids", ATTENTION_MASK_INPUT: "attention_mask", TOKEN_TYPES_INPUT: "type_ids"}
 
 
 @dataclass(frozen=True)

@@ -37,11 +37,12 @@ from model_build.onnx_export.export import check_onnx, onnx_from_torch, onnxrunt
 from model_build.data.text_corpus import assemble_text_corpus, documents_digest, installed_documents
 from contracts.serving_spec import ModelSpec, Variant
 from contracts.text_corpus import TEXT_CORPUS_FILE, load_text_corpus, text_corpus_path
+from contracts.token_padding import ATTENTION_MASK_INPUT, INPUT_IDS_INPUT
 
 FP32_ONNX = "fp32.onnx"
 TOKENIZER_JSON = "tokenizer.json"
 TEXT_CORPUS = TEXT_CORPUS_FILE
-INPUT_IDS, ATTENTION_MASK, EMBEDDING = "input_ids", "attention_mask", "embedding"
+INPUT_IDS, ATTENTION_MASK, EMBEDDING = INPUT_IDS_INPUT, ATTENTION_MASK_INPUT, "embedding"
 EMBEDDING_DIM = 384
 #: Training length of all-MiniLM-L6-v2 (model card: "sequence length was limited to 128 tokens").
 DEFAULT_MAX_LENGTH = 128

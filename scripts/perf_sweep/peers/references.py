@@ -29,6 +29,7 @@ from perf_sweep.peers.served_files import ServedFiles
 
 from contracts.digit_split import digit_test_split_path
 from contracts.text_corpus import TextCorpusError, load_text_corpus, text_corpus_path
+from contracts.token_padding import ATTENTION_MASK_INPUT, INPUT_IDS_INPUT
 
 
 @dataclass(frozen=True)
@@ -149,8 +150,8 @@ def _served_pipeline(files: ServedFiles, max_batch_size: int, buckets: tuple[int
 
     return TextPipeline(tokenizer_model="text_tokenizer", encoder_model="text_encoder", tokenizer_file=files.tokenizer_json,
                         max_length=files.max_length, encoder_onnx=files.text_onnx,
-                        feeds=(("input_ids", "input_ids"), ("attention_mask", "attention_mask")),
-                        buckets=buckets, length_input="attention_mask" if buckets else "", max_batch_size=max_batch_size)
+                        feeds=((INPUT_IDS_INPUT, INPUT_IDS_INPUT), (ATTENTION_MASK_INPUT, ATTENTION_MASK_INPUT)),
+                        buckets=buckets, length_input=ATTENTION_MASK_INPUT if buckets else "", max_batch_size=max_batch_size)
 
 
 def probe_feeds(files: ServedFiles, texts: Sequence[str], tokens: int = 64) -> dict[str, np.ndarray]:

@@ -31,12 +31,14 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from contracts.token_padding import padded_token_tensors  # noqa: F401 (the backend's padding rule)
+from contracts.token_padding import (  # noqa: F401 (padded_token_tensors: the backend's padding rule)
+    ATTENTION_MASK_INPUT, INPUT_IDS_INPUT, TOKEN_TYPES_INPUT, padded_token_tensors,
+)
 
 if TYPE_CHECKING:
     from tokenizers import Encoding
 
-SUPPORTED_OUTPUTS = ("input_ids", "attention_mask", "token_type_ids")
+SUPPORTED_OUTPUTS = (INPUT_IDS_INPUT, ATTENTION_MASK_INPUT, TOKEN_TYPES_INPUT)
 #: A text longer than the first of these (characters) is tokenized from a start that already fills
 #: `max_length` with whole words (`TextFrontEnd.bounded` says why the truncated tokens are then the
 #: same): its first PREFIX_CHARS[0] characters, else the start found by reading on in windows of that
