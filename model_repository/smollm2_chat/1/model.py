@@ -24,7 +24,6 @@ import sys
 # The runtime's PYTHONPATH, which the stub's isolated Python ignores (why: the onnxruntime_cpu backend's model.py).
 sys.path.extend(p for p in dict.fromkeys(os.environ.get("PYTHONPATH", "").split(os.pathsep)) if p and p not in sys.path)
 import itertools
-import json
 import threading
 import time
 
@@ -33,6 +32,7 @@ import triton_python_backend_utils as pb_utils
 from tokenizers import Tokenizer
 
 from contracts.partition_env import intra_op_threads as partition_intra_op_threads
+from serving.backend.checks import model_arguments
 from serving.backend.stub_metrics import Observation, StubMetrics
 from serving.generation import metrics as gm
 from serving.generation.detokenize import IncrementalDetokenizer, StopStrings
@@ -107,11 +107,9 @@ class _Metrics:
 
 class TritonPythonModel:
     def initialize(self, args):
-        config = json.loads(args["model_config"])
+        config, params, version_dir = model_arguments(args)
         if not pb_utils.using_decoupled_model_transaction_policy(config):
             raise pb_utils.TritonModelException(f"model '{args['model_name']}' must be decoupled (model_transaction_policy).")
-        params = {k: v.get("string_value", "") for k, v in config.get("parameters", {}).items()}
-        version_dir = os.path.join(args["model_repository"], args["model_version"])
         try:
             spec = GenerationSpec.read(os.path.join(version_dir, params["spec_file"]))
         except GenerationError as exc:
