@@ -13,7 +13,7 @@ import os
 import shutil
 import subprocess
 from dataclasses import dataclass
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Sequence
 
 
 @dataclass(frozen=True)
@@ -127,6 +127,43 @@ def read_cpu_info() -> CpuInfo:
     return cpu_info_from_text(text, os.cpu_count() or 1)
 
 
+
+
+# ------------------------------------------------------------------ CPU topology
+def parse_cpu_list(text: str) -> tuple[int, ...]:
+    """A kernel CPU list ("0,4", "0-3,8") as sorted CPU numbers; () for text that is not one."""
+    cpus: set[int] = set()
+    for part in text.strip().split(","):
+        first, _, last = part.partition("-")
+        if not first.strip().isdigit() or (last and not last.strip().isdigit()):
+            return ()
+        cpus.update(range(int(first), int(last or first) + 1))
+    return tuple(sorted(cpus))
+
+
+def cpus_by_core(cpus: "Sequence[int]", siblings: "Mapping[int, Sequence[int]]") -> tuple[int, ...]:
+    """`cpus` ordered so that the hardware threads of one physical core stand together, the cores in the
+    order of their first CPU (pure). Why: partitions take contiguous runs of this order as their home
+    cores, and on an SMT host the kernel numbers a core's two threads N/2 apart (0 and 4 of 8), so runs
+    of CPU numbers gave each partition one thread of every core: the partitions shared every core.
+    `siblings`: each CPU's thread siblings (itself included); a CPU without an entry is a core alone."""
+    wanted, ordered = set(cpus), []
+    for cpu in sorted(wanted):
+        if cpu not in ordered:
+            ordered += [c for c in sorted({cpu, *siblings.get(cpu, ())}) if c in wanted and c not in ordered]
+    return tuple(ordered)
+
+
+def read_thread_siblings(cpus: "Sequence[int]") -> dict[int, tuple[int, ...]]:
+    """Each CPU's thread siblings from /sys (Linux); a CPU whose file cannot be read is left out."""
+    found = {}
+    for cpu in cpus:
+        try:
+            with open(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list") as f:
+                found[cpu] = parse_cpu_list(f.read())
+        except OSError:
+            continue
+    return found
 
 # ------------------------------------------------------------------ CPU quota
 CGROUP_MOUNT = "/sys/fs/cgroup"

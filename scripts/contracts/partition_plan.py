@@ -25,7 +25,9 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Sequence
 
-from contracts.devices import GpuProbe, detect_nvidia_gpu, read_cpu_quota  # noqa: F401 (re-exported)
+from contracts.devices import (  # noqa: F401 (GpuProbe, detect_nvidia_gpu re-exported)
+    GpuProbe, cpus_by_core, detect_nvidia_gpu, read_cpu_quota, read_thread_siblings,
+)
 from contracts.errors import ConfigError, find_named
 # the variables a partition's server gets (their one reader is contracts.partition_env)
 from contracts.partition_env import (  # noqa: F401 (re-exported)
@@ -272,8 +274,8 @@ def plan_partitions(
     mechanism, counts, notes = _cpu_mechanism(declared, spec.placement.cpu if placement is None else placement,
                                               cpu_count, gpu_present)
     server = spec.server
-    home = _home_cores(cpu_ids, counts) if counts else [tuple(cpu_ids)] * len(declared)
-    lendable = tuple(c for cpus in home for c in cpus) if mechanism is Mechanism.ELASTIC_CPU_SETS else ()
+    home = _home_cores(cpu_ids, counts) if counts else [tuple(sorted(cpu_ids))] * len(declared)
+    lendable = tuple(sorted(c for cpus in home for c in cpus)) if mechanism is Mechanism.ELASTIC_CPU_SETS else ()
     thread_cap = max(1, math.ceil(cpu_quota - 1e-9)) if cpu_quota else 0
     planned = []
     for index, part in enumerate(declared):
@@ -315,17 +317,19 @@ def _cpu_mechanism(declared, placement: CpuPlacement, cpu_count: int,
 
 
 def _home_cores(cpu_ids: Sequence[int], counts: Sequence[int]) -> list[tuple[int, ...]]:
-    """Contiguous runs of `cpu_ids`, `counts` long each, in order."""
+    """Contiguous runs of `cpu_ids` (in their order: `plan_for_this_host` puts a core's threads side by
+    side), `counts` long each, each sorted."""
     home, first = [], 0
     for count in counts:
-        home.append(tuple(cpu_ids[first:first + count]))
+        home.append(tuple(sorted(cpu_ids[first:first + count])))
         first += count
     return home
 
 
 def plan_for_this_host(spec: ServingSpec, force_cpu: bool = False) -> tuple[PartitionPlan, GpuProbe]:
     """The plan for the machine this runs on: the cores this process may use, and its GPU if any."""
-    cpus = sorted(os.sched_getaffinity(0))
+    allowed = sorted(os.sched_getaffinity(0))
+    cpus = list(cpus_by_core(allowed, read_thread_siblings(allowed)))  # a core's threads in one partition
     gpu = GpuProbe(False, "CPU sets requested explicitly") if force_cpu else detect_nvidia_gpu()
     return plan_partitions(spec, len(cpus), gpu.present, cpus, gpu_partitions=spec.gpu_partitions(),
                            cpu_quota=read_cpu_quota()), gpu

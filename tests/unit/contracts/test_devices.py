@@ -62,3 +62,21 @@ def test_a_cgroup_cpu_quota_is_read_from_v2_and_v1_files_tightest_first():
     assert cpu_quota_from_cgroups("1:cpu:/\n", unlimited.get) is None
     assert cpu_quota_from_cgroups("0::/\n", {"/sys/fs/cgroup/cpu.max": "garbage"}.get) is None
     assert cpu_quota_from_cgroups("", {}.get) is None
+
+
+def test_the_threads_of_one_core_stand_together_so_a_partition_takes_whole_cores():
+    """On an SMT host the kernel numbers a core's threads N/2 apart: runs of CPU numbers gave each of two
+    partitions one thread of every core (a review, 2026-12-08)."""
+    from contracts.devices import cpus_by_core, parse_cpu_list
+    from contracts.layout import SERVING_CONFIG
+    from contracts.partition_plan import plan_partitions
+    from contracts.serving_spec import load_serving_spec
+
+    assert parse_cpu_list("0-2,8\n") == (0, 1, 2, 8) and parse_cpu_list("0,4") == (0, 4) and parse_cpu_list("") == ()
+    siblings = {cpu: (cpu % 4, cpu % 4 + 4) for cpu in range(8)}
+    assert cpus_by_core(range(8), siblings) == (0, 4, 1, 5, 2, 6, 3, 7)
+    assert cpus_by_core([1, 2, 5, 6], siblings) == (1, 5, 2, 6)  # an affinity subset keeps its own CPUs only
+    assert cpus_by_core([0, 1, 2], {}) == (0, 1, 2)  # no topology known: one core a CPU
+    plan = plan_partitions(load_serving_spec(SERVING_CONFIG), 8, False, cpus_by_core(range(8), siblings))
+    assert [p.cpus for p in plan.partitions] == [(0, 1, 4, 5), (2, 3, 6, 7)]
+    assert all(p.runs_on == tuple(range(8)) for p in plan.partitions)
