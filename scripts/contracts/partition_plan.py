@@ -182,6 +182,9 @@ class PartitionPlan:
     max_input_bytes: int = DEFAULT_MAX_INPUT_BYTES
     #: What the plan did other than serving.toml asked, in words (`serving serve` prints them).
     notes: tuple[str, ...] = ()
+    #: The host's CPUs in the order home cores were handed out (a physical core's threads together):
+    #: idle cores are lent in this order too (serving.runtime.elastic_cpus.lend_idle_cores).
+    core_order: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         ports = [p for part in self.partitions for p in (part.http_port, part.grpc_port, part.metrics_port)]
@@ -293,7 +296,7 @@ def plan_partitions(
     return PartitionPlan(mechanism=mechanism, cpu_count=cpu_count, partitions=tuple(planned),
                          cond_wait_cap_us=server.cond_wait_cap_us, http_gzip_level=server.http_gzip_level,
                          rate_limit=server.rate_limit, latency_summary_quantiles=server.latency_summary_quantiles,
-                         max_input_bytes=server.max_input_bytes, notes=notes)
+                         max_input_bytes=server.max_input_bytes, notes=notes, core_order=tuple(cpu_ids))
 
 
 def _cpu_mechanism(declared, placement: CpuPlacement, cpu_count: int,

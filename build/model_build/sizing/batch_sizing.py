@@ -217,7 +217,11 @@ def size_model_batches(
     # What is SERVED decides: a GPU model's instances hold CUDA memory, a CPU model's RSS, on any host.
     device = "cuda" if getattr(model.device, "value", "cpu") == "gpu" and partition.gpu else "cpu"
     variable_dim, probe_key, measure = _probe_plan(model, onnx_path, partition.intra_op_threads, device, probe)
-    previous = None if force else read_sizing_record(out_path)
+    try:
+        previous = None if force else read_sizing_record(out_path)
+    except BuildError as exc:  # a record of an older build (a key it did not write yet) or a broken one: measure again
+        log(f"[size-batches] {model.name}: not reusing {out_path} ({exc}); measuring again")
+        previous = None
     cached = previous.reusable(probe_key) if previous else {}
     measurements, raw, measured_now = [], [], 0
     from contracts.progress import progress

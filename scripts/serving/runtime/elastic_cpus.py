@@ -42,18 +42,22 @@ class Activity(str, Enum):
 
 def lend_idle_cores(home: Mapping[str, Sequence[int]], shares: Mapping[str, int],
                     activity: Mapping[str, Activity],
-                    borrowing: frozenset = frozenset({Activity.BUSY, Activity.SATURATED})) -> dict[str, tuple[int, ...]]:
+                    borrowing: frozenset = frozenset({Activity.BUSY, Activity.SATURATED}),
+                    core_order: Sequence[int] = ()) -> dict[str, tuple[int, ...]]:
     """The cores each partition may run on now.
 
     Partitions whose activity is in `borrowing` (default: busy or saturated): their home cores
     plus the idle partitions' cores, handed out in proportion to the borrowers' shares
-    (declaration order breaks ties). Everyone else: home.
+    (declaration order breaks ties), in `core_order` (the plan's, a physical core's threads together:
+    two borrowers then never split one core's threads between them). Everyone else: home.
     """
     assigned = {name: list(cores) for name, cores in home.items()}
     borrowers = [name for name in home if activity.get(name) in borrowing]
     spare = [core for name in home if activity.get(name, Activity.IDLE) is Activity.IDLE for core in home[name]]
     if not borrowers or not spare:
         return {name: tuple(cores) for name, cores in assigned.items()}
+    position = {core: i for i, core in enumerate(core_order)}
+    spare.sort(key=lambda core: (position.get(core, len(position)), core))
     # the spare cores in proportion to the borrowers' shares, largest remainder first (rounding each
     # share on its own handed out more cores than were spare with three or more borrowers)
     total = sum(shares[name] for name in borrowers)

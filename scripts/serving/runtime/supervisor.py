@@ -395,7 +395,8 @@ class Supervisor:
                 self.activity.forget(name)
                 self.members.pop(name, None)
         home = {p.name: p.cpus for p in self.plan.partitions}
-        wanted = lend_idle_cores(home, {p.name: p.compute_share for p in self.plan.partitions}, activity)
+        wanted = lend_idle_cores(home, {p.name: p.compute_share for p in self.plan.partitions}, activity,
+                                 core_order=self.plan.core_order)
         moved = wanted != self.cpus_now
         if moved:
             log.info("elastic CPU sets: %s", "; ".join(

@@ -21,14 +21,14 @@ def one(placement):
     repository = measured.render_test_repository(config, run_dir / "repository")
     layout = RunLayout(run_dir)
     manifest = start_supervisor(config, repository, layout, timeout_s=120)
-    quiet = manifest["partitions"]["quiet"]
+    quiet = manifest.partitions["quiet"]
     try:
-        os.sched_setaffinity(0, quiet["cpus"])
-        c = http.InferenceServerClient(quiet["http"])
+        os.sched_setaffinity(0, quiet.cpus)
+        c = http.InferenceServerClient(quiet.http)
         t = http.InferInput("image", [1, 1, 8, 8], "FP32"); t.set_data_from_numpy(np.random.default_rng(1).random((1, 1, 8, 8), dtype=np.float32))
         for _ in range(200): c.infer(QUIET_MODEL, [t])
         from partition_probe import cpu_seconds as group_cpu
-        c0, w0 = group_cpu(quiet["pid"]), time.perf_counter()
+        c0, w0 = group_cpu(quiet.pid), time.perf_counter()
         lat = []; end = time.perf_counter() + 20
         while time.perf_counter() < end:
             s = time.perf_counter(); c.infer(QUIET_MODEL, [t]); lat.append((time.perf_counter() - s) * 1000)

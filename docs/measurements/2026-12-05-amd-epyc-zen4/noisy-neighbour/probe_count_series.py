@@ -37,12 +37,12 @@ def main(rounds: int) -> None:
     repository = measured.render_test_repository(config, run_dir / "repository")
     layout = RunLayout(run_dir)
     manifest = start_supervisor(config, repository, layout, timeout_s=120)
-    quiet, noisy = manifest["partitions"]["quiet"], manifest["partitions"]["noisy"]
+    quiet, noisy = manifest.partitions["quiet"], manifest.partitions["noisy"]
     try:
         for round_ in range(rounds):
             for blocks, block in SAMPLES:
                 started = time.perf_counter()
-                run = measure_noisy_neighbour(quiet, noisy, probe_cpus=quiet["cpus"], noise_cpus=noisy["cpus"],
+                run = measure_noisy_neighbour(quiet, noisy, probe_cpus=quiet.cpus, noise_cpus=noisy.cpus,
                                               blocks=blocks, block=block, warmup=measured.PROBE_WARMUP)
                 ratio = np.percentile(run.loaded_ms, 99) / np.percentile(run.isolated_ms, 99)
                 print(f"round {round_} {blocks}x{block}: x{ratio:.2f}  {run.summary()}  "

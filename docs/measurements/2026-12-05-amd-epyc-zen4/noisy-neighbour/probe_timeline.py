@@ -41,10 +41,10 @@ repository = render_test_repository(config, run_dir / "repository")
 layout = RunLayout(run_dir)
 manifest = start_supervisor(config, repository, layout, timeout_s=120)
 try:
-    quiet, noisy = manifest["partitions"]["quiet"], manifest["partitions"]["noisy"]
+    quiet, noisy = manifest.partitions["quiet"], manifest.partitions["noisy"]
     for run in range(int(sys.argv[1])):
         stamps.clear(); calls[0] = 0
-        r = partition_probe.measure_noisy_neighbour(quiet, noisy, probe_cpus=quiet["cpus"], noise_cpus=noisy["cpus"], blocks=int(sys.argv[2]), block=int(sys.argv[3]), warmup=30)
+        r = partition_probe.measure_noisy_neighbour(quiet, noisy, probe_cpus=quiet.cpus, noise_cpus=noisy.cpus, blocks=int(sys.argv[2]), block=int(sys.argv[3]), warmup=30)
         ratio = np.percentile(r.loaded_ms, 99) / np.percentile(r.isolated_ms, 99)
         print(f"run {run}: P99 isolated {np.percentile(r.isolated_ms, 99):.2f} loaded {np.percentile(r.loaded_ms, 99):.2f} x{ratio:.2f}", flush=True)
         json.dump(stamps, open(f"/tmp/m/tail/run{sys.argv[2]}x{sys.argv[3]}-{run}.json", "w"))

@@ -22,10 +22,10 @@ manifest = start_supervisor(config, repository, layout, timeout_s=120)
 def allowed(pid):
     return sorted({tuple(sorted(os.sched_getaffinity(int(t)))) for t in os.listdir(f"/proc/{pid}/task")})
 try:
-    quiet = manifest["partitions"]["quiet"]
-    os.sched_setaffinity(0, quiet["cpus"])
+    quiet = manifest.partitions["quiet"]
+    os.sched_setaffinity(0, quiet.cpus)
     image = np.random.default_rng(1).random((1, 1, 8, 8), dtype=np.float32)
-    client = http.InferenceServerClient(quiet["http"])
+    client = http.InferenceServerClient(quiet.http)
     tensor = http.InferInput("image", list(image.shape), "FP32"); tensor.set_data_from_numpy(image)
     for phase in range(int(sys.argv[1])):
         time.sleep(3.0)  # idle: the supervisor narrows quiet back to its home core
@@ -35,6 +35,6 @@ try:
         for a, b in ((0, 0.1), (0.1, 0.3), (0.3, 0.6), (0.6, 1.0), (1.0, 2.0)):
             xs = [l for s, l in lat if a <= s < b]
             print(f"phase {phase} {a:.1f}-{b:.1f} s: {len(xs)} probes, median {statistics.median(xs):.2f} ms, p99 {np.percentile(xs, 99):.2f}", flush=True)
-        print("   quiet server threads' cpus:", allowed(quiet["pid"]), flush=True)
+        print("   quiet server threads' cpus:", allowed(quiet.pid), flush=True)
 finally:
     stop_supervisor(layout)

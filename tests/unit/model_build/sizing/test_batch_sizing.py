@@ -135,6 +135,14 @@ def test_sizing_writes_measurements_and_choice_and_reuses_them(wide_matmul_onnx,
     assert again == decision
     assert json.loads(out.read_text())["measurements"] == written["measurements"]  # reused as written, probe details too
 
+    # a record of an older build (no `bound_by` yet) is measured again, not a failed build
+    out.write_text(json.dumps({k: v for k, v in written.items() if k != "bound_by"}))
+    lines = []
+    measured = size_model_batches(spec.model("m"), spec, plan, wide_matmul_onnx, out, log=lines.append)
+    assert (measured.chosen, measured.bound_by) == (decision.chosen, decision.bound_by)
+    assert any("not reusing" in line and "measuring again" in line for line in lines), lines
+    assert json.loads(out.read_text())["bound_by"] == "cap"
+
 
 def test_the_sizing_record_is_reused_only_for_the_same_probe_and_a_broken_one_names_the_fix(tmp_path):
     from model_build.errors import BuildError

@@ -79,3 +79,12 @@ def test_processes_joining_a_partition_bring_no_burst_of_past_cpu_time():
         assert tracker.update("p", 1.0 + 0.001 * t, float(t)) is IDLE
     tracker.rebase("p", 2.0)  # two seconds of CPU the newcomers had used before they were listed
     assert tracker.update("p", 3.0 + 0.011, 11.0) is IDLE
+
+
+def test_lent_cores_keep_a_physical_cores_threads_with_one_borrower():
+    """SMT host, siblings (c, c+4): homes are whole cores; lent in CPU-number order, two borrowers each got one
+    thread of cores 0+4 and 1+5 (a review, 2026-12-08)."""
+    home = {"a": (0, 1, 4, 5), "b": (2, 6), "c": (3, 7)}
+    activity = {"a": Activity.IDLE, "b": Activity.BUSY, "c": Activity.BUSY}
+    lent = lend_idle_cores(home, {"a": 50, "b": 25, "c": 25}, activity, core_order=(0, 4, 1, 5, 2, 6, 3, 7))
+    assert lent == {"a": (0, 1, 4, 5), "b": (0, 2, 4, 6), "c": (1, 3, 5, 7)}
