@@ -127,8 +127,6 @@ def read_cpu_info() -> CpuInfo:
     return cpu_info_from_text(text, os.cpu_count() or 1)
 
 
-
-
 # ------------------------------------------------------------------ CPU topology
 def parse_cpu_list(text: str) -> tuple[int, ...]:
     """A kernel CPU list ("0,4", "0-3,8") as sorted CPU numbers; () for text that is not one."""
@@ -156,17 +154,56 @@ def cpus_by_core(cpus: "Sequence[int]", siblings: "Mapping[int, Sequence[int]]")
 
 def read_thread_siblings(cpus: "Sequence[int]") -> dict[int, tuple[int, ...]]:
     """Each CPU's thread siblings from /sys (Linux); a CPU whose file cannot be read is left out."""
-    found = {}
-    for cpu in cpus:
-        try:
-            with open(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list") as f:
-                found[cpu] = parse_cpu_list(f.read())
-        except OSError:
-            continue
-    return found
+    found = {cpu: _read_text(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list") for cpu in cpus}
+    return {cpu: parse_cpu_list(text) for cpu, text in found.items() if text is not None}
+
+
+def _read_text(path: str) -> str | None:
+    """A small kernel file's text, stripped; None when it cannot be read (not Linux, no such CPU or group)."""
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
 
 # ------------------------------------------------------------------ CPU quota
 CGROUP_MOUNT = "/sys/fs/cgroup"
+
+
+@dataclass(frozen=True)
+class CgroupMembership:
+    """One line of /proc/self/cgroup: a hierarchy (v2's is "0", with no controllers), its controllers and
+    this process's group in it. The CPU quota below and the partitions' CPU-share groups
+    (serving.runtime.cpu_shares) read the same lines."""
+
+    hierarchy: str
+    controllers: tuple[str, ...]
+    path: str
+
+    @property
+    def v2(self) -> bool:
+        return self.hierarchy == "0" and not self.controllers
+
+    def directory(self, mount: str | os.PathLike[str] = CGROUP_MOUNT, depth: int | None = None) -> str:
+        """The group's directory (or, with `depth`, its ancestor that many levels below the hierarchy's
+        root): below the mount for v2, below the controllers' mount for v1."""
+        root = os.fspath(mount) if self.v2 else f"{os.fspath(mount)}/{','.join(self.controllers)}"
+        return "/".join([root, *self.parts[:depth]])
+
+    @property
+    def parts(self) -> list[str]:
+        return [p for p in self.path.split("/") if p]
+
+
+def cgroup_memberships(proc_self_cgroup: str) -> list[CgroupMembership]:
+    """The lines of /proc/self/cgroup's text (pure)."""
+    found = []
+    for line in proc_self_cgroup.splitlines():
+        hierarchy, _, rest = line.partition(":")
+        controllers, _, path = rest.partition(":")
+        found.append(CgroupMembership(hierarchy, tuple(c for c in controllers.split(",") if c), path))
+    return found
 
 
 def cpu_quota_from_cgroups(proc_self_cgroup: str, read: "Callable[[str], str | None]",
@@ -178,45 +215,31 @@ def cpu_quota_from_cgroups(proc_self_cgroup: str, read: "Callable[[str], str | N
     a thread per CPU then burns the quota and the container is throttled. `proc_self_cgroup` is
     /proc/self/cgroup's text, `read(path)` a file's text or None (pure: tested on made-up files)."""
     limits = []
-    for line in proc_self_cgroup.splitlines():
-        hierarchy, _, rest = line.partition(":")
-        controllers, _, path = rest.partition(":")
-        parts = [p for p in path.split("/") if p]
-        v2 = hierarchy == "0" and not controllers
-        if not v2 and "cpu" not in controllers.split(","):
+    for group in cgroup_memberships(proc_self_cgroup):
+        if not group.v2 and "cpu" not in group.controllers:
             continue
-        root = mount if v2 else f"{mount}/{controllers}"
-        for depth in range(len(parts), -1, -1):  # in a container its own group is the mount's root
-            here = "/".join([root, *parts[:depth]])
-            limits += _quota(read(f"{here}/cpu.max")) if v2 else _quota(read(f"{here}/cpu.cfs_quota_us"),
-                                                                        read(f"{here}/cpu.cfs_period_us"))
+        for depth in range(len(group.parts), -1, -1):  # in a container its own group is the mount's root
+            here = group.directory(mount, depth)
+            if group.v2:
+                limits += _cpus(*(read(f"{here}/cpu.max") or "").split()[:2])
+            else:
+                limits += _cpus(read(f"{here}/cpu.cfs_quota_us") or "", read(f"{here}/cpu.cfs_period_us") or "")
     return min(limits) if limits else None
 
 
-def _quota(quota: str | None, period: str | None = None) -> list[float]:
-    """[CPUs] from a v2 `cpu.max` text (period None) or v1 quota and period texts; [] without a limit."""
-    if quota is None:
-        return []
-    fields = quota.split()
-    if period is None:  # v2: "<quota|max> <period>"
-        fields, period = fields[:1], (fields[1] if len(fields) > 1 else None)
+def _cpus(quota: str = "", period: str = "") -> list[float]:
+    """[quota / period] when both are positive counts (v2 writes "max" and v1 -1 for no quota), else []."""
     try:
-        allowed, every = int(fields[0]), int(str(period).strip())
-    except (ValueError, IndexError):
+        allowed, every = int(quota), int(period)
+    except ValueError:
         return []
     return [allowed / every] if allowed > 0 and every > 0 else []
 
 
 def read_cpu_quota() -> float | None:
     """This process's CPU quota in CPUs (`cpu_quota_from_cgroups` on this host's files), None without one."""
-    def read(path: str) -> str | None:
-        try:
-            with open(path) as f:
-                return f.read().strip()
-        except OSError:
-            return None
+    return cpu_quota_from_cgroups(_read_text("/proc/self/cgroup") or "", _read_text)
 
-    return cpu_quota_from_cgroups(read("/proc/self/cgroup") or "", read)
 
 # ------------------------------------------------------------------ TensorRT
 @dataclass(frozen=True)

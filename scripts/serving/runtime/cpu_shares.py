@@ -26,6 +26,8 @@ from enum import Enum
 from pathlib import Path
 from typing import Mapping
 
+from contracts.devices import cgroup_memberships
+
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 #: cgroup v1 cpu.shares of a 100% share (the kernel default is 1024 per group).
 V1_SHARES_PER_100 = 1024
@@ -87,13 +89,11 @@ def own_cgroups(proc_self_cgroup: str) -> tuple[Path | None, Path | None]:
     text (pure). The partitions' groups go below this process's own: at the hierarchy's root (as v1
     groups were made until a review, 2026-12-08) they escaped a CPU quota the server was started under."""
     v2 = v1 = None
-    for line in proc_self_cgroup.splitlines():
-        hierarchy, _, rest = line.partition(":")
-        controllers, _, path = rest.partition(":")
-        if hierarchy == "0" and not controllers:
-            v2 = CGROUP_ROOT / path.lstrip("/")
-        elif "cpu" in controllers.split(","):
-            v1 = CGROUP_ROOT / controllers / path.lstrip("/")
+    for group in cgroup_memberships(proc_self_cgroup):
+        if group.v2:
+            v2 = Path(group.directory(CGROUP_ROOT))
+        elif "cpu" in group.controllers:
+            v1 = Path(group.directory(CGROUP_ROOT))
     return v2, v1
 
 
